@@ -1,0 +1,35 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_OUT ?= demo-out
+
+.PHONY: demo test lint tools clean bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Debian tools the tests use as real clients: otf2-print (otf2-tools) and ViTE (vite).
+# Installed only when missing; ViTE is optional (its test skips with a reason when absent).
+tools:
+	@bash scripts/ensure-tools.sh
+
+demo: $(STAMP)
+	@rm -rf $(DEMO_OUT)
+	$(VENV)/bin/cell2otf2 simulate $(DEMO_OUT)/run --workload fft --seed 1 --spes 16
+	@echo
+	@echo "(the conversion issue switches this to converting a sample_traces/ run)"
+
+test: $(STAMP) tools
+	$(PY) -m ruff check cell_otf2 tests bench
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check cell_otf2 tests bench
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

@@ -1,0 +1,74 @@
+"""Domain exceptions and the exit status each maps to (CONTRACT.md section 1).
+
+A ``FormatError`` carries what a user needs to find the problem: the file, the slot index or
+byte offset, the field, what was expected and what was found. The CLI turns each exception
+into one message and an exit status; nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_LOSSY = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_OUTPUT = 4
+
+
+class CellOtf2Error(Exception):
+    """Base of every error the CLI reports without a traceback."""
+
+    exit_status = EXIT_INPUT
+
+
+class FormatError(CellOtf2Error):
+    """Input unreadable or not CBT 1."""
+
+    exit_status = EXIT_INPUT
+
+    def __init__(
+        self,
+        file: str | Path,
+        message: str,
+        *,
+        slot: int | None = None,
+        offset: int | None = None,
+        field: str | None = None,
+        expected: object = None,
+        found: object = None,
+    ) -> None:
+        self.file = str(file)
+        self.slot = slot
+        self.offset = offset
+        self.field = field
+        self.expected = expected
+        self.found = found
+        self.detail = message
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = [self.file]
+        if self.slot is not None:
+            where.append(f"slot {self.slot}")
+        if self.offset is not None:
+            where.append(f"byte offset {self.offset}")
+        text = ", ".join(where) + ": "
+        if self.field is not None:
+            text += f"field '{self.field}': "
+        text += self.detail
+        if self.expected is not None or self.found is not None:
+            text += f" (expected {self.expected}, found {self.found})"
+        return text
+
+
+class OutputError(CellOtf2Error):
+    """The archive cannot be written (exists, not writable, library failure)."""
+
+    exit_status = EXIT_OUTPUT
+
+
+class UsageError(CellOtf2Error):
+    """Wrong command-line usage that typer itself cannot catch."""
+
+    exit_status = EXIT_USAGE

@@ -1,0 +1,259 @@
+"""The canonical in-memory shapes shared by every pipeline stage.
+
+Two layers live here, both as numpy structured dtypes plus small frozen dataclasses for
+definitions (never a Python object per event):
+
+1. The decoded trace (``decode.py`` fills it, ``order.py`` and ``sync.py`` read it):
+   ``RECORD_DTYPE`` rows, one per usable PPE or SPE record, with its location, clock domain and
+   local time; ``ANCHOR_DTYPE`` rows, the slot-order stream (PPE records and SPE block headers)
+   that synchronization reads; ``DOMAIN_DTYPE`` rows, one per clock domain.
+2. The archive to write (``emit.py`` fills it, ``otf2_writer.py`` writes it): ``ArchiveDefs``
+   holding every OTF2 definition, and ``EVENT_DTYPE`` rows, one per OTF2 event, already in
+   per-location time order.
+
+This module knows neither bytes nor OTF2; it checks nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+# --------------------------------------------------------------------------------------------
+# 1. Decoded trace
+# --------------------------------------------------------------------------------------------
+
+#: one usable input record, PPE or SPE, in per-location program order
+RECORD_DTYPE = np.dtype(
+    [
+        ("loc", "<u4"),  # index into the location table
+        ("code", "<u2"),  # FORMAT slot code (PpeCode or SpeCode)
+        ("slot", "<i8"),  # slot index in its process's dump (for messages and tie-breaks)
+        ("domain", "<i4"),  # clock domain index, -1 if the record has no usable time
+        ("local", "<i8"),  # local clock: PPE raw timebase; SPE -unwrapped(decr) in its interval
+        ("a", "<u8"),
+        ("b", "<u8"),
+        ("c", "<u8"),
+        ("d", "<u8"),
+        ("time", "<i8"),  # reference ticks, filled after synchronization
+    ]
+)
+
+#: one entry of a process's slot-order stream: every PPE record and every SPE block header
+ANCHOR_DTYPE = np.dtype(
+    [
+        ("rank", "<u4"),
+        ("slot", "<i8"),  # slot index in the dump; slot order = reservation order
+        ("domain", "<i4"),  # clock domain of the reading taken after the reservation
+        ("local", "<i8"),  # that reading on the domain's local clock
+    ]
+)
+
+
+class DomainKind(IntEnum):
+    NODE = 0  # one node's timebase, shared by every PPE thread of every process on it
+    SPE_INTERVAL = 1  # one live interval of one SPE context
+
+
+#: one clock domain. Node domains come first: domain i < n_nodes is node i.
+DOMAIN_DTYPE = np.dtype(
+    [
+        ("kind", "u1"),
+        ("node", "<i4"),  # node index (for an interval: the node its process runs on)
+        ("rank", "<i4"),  # -1 for a node domain
+        ("ctx", "<i4"),  # -1 for a node domain
+        ("interval", "<i4"),  # interval number within the context, -1 for a node domain
+        ("loc", "<i4"),  # SPE location index, -1 for a node domain
+        ("readings", "<i8"),  # decrementer readings in the interval (0 for a node domain)
+    ]
+)
+
+# --------------------------------------------------------------------------------------------
+# 2. The archive to write
+# --------------------------------------------------------------------------------------------
+
+
+class Ev(IntEnum):
+    """OTF2 event types of the event table, with the meaning of ref and p1..p6 for each."""
+
+    ENTER = 1  # ref region
+    LEAVE = 2  # ref region
+    MPI_SEND = 3  # ref comm, p1 receiver (rank in comm), p2 tag, p3 bytes
+    MPI_RECV = 4  # ref comm, p1 sender (rank in comm), p2 tag, p3 bytes
+    MPI_ISEND = 5  # ref comm, p1 receiver, p2 tag, p3 bytes, p4 request id
+    MPI_ISEND_COMPLETE = 6  # p4 request id
+    MPI_IRECV_REQUEST = 7  # p4 request id
+    MPI_IRECV = 8  # ref comm, p1 sender, p2 tag, p3 bytes, p4 request id
+    MPI_COLL_BEGIN = 9
+    MPI_COLL_END = 10  # ref comm, p1 OTF2 CollectiveOp value, p2 root (0xFFFFFFFF none),
+    #                    p3 bytes sent, p4 bytes received
+    RMA_GET = 11  # ref window, p1 remote (rank in window's comm), p2 bytes, p3 matching id,
+    #               p4 tag | opcode << 8 | list_elements << 16, p5 EA, p6 LS address
+    RMA_PUT = 12  # as RMA_GET
+    RMA_OP_COMPLETE_BLOCKING = 13  # ref window, p3 matching id
+    METRIC = 14  # ref metric, p1 value (uint64)
+    ENTER_OFF_SPU = 15  # ENTER of ref region with the physical-SPU attribute p1
+
+
+#: one OTF2 event. The table handed to the writer is sorted by (loc, time, seq).
+EVENT_DTYPE = np.dtype(
+    [
+        ("loc", "<u4"),  # location ref
+        ("type", "u1"),  # Ev
+        ("ref", "<u4"),
+        ("time", "<i8"),  # reference ticks
+        ("seq", "<u8"),  # tie-break inside a location at equal time (program order)
+        ("p1", "<u8"),
+        ("p2", "<u8"),
+        ("p3", "<u8"),
+        ("p4", "<u8"),
+        ("p5", "<u8"),
+        ("p6", "<u8"),
+    ]
+)
+
+
+class SystemNodeDomain(IntEnum):
+    MACHINE = 0
+    SHARED_MEMORY = 1
+    ACCELERATOR_DEVICE = 2
+
+
+@dataclass(frozen=True)
+class SystemNode:
+    name: str
+    class_name: str  # e.g. "machine", "node", "spe complex"
+    parent: int | None  # index into ArchiveDefs.system_nodes
+    domain: SystemNodeDomain
+
+
+class GroupType(IntEnum):
+    PROCESS = 0
+    ACCELERATOR = 1
+
+
+@dataclass(frozen=True)
+class LocationGroup:
+    name: str
+    type: GroupType
+    system_node: int  # index into ArchiveDefs.system_nodes
+    creating_group: int | None = None  # index into ArchiveDefs.location_groups
+
+
+class LocationType(IntEnum):
+    CPU_THREAD = 0
+    ACCELERATOR_STREAM = 1
+
+
+@dataclass(frozen=True)
+class Location:
+    name: str  # unique: the bindings merge definitions that are equal by value
+    type: LocationType
+    group: int  # index into ArchiveDefs.location_groups
+
+
+class RegionRole(IntEnum):
+    FUNCTION = 0
+    WRAPPER = 1
+    RMA = 2
+    POINT2POINT = 3
+    COLL_ONE2ALL = 4
+    COLL_ALL2ONE = 5
+    COLL_ALL2ALL = 6
+    COLL_OTHER = 7
+    BARRIER = 8
+    USER = 9
+    DATA_TRANSFER = 10
+
+
+class Paradigm(IntEnum):
+    USER = 0
+    MPI = 1
+    CELL = 2  # written as OTF2 paradigm "UNKNOWN"/user-defined by the writer
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    role: RegionRole
+    paradigm: Paradigm = Paradigm.USER
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+
+
+@dataclass(frozen=True)
+class Communicator:
+    name: str
+    members: tuple[int, ...]  # location refs; rank i in the communicator is members[i]
+    paradigm: Paradigm
+
+
+@dataclass(frozen=True)
+class RmaWindow:
+    name: str
+    comm: int  # index into ArchiveDefs.communicators; remote ranks are ranks in it
+
+
+class AttrType(IntEnum):
+    UINT64 = 0
+    STRING = 1
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    description: str
+    type: AttrType = AttrType.UINT64
+
+
+#: indexes of the fixed attributes in ArchiveDefs.attributes (the writer relies on them)
+ATTR_DMA_TAG, ATTR_MFC_OPCODE, ATTR_LS_ADDRESS, ATTR_EA, ATTR_LIST_ELEMENTS, ATTR_PHYSICAL_SPU = (
+    range(6)
+)
+
+FIXED_ATTRIBUTES = (
+    Attribute("DMA tag", "MFC tag group of the DMA command (0..31)"),
+    Attribute("MFC opcode", "MFC command opcode of the DMA command"),
+    Attribute("LS address", "Local Store address of the DMA command"),
+    Attribute("EA", "effective address of the DMA command"),
+    Attribute("list elements", "elements of a DMA list command (0 for a plain command)"),
+    Attribute("physical SPU", "physical SPU number on the node the context was switched off"),
+)
+
+
+@dataclass(frozen=True)
+class LocationProperty:
+    loc: int
+    name: str
+    value: str
+
+
+@dataclass
+class ClockProps:
+    timer_resolution: int  # ticks per second (timebase_hz)
+    global_offset: int  # first timestamp
+    trace_length: int  # last - first
+    realtime_ns: int  # wall clock (ns since epoch) at global_offset
+
+
+@dataclass
+class ArchiveDefs:
+    """Every OTF2 definition of one archive; refs are list indexes."""
+
+    clock: ClockProps
+    creator: str
+    system_nodes: list[SystemNode] = field(default_factory=list)
+    location_groups: list[LocationGroup] = field(default_factory=list)
+    locations: list[Location] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
+    metrics: list[Metric] = field(default_factory=list)
+    communicators: list[Communicator] = field(default_factory=list)
+    rma_windows: list[RmaWindow] = field(default_factory=list)
+    attributes: list[Attribute] = field(default_factory=lambda: list(FIXED_ATTRIBUTES))
+    location_properties: list[LocationProperty] = field(default_factory=list)
