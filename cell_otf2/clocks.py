@@ -1,0 +1,137 @@
+"""SPE live intervals: which decrementer readings share one offset, and their local times.
+
+For one SPE context, given its decrementer readings in program order (record ``decr`` values
+and block-header ``decr`` values), its DECR_WRITE readings and its CTX_SWITCH STOP/START pairs,
+``split_intervals`` assigns every reading to a live interval (CONTRACT.md section 4) and
+computes ``local = -unwrapped(decr)``, counting up from minus the interval's first reading.
+
+Rules (FORMAT.md 3.5):
+- a DECR_WRITE reading belongs to the interval before the write; the next reading starts a
+  new interval that counts from the written value;
+- readings down to and including a STOP's saved value belong to the interval before it; every
+  STOP/START pair starts a new interval, even one with no readings. Which side of a STOP a
+  reading falls on is decided by value: the decrementer counts down, so a reading is past the
+  STOP when the ticks from the interval's start value down to it exceed the ticks down to the
+  STOP's saved value. A switch whose STOP value is not reached before a DECR_WRITE belongs to
+  the counting after that write.
+- consecutive readings of one interval are less than 2^31 ticks apart (heartbeats); a step of
+  2^31 or more is ambiguous and reported in ``big_steps`` (the caller decides what to do).
+
+Vectorized per context: numpy over readings, a Python step per switch and per DECR_WRITE only.
+This module does not know about records, slots or files, and does not estimate offsets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MOD = 1 << 32
+HALF = 1 << 31
+
+
+@dataclass
+class IntervalSplit:
+    """Result of ``split_intervals`` for one context."""
+
+    interval: np.ndarray  # int32 per reading: its interval number
+    local: np.ndarray  # int64 per reading: -unwrapped(decr) within its interval
+    n_intervals: int
+    #: per interval k > 0, what started it: ("switch", switch index), ("write", reading index
+    #: of the DECR_WRITE) or ("wrap", index of the reading after a step >= 2^31); interval 0
+    #: is ("first", -1)
+    starts: list[tuple[str, int]]
+    big_steps: np.ndarray  # reading indexes i whose step from reading i-1 is >= 2^31
+
+
+def split_intervals(
+    raw: np.ndarray,
+    write_new: np.ndarray,
+    stop_values: np.ndarray,
+    start_values: np.ndarray,
+    split_big_steps: bool = False,
+) -> IntervalSplit:
+    """Assign readings to live intervals.
+
+    ``raw``: raw 32-bit decrementer readings in program order. ``write_new``: per reading, the
+    value written by a DECR_WRITE whose reading this is, or -1. ``stop_values`` /
+    ``start_values``: the context's CTX_SWITCH pairs in order.
+    """
+    raw = np.asarray(raw, dtype=np.int64)
+    write_new = np.asarray(write_new, dtype=np.int64)
+    n = raw.size
+    steps = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        steps[1:] = (raw[:-1] - raw[1:]) % MOD
+    cum = np.cumsum(steps)
+    writes = np.flatnonzero(write_new >= 0)
+    n_switch = len(stop_values)
+
+    interval = np.empty(n, dtype=np.int32)
+    starts: list[tuple[str, int]] = [("first", -1)]
+    k = 0  # current interval
+    s = 0  # next pending switch
+    i0 = 0  # first unassigned reading
+    p = int(raw[0]) if n else 0  # value the current interval counted from
+    w_ptr = 0
+    while i0 < n:
+        while w_ptr < writes.size and writes[w_ptr] < i0:
+            w_ptr += 1
+        seg_end = int(writes[w_ptr]) if w_ptr < writes.size else n - 1
+        j = seg_end + 1
+        if s < n_switch:
+            d_stop = (p - int(stop_values[s])) % MOD
+            base = (p - int(raw[i0])) % MOD
+            limit = d_stop - base + int(cum[i0])
+            j = int(np.searchsorted(cum[i0 : seg_end + 1], limit, side="right")) + i0
+            if base > d_stop:
+                j = i0
+        if j <= seg_end:
+            # readings i0..j-1 are before switch s; the next reading starts a new interval
+            interval[i0:j] = k
+            k += 1
+            starts.append(("switch", s))
+            p = int(start_values[s])
+            s += 1
+            i0 = j
+            continue
+        interval[i0 : seg_end + 1] = k
+        i0 = seg_end + 1
+        if write_new[seg_end] >= 0:
+            k += 1
+            starts.append(("write", seg_end))
+            p = int(write_new[seg_end])
+    # switches after the last reading still start (empty) intervals
+    while s < n_switch:
+        k += 1
+        starts.append(("switch", s))
+        s += 1
+    n_intervals = k + 1
+
+    big = np.zeros(0, dtype=np.int64)
+    if n:
+        first = np.ones(n, dtype=bool)
+        first[1:] = interval[1:] != interval[:-1]
+        big = np.flatnonzero((steps >= HALF) & ~first)
+        if split_big_steps and big.size:
+            # an ambiguous wrap count: the readings after it get an interval of their own
+            is_big = np.zeros(n, dtype=np.int32)
+            is_big[big] = 1
+            shift = np.cumsum(is_big)
+            new_starts: list[tuple[str, int]] = []
+            for k_old, start in enumerate(starts):
+                new_starts.append(start)
+                inside = big[interval[big] == k_old]
+                new_starts.extend(("wrap", int(i)) for i in inside)
+            interval = interval + shift.astype(np.int32)
+            starts = new_starts
+            n_intervals += int(big.size)
+            first[big] = True
+        first_idx = np.flatnonzero(first)
+        owner = np.cumsum(first) - 1  # which run each reading is in
+        f = first_idx[owner]
+        local = -raw[f] + (cum - cum[f])
+    else:
+        local = np.zeros(0, dtype=np.int64)
+    return IntervalSplit(interval, local, n_intervals, starts, big)
