@@ -1,0 +1,412 @@
+"""otf2_writer: a hand-built archive with every Ev kind reads back exactly as written.
+
+The scenario: two MPI processes on two nodes; rank 0 has a PPE thread, an SPE context in an
+accelerator group created by the process, and a main-memory pseudo-location; an MPI
+communicator over the two main threads, a mailbox communicator over all four locations, a DMA
+window on the mailbox communicator. Every Ev kind occurs at least once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from otf2check import otf2_print_ok, read_events, vite_render
+
+from cell_otf2 import otf2_writer
+from cell_otf2.errors import OutputError
+from cell_otf2.model import (
+    EVENT_DTYPE,
+    ArchiveDefs,
+    ClockProps,
+    Communicator,
+    Ev,
+    GroupType,
+    Location,
+    LocationGroup,
+    LocationProperty,
+    LocationType,
+    Metric,
+    Paradigm,
+    Region,
+    RegionRole,
+    RmaWindow,
+    SystemNode,
+    SystemNodeDomain,
+)
+from cell_otf2.otf2_writer import WriterInputError, write_archive, write_ceiling
+
+CLOCK = ClockProps(
+    timer_resolution=14_318_000, global_offset=100, trace_length=300,
+    realtime_ns=1_600_000_000_123_456_789,
+)
+PPE0, PPE1, SPE, MEM = range(4)  # location refs
+LOC_NAMES = [
+    "PPE thread 0 (rank 0)", "PPE thread 0 (rank 1)", "SPE ctx 0 (rank 0)",
+    "Main memory (rank 0)",
+]
+REGIONS = [
+    Region("main", RegionRole.FUNCTION),
+    Region("MPI_Send", RegionRole.POINT2POINT, Paradigm.MPI),
+    Region("MPI_Recv", RegionRole.POINT2POINT, Paradigm.MPI),
+    Region("MPI_Allreduce", RegionRole.COLL_ALL2ALL, Paradigm.MPI),
+    Region("fft_spu", RegionRole.FUNCTION, Paradigm.CELL),
+    Region("mfc_read_tag_status", RegionRole.RMA, Paradigm.CELL),
+    Region("off SPU", RegionRole.FUNCTION, Paradigm.CELL),
+    Region("spe_in_mbox_write", RegionRole.FUNCTION, Paradigm.CELL),
+    Region("spu_read_in_mbox", RegionRole.FUNCTION, Paradigm.CELL),
+    Region("MPI_Isend", RegionRole.POINT2POINT, Paradigm.MPI),
+    Region("MPI_Irecv", RegionRole.POINT2POINT, Paradigm.MPI),
+    Region("MPI_Wait", RegionRole.POINT2POINT, Paradigm.MPI),
+]
+R = {r.name: i for i, r in enumerate(REGIONS)}
+WORLD, MBOX = 0, 1  # communicator refs
+ALLREDUCE = 11  # OTF2 CollectiveOp value
+GET_P4 = 5 | 0x40 << 8  # tag 5, MFC opcode GET (0x40), no list
+PUT_P4 = 6 | 0x24 << 8 | 3 << 16  # tag 6, opcode PUTL (0x24), 3 list elements
+
+
+def sample_defs() -> ArchiveDefs:
+    return ArchiveDefs(
+        clock=ClockProps(**vars(CLOCK)),
+        creator="cell2otf2 0.1.0 (test)",
+        system_nodes=[
+            SystemNode("Cell cluster", "machine", None, SystemNodeDomain.MACHINE),
+            SystemNode("qs20-a", "node", 0, SystemNodeDomain.SHARED_MEMORY),
+            SystemNode("qs20-b", "node", 0, SystemNodeDomain.SHARED_MEMORY),
+            SystemNode("SPE complex (qs20-a)", "spe complex", 1,
+                       SystemNodeDomain.ACCELERATOR_DEVICE),
+        ],
+        location_groups=[
+            LocationGroup("MPI rank 0", GroupType.PROCESS, 1),
+            LocationGroup("MPI rank 1", GroupType.PROCESS, 2),
+            LocationGroup("SPEs (rank 0)", GroupType.ACCELERATOR, 3, creating_group=0),
+        ],
+        locations=[
+            Location(LOC_NAMES[PPE0], LocationType.CPU_THREAD, 0),
+            Location(LOC_NAMES[PPE1], LocationType.CPU_THREAD, 1),
+            Location(LOC_NAMES[SPE], LocationType.ACCELERATOR_STREAM, 2),
+            Location(LOC_NAMES[MEM], LocationType.CPU_THREAD, 0),
+        ],
+        regions=list(REGIONS),
+        metrics=[Metric("PPE cycles", "cycles")],
+        communicators=[
+            Communicator("MPI_COMM_WORLD", (PPE0, PPE1), Paradigm.MPI),
+            Communicator("Cell mailboxes", (PPE0, PPE1, SPE, MEM), Paradigm.CELL),
+        ],
+        rma_windows=[RmaWindow("DMA (rank 0)", MBOX)],
+        location_properties=[
+            LocationProperty(MEM, "cell2otf2::main_memory", "true"),
+            LocationProperty(SPE, "cell2otf2::sync_bound_ticks", "12"),
+        ],
+    )
+
+
+def _rows() -> list[tuple]:
+    E = Ev
+    return [
+        # (loc, type, ref, time, p1, p2, p3, p4, p5, p6)
+        (PPE0, E.ENTER, R["main"], 100),
+        (PPE0, E.METRIC, 0, 110, 12345),
+        (PPE0, E.ENTER, R["spe_in_mbox_write"], 120),
+        (PPE0, E.MPI_SEND, MBOX, 125, SPE, 1, 4),  # mailbox: receiver rank = location ref
+        (PPE0, E.LEAVE, R["spe_in_mbox_write"], 130),
+        (PPE0, E.ENTER, R["MPI_Send"], 200),
+        (PPE0, E.MPI_SEND, WORLD, 205, 1, 42, 1024),
+        (PPE0, E.LEAVE, R["MPI_Send"], 210),
+        (PPE0, E.ENTER, R["MPI_Isend"], 220),
+        (PPE0, E.MPI_ISEND, WORLD, 221, 1, 43, 8, 7),
+        (PPE0, E.LEAVE, R["MPI_Isend"], 222),
+        (PPE0, E.ENTER, R["MPI_Wait"], 230),
+        (PPE0, E.MPI_ISEND_COMPLETE, 0, 231, 0, 0, 0, 7),
+        (PPE0, E.LEAVE, R["MPI_Wait"], 232),
+        (PPE0, E.ENTER, R["MPI_Allreduce"], 300),
+        (PPE0, E.MPI_COLL_BEGIN, 0, 301),
+        (PPE0, E.MPI_COLL_END, WORLD, 310, ALLREDUCE, 0xFFFFFFFF, 8, 16),
+        (PPE0, E.LEAVE, R["MPI_Allreduce"], 311),
+        (PPE0, E.LEAVE, R["main"], 400),
+        (PPE1, E.ENTER, R["main"], 100),
+        (PPE1, E.ENTER, R["MPI_Recv"], 200),
+        (PPE1, E.MPI_RECV, WORLD, 215, 0, 42, 1024),
+        (PPE1, E.LEAVE, R["MPI_Recv"], 216),
+        (PPE1, E.ENTER, R["MPI_Irecv"], 217),
+        (PPE1, E.MPI_IRECV_REQUEST, 0, 218, 0, 0, 0, 9),
+        (PPE1, E.LEAVE, R["MPI_Irecv"], 219),
+        (PPE1, E.ENTER, R["MPI_Wait"], 225),
+        (PPE1, E.MPI_IRECV, WORLD, 226, 0, 43, 8, 9),
+        (PPE1, E.LEAVE, R["MPI_Wait"], 227),
+        (PPE1, E.ENTER, R["MPI_Allreduce"], 300),
+        (PPE1, E.MPI_COLL_BEGIN, 0, 302),
+        (PPE1, E.MPI_COLL_END, WORLD, 312, ALLREDUCE, 0xFFFFFFFF, 8, 16),
+        (PPE1, E.LEAVE, R["MPI_Allreduce"], 313),
+        (PPE1, E.LEAVE, R["main"], 400),
+        (SPE, E.ENTER, R["fft_spu"], 140),
+        (SPE, E.ENTER, R["spu_read_in_mbox"], 150),
+        (SPE, E.MPI_RECV, MBOX, 160, PPE0, 1, 4),
+        (SPE, E.LEAVE, R["spu_read_in_mbox"], 161),
+        (SPE, E.RMA_GET, 0, 170, MEM, 16384, 1, GET_P4, 0x10000000, 0x4000),
+        (SPE, E.RMA_PUT, 0, 175, MEM, 128, 2, PUT_P4, 0x20000, 0x8000),
+        (SPE, E.ENTER, R["mfc_read_tag_status"], 180),
+        (SPE, E.RMA_OP_COMPLETE_BLOCKING, 0, 190, 0, 0, 1),
+        (SPE, E.RMA_OP_COMPLETE_BLOCKING, 0, 190, 0, 0, 2),
+        (SPE, E.LEAVE, R["mfc_read_tag_status"], 191),
+        (SPE, E.ENTER_OFF_SPU, R["off SPU"], 250, 3),
+        (SPE, E.LEAVE, R["off SPU"], 260),
+        (SPE, E.ENTER, R["fft_spu"], 265),  # an Enter right after the off-SPU one: no attribute
+        (SPE, E.LEAVE, R["fft_spu"], 270),
+        (SPE, E.LEAVE, R["fft_spu"], 280),
+    ]
+
+
+def sample_events() -> np.ndarray:
+    rows = _rows()
+    events = np.zeros(len(rows), EVENT_DTYPE)
+    for i, (loc, ty, ref, t, *params) in enumerate(rows):
+        events[i]["loc"], events[i]["type"], events[i]["ref"] = loc, ty, ref
+        events[i]["time"], events[i]["seq"] = t, i
+        for k, value in enumerate(params, start=1):
+            events[i][f"p{k}"] = value
+    return events
+
+
+#: reader event class of each Ev
+READER_CLASS = {
+    Ev.ENTER: "Enter", Ev.LEAVE: "Leave", Ev.MPI_SEND: "MpiSend", Ev.MPI_RECV: "MpiRecv",
+    Ev.MPI_ISEND: "MpiIsend", Ev.MPI_ISEND_COMPLETE: "MpiIsendComplete",
+    Ev.MPI_IRECV_REQUEST: "MpiIrecvRequest", Ev.MPI_IRECV: "MpiIrecv",
+    Ev.MPI_COLL_BEGIN: "MpiCollectiveBegin", Ev.MPI_COLL_END: "MpiCollectiveEnd",
+    Ev.RMA_GET: "RmaGet", Ev.RMA_PUT: "RmaPut",
+    Ev.RMA_OP_COMPLETE_BLOCKING: "RmaOpCompleteBlocking", Ev.METRIC: "Metric",
+    Ev.ENTER_OFF_SPU: "Enter",
+}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("archive")
+    defs, events = sample_defs(), sample_events()
+    seen: list[int] = []
+    stats = write_archive(defs, events, out, "trace", progress=seen.append)
+    anchor = out / "trace.otf2"
+    return defs, events, stats, anchor, read_events(anchor), seen
+
+
+def test_every_ev_kind_is_covered():
+    assert set(np.unique(sample_events()["type"]).tolist()) == {int(e) for e in Ev}
+
+
+def test_archive_entries_and_otf2_print(written):
+    _, _, _, anchor, _, _ = written
+    assert anchor.is_file()
+    assert (anchor.parent / "trace.def").is_file()
+    assert (anchor.parent / "trace").is_dir()
+    otf2_print_ok(anchor)
+
+
+def test_counts_per_location_and_kind(written):
+    _, events, stats, _, back, seen = written
+    expected = Counter(
+        (LOC_NAMES[loc], READER_CLASS[Ev(ty)])
+        for loc, ty in zip(events["loc"].tolist(), events["type"].tolist(), strict=True)
+    )
+    assert back.counts == expected
+    assert stats.events_per_location.tolist() == [19, 15, 15, 0]
+    assert stats.n_events == len(events) == 49
+    assert stats.events_per_type[Ev.ENTER] == 6 + 5 + 4
+    assert stats.events_per_type[Ev.ENTER_OFF_SPU] == 1
+    assert sum(stats.events_per_type.values()) == len(events)
+    assert seen == [19, 34, 49]  # once per location slice, with the running total
+
+
+def test_timestamps_per_location(written):
+    _, events, _, _, back, _ = written
+    for loc, name in enumerate(LOC_NAMES):
+        assert back.times[name] == events["time"][events["loc"] == loc].tolist()
+
+
+def test_messages_match_in_order(written):
+    back = written[4]
+    assert back.unmatched_sends == [] and back.unmatched_recvs == []
+    got = sorted((m.comm, m.sender, m.receiver, m.tag, m.length, m.send_time, m.recv_time,
+                  m.send_kind, m.recv_kind) for m in back.messages)
+    assert got == sorted([
+        ("Cell mailboxes", LOC_NAMES[PPE0], LOC_NAMES[SPE], 1, 4, 125, 160, "MpiSend", "MpiRecv"),
+        ("MPI_COMM_WORLD", LOC_NAMES[PPE0], LOC_NAMES[PPE1], 42, 1024, 205, 215, "MpiSend",
+         "MpiRecv"),
+        ("MPI_COMM_WORLD", LOC_NAMES[PPE0], LOC_NAMES[PPE1], 43, 8, 221, 226, "MpiIsend",
+         "MpiIrecv"),
+    ])
+    isend, = back.of_kind("MpiIsend")
+    irecv, = back.of_kind("MpiIrecv")
+    assert isend.fields["request_id"] == 7 and irecv.fields["request_id"] == 9
+    assert back.of_kind("MpiIsendComplete")[0].fields["request_id"] == 7
+    assert back.of_kind("MpiIrecvRequest")[0].fields["request_id"] == 9
+
+
+def test_rma_operations_and_dma_attributes(written):
+    back = written[4]
+    assert back.unmatched_completions == []
+    ops = {op.matching_id: op for op in back.rma}
+    assert set(ops) == {1, 2}
+    get, put = ops[1], ops[2]
+    assert (get.kind, get.loc, get.win, get.remote, get.bytes) == (
+        "RmaGet", LOC_NAMES[SPE], "DMA (rank 0)", LOC_NAMES[MEM], 16384)
+    assert (get.issue_time, get.complete_time) == (170, 190)
+    assert get.attrs == {"DMA tag": 5, "MFC opcode": 0x40, "list elements": 0,
+                         "EA": 0x10000000, "LS address": 0x4000}
+    assert (put.kind, put.bytes, put.issue_time, put.complete_time) == ("RmaPut", 128, 175, 190)
+    assert put.attrs == {"DMA tag": 6, "MFC opcode": 0x24, "list elements": 3,
+                         "EA": 0x20000, "LS address": 0x8000}
+
+
+def test_off_spu_attribute_only_on_its_enter(written):
+    back = written[4]
+    with_attrs = [e for e in back.events if e.attrs and not e.kind.startswith("Rma")]
+    assert len(with_attrs) == 1
+    off, = with_attrs
+    assert (off.loc, off.kind, off.time, off.fields["region"]) == (
+        LOC_NAMES[SPE], "Enter", 250, "off SPU")
+    assert off.attrs == {"physical SPU": 3}
+
+
+def test_collectives_and_metric(written):
+    back = written[4]
+    ends = back.of_kind("MpiCollectiveEnd")
+    assert [(e.loc, e.time) for e in ends] == [(LOC_NAMES[PPE0], 310), (LOC_NAMES[PPE1], 312)]
+    for end in ends:
+        assert end.fields["collective_op"] == "ALLREDUCE"
+        assert end.fields["communicator"] == "MPI_COMM_WORLD"
+        assert end.fields["root"] == 0xFFFFFFFF  # OTF2_UNDEFINED_UINT32: no root
+        assert (end.fields["size_sent"], end.fields["size_received"]) == (8, 16)
+    metric, = back.of_kind("Metric")
+    assert (metric.loc, metric.time, metric.fields["values"]) == (LOC_NAMES[PPE0], 110, [12345])
+    assert back.defs.metrics == ["PPE cycles"]
+
+
+def test_clock_properties_exactly_as_given(written):
+    assert written[4].defs.clock == {
+        "timer_resolution": 14_318_000, "global_offset": 100, "trace_length": 300,
+        "realtime_timestamp": 1_600_000_000_123_456_789,
+    }
+
+
+def test_locations_groups_and_system_tree(written):
+    defs = written[4].defs
+    # location ref = index, names exactly as given, group ref = index of ArchiveDefs
+    assert defs.locations == [
+        (LOC_NAMES[PPE0], "CPU_THREAD", "MPI rank 0", 0, 19),
+        (LOC_NAMES[PPE1], "CPU_THREAD", "MPI rank 1", 1, 15),
+        (LOC_NAMES[SPE], "ACCELERATOR_STREAM", "SPEs (rank 0)", 2, 15),
+        (LOC_NAMES[MEM], "CPU_THREAD", "MPI rank 0", 0, 0),
+    ]
+    assert defs.location_groups == [
+        ("MPI rank 0", "PROCESS", "qs20-a", None),
+        ("MPI rank 1", "PROCESS", "qs20-b", None),
+        ("SPEs (rank 0)", "ACCELERATOR", "SPE complex (qs20-a)", "MPI rank 0"),
+    ]
+    assert defs.system_tree == [
+        ("Cell cluster", "machine", None, ("MACHINE",)),
+        ("qs20-a", "node", "Cell cluster", ("SHARED_MEMORY",)),
+        ("qs20-b", "node", "Cell cluster", ("SHARED_MEMORY",)),
+        ("SPE complex (qs20-a)", "spe complex", "qs20-a", ("ACCELERATOR_DEVICE",)),
+    ]
+    assert defs.location_properties == {
+        LOC_NAMES[MEM]: {"cell2otf2::main_memory": "true"},
+        LOC_NAMES[SPE]: {"cell2otf2::sync_bound_ticks": "12"},
+    }
+    assert defs.creator == "cell2otf2 0.1.0 (test)"
+
+
+def test_regions_communicators_windows(written):
+    defs = written[4].defs
+    paradigm = {Paradigm.USER: "USER", Paradigm.MPI: "MPI", Paradigm.CELL: "USER"}
+    assert defs.regions == [(r.name, r.role.name, paradigm[r.paradigm]) for r in REGIONS]
+    assert defs.comms == {
+        "MPI_COMM_WORLD": [LOC_NAMES[PPE0], LOC_NAMES[PPE1]],
+        "Cell mailboxes": LOC_NAMES,
+    }
+    assert defs.rma_windows == {"DMA (rank 0)": "Cell mailboxes"}
+
+
+def test_vite_draws_the_messages(written, tmp_path):
+    anchor, back = written[3], written[4]
+    arrows = vite_render(anchor, tmp_path / "trace.svg")
+    if arrows is None:
+        pytest.skip("ViTE (Debian package vite) is not installed: run scripts/ensure-tools.sh")
+    assert arrows == len(back.messages) == 3
+
+
+def test_progress_every_chunk_and_fast_path(tmp_path, monkeypatch):
+    """Many Enter/Leave events (the fast path) in small progress chunks read back exactly."""
+    monkeypatch.setattr(otf2_writer, "PROGRESS_EVENTS", 1000)
+    defs = sample_defs()
+    n_per_loc = 2500  # odd number of chunks per location, last one partial
+    events = np.zeros(3 * n_per_loc, EVENT_DTYPE)
+    for loc in range(3):
+        part = events[loc * n_per_loc:(loc + 1) * n_per_loc]
+        part["loc"] = loc
+        part["type"][0::2], part["type"][1::2] = Ev.ENTER, Ev.LEAVE
+        part["ref"] = R["main"]
+        part["time"] = 1000 + np.arange(n_per_loc) // 2 * 3  # Enter and Leave at equal time
+    seen: list[int] = []
+    stats = write_archive(defs, events, tmp_path, "big", progress=seen.append)
+    assert seen == [1000, 2000, 2500, 3500, 4500, 5000, 6000, 7000, 7500]
+    assert stats.events_per_location.tolist() == [2500, 2500, 2500, 0]
+    back = read_events(tmp_path / "big.otf2")
+    for loc in range(3):
+        assert back.kinds(LOC_NAMES[loc]) == {"Enter": 1250, "Leave": 1250}
+        assert back.times[LOC_NAMES[loc]] == events["time"][events["loc"] == loc].tolist()
+
+
+def _refused(tmp_path, events, match, defs=None):
+    with pytest.raises(WriterInputError, match=match):
+        write_archive(defs or sample_defs(), events, tmp_path, "bad")
+    assert not (tmp_path / "bad.otf2").exists() and not (tmp_path / "bad").exists()
+
+
+def test_time_going_backwards_is_refused_before_writing(tmp_path):
+    events = sample_events()
+    spe = np.flatnonzero(events["loc"] == SPE)
+    events["time"][spe[3]] = 149  # before the Enter at 150 on the same location
+    _refused(tmp_path, events, r"time goes backwards on location 2 'SPE ctx 0 \(rank 0\)'")
+
+
+def test_unsorted_locations_and_bad_refs_are_refused(tmp_path):
+    events = sample_events()
+    _refused(tmp_path, events[::-1].copy(), "not sorted by location")
+    events = sample_events()
+    events["ref"][0] = len(REGIONS)
+    _refused(tmp_path, events, "ENTER.*not one of the 12 regions")
+    events = sample_events()
+    events["loc"][-1] = 4
+    _refused(tmp_path, events, "location ref 4 does not exist")
+    events = sample_events()
+    events["time"][0] = -1
+    _refused(tmp_path, events, "negative timestamp")
+    events = sample_events()
+    events["type"][0] = 99
+    _refused(tmp_path, events, "unknown event type 99")
+    defs = sample_defs()
+    defs.locations[3] = Location(LOC_NAMES[0], LocationType.CPU_THREAD, 0)
+    _refused(tmp_path, sample_events(), "used twice", defs=defs)
+
+
+def test_existing_archive_is_refused(written):
+    anchor = written[3]
+    with pytest.raises(OutputError, match="already exists"):
+        write_archive(sample_defs(), sample_events(), anchor.parent, "trace")
+
+
+def test_empty_table_writes_a_valid_archive(tmp_path):
+    stats = write_archive(sample_defs(), np.zeros(0, EVENT_DTYPE), tmp_path, "empty")
+    assert stats.n_events == 0
+    otf2_print_ok(tmp_path / "empty.otf2")
+    assert read_events(tmp_path / "empty.otf2").counts == Counter()
+
+
+def test_write_ceiling_writes_through_the_c_entry_points(tmp_path):
+    rate = write_ceiling(20_000, tmp_path)
+    assert rate > 0
+    anchors = list(tmp_path.glob("ceiling-*.otf2"))
+    assert len(anchors) == 1
