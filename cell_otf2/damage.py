@@ -37,6 +37,7 @@ class DamageKind(StrEnum):
     no_run_end = "no_run_end"  # CTX_RUN_BEGIN without CTX_RUN_END
     unmatched_mailbox = "unmatched_mailbox"  # mailbox or signal value with no partner
     unmatched_mpi = "unmatched_mpi"  # MPI message with no partner
+    unmatched_dma = "unmatched_dma"  # DMA command with no later tag wait for its tag
     backwards_timebase = "backwards_timebase"  # PPE timebase runs backwards within a thread
     missing_block = "missing_block"  # a context's block seq skips
     unusable_time = "unusable_time"  # a record whose time cannot be determined
@@ -60,6 +61,7 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.no_run_end: ("CTX_RUN_BEGIN{s} without CTX_RUN_END", None),
     DamageKind.unmatched_mailbox: ("mailbox or signal value{s} without partner", None),
     DamageKind.unmatched_mpi: ("MPI message{s} without partner", None),
+    DamageKind.unmatched_dma: ("DMA command{s} never completed by a tag wait", None),
     DamageKind.backwards_timebase: ("PPE record{s} with a timebase running backwards", None),
     DamageKind.missing_block: ("SPE block{s} missing", "seq skip{s}"),
     DamageKind.unusable_time: ("record{s} without usable time", None),
