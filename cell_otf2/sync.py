@@ -348,6 +348,10 @@ class _Reduced:
     red: np.ndarray  # w + relaxation + q[src] - q[dst] >= 0
     q: np.ndarray  # potential in original coordinates, relative to q[anchor] = 0
 
+    def loosened(self, extra: float) -> _Reduced:
+        """The same graph with every weight loosened by ``extra`` >= 0 more."""
+        return _Reduced(self.n, self.src, self.dst, self.red + extra, self.q)
+
     def multi_source(
         self, seeds: np.ndarray, values: np.ndarray, reverse: bool = False
     ) -> np.ndarray:
@@ -479,7 +483,8 @@ def all_pairs_bounds(
         raise ValueError(f"relaxation {relaxation} below the required {need}: negative cycles")
     extra = max(0.0, relaxation - need)
     rows = np.arange(n_domains) if subset is None else np.asarray(subset, dtype=np.int64)
-    g = csr_matrix((graph.red + extra, (graph.src, graph.dst)), shape=(n_domains,) * 2)
+    graph = graph.loosened(extra)
+    g = csr_matrix((graph.red, (graph.src, graph.dst)), shape=(n_domains,) * 2)
     dr = dijkstra(g, directed=True, indices=rows)
     q = graph.q
     dist = dr - q[rows][:, None] + q[None, :]
