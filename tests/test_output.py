@@ -1,0 +1,184 @@
+"""output: -o parsing, refusing existing archives, --force, and nothing left behind on failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from otf2check import otf2_print_ok, read_events
+from test_otf2_writer import sample_defs, sample_events
+
+from cell_otf2 import output
+from cell_otf2.errors import OutputError, UsageError
+from cell_otf2.otf2_writer import write_archive
+from cell_otf2.output import ArchiveTarget
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every entry below ``directory``: relative path -> file bytes (None for a directory)."""
+    out: dict[str, bytes | None] = {}
+    for root, dirs, files in os.walk(directory):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), directory)] = None
+        for f in files:
+            path = os.path.join(root, f)
+            out[os.path.relpath(path, directory)] = Path(path).read_bytes()
+    return out
+
+
+def fake_archive(directory: Path, name: str, marker: str) -> None:
+    """The three entries of an archive, with content that tells old from new."""
+    (directory / f"{name}.otf2").write_text(f"anchor {marker}")
+    (directory / f"{name}.def").write_text(f"defs {marker}")
+    (directory / name).mkdir()
+    (directory / name / "0.evt").write_text(f"events {marker}")
+
+
+def test_parse_target():
+    target = ArchiveTarget("out/sub/run.otf2")
+    assert target.parent == Path("out/sub") and target.name == "run"
+    assert target.entries == (
+        Path("out/sub/run.otf2"), Path("out/sub/run.def"), Path("out/sub/run"),
+    )
+    assert ArchiveTarget("run.otf2").parent == Path(".")
+
+
+@pytest.mark.parametrize("bad", ["out/run", "out/run.otf", "out/run.otf2/", ".otf2",
+                                 "out/.otf2", "out/run.def"])
+def test_target_must_end_in_otf2(bad):
+    with pytest.raises(UsageError, match=r"must name the anchor file and end in '\.otf2'"):
+        ArchiveTarget(bad)
+
+
+def test_prepare_creates_a_missing_parent(tmp_path):
+    target = ArchiveTarget(tmp_path / "a" / "b" / "run.otf2")
+    target.prepare(force=False)
+    assert (tmp_path / "a" / "b").is_dir()
+    assert os.listdir(tmp_path / "a" / "b") == []
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_prepare_refuses_any_existing_entry(tmp_path, which):
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    entry = target.entries[which]
+    if which == 2:
+        entry.mkdir()
+    else:
+        entry.write_text("x")
+    with pytest.raises(OutputError, match=r"already exists; use --force") as info:
+        target.prepare(force=False)
+    assert str(entry) in str(info.value)
+    assert info.value.exit_status == 4
+    target.prepare(force=True)  # --force accepts it
+
+
+def test_prepare_refuses_a_parent_that_is_a_file_or_not_writable(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="not a directory"):
+        ArchiveTarget(tmp_path / "file" / "run.otf2").prepare(force=False)
+    with pytest.raises(OutputError, match="cannot create the output directory"):
+        ArchiveTarget(tmp_path / "file" / "sub" / "run.otf2").prepare(force=False)
+    # the tests run as root, for whom every directory is writable: simulate the check's answer
+    monkeypatch.setattr(output.os, "access", lambda path, mode: False)
+    with pytest.raises(OutputError, match="not writable"):
+        ArchiveTarget(tmp_path / "run.otf2").prepare(force=False)
+
+
+def test_staged_real_archive_moves_into_place(tmp_path):
+    target = ArchiveTarget(tmp_path / "out" / "run.otf2")
+    target.prepare(force=False)
+    with target.staged() as tmp:
+        assert tmp.parent == target.parent and tmp.name.startswith(".run.otf2.tmp-")
+        write_archive(sample_defs(), sample_events(), tmp, target.name)
+    assert sorted(os.listdir(target.parent)) == ["run", "run.def", "run.otf2"]
+    otf2_print_ok(target.anchor)
+    assert sum(read_events(target.anchor).counts.values()) == len(sample_events())
+
+
+def test_force_replaces_the_old_archive(tmp_path):
+    fake_archive(tmp_path, "run", "old")
+    (tmp_path / "unrelated.txt").write_text("keep me")
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=True)
+    with target.staged() as tmp:
+        fake_archive(tmp, "run", "new")
+    assert snapshot(tmp_path) == {
+        "run.otf2": b"anchor new", "run.def": b"defs new", "run": None,
+        os.path.join("run", "0.evt"): b"events new", "unrelated.txt": b"keep me",
+    }
+
+
+def test_force_replaces_a_partial_old_archive(tmp_path):
+    (tmp_path / "run.def").write_text("stale defs only")
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=True)
+    with target.staged() as tmp:
+        fake_archive(tmp, "run", "new")
+    assert (tmp_path / "run.def").read_text() == "defs new"
+    assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("writer failed"), KeyboardInterrupt()])
+@pytest.mark.parametrize("force", [False, True])
+def test_failure_inside_staged_leaves_everything_as_before(tmp_path, exc, force):
+    if force:
+        fake_archive(tmp_path, "run", "old")
+    before = snapshot(tmp_path)
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=force)
+    with pytest.raises(type(exc)):
+        with target.staged() as tmp:
+            fake_archive(tmp, "run", "new")  # a complete new archive, then the failure
+            raise exc
+    assert snapshot(tmp_path) == before  # byte-identical, and no temporary directory
+
+
+def test_failure_of_the_real_writer_leaves_nothing(tmp_path):
+    events = sample_events()
+    events["time"][1] = 0  # backwards on location 0: the writer refuses the table
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=False)
+    with pytest.raises(ValueError, match="backwards"):
+        with target.staged() as tmp:
+            write_archive(sample_defs(), events, tmp, target.name)
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_move_restores_the_old_archive(tmp_path, monkeypatch):
+    fake_archive(tmp_path, "run", "old")
+    before = snapshot(tmp_path)
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=True)
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if Path(dst) == target.entries[2] and ".tmp-" in str(src):
+            raise OSError(28, "No space left on device")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(output.os, "rename", rename)
+    with pytest.raises(OutputError, match="cannot move the archive into place.*restored"):
+        with target.staged() as tmp:
+            fake_archive(tmp, "run", "new")
+    assert snapshot(tmp_path) == before
+
+
+def test_writer_that_wrote_nothing_is_an_output_error(tmp_path):
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=False)
+    with pytest.raises(OutputError, match="did not produce run.otf2, run.def, run"):
+        with target.staged():
+            pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_archive_appearing_meanwhile_is_not_overwritten_without_force(tmp_path):
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=False)
+    with pytest.raises(OutputError, match="appeared while converting"):
+        with target.staged() as tmp:
+            fake_archive(tmp, "run", "new")
+            fake_archive(tmp_path, "run", "other")
+    assert (tmp_path / "run.otf2").read_text() == "anchor other"
+    assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]
