@@ -111,6 +111,9 @@ _CATEGORY[int(fmt.ControlCode.GAP)] = _GAP
 #: PPE-class and control-class codes, defined or not: always top level, they break a block
 _TOP_LEVEL = np.isin(np.arange(1 << 16) >> 8, [fmt.SlotClass.PPE, fmt.SlotClass.CONTROL])
 
+#: slots framed at once: 32 MiB of dump, a few times that in temporaries
+CHUNK_SLOTS = 1 << 20
+
 
 @dataclass
 class Dump:
@@ -185,8 +188,14 @@ def _read_header(path: Path, size: int, manifest: Manifest, rank: int) -> np.voi
     return h
 
 
-def read_dump(path: Path, manifest: Manifest, rank: int) -> Dump:
-    """Read ``rank``'s dump at ``path``: refuse a file that is not one, contain any damage."""
+def read_dump(
+    path: Path, manifest: Manifest, rank: int, *, chunk_slots: int = CHUNK_SLOTS
+) -> Dump:
+    """Read ``rank``'s dump at ``path``: refuse a file that is not one, contain any damage.
+
+    ``chunk_slots`` bounds the working memory (slots framed at once); any value >= 1 gives the
+    same result, tests use small ones.
+    """
     path = Path(path)
     name = _display_name(path, manifest)
     try:
@@ -209,16 +218,20 @@ def read_dump(path: Path, manifest: Manifest, rank: int) -> Dump:
             )
         )
 
+    mm = np.zeros(0, dtype=np.uint8)
     if n:
-        mm = np.memmap(path, dtype=np.uint8, mode="r", offset=fmt.HEADER_SIZE,
-                       shape=(n * fmt.SLOT_SIZE,))
-    else:
-        mm = np.zeros(0, dtype=np.uint8)
+        try:
+            mm = np.memmap(path, dtype=np.uint8, mode="r", offset=fmt.HEADER_SIZE,
+                           shape=(n * fmt.SLOT_SIZE,))
+        except (OSError, ValueError) as exc:
+            raise FormatError(path, f"cannot map the dump: {exc}") from None
     try:
-        ppe, blocks, spe, gaps = _frame(mm, layout, n, name, int(header["spe_buffer_records"]),
-                                        damage)
+        framer = _Framer(mm, layout, n, name, int(header["spe_buffer_records"]))
+        framer.run(chunk_slots)
     finally:
         del mm
+    ppe, blocks, spe, gaps = framer.ppe, framer.blocks, framer.spe, framer.gaps
+    damage.extend(framer.damage())
 
     slots_reserved = int(header["slots_reserved"])
     if slots_reserved:
@@ -250,153 +263,234 @@ def read_dump(path: Path, manifest: Manifest, rank: int) -> Dump:
     )
 
 
-def _copy_fields(dst: np.ndarray, src: np.ndarray, names: list[tuple[str, str]]) -> None:
-    for out_name, in_name in names:
-        dst[out_name] = src[in_name]
+class _Damage:
+    """Per-kind accumulator of one dump's damage; chunks arrive in slot order."""
 
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.acc: dict[DamageKind, list] = {}  # kind -> [count, occurrences, first_slot, msg]
 
-def _frame(
-    mm: np.ndarray,
-    layout: fmt.Layout,
-    n: int,
-    name: str,
-    spe_buffer_records: int,
-    damage: list[Damage],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Classify and frame the ``n`` slots in ``mm`` (raw bytes); append damage entries."""
-    codes = mm.view(layout.code)["code"].astype(np.uint16)
-    category = _CATEGORY[codes]
-    top = _TOP_LEVEL[codes]
+    def add(self, kind: DamageKind, count: int, occurrences: int, first_slot: int | None,
+            message: str) -> None:
+        if occurrences <= 0:
+            return
+        entry = self.acc.get(kind)
+        if entry is None:
+            self.acc[kind] = [int(count), int(occurrences), first_slot, message]
+        else:
+            entry[0] += int(count)
+            entry[1] += int(occurrences)
 
-    # --- top level: PPE records, block headers, GAPs
-    ppe_slots = np.flatnonzero(category == _PPE)
-    rec = mm.view(layout.ppe)[ppe_slots]
-    ppe = np.empty(len(ppe_slots), PPE_DTYPE)
-    ppe["slot"] = ppe_slots
-    _copy_fields(ppe, rec, [(f, f) for f in ("code", "thread", "a", "timebase", "b", "c")])
-
-    gap_slots = np.flatnonzero(category == _GAP)
-    rec = mm.view(layout.gap)[gap_slots]
-    gaps = np.empty(len(gap_slots), GAP_DTYPE)
-    gaps["slot"] = gap_slots
-    _copy_fields(gaps, rec, [("lost", "lost"), ("first_ticket", "first_ticket")])
-
-    block_slots = np.flatnonzero(category == _BLOCK)
-    rec = mm.view(layout.block)[block_slots]
-    blocks = np.empty(len(block_slots), BLOCK_DTYPE)
-    blocks["slot"] = block_slots
-    _copy_fields(
-        blocks, rec, [(f, f) for f in ("ctx", "decr", "seq", "count", "buffer", "flags", "ticket")]
-    )
-    count = blocks["count"].astype(np.int64)
-
-    # --- inside blocks: every non-top-level slot against the nearest top-level slot before it
-    top_slots = np.flatnonzero(top)
-    inner_slots = np.flatnonzero(~top)
-    prev_pos = np.searchsorted(top_slots, inner_slots) - 1  # index into top_slots, -1: none
-    prev_slot = top_slots[np.maximum(prev_pos, 0)] if len(top_slots) else prev_pos
-    prev_slot = np.where(prev_pos >= 0, prev_slot, -1)
-    # index of the block whose header is prev_slot (valid only where ``within``)
-    prev_block = np.minimum(np.searchsorted(block_slots, prev_slot), len(block_slots) - 1)
-    within = np.zeros(len(inner_slots), dtype=bool)
-    if len(block_slots):
-        within = (
-            (prev_slot >= 0)
-            & (block_slots[prev_block] == prev_slot)
-            & (inner_slots - prev_slot <= count[prev_block])
-        )
-    inner_cat = category[~top]
-    is_record = within & (inner_cat == _SPE)
-
-    spe_slots = inner_slots[is_record]
-    spe_block = prev_block[is_record].astype(np.int64)
-    rec = mm.view(layout.spe)[spe_slots]
-    spe = np.empty(len(spe_slots), SPE_DTYPE)
-    spe["slot"] = spe_slots
-    spe["block"] = spe_block
-    spe["ctx"] = blocks["ctx"][spe_block]
-    _copy_fields(spe, rec, [(f, f) for f in ("code", "a", "decr", "b", "c", "d")])
-
-    present = np.bincount(spe_block, minlength=len(blocks)).astype(np.int64)
-    blocks["present"] = present
-    blocks["first"] = np.cumsum(present) - present
-
-    # --- damage
-    if len(gaps):
-        lost = int(gaps["lost"].sum(dtype=np.uint64))
-        damage.append(
-            Damage(
-                DamageKind.gap, lost, name, int(gaps["slot"][0]),
-                f"GAP at slot {int(gaps['slot'][0])}: {int(gaps['lost'][0])} slots lost from "
-                f"ticket {int(gaps['first_ticket'][0])}",
-                occurrences=len(gaps),
+    def entries(self) -> list[Damage]:
+        order = list(DamageKind)
+        return [
+            Damage(kind, c, self.name, first, msg, occurrences=occ)
+            for kind, (c, occ, first, msg) in sorted(
+                self.acc.items(), key=lambda kv: order.index(kv[0])
             )
-        )
+        ]
 
-    if len(blocks):
-        # slots available to each block: up to the next top-level slot or the end of the file
-        pos = np.searchsorted(top_slots, block_slots)
-        nxt = np.append(top_slots, n)[pos + 1]
-        room = nxt - block_slots - 1
+
+class _Framer:
+    """Frames the slot stream chunk by chunk into preallocated output arrays.
+
+    Each chunk is classified with numpy. State carried between chunks is the last top-level
+    slot seen (``carry_*``): non-top-level slots at the start of a chunk belong to it if it is a
+    block header, and that block's length is settled only when the next top-level slot (or the
+    end of the file) is seen.
+    """
+
+    def __init__(self, mm: np.ndarray, layout: fmt.Layout, n: int, name: str,
+                 spe_buffer_records: int) -> None:
+        self.layout = layout
+        self.n = n
+        self.spe_buffer_records = spe_buffer_records
+        raw = np.asarray(mm)  # plain ndarray over the mapping: no memmap subclass overhead
+        self.codes_view = raw.view(layout.code)["code"]
+        self.ppe_view = raw.view(layout.ppe)
+        self.spe_view = raw.view(layout.spe)
+        self.block_view = raw.view(layout.block)
+        self.gap_view = raw.view(layout.gap)
+        self.log = _Damage(name)
+        self.unknown_in_blocks = 0
+        # the last top-level slot seen: global slot (-1: none), block index (-1: not a block)
+        self.carry_slot = -1
+        self.carry_block = -1
+
+    def _codes(self, start: int, stop: int) -> np.ndarray:
+        return self.codes_view[start:stop].astype(np.uint16)
+
+    def _allocate(self, chunk_slots: int) -> None:
+        """First pass: exact sizes of ppe/blocks/gaps, an upper bound for spe."""
+        per_cat = np.zeros(5, dtype=np.int64)
+        for start in range(0, self.n, chunk_slots):
+            cats = _CATEGORY[self._codes(start, min(self.n, start + chunk_slots))]
+            per_cat += np.bincount(cats, minlength=5)
+        self.ppe = np.zeros(int(per_cat[_PPE]), PPE_DTYPE)
+        self.blocks = np.zeros(int(per_cat[_BLOCK]), BLOCK_DTYPE)
+        self.spe = np.zeros(int(per_cat[_SPE]), SPE_DTYPE)
+        self.gaps = np.zeros(int(per_cat[_GAP]), GAP_DTYPE)
+        self.i_ppe = self.i_blk = self.i_spe = self.i_gap = 0
+
+    def run(self, chunk_slots: int) -> None:
+        chunk_slots = max(1, int(chunk_slots))
+        self._allocate(chunk_slots)
+        for start in range(0, self.n, chunk_slots):
+            self._chunk(start, min(self.n, start + chunk_slots))
+        # the last top-level slot's block (if any) runs to the end of the file
+        if self.carry_block >= 0:
+            self._settle(np.array([self.carry_block]), np.array([self.n]), None)
+        if self.i_spe < len(self.spe):  # SPE-coded slots outside blocks were skipped
+            self.spe.resize(self.i_spe, refcheck=False)
+        present = self.blocks["present"].astype(np.int64)
+        self.blocks["first"] = np.cumsum(present) - present
+        bad = (self.blocks["count"] < 1) | (self.blocks["count"] > self.spe_buffer_records)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            slot, count = int(self.blocks["slot"][i]), int(self.blocks["count"][i])
+            self.log.add(
+                DamageKind.bad_block_count, int(bad.sum()), int(bad.sum()), slot,
+                f"block at slot {slot} declares count {count}, outside "
+                f"1..{self.spe_buffer_records} (spe_buffer_records)",
+            )
+
+    def damage(self) -> list[Damage]:
+        entries = self.log.entries()
+        for k, d in enumerate(entries):
+            if d.kind == DamageKind.unknown_code:
+                entries[k] = Damage(
+                    d.kind, d.count, d.file, d.first_slot,
+                    f"{d.message} ({self.unknown_in_blocks} of {d.count} inside blocks, skipped "
+                    "with the block framing kept)",
+                    d.occurrences,
+                )
+        return entries
+
+    def _take(self, out: np.ndarray, cursor: str, view: np.ndarray, slots: np.ndarray,
+              fields: tuple[str, ...]) -> np.ndarray:
+        """Append the records at ``slots`` to ``out``; return the rows written."""
+        i = getattr(self, cursor)
+        rows = out[i:i + len(slots)]
+        setattr(self, cursor, i + len(slots))
+        rows["slot"] = slots
+        rec = view[slots]
+        for f in fields:
+            rows[f] = rec[f]
+        return rows
+
+    def _settle(self, block_idx: np.ndarray, next_top: np.ndarray, codes_at: np.ndarray | None
+                ) -> None:
+        """Blocks ``block_idx`` are followed by the top-level slot ``next_top`` (or EOF = n):
+        record the ones whose count does not fit (``codes_at``: code of each next_top slot)."""
+        header = self.blocks["slot"][block_idx]
+        count = self.blocks["count"][block_idx].astype(np.int64)
+        room = next_top - header - 1
         short = count > room
-        broken = short & (nxt < n)
-        overrun = short & (nxt >= n)
+        if not short.any():
+            return
+        missing = count - room
+        eof = next_top >= self.n
+        broken = short & ~eof
+        overrun = short & eof
+        ctx, seq = self.blocks["ctx"][block_idx], self.blocks["seq"][block_idx]
         if broken.any():
             i = int(np.flatnonzero(broken)[0])
-            damage.append(
-                Damage(
-                    DamageKind.block_broken, int((count - room)[broken].sum()), name,
-                    int(nxt[i]),
-                    f"block at slot {int(block_slots[i])} (ctx {int(blocks['ctx'][i])}, seq "
-                    f"{int(blocks['seq'][i])}) declares {int(count[i])} records but slot "
-                    f"{int(nxt[i])} holds code 0x{int(codes[nxt[i]]):04X}, not an SPE record",
-                    occurrences=int(broken.sum()),
-                )
+            code = int(codes_at[i]) if codes_at is not None else -1
+            self.log.add(
+                DamageKind.block_broken, int(missing[broken].sum()), int(broken.sum()),
+                int(next_top[i]),
+                f"block at slot {int(header[i])} (ctx {int(ctx[i])}, seq {int(seq[i])}) "
+                f"declares {int(count[i])} records but slot {int(next_top[i])} holds code "
+                f"0x{code:04X}, not an SPE record",
             )
         if overrun.any():
             i = int(np.flatnonzero(overrun)[0])
-            damage.append(
-                Damage(
-                    DamageKind.block_overrun, int((count - room)[overrun].sum()), name,
-                    int(block_slots[i]),
-                    f"block at slot {int(block_slots[i])} (ctx {int(blocks['ctx'][i])}, seq "
-                    f"{int(blocks['seq'][i])}) declares {int(count[i])} records, the file ends "
-                    f"after {int(room[i])}",
-                    occurrences=int(overrun.sum()),
-                )
-            )
-        bad = (count < 1) | (count > spe_buffer_records)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            damage.append(
-                Damage(
-                    DamageKind.bad_block_count, int(bad.sum()), name, int(block_slots[i]),
-                    f"block at slot {int(block_slots[i])} declares count {int(count[i])}, "
-                    f"outside 1..{spe_buffer_records} (spe_buffer_records)",
-                )
+            self.log.add(
+                DamageKind.block_overrun, int(missing[overrun].sum()), int(overrun.sum()),
+                int(header[i]),
+                f"block at slot {int(header[i])} (ctx {int(ctx[i])}, seq {int(seq[i])}) "
+                f"declares {int(count[i])} records, the file ends after {int(room[i])}",
             )
 
-    outside = ~within & (inner_cat == _SPE)
-    if outside.any():
-        first = int(inner_slots[outside][0])
-        damage.append(
-            Damage(
-                DamageKind.spe_outside_block, int(outside.sum()), name, first,
-                f"SPE record code 0x{int(codes[first]):04X} at slot {first} is not inside any "
-                "block",
-            )
-        )
+    def _chunk(self, start: int, stop: int) -> None:
+        codes = self._codes(start, stop)
+        category = _CATEGORY[codes]
+        top = _TOP_LEVEL[codes]
 
-    unknown = category == _UNDEFINED
-    if unknown.any():
-        where = np.flatnonzero(unknown)
-        first = int(where[0])
-        in_block = int((within & (inner_cat == _UNDEFINED)).sum())
-        damage.append(
-            Damage(
-                DamageKind.unknown_code, len(where), name, first,
-                f"undefined code 0x{int(codes[first]):04X} at slot {first} "
-                f"({in_block} of {len(where)} inside blocks, kept in their framing)",
+        # --- top level: PPE records, GAPs, block headers
+        ppe_slots = start + np.flatnonzero(category == _PPE)
+        self._take(self.ppe, "i_ppe", self.ppe_view, ppe_slots,
+                   ("code", "thread", "a", "timebase", "b", "c"))
+        gap_slots = start + np.flatnonzero(category == _GAP)
+        gaps = self._take(self.gaps, "i_gap", self.gap_view, gap_slots, ("lost", "first_ticket"))
+        if len(gaps):
+            self.log.add(
+                DamageKind.gap, int(gaps["lost"].sum(dtype=np.uint64)), len(gaps),
+                int(gap_slots[0]),
+                f"GAP at slot {int(gap_slots[0])}: {int(gaps['lost'][0])} slots lost from "
+                f"ticket {int(gaps['first_ticket'][0])}",
             )
+        first_block = self.i_blk
+        block_slots = start + np.flatnonzero(category == _BLOCK)
+        self._take(self.blocks, "i_blk", self.block_view, block_slots,
+                   ("ctx", "decr", "seq", "count", "buffer", "flags", "ticket"))
+
+        # --- the chunk's top-level slots, preceded by the carried one: entry 0 is the carry
+        top_local = np.flatnonzero(top)
+        top_is_block = category[top_local] == _BLOCK
+        ext_slot = np.concatenate(([self.carry_slot], start + top_local))
+        ext_block = np.concatenate(
+            ([self.carry_block],
+             np.where(top_is_block, first_block + np.cumsum(top_is_block) - 1, -1))
         )
-    return ppe, blocks, spe, gaps
+        # every block among them except the last top-level slot is settled by its successor
+        settle = np.flatnonzero(ext_block[:-1] >= 0)
+        if len(settle):
+            nxt = ext_slot[settle + 1]
+            self._settle(ext_block[settle], nxt, codes[nxt - start])
+
+        # --- non-top-level slots: inside the block of the nearest top-level slot before them?
+        inner_local = np.flatnonzero(~top)
+        inner = start + inner_local
+        pos = np.searchsorted(top_local, inner_local)  # index into ext_*: 0 means the carry
+        owner_slot = ext_slot[pos]
+        owner_block = ext_block[pos]
+        owner_count = np.where(
+            owner_block >= 0, self.blocks["count"][np.maximum(owner_block, 0)], 0
+        ) if len(self.blocks) else np.zeros(len(inner), dtype=np.int64)
+        within = (owner_block >= 0) & (inner - owner_slot <= owner_count)
+        inner_cat = category[inner_local]
+        is_record = within & (inner_cat == _SPE)
+
+        rows = self._take(self.spe, "i_spe", self.spe_view, inner[is_record],
+                          ("code", "a", "decr", "b", "c", "d"))
+        spe_block = owner_block[is_record]
+        rows["block"] = spe_block
+        if len(spe_block):
+            rows["ctx"] = self.blocks["ctx"][spe_block]
+            lo = int(spe_block[0])  # slot order: block indexes never decrease
+            add = np.bincount(spe_block - lo)
+            present = self.blocks["present"]
+            present[lo:lo + len(add)] += add.astype(present.dtype)
+
+        outside = ~within & (inner_cat == _SPE)
+        if outside.any():
+            first = int(inner[outside][0])
+            self.log.add(
+                DamageKind.spe_outside_block, int(outside.sum()), int(outside.sum()), first,
+                f"SPE record code 0x{int(codes[first - start]):04X} at slot {first} is not "
+                "inside any block",
+            )
+        unknown = category == _UNDEFINED
+        if unknown.any():
+            n_unknown = int(unknown.sum())
+            first = start + int(np.flatnonzero(unknown)[0])
+            self.unknown_in_blocks += int((within & (inner_cat == _UNDEFINED)).sum())
+            self.log.add(
+                DamageKind.unknown_code, n_unknown, n_unknown, first,
+                f"undefined code 0x{int(codes[first - start]):04X} at slot {first}",
+            )
+
+        if len(top_local):
+            self.carry_slot = int(ext_slot[-1])
+            self.carry_block = int(ext_block[-1])

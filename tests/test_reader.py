@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cell_otf2 import format as fmt
 from cell_otf2.damage import DamageKind, DamageLog
@@ -448,6 +450,95 @@ def test_several_blocks_broken_and_overrun_counted_together(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
+# chunked framing agrees with a slot-by-slot reference
+# --------------------------------------------------------------------------------------------
+
+UNDEFINED = [0x0000, 0x0199, 0x02FF, 0x0303, 0x7777]
+OPS = st.one_of(
+    st.just(("ppe", 0)),
+    st.just(("spe", 0)),
+    st.tuples(st.just("block"), st.integers(0, 6)),
+    st.tuples(st.just("gap"), st.integers(0, 3)),
+    st.tuples(st.just("raw"), st.sampled_from(UNDEFINED)),
+)
+
+
+def reference_frame(ops: list[tuple[str, int]], spe_buffer_records: int) -> dict:
+    """The framing rule of FORMAT 3.2 applied one slot at a time."""
+    out = {k: [] for k in ("ppe", "blocks", "spe", "gaps")}
+    present: list[int] = []
+    dmg = {k: 0 for k in DamageKind}
+    block, remaining = -1, 0
+    for i, (op, arg) in enumerate(ops):
+        code = {"ppe": 0x0101, "spe": 0x0250, "block": 0x0301, "gap": 0x0302}.get(op, arg)
+        if code >> 8 in (1, 3):
+            if block >= 0 and remaining:
+                dmg[DamageKind.block_broken] += remaining
+            block, remaining = -1, 0
+            if op == "ppe":
+                out["ppe"].append(i)
+            elif op == "gap":
+                out["gaps"].append(i)
+                dmg[DamageKind.gap] += arg
+            elif op == "block":
+                out["blocks"].append(i)
+                present.append(0)
+                block, remaining = len(present) - 1, arg
+                if not 1 <= arg <= spe_buffer_records:
+                    dmg[DamageKind.bad_block_count] += 1
+            else:
+                dmg[DamageKind.unknown_code] += 1
+        elif block >= 0 and remaining:
+            remaining -= 1
+            if op == "spe":
+                out["spe"].append((i, block))
+                present[block] += 1
+            else:
+                dmg[DamageKind.unknown_code] += 1
+        elif op == "spe":
+            dmg[DamageKind.spe_outside_block] += 1
+        else:
+            dmg[DamageKind.unknown_code] += 1
+    if block >= 0 and remaining:
+        dmg[DamageKind.block_overrun] += remaining
+    out["present"] = present
+    out["damage"] = {k: v for k, v in dmg.items() if v}
+    return out
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OPS, max_size=40), chunk=st.sampled_from([1, 2, 3, 5, 8, 1 << 20]))
+def test_chunked_framing_matches_reference(tmp_path, ops, chunk):
+    b = Builder(fmt.BIG, spe_buffer_records=4)
+    for op, arg in ops:
+        if op == "ppe":
+            b.ppe(timebase=len(b.slots))
+        elif op == "spe":
+            b.spe(decr=len(b.slots))
+        elif op == "block":
+            b.block(ctx=len(b.slots), count=arg)
+        elif op == "gap":
+            b.gap(lost=arg, first_ticket=0)
+        else:
+            b.raw(arg)
+    path = b.write(tmp_path)
+    d = read_dump(path, manifest(tmp_path), 0, chunk_slots=chunk)
+    ref = reference_frame(ops, 4)
+    assert list(d.ppe["slot"]) == ref["ppe"]
+    assert list(d.ppe["timebase"]) == ref["ppe"]
+    assert list(d.blocks["slot"]) == ref["blocks"]
+    assert list(d.blocks["ctx"]) == ref["blocks"]
+    assert list(d.gaps["slot"]) == ref["gaps"]
+    assert [(int(r["slot"]), int(r["block"])) for r in d.spe] == ref["spe"]
+    assert list(d.spe["decr"]) == [s for s, _ in ref["spe"]]
+    assert list(d.blocks["present"]) == ref["present"]
+    first = np.cumsum([0] + ref["present"])[:-1]
+    assert list(d.blocks["first"]) == list(first)
+    assert {x.kind: x.count for x in d.damage if x.count} == ref["damage"]
+
+
+# --------------------------------------------------------------------------------------------
 # scale
 # --------------------------------------------------------------------------------------------
 
@@ -479,7 +570,7 @@ def test_million_slots_vectorized(tmp_path):
     path = tmp_path / NAME
     path.write_bytes(header.tobytes() + body.tobytes())
 
-    d = read_dump(path, manifest(tmp_path), 0)
+    d = read_dump(path, manifest(tmp_path), 0, chunk_slots=(1 << 17) + 3)  # 8 chunks
     assert d.n_slots == 5 * reps
     assert len(d.gaps) == len(gap_at) == 200
     assert len(d.ppe) == reps - 200
