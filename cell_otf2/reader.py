@@ -4,9 +4,12 @@
 with a ``FormatError`` naming the file, byte offset, field, expected and found value when it is
 not a CBT 1 dump of that rank: length >= 64, magic, byte_order, version, header_size,
 slot_size, spe_buffer_records >= 1, spe_buffers in {1, 2}, rank and timebase_hz equal to the
-manifest's. Then it frames the slot stream with numpy (no Python loop per slot or per block)
-and returns a ``Dump``: PPE records, SPE block headers, SPE records, GAPs, and the contained
-damage (``damage.Damage`` entries, one per kind):
+manifest's. Then it frames the slot stream with numpy over a read-only memory map, in chunks
+of ``CHUNK_SLOTS`` slots (the only Python loop; none per slot or per block), into arrays sized
+by a first counting pass, so memory is the output arrays plus one chunk's temporaries. It
+returns a ``Dump``: PPE records, SPE block headers, SPE records, GAPs, and the contained damage
+(``damage.Damage`` entries, one per kind, ``file`` = the dump's path relative to the run
+directory; refusals name the path as given):
 
 - ``truncated_file``: length is not 64 + 32k; the partial slot is dropped (count 1, first_slot =
   index the partial slot would have had).
@@ -27,7 +30,8 @@ damage (``damage.Damage`` entries, one per kind):
 Framing rule (why it vectorizes): a slot whose class is PPE or control is always a top-level
 slot, because such a slot inside a block's range breaks the block. Every other slot belongs to
 the nearest top-level slot before it if that is a block header and the slot lies within its
-``count``; otherwise it is outside any block.
+``count``; otherwise it is outside any block. Across chunks only the last top-level slot seen
+is carried; a block's shortfall is settled when the next top-level slot (or the end) is seen.
 
 ``blocks['present']`` counts the block's records that were read into ``spe`` (defined SPE
 codes only), so ``spe[first:first + present]`` are exactly its records; ``count - present`` is
