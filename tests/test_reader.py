@@ -506,11 +506,12 @@ def reference_frame(ops: list[tuple[str, int]], spe_buffer_records: int) -> dict
     return out
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(OPS, max_size=40), chunk=st.sampled_from([1, 2, 3, 5, 8, 1 << 20]))
-def test_chunked_framing_matches_reference(tmp_path, ops, chunk):
-    b = Builder(fmt.BIG, spe_buffer_records=4)
+@given(ops=st.lists(OPS, max_size=40), chunk=st.sampled_from([1, 2, 3, 5, 8, 1 << 20]),
+       layout=st.sampled_from([fmt.BIG, fmt.LITTLE]))
+def test_chunked_framing_matches_reference(tmp_path, ops, chunk, layout):
+    b = Builder(layout, spe_buffer_records=4)
     for op, arg in ops:
         if op == "ppe":
             b.ppe(timebase=len(b.slots))
