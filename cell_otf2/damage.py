@@ -63,7 +63,7 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.unmatched_mpi: ("MPI message{s} without partner", None),
     DamageKind.unmatched_dma: ("DMA command{s} never completed by a tag wait", None),
     DamageKind.backwards_timebase: ("PPE record{s} with a timebase running backwards", None),
-    DamageKind.missing_block: ("SPE block{s} missing", "seq skip{s}"),
+    DamageKind.missing_block: ("SPE block{s} missing (seq skips)", None),
     DamageKind.unusable_time: ("record{s} without usable time", None),
 }
 
