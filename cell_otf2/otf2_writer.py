@@ -11,20 +11,23 @@ high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly
 - **Events** go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as ctypes function
   objects whose argument types are bound once per process. Each location is written in one
   pass over its slice of the table, with its columns converted to Python lists once; per event
-  there is one comparison on the type and one C call (RMA events add five attribute calls).
+  there is one table lookup on the type and one C call (RMA events add five attribute calls).
 
 Choices where the contract leaves room (also in the final report of issue 3):
 
-- ``Paradigm.CELL`` (mailboxes, signals, DMA, SPE programs) is written as OTF2 paradigm
-  ``USER`` (defined as "Cell BE (user-level MFC, mailboxes, signals)", class ACCELERATOR is not
-  used because Paradigm USER is process-class in OTF2 readers). ``Paradigm.USER`` regions share
-  that OTF2 paradigm. OTF2 has no Cell paradigm; ``UNKNOWN`` makes otf2-print print the paradigm
-  as unknown, ``USER`` is what a user-level library instrumented by hand would use.
+- ``Paradigm.CELL`` (SPE programs, mailboxes, signals, DMA) is written as OTF2 paradigm
+  ``USER``, which ``Paradigm.USER`` shares; its Paradigm definition is named "User", class
+  PROCESS. OTF2 has no Cell paradigm; ``UNKNOWN`` is meant for "not known", and the accelerator
+  paradigms (CUDA, OpenCL, ...) would claim an API that was not used. USER is what a
+  hand-instrumented user-level library gets. Each OTF2 paradigm is defined once.
+- ``RegionRole.USER`` is written as OTF2 role ``CODE`` (OTF2 has no user role).
 - Communicators: per OTF2 paradigm one ``COMM_LOCATIONS`` group holding every location that is
   a member of a communicator of that paradigm (sorted by location ref), then per communicator
   one ``COMM_GROUP`` whose members are indexes into that list in rank order, as the OTF2
   standard requires. Group refs: the COMM_LOCATIONS groups first, then the COMM_GROUPs in
-  communicator order.
+  communicator order. (ViTE 1.2 prints "New comm group ... Not yet implemented" and "cannot
+  find rank" for these but draws every message; a Comm pointing at a COMM_LOCATIONS group
+  would silence it and fail ``otf2-print -Werror``.)
 - Metrics: metric i is written as metric member i and metric class i (one member each,
   ``ABSOLUTE_POINT``, ``ASYNCHRONOUS``, recorder kind CPU, unsigned 64-bit values).
 - Location properties are written as OTF2 strings.
@@ -32,7 +35,9 @@ Choices where the contract leaves room (also in the final report of issue 3):
 
 Checked before anything is written (``WriterInputError``): the dtype, the locations are sorted
 and exist, time is non-negative and never decreases within a location (the C library would fail
-with error 78 halfway through), every type is an ``Ev`` and every ref exists. Not checked: the
+with error 78 halfway through), every type is an ``Ev`` and every ref exists; in the
+definitions, every parent, group, member and location a definition names exists and location
+names are unique. Not checked: the
 semantics of the events (matching sends and receives, balanced Enter/Leave, ...) and whether
 ``defs.clock`` agrees with the event times; those belong to the stages that build the table.
 The writer never sorts and never changes a timestamp.
@@ -325,74 +330,82 @@ class _Archive:
 
 
 def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray) -> None:
-    """Write one location's rows, in order. The per-event hot loop of the converter."""
+    """Write one location's rows, in order. The per-event hot loop of the converter.
+
+    Enter and Leave (most events) go straight to their C function through a table indexed by
+    the type; every other kind goes through a small closure that picks its parameters from the
+    columns. Return codes are OR-ed together and checked once at the end.
+    """
     types = rows["type"].tolist()
     refs = rows["ref"].tolist()
     times = rows["time"].tolist()
-    enter, leave = api.enter, api.leave
-    fails = 0
-    if all(ty <= 2 for ty in types):  # Enter/Leave only: the common case, nothing else to look at
+    region_events = (None, api.enter, api.leave)  # indexed by Ev.ENTER = 1, Ev.LEAVE = 2
+    bad = 0
+    if max(types, default=0) <= Ev.LEAVE:  # Enter/Leave only: nothing else to look at
         for ty, ref, t in zip(types, refs, times, strict=True):
-            if ty == 1:
-                fails += enter(writer, None, t, ref) != 0
-            else:
-                fails += leave(writer, None, t, ref) != 0
+            bad |= region_events[ty](writer, None, t, ref)
     else:
-        p1 = rows["p1"].tolist()
-        p2 = rows["p2"].tolist()
-        p3 = rows["p3"].tolist()
-        p4 = rows["p4"].tolist()
-        p5 = rows["p5"].tolist()
-        p6 = rows["p6"].tolist()
-        add = api.attr_add_u64
-        metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)
-        metric_values = (ctypes.c_uint64 * 1)()
-        metric_types_at, metric_values_at = ctypes.addressof(metric_types), ctypes.addressof(
-            metric_values
-        )
+        other = _other_event_writers(api, writer, attrs, rows)
+        last_region_type = int(Ev.LEAVE)  # a plain int: comparing with the enum is slower
         for i, (ty, ref, t) in enumerate(zip(types, refs, times, strict=True)):
-            if ty == 1:
-                rc = enter(writer, None, t, ref)
-            elif ty == 2:
-                rc = leave(writer, None, t, ref)
-            elif ty == Ev.RMA_GET or ty == Ev.RMA_PUT:
-                packed = p4[i]
-                rc = (
-                    add(attrs, ATTR_DMA_TAG, packed & 0xFF)
-                    or add(attrs, ATTR_MFC_OPCODE, (packed >> 8) & 0xFF)
-                    or add(attrs, ATTR_LIST_ELEMENTS, packed >> 16)
-                    or add(attrs, ATTR_EA, p5[i])
-                    or add(attrs, ATTR_LS_ADDRESS, p6[i])
-                )
-                if rc == 0:
-                    op = api.rma_get if ty == Ev.RMA_GET else api.rma_put
-                    rc = op(writer, attrs, t, ref, p1[i], p2[i], p3[i])
-            elif ty == Ev.RMA_OP_COMPLETE_BLOCKING:
-                rc = api.rma_complete(writer, None, t, ref, p3[i])
-            elif ty == Ev.ENTER_OFF_SPU:
-                rc = add(attrs, ATTR_PHYSICAL_SPU, p1[i]) or enter(writer, attrs, t, ref)
-            elif ty == Ev.MPI_SEND:
-                rc = api.mpi_send(writer, None, t, p1[i], ref, p2[i], p3[i])
-            elif ty == Ev.MPI_RECV:
-                rc = api.mpi_recv(writer, None, t, p1[i], ref, p2[i], p3[i])
-            elif ty == Ev.MPI_ISEND:
-                rc = api.mpi_isend(writer, None, t, p1[i], ref, p2[i], p3[i], p4[i])
-            elif ty == Ev.MPI_IRECV:
-                rc = api.mpi_irecv(writer, None, t, p1[i], ref, p2[i], p3[i], p4[i])
-            elif ty == Ev.MPI_ISEND_COMPLETE:
-                rc = api.mpi_isend_complete(writer, None, t, p4[i])
-            elif ty == Ev.MPI_IRECV_REQUEST:
-                rc = api.mpi_irecv_request(writer, None, t, p4[i])
-            elif ty == Ev.MPI_COLL_BEGIN:
-                rc = api.mpi_coll_begin(writer, None, t)
-            elif ty == Ev.MPI_COLL_END:
-                rc = api.mpi_coll_end(writer, None, t, p1[i], ref, p2[i], p3[i], p4[i])
-            else:  # Ev.METRIC (the table was checked: nothing else is left)
-                metric_values[0] = p1[i]
-                rc = api.metric(writer, None, t, ref, 1, metric_types_at, metric_values_at)
-            fails += rc != 0
-    if fails:
-        raise OutputError(f"the OTF2 library refused {fails} events (its messages are above)")
+            if ty <= last_region_type:
+                bad |= region_events[ty](writer, None, t, ref)
+            else:
+                bad |= other[ty](i, t, ref)
+    if bad:
+        raise OutputError("the OTF2 library refused events (its messages are above)")
+
+
+def _other_event_writers(
+    api: _CApi, w: int, attrs: int, rows: np.ndarray
+) -> list[Callable[[int, int, int], int] | None]:
+    """Per Ev value, a function (row index, time, ref) -> return code for the non-region kinds."""
+    p1, p2, p3, p4, p5, p6 = (rows[f"p{k}"].tolist() for k in range(1, 7))
+    add = api.attr_add_u64
+    metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
+    metric_values = (ctypes.c_uint64 * 1)()  # OTF2_MetricValue[1], the unsigned member
+    enter, get, put, complete = api.enter, api.rma_get, api.rma_put, api.rma_complete
+
+    def dma_attributes(i: int) -> int:
+        packed = p4[i]  # tag | opcode << 8 | list elements << 16 (model.Ev)
+        return (
+            add(attrs, ATTR_DMA_TAG, packed & 0xFF)
+            | add(attrs, ATTR_MFC_OPCODE, (packed >> 8) & 0xFF)
+            | add(attrs, ATTR_LIST_ELEMENTS, packed >> 16)
+            | add(attrs, ATTR_EA, p5[i])
+            | add(attrs, ATTR_LS_ADDRESS, p6[i])
+        )
+
+    def metric(i: int, t: int, ref: int) -> int:
+        metric_values[0] = p1[i]
+        return api.metric(w, None, t, ref, 1, metric_types, metric_values)
+
+    # OTF2 empties the attribute list after every event written with it
+    by_type: dict[Ev, Callable[[int, int, int], int]] = {
+        Ev.MPI_SEND: lambda i, t, ref: api.mpi_send(w, None, t, p1[i], ref, p2[i], p3[i]),
+        Ev.MPI_RECV: lambda i, t, ref: api.mpi_recv(w, None, t, p1[i], ref, p2[i], p3[i]),
+        Ev.MPI_ISEND: lambda i, t, ref: api.mpi_isend(w, None, t, p1[i], ref, p2[i], p3[i],
+                                                      p4[i]),
+        Ev.MPI_ISEND_COMPLETE: lambda i, t, ref: api.mpi_isend_complete(w, None, t, p4[i]),
+        Ev.MPI_IRECV_REQUEST: lambda i, t, ref: api.mpi_irecv_request(w, None, t, p4[i]),
+        Ev.MPI_IRECV: lambda i, t, ref: api.mpi_irecv(w, None, t, p1[i], ref, p2[i], p3[i],
+                                                      p4[i]),
+        Ev.MPI_COLL_BEGIN: lambda i, t, ref: api.mpi_coll_begin(w, None, t),
+        Ev.MPI_COLL_END: lambda i, t, ref: api.mpi_coll_end(w, None, t, p1[i], ref, p2[i],
+                                                            p3[i], p4[i]),
+        Ev.RMA_GET: lambda i, t, ref: dma_attributes(i) | get(w, attrs, t, ref, p1[i], p2[i],
+                                                              p3[i]),
+        Ev.RMA_PUT: lambda i, t, ref: dma_attributes(i) | put(w, attrs, t, ref, p1[i], p2[i],
+                                                              p3[i]),
+        Ev.RMA_OP_COMPLETE_BLOCKING: lambda i, t, ref: complete(w, None, t, ref, p3[i]),
+        Ev.METRIC: metric,
+        Ev.ENTER_OFF_SPU: lambda i, t, ref: (add(attrs, ATTR_PHYSICAL_SPU, p1[i])
+                                             | enter(w, attrs, t, ref)),
+    }
+    table: list[Callable[[int, int, int], int] | None] = [None] * (max(Ev) + 1)
+    for kind, fn in by_type.items():
+        table[kind] = fn
+    return table
 
 
 def _write_events(
