@@ -9,15 +9,19 @@ Pipeline logic lives in the modules the commands call.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error
+from .emit import DmaStyle
+from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_USAGE, CellOtf2Error
 
 SUBCOMMANDS = ("simulate", "check", "inspect", "report", "convert")
 
 app = typer.Typer(
     add_completion=False,
+    pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="Convert Cell BE trace runs (CBT 1) into OTF2. "
     "Usage: cell2otf2 RUN_DIR -o ARCHIVE.otf2 [options], or cell2otf2 COMMAND ...",
@@ -25,11 +29,69 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from . import cli_simulate
-
+    try:
+        from . import cli_simulate
+    except ImportError:  # the simulator is optional for conversion
+        return
     app.command("simulate", help="Write a synthetic CBT 1 run with its ground truth.")(
         cli_simulate.simulate_command
     )
+
+
+class _Progress:
+    """One self-overwriting line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = ""
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if not self.enabled:
+            return
+        text = f"\r{stage:>6} {100 * min(1.0, fraction):5.1f}%"
+        if text != self.last:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            self.last = text
+
+    def close(self) -> None:
+        if self.enabled and self.last:
+            sys.stderr.write("\r" + " " * 20 + "\r")
+            sys.stderr.flush()
+
+
+@app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command).")
+def convert_command(
+    run_dir: Annotated[Path, typer.Argument(help="CBT 1 run directory (holds run.json)")],
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="archive anchor, e.g. out/run.otf2")
+    ],
+    force: Annotated[
+        bool, typer.Option("--force", help="replace an existing archive")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="print nothing")] = False,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="write the sync report (JSON) here")
+    ] = None,
+    dma_style: Annotated[
+        DmaStyle, typer.Option("--dma-style", help="DMA as RMA records or as messages")
+    ] = DmaStyle.RMA,
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0,
+                            help="where offsets sit between their bounds (0 lower, 1 upper)")
+    ] = 0.5,
+) -> None:
+    from .convert import convert
+
+    progress = _Progress(not quiet)
+    try:
+        summary = convert(run_dir, output, force=force, dma_style=dma_style, alpha=alpha,
+                          report=report, progress=progress)
+    finally:
+        progress.close()
+    if not quiet:
+        typer.echo("\n".join(summary.lines()))
+    raise SystemExit(EXIT_LOSSY if summary.lossy else 0)
 
 
 def _fail(message: str, status: int) -> None:

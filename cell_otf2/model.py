@@ -37,7 +37,38 @@ RECORD_DTYPE = np.dtype(
         ("b", "<u8"),
         ("c", "<u8"),
         ("d", "<u8"),
+        ("anchor", "<i8"),  # index into the anchor table of its slot-order position: a PPE
+        #                     record's own reading, an SPE record's block header
         ("time", "<i8"),  # reference ticks, filled after synchronization
+    ]
+)
+
+
+class LocKind(IntEnum):
+    PPE_THREAD = 0
+    SPE_CONTEXT = 1
+    MAIN_MEMORY = 2
+
+
+#: one OTF2 location of the converted run; its index is its location ref
+LOCATION_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("kind", "u1"),  # LocKind
+        ("index", "<i4"),  # PPE thread index or SPE context id; 0 for main memory
+    ]
+)
+
+#: one SPE context of one process
+CONTEXT_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("ctx", "<i4"),
+        ("loc", "<i4"),
+        ("created", "?"),  # a CTX_CREATE record defined it
+        ("ls_ea", "<u8"),  # EA of its Local Store mapping (0 if unknown)
+        ("ps_ea", "<u8"),  # EA of its problem-state area (0 if unmapped or unknown)
+        ("program", "<i8"),  # program id of its CTX_LOAD, -1 if none
     ]
 )
 

@@ -1,0 +1,232 @@
+"""The conversion pipeline: run directory -> OTF2 archive, with its summary and sync report.
+
+read (manifest, dumps) -> decode -> match -> order -> sync -> apply times -> emit -> write,
+each stage timed; contained damage collected in one ``DamageLog``. Output is written through
+``output.ArchiveTarget`` so nothing half-written is ever left at the output path.
+``convert`` is also the Python API (``cell_otf2.convert``).
+
+It prints nothing: progress goes through the ``progress`` callback, the summary is returned.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .damage import DamageLog
+from .decode import Decoded, decode
+from .emit import DmaStyle, emit
+from .manifest import load_manifest
+from .match import Matches, match
+from .model import DomainKind
+from .order import Constraints, OrderOptions, build_constraints
+from .output import ArchiveTarget
+from .reader import read_dump
+from .timing import SyncResult, apply_times, synchronize
+
+Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
+
+
+@dataclass
+class Summary:
+    """What one conversion did (CONTRACT.md section 1's summary)."""
+
+    run_dir: str
+    archive: str
+    processes: int = 0
+    locations: int = 0
+    records_in: int = 0
+    events_written: int = 0
+    messages_matched: int = 0
+    dma_transfers: int = 0
+    dma_completed: int = 0
+    intervals: int = 0
+    intervals_bounded: int = 0
+    bound_worst_ticks: float = 0.0
+    bound_mean_ticks: float = 0.0
+    bound_worst_us: float = 0.0
+    bound_mean_us: float = 0.0
+    relaxation_ticks: float = 0.0
+    order_violations: int = 0
+    heartbeats: int = 0
+    lost_slots: int = 0
+    lost_blocks: int = 0
+    damage: list[str] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def lossy(self) -> bool:
+        return bool(self.damage)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"cell2otf2: {self.run_dir} -> {self.archive}",
+            f"  processes {self.processes}, locations {self.locations}, "
+            f"records read {self.records_in}, events written {self.events_written}",
+            f"  messages matched {self.messages_matched} (mailbox, signal, MPI), DMA transfers "
+            f"{self.dma_transfers} ({self.dma_completed} completed at a tag wait)",
+            f"  clock intervals synchronized {self.intervals_bounded} of {self.intervals}; "
+            f"bound worst {self.bound_worst_ticks:.1f} ticks ({self.bound_worst_us:.3f} us), "
+            f"mean {self.bound_mean_ticks:.1f} ticks ({self.bound_mean_us:.3f} us); "
+            f"relaxation {self.relaxation_ticks:.2f} ticks; "
+            f"order violations {self.order_violations}",
+        ]
+        if self.damage:
+            out.append(f"  lost or unusable input ({len(self.damage)} kinds):")
+            out.extend(f"    {line}" for line in self.damage)
+        else:
+            out.append("  lost or unusable records: none")
+        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
+        out.append(f"  wall time {self.wall_seconds:.2f}s ({stages})")
+        return out
+
+
+@dataclass
+class Pipeline:
+    """Everything the stages produced, for tests, benchmarks and the report."""
+
+    decoded: Decoded
+    matches: Matches
+    constraints: Constraints
+    sync: SyncResult
+    damage: DamageLog
+
+
+def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | None = None,
+            progress: Progress | None = None, timings: dict | None = None) -> Pipeline:
+    """Read, decode, match and synchronize a run (everything but writing)."""
+    timings = {} if timings is None else timings
+    damage = DamageLog()
+    t0 = time.perf_counter()
+    man = load_manifest(Path(run_dir))
+    dumps = []
+    for p in man.processes:
+        dumps.append(read_dump(man.dump_path(p.rank), man, p.rank))
+        damage.extend(dumps[-1].damage)
+        if progress:
+            progress("read", (p.rank + 1) / man.n_ranks)
+    t1 = time.perf_counter()
+    dec = decode(man, dumps, damage)
+    del dumps
+    matches = match(dec, damage)
+    t2 = time.perf_counter()
+    cons = build_constraints(dec, matches, order_options)
+    t3 = time.perf_counter()
+    if progress:
+        progress("sync", 0.0)
+    result = synchronize(dec, cons, alpha=alpha)
+    apply_times(dec, result, damage)
+    t4 = time.perf_counter()
+    timings.update(read=t1 - t0, decode=t2 - t1, order=t3 - t2, sync=t4 - t3)
+    return Pipeline(dec, matches, cons, result, damage)
+
+
+def sync_report(pipe: Pipeline) -> dict:
+    """The synchronization report of CONTRACT.md section 4."""
+    dec, res = pipe.decoded, pipe.sync
+    man = dec.manifest
+
+    def num(x: float) -> float | None:
+        return float(x) if np.isfinite(x) else None
+
+    nodes = []
+    for i, node in enumerate(man.nodes):
+        m = res.node_maps[i]
+        nodes.append({"node": node.name, "offset_ticks": m.offset, "rate": m.rate,
+                      "bound_ticks": m.bound, "method": m.method})
+    intervals = []
+    d = dec.domains
+    for k in np.flatnonzero(d["kind"] == DomainKind.SPE_INTERVAL).tolist():
+        row = d[k]
+        intervals.append({
+            "rank": int(row["rank"]), "ctx": int(row["ctx"]), "interval": int(row["interval"]),
+            "readings": int(row["readings"]), "offset_ticks": num(res.offset[k]),
+            "lower_ticks": num(res.lower[k]), "upper_ticks": num(res.upper[k]),
+        })
+    return {
+        "reference": {"rank": 0, "node": man.processes[0].node},
+        "timebase_hz": man.timebase_hz,
+        "relaxation_ticks": res.relaxation,
+        "nodes": nodes,
+        "intervals": intervals,
+        "order_violations": res.order_violations,
+        "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
+                 "records": int(sum(e.count for e in pipe.damage.entries()
+                                    if e.kind not in ("gap", "missing_block")))},
+        "assumed": pipe.constraints.assumed,
+        "constraints": pipe.constraints.counts,
+    }
+
+
+def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
+            dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
+            report: str | Path | None = None, order_options: OrderOptions | None = None,
+            progress: Progress | None = None) -> Summary:
+    """Convert one run directory into an OTF2 archive; returns the summary."""
+    from .otf2_writer import write_archive  # the only importer of otf2
+
+    wall0 = time.perf_counter()
+    target = ArchiveTarget(archive)
+    target.prepare(force)
+    timings: dict[str, float] = {}
+    pipe = analyze(Path(run_dir), alpha, order_options, progress, timings)
+    t0 = time.perf_counter()
+    defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
+                                DmaStyle(dma_style))
+    t1 = time.perf_counter()
+    timings["emit"] = t1 - t0
+    n_events = max(1, events.size)
+
+    def on_write(done: int) -> None:
+        if progress:
+            progress("write", done / n_events)
+
+    with target.staged() as tmp:
+        write_archive(defs, events, tmp, target.name, progress=on_write)
+    timings["write"] = time.perf_counter() - t1
+    summary = _summary(pipe, str(run_dir), str(archive), events.size, estats, timings)
+    summary.wall_seconds = time.perf_counter() - wall0
+    if report is not None:
+        Path(report).write_text(json.dumps(sync_report(pipe), indent=1) + "\n")
+    return summary
+
+
+def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
+             timings: dict[str, float]) -> Summary:
+    dec, res = pipe.decoded, pipe.sync
+    hz = dec.manifest.timebase_hz
+    iv = dec.domains["kind"] == DomainKind.SPE_INTERVAL
+    width = (res.upper - res.lower)[iv]
+    finite = width[np.isfinite(width)]
+    s = Summary(run_dir=run_dir, archive=archive)
+    s.processes = dec.manifest.n_ranks
+    s.locations = int(dec.locations.size)
+    s.records_in = int(dec.records_total)
+    s.events_written = int(n_events)
+    s.messages_matched = int(pipe.matches.messages.size)
+    s.dma_transfers, s.dma_completed = estats.dma, estats.dma_completed
+    s.intervals = int(iv.sum())
+    s.intervals_bounded = int(finite.size)
+    if finite.size:
+        s.bound_worst_ticks = float(finite.max())
+        s.bound_mean_ticks = float(finite.mean())
+        s.bound_worst_us = s.bound_worst_ticks / hz * 1e6
+        s.bound_mean_us = s.bound_mean_ticks / hz * 1e6
+    s.relaxation_ticks = res.relaxation
+    s.order_violations = res.order_violations
+    s.heartbeats = estats.heartbeats
+    s.lost_slots = dec.slots_lost
+    s.lost_blocks = dec.blocks_missing
+    s.damage = pipe.damage.summary_lines()
+    s.stage_seconds = dict(timings)
+    return s
+
+
+def summary_dict(s: Summary) -> dict:
+    return asdict(s)

@@ -1,0 +1,409 @@
+"""Slot arrays of every dump -> the decoded trace: locations, records in program order, clock
+domains with local times, the slot-order anchor stream and the links between intervals.
+
+What it does, per process (FORMAT.md 3.5):
+- locations: rank r's main PPE thread is location r (CONTRACT.md 3); then, per rank, its other
+  PPE threads, its main-memory pseudo-location and its SPE contexts, in that order;
+- program order: PPE records per thread and SPE records per context in slot order (blocks of
+  one context appear in seq order, records inside a block in array order);
+- clock domains: one per node timebase (PPE records), one per SPE live interval
+  (``clocks.split_intervals``), with ``local`` times;
+- anchors: every PPE record and every block header, in slot order, with its reading; every
+  record points at its anchor (an SPE record at its block's header);
+- interval links: what joins consecutive intervals of a context (context switch, decrementer
+  write), for the continuity constraints of ``order.py``.
+
+Contained damage is recorded, never silent: records naming a context, region, program or
+counter that was never defined; a PPE timebase running backwards within a thread (the record
+keeps its raw reading but gets no clock domain, so it constrains nothing); missing blocks
+(seq skips); CTX_SWITCH records that do not pair; ambiguous decrementer wraps.
+
+It does not match messages (``match.py``), build constraints (``order.py``) or correct time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import format as fmt
+from .clocks import MOD, split_intervals
+from .damage import DamageKind, DamageLog
+from .manifest import Manifest
+from .model import (
+    ANCHOR_DTYPE,
+    CONTEXT_DTYPE,
+    DOMAIN_DTYPE,
+    LOCATION_DTYPE,
+    RECORD_DTYPE,
+    DomainKind,
+    LocKind,
+)
+from .reader import Dump
+
+P = fmt.PpeCode
+S = fmt.SpeCode
+
+
+class LinkKind:
+    SWITCH = 1
+    WRITE = 2
+    WRAP = 3
+
+
+#: what joins interval ``prev`` to interval ``next`` of one context
+LINK_DTYPE = np.dtype(
+    [
+        ("prev", "<i4"),  # domain of the interval before
+        ("next", "<i4"),  # domain of the interval after
+        ("kind", "u1"),  # LinkKind
+        ("value", "<i8"),  # decrementer value at the link: STOP's saved value (switch),
+        #                    written value (write)
+        ("start_value", "<i8"),  # START's restore value (switch), -1 otherwise
+        ("local_prev", "<i8"),  # local time of ``value`` on the previous interval's clock
+        ("local_next", "<i8"),  # local time of ``start_value`` (switch) or ``value`` (write)
+        #                         on the next interval's clock
+        ("last_local_prev", "<i8"),  # local time of the previous interval's last reading
+        ("first_local_next", "<i8"),  # local time of the next interval's first reading
+        ("stop_rec", "<i8"),  # record index of the CTX_SWITCH STOP, -1
+        ("start_rec", "<i8"),  # record index of the CTX_SWITCH START, -1
+        ("write_rec", "<i8"),  # record index of the DECR_WRITE, -1
+    ]
+)
+
+_PPE_CTX_CODES = np.array(
+    [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
+)
+
+
+@dataclass
+class Decoded:
+    manifest: Manifest
+    dump_names: list[str]  # per rank, as messages name the file
+    spe_buffer_records: list[int]
+    locations: np.ndarray  # LOCATION_DTYPE
+    contexts: np.ndarray  # CONTEXT_DTYPE
+    records: np.ndarray  # RECORD_DTYPE, sorted by (loc, slot) = program order per location
+    anchors: np.ndarray  # ANCHOR_DTYPE, sorted by (rank, slot)
+    domains: np.ndarray  # DOMAIN_DTYPE; node domains first
+    links: np.ndarray  # LINK_DTYPE
+    n_nodes: int
+    slots_lost: int = 0
+    blocks_missing: int = 0
+    records_total: int = 0  # PPE + SPE records read from the dumps
+    ctx_loc: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, ctx) -> loc
+
+    def loc_of(self, rank: int, ctx: int) -> int:
+        return self.ctx_loc.get((rank, ctx), -1)
+
+
+def _build_locations(
+    manifest: Manifest, dumps: list[Dump], damage: DamageLog
+) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], int]]:
+    n = manifest.n_ranks
+    rows: list[tuple[int, int, int]] = [(r, int(LocKind.PPE_THREAD), 0) for r in range(n)]
+    ctx_rows: list[tuple] = []
+    for dump in dumps:
+        r = dump.rank
+        threads = np.unique(dump.ppe["thread"]).tolist()
+        rows.extend((r, int(LocKind.PPE_THREAD), int(t)) for t in threads if t != 0)
+        rows.append((r, int(LocKind.MAIN_MEMORY), 0))
+        ppe = dump.ppe
+        creates = ppe[ppe["code"] == P.CTX_CREATE]
+        loads = ppe[ppe["code"] == P.CTX_LOAD]
+        created = {int(c): i for i, c in enumerate(creates["a"].tolist())}
+        in_blocks = set(np.unique(dump.blocks["ctx"]).tolist())
+        for ctx in sorted(set(created) | in_blocks):
+            ls_ea = ps_ea = 0
+            if ctx in created:
+                row = creates[created[ctx]]
+                ls_ea, ps_ea = int(row["b"]), int(row["c"])
+            prog = loads["b"][loads["a"] == ctx]
+            ctx_rows.append([r, ctx, len(rows), ctx in created, ls_ea, ps_ea,
+                             int(prog[0]) if prog.size else -1])
+            rows.append((r, int(LocKind.SPE_CONTEXT), ctx))
+        missing = sorted(in_blocks - set(created))
+        if missing:
+            first = dump.blocks["slot"][np.isin(dump.blocks["ctx"], missing)][0]
+            damage.add(DamageKind.undefined_id, dump.name, int(first), len(missing),
+                       f"SPE context(s) {missing} wrote blocks but were never created "
+                       "(CTX_CREATE missing): their Local Store is unknown for DMA targets")
+    locations = np.array(rows, dtype=LOCATION_DTYPE)
+    contexts = np.array([tuple(c) for c in ctx_rows], dtype=CONTEXT_DTYPE)
+    ctx_loc = {(int(c["rank"]), int(c["ctx"])): int(c["loc"]) for c in contexts}
+    return locations, contexts, ctx_loc
+
+
+def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
+           split_ambiguous_wraps: bool = True) -> Decoded:
+    """Decode every dump (one per rank, in rank order) of a run."""
+    locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
+    loc_key = {(int(r), int(k), int(i)): n for n, (r, k, i) in enumerate(locations.tolist())}
+    n_nodes = len(manifest.nodes)
+    domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, -1, 0) for i in range(n_nodes)]
+    rec_parts, anchor_parts, link_rows = [], [], []
+    anchor_base = 0
+    slots_lost = blocks_missing = records_total = 0
+    for dump in dumps:
+        r = dump.rank
+        node = manifest.node_of_rank(r)
+        slots_lost += int(dump.gaps["lost"].sum()) if dump.gaps.size else 0
+        records_total += dump.ppe.size + dump.spe.size
+        ppe, blocks, spe = dump.ppe, dump.blocks, dump.spe
+        rank_links: list[dict] = []
+
+        # ---- PPE records: location, node domain, raw timebase
+        prec = np.zeros(ppe.size, RECORD_DTYPE)
+        thread_loc = np.array([loc_key[(r, int(LocKind.PPE_THREAD), int(t))]
+                               for t in np.unique(ppe["thread"])], dtype=np.int64)
+        uniq_threads = np.unique(ppe["thread"])
+        prec["loc"] = thread_loc[np.searchsorted(uniq_threads, ppe["thread"])] if ppe.size else 0
+        for name in ("code", "slot", "a", "b", "c"):
+            prec[name] = ppe[name]
+        prec["local"] = ppe["timebase"].astype(np.int64)
+        prec["domain"] = node
+        _check_backwards(prec, dump.name, damage)
+        _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
+
+        # ---- anchors: PPE records and block headers in slot order
+        n_anchor = ppe.size + blocks.size
+        anchors = np.zeros(n_anchor, ANCHOR_DTYPE)
+        anchors["rank"] = r
+        anchor_slot = np.concatenate([ppe["slot"], blocks["slot"]])
+        order = np.argsort(anchor_slot, kind="stable")
+        anchors["slot"] = anchor_slot[order]
+        pos = np.empty(n_anchor, dtype=np.int64)
+        pos[order] = np.arange(n_anchor)
+        prec["anchor"] = anchor_base + pos[: ppe.size]
+        block_anchor = anchor_base + pos[ppe.size:]
+        anchor_dom = np.empty(n_anchor, dtype=np.int32)
+        anchor_loc = np.empty(n_anchor, dtype=np.int64)
+        anchor_dom[pos[: ppe.size]] = prec["domain"]
+        anchor_loc[pos[: ppe.size]] = prec["local"]
+
+        # ---- SPE records
+        srec = np.zeros(spe.size, RECORD_DTYPE)
+        for name in ("code", "slot", "a", "b", "c", "d"):
+            srec[name] = spe[name]
+        srec["anchor"] = block_anchor[spe["block"]] if spe.size else 0
+        blocks_missing += _check_seq(blocks, dump.name, damage)
+        for ctx in np.unique(blocks["ctx"]).tolist():
+            loc = ctx_loc[(r, int(ctx))]
+            rec_idx = np.flatnonzero(spe["ctx"] == ctx)
+            blk_idx = np.flatnonzero(blocks["ctx"] == ctx)
+            srec["loc"][rec_idx] = loc
+            # readings in program order: each block's records, then its header
+            keys = np.concatenate([2 * spe["slot"][rec_idx],
+                                   2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
+            raw = np.concatenate([spe["decr"][rec_idx], blocks["decr"][blk_idx]]).astype(np.int64)
+            is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
+            which = np.concatenate([rec_idx, blk_idx])
+            po = np.argsort(keys, kind="stable")
+            raw, is_rec, which = raw[po], is_rec[po], which[po]
+            write_new = np.full(raw.size, -1, dtype=np.int64)
+            dw = is_rec & (spe["code"][which] == S.DECR_WRITE)
+            write_new[dw] = spe["b"][which[dw]].astype(np.int64) % MOD
+            sw_stop, sw_start, sw_recs = _switch_pairs(ppe, ctx, dump.name, damage)
+            split = split_intervals(raw, write_new, sw_stop[:, 0], sw_start[:, 0],
+                                    split_big_steps=split_ambiguous_wraps)
+            if split.big_steps.size:
+                i = int(split.big_steps[0])
+                slot = int(spe["slot"][which[i]] if is_rec[i] else blocks["slot"][which[i]])
+                damage.add(DamageKind.unusable_time, dump.name, slot, int(split.big_steps.size),
+                           f"SPE context {ctx}: consecutive decrementer readings 2^31 ticks or "
+                           "more apart (missing heartbeat); the wrap count is not guessed: the "
+                           "readings after it form a live interval of their own")
+            dom0 = len(domains)
+            counts = np.bincount(split.interval, minlength=split.n_intervals)
+            for k in range(split.n_intervals):
+                domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), k, loc,
+                                int(counts[k])))
+            dom = dom0 + split.interval
+            rsel = which[is_rec]
+            srec["domain"][rsel] = dom[is_rec]
+            srec["local"][rsel] = split.local[is_rec]
+            bsel = which[~is_rec]
+            anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
+            anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
+            for row in _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start,
+                              sw_recs, rec_offset=ppe.size):
+                if row["kind"] == LinkKind.SWITCH:
+                    stop_slot, start_slot = row.pop("slots")
+                    row["stop_rec"] = int(np.searchsorted(ppe["slot"], stop_slot))
+                    row["start_rec"] = int(np.searchsorted(ppe["slot"], start_slot))
+                rank_links.append(row)
+        anchors["domain"] = anchor_dom
+        anchors["local"] = anchor_loc
+        # record indexes inside this rank's part: PPE first, then SPE
+        part = np.concatenate([prec, srec])
+        part_base = sum(p.size for p in rec_parts)
+        rec_parts.append(part)
+        anchor_parts.append(anchors)
+        for row in rank_links:
+            for key in ("stop_rec", "start_rec", "write_rec"):
+                if row[key] >= 0:
+                    row[key] += part_base
+        link_rows.extend(rank_links)
+        anchor_base += n_anchor
+
+    records = np.concatenate(rec_parts) if rec_parts else np.zeros(0, RECORD_DTYPE)
+    # program order per location: stable sort by (loc, slot); remember where each went
+    order = np.lexsort((records["slot"], records["loc"]))
+    new_index = np.empty(records.size, dtype=np.int64)
+    new_index[order] = np.arange(records.size)
+    records = records[order]
+    links = np.zeros(len(link_rows), LINK_DTYPE)
+    for i, row in enumerate(link_rows):
+        for key in LINK_DTYPE.names:
+            v = row[key]
+            if key.endswith("_rec") and v >= 0:
+                v = new_index[v]
+            links[i][key] = v
+    return Decoded(
+        manifest=manifest,
+        dump_names=[d.name for d in dumps],
+        spe_buffer_records=[d.spe_buffer_records for d in dumps],
+        locations=locations,
+        contexts=contexts,
+        records=records,
+        anchors=np.concatenate(anchor_parts) if anchor_parts else np.zeros(0, ANCHOR_DTYPE),
+        domains=np.array(domains, dtype=DOMAIN_DTYPE),
+        links=links,
+        n_nodes=n_nodes,
+        slots_lost=slots_lost,
+        blocks_missing=blocks_missing,
+        records_total=records_total,
+        ctx_loc=ctx_loc,
+    )
+
+
+def _check_backwards(prec: np.ndarray, name: str, damage: DamageLog) -> None:
+    """A PPE timebase running backwards within a thread: no clock domain for that record."""
+    if prec.size < 2:
+        return
+    order = np.lexsort((prec["slot"], prec["loc"]))
+    loc = prec["loc"][order]
+    tb = prec["local"][order]
+    same = loc[1:] == loc[:-1]
+    # compare with the running maximum of the thread so far
+    run_max = tb.copy()
+    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    for s, e in zip(starts, np.append(starts[1:], tb.size), strict=True):
+        run_max[s:e] = np.maximum.accumulate(tb[s:e])
+    back = np.zeros(tb.size, dtype=bool)
+    back[1:] = same & (tb[1:] < run_max[:-1])
+    if back.any():
+        idx = order[back]
+        prec["domain"][idx] = -1
+        damage.add(DamageKind.backwards_timebase, name, int(prec["slot"][idx].min()),
+                   int(idx.size), "PPE timebase lower than an earlier reading of the same "
+                   "thread: the record keeps its place in program order but constrains no "
+                   "clock and is placed at its predecessor's time")
+
+
+def _check_ctx_refs(prec, ppe, rank, ctx_loc, name, damage) -> None:
+    """PPE records naming a context that was never created nor wrote blocks."""
+    is_ctx = np.isin(ppe["code"], _PPE_CTX_CODES) & (ppe["code"] != P.CTX_CREATE)
+    if not is_ctx.any():
+        return
+    known = np.array(sorted(c for (r, c) in ctx_loc if r == rank), dtype=np.int64)
+    bad = is_ctx & ~np.isin(ppe["a"].astype(np.int64), known)
+    if bad.any():
+        prec["code"][bad] = 0  # dropped by every later stage
+        damage.add(DamageKind.undefined_id, name, int(ppe["slot"][bad][0]), int(bad.sum()),
+                   f"PPE record naming SPE context {int(ppe['a'][bad][0])}, never defined")
+
+
+def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog) -> int:
+    """Count blocks missing from each context's seq (0, 1, 2, ...)."""
+    missing = 0
+    first_slot = None
+    for ctx in np.unique(blocks["ctx"]).tolist():
+        b = blocks[blocks["ctx"] == ctx]
+        seq = b["seq"].astype(np.int64)
+        expect = np.arange(seq.size)
+        if seq.size and (seq[-1] != seq.size - 1 or np.any(seq != expect)):
+            # missing = highest seq + 1 - present (blocks lost in GAPs or cut off)
+            gaps = np.diff(np.concatenate([[-1], seq])) - 1
+            m = int(np.clip(gaps, 0, None).sum())
+            if m:
+                missing += m
+                slot = int(b["slot"][np.argmax(gaps > 0)])
+                first_slot = slot if first_slot is None else min(first_slot, slot)
+    if missing:
+        damage.add(DamageKind.missing_block, name, first_slot, missing,
+                   "block seq numbers skip: blocks were lost (GAP or cut file); their order "
+                   "constraints are gone, nothing is invented for them")
+    return missing
+
+
+def _switch_pairs(ppe: np.ndarray, ctx: int, name: str, damage: DamageLog):
+    """STOP/START pairs of one context in slot order -> (stop, start, record rows)."""
+    sw = ppe[(ppe["code"] == P.CTX_SWITCH) & (ppe["a"] == ctx)]
+    stops, starts, recs = [], [], []
+    pending = None
+    bad = 0
+    for i, row in enumerate(sw.tolist()):
+        kind = row[4]  # b
+        value = row[5] & 0xFFFFFFFF  # c low word
+        if kind == fmt.SwitchType.STOP and pending is None:
+            pending = (value, i)
+        elif kind == fmt.SwitchType.START and pending is not None:
+            stops.append((pending[0],))
+            starts.append((value,))
+            recs.append((int(sw["slot"][pending[1]]), int(sw["slot"][i])))
+            pending = None
+        else:
+            bad += 1
+    if pending is not None:
+        bad += 1
+    if bad:
+        damage.add(DamageKind.unusable_time, name, int(sw["slot"][0]), bad,
+                   f"CTX_SWITCH records of SPE context {ctx} that do not form STOP/START pairs")
+    stop = np.array(stops, dtype=np.int64).reshape(-1, 1)
+    start = np.array(starts, dtype=np.int64).reshape(-1, 1)
+    return stop, start, recs
+
+
+def _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start, sw_recs,
+           rec_offset) -> list[dict]:
+    """Link rows for every interval start that follows a non-empty interval."""
+    rows = []
+    interval = split.interval
+    n = raw.size
+    if n == 0:
+        return rows
+    # first and last reading index of each interval (or -1)
+    first = np.full(split.n_intervals, -1, dtype=np.int64)
+    last = np.full(split.n_intervals, -1, dtype=np.int64)
+    idx = np.arange(n)
+    first[interval[::-1]] = idx[::-1]
+    last[interval] = idx
+    for k in range(1, split.n_intervals):
+        kind, ref = split.starts[k]
+        if last[k - 1] < 0 or first[k] < 0:
+            continue  # an empty interval on either side: nothing to link
+        lp, fn = last[k - 1], first[k]
+        local_last = split.local[lp]
+        local_first = split.local[fn]
+        row = dict(prev=dom0 + k - 1, next=dom0 + k, start_value=-1, stop_rec=-1,
+                   start_rec=-1, write_rec=-1, last_local_prev=local_last,
+                   first_local_next=local_first)
+        if kind == "switch":
+            stop_v, start_v = int(sw_stop[ref, 0]), int(sw_start[ref, 0])
+            row.update(kind=LinkKind.SWITCH, value=stop_v, start_value=start_v,
+                       local_prev=local_last + (int(raw[lp]) - stop_v) % MOD,
+                       local_next=local_first - (start_v - int(raw[fn])) % MOD)
+            # slots of the STOP/START records; turned into record indexes by the caller
+            row["slots"] = sw_recs[ref]
+        elif kind == "write":
+            v = int(write_new[ref])
+            row.update(kind=LinkKind.WRITE, value=v, local_prev=int(split.local[ref]),
+                       local_next=local_first - (v - int(raw[fn])) % MOD,
+                       write_rec=rec_offset + int(which[ref]) if is_rec[ref] else -1)
+        else:
+            row.update(kind=LinkKind.WRAP, value=-1, local_prev=local_last,
+                       local_next=local_first)
+        rows.append(row)
+    return rows

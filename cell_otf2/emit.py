@@ -1,0 +1,456 @@
+"""Decoded, matched and synchronized trace -> OTF2 definitions and the sorted event table.
+
+This is CONTRACT.md section 3 as code: the system tree, location groups (group ref = MPI rank),
+locations (rank r's main thread is location r), regions with roles, metrics, communicators
+(the manifest's, "Cell mailboxes" and "DMA", both with rank = location ref), the DMA RMA
+window, attributes, location properties and clock properties (section 2); and one event row
+per OTF2 event, vectorized per record kind, sorted by (location, time, seq).
+
+Choices where the contract leaves room (README "Mapping details"):
+- records that are points in time but not OTF2 events (CTX_CREATE, CTX_LOAD, CTX_DESTROY,
+  SIGNAL_WRITE, DECR_WRITE) are written as zero-length regions named after the call;
+  CTX_RUN_BEGIN..CTX_RUN_END is the region "spe_context_run" on the PPE thread; HEARTBEAT
+  records carry no information but time and are counted, not written;
+- the SPE program run is the region named after the program (START..EXIT);
+- the accelerator group of a process hangs below chip 0's SPE complex of its node (a context
+  can run on any SPU of the node; the physical SPU is on each "off SPU" region);
+- a node named "0" is written as "node 0" (a free viewer aborts on a node named "0").
+
+It neither matches nor synchronizes; it reads ``records['time']`` as final.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from . import __version__
+from . import format as fmt
+from .damage import DamageKind, DamageLog
+from .decode import Decoded
+from .manifest import RegionKind
+from .match import Matches, MsgKind
+from .model import (
+    EVENT_DTYPE,
+    ArchiveDefs,
+    ClockProps,
+    Communicator,
+    Ev,
+    GroupType,
+    Location,
+    LocationGroup,
+    LocationProperty,
+    LocationType,
+    LocKind,
+    Metric,
+    Paradigm,
+    Region,
+    RegionRole,
+    RmaWindow,
+    SystemNode,
+    SystemNodeDomain,
+)
+from .timing import SyncResult
+
+P = fmt.PpeCode
+S = fmt.SpeCode
+
+
+class DmaStyle(StrEnum):
+    RMA = "rma"
+    MESSAGES = "messages"
+
+
+#: CBT collective op number -> OTF2 CollectiveOp value
+OTF2_COLL_OP = np.array([0, 1, 2, 4, 6, 8, 12, 11, 13, 14], dtype=np.uint64)
+
+_MPI_ROLES = (
+    ("barrier", RegionRole.BARRIER),
+    ("reduce_scatter", RegionRole.COLL_ALL2ALL),
+    ("allreduce", RegionRole.COLL_ALL2ALL),
+    ("allgather", RegionRole.COLL_ALL2ALL),
+    ("alltoall", RegionRole.COLL_ALL2ALL),
+    ("scan", RegionRole.COLL_ALL2ALL),
+    ("bcast", RegionRole.COLL_ONE2ALL),
+    ("scatter", RegionRole.COLL_ONE2ALL),
+    ("gather", RegionRole.COLL_ALL2ONE),
+    ("reduce", RegionRole.COLL_ALL2ONE),
+)
+
+# fixed extra regions: name -> role
+_CELL_REGIONS = {
+    "mfc_read_tag_status": RegionRole.RMA,
+    "off SPU": RegionRole.FUNCTION,
+    "spe_context_run": RegionRole.WRAPPER,
+    "spe_context_create": RegionRole.WRAPPER,
+    "spe_program_load": RegionRole.WRAPPER,
+    "spe_context_destroy": RegionRole.WRAPPER,
+    "spe_in_mbox_write": RegionRole.POINT2POINT,
+    "spe_out_mbox_read": RegionRole.POINT2POINT,
+    "spe_out_intr_mbox_read": RegionRole.POINT2POINT,
+    "spe_signal_write": RegionRole.POINT2POINT,
+    "spu_read_in_mbox": RegionRole.POINT2POINT,
+    "spu_write_out_mbox": RegionRole.POINT2POINT,
+    "spu_write_out_intr_mbox": RegionRole.POINT2POINT,
+    "spu_read_signal": RegionRole.POINT2POINT,
+    "spu_write_decrementer": RegionRole.FUNCTION,
+}
+
+# span regions: (BEGIN code, END code, region name)
+_SPANS = (
+    (P.IN_MBOX_WRITE_BEGIN, P.IN_MBOX_WRITE_END, "spe_in_mbox_write"),
+    (P.OUT_MBOX_READ_BEGIN, P.OUT_MBOX_READ_END, "spe_out_mbox_read"),
+    (P.OUT_INTR_MBOX_READ_BEGIN, P.OUT_INTR_MBOX_READ_END, "spe_out_intr_mbox_read"),
+    (P.CTX_RUN_BEGIN, P.CTX_RUN_END, "spe_context_run"),
+    (S.IN_MBOX_READ_BEGIN, S.IN_MBOX_READ_END, "spu_read_in_mbox"),
+    (S.OUT_MBOX_WRITE_BEGIN, S.OUT_MBOX_WRITE_END, "spu_write_out_mbox"),
+    (S.OUT_INTR_MBOX_WRITE_BEGIN, S.OUT_INTR_MBOX_WRITE_END, "spu_write_out_intr_mbox"),
+    (S.SIGNAL_READ_BEGIN, S.SIGNAL_READ_END, "spu_read_signal"),
+    (S.TAG_WAIT_BEGIN, S.TAG_WAIT_END, "mfc_read_tag_status"),
+)
+# point records written as zero-length regions
+_POINTS = (
+    (P.CTX_CREATE, "spe_context_create"),
+    (P.CTX_LOAD, "spe_program_load"),
+    (P.CTX_DESTROY, "spe_context_destroy"),
+    (P.SIGNAL_WRITE, "spe_signal_write"),
+    (S.DECR_WRITE, "spu_write_decrementer"),
+)
+
+PROP_SYNC_BOUND = "cell2otf2::sync_bound_ticks"
+PROP_PSEUDO = "cell2otf2::pseudo_location"
+
+
+@dataclass
+class EmitStats:
+    events: int = 0
+    messages: int = 0  # mailbox + signal + MPI messages written as send/receive pairs
+    dma: int = 0
+    dma_completed: int = 0
+    heartbeats: int = 0
+    records_written: int = 0  # records that produced at least one event
+    by_type: dict[str, int] = field(default_factory=dict)
+
+
+class _Events:
+    """Accumulates event columns; one ``add`` call per record kind, never per event."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+
+    def add(self, loc, typ: int, ref, time, seq, **p) -> None:
+        loc = np.asarray(loc)
+        n = loc.size
+        if n == 0:
+            return
+        e = np.zeros(n, EVENT_DTYPE)
+        e["loc"], e["type"], e["ref"], e["time"], e["seq"] = loc, typ, ref, time, seq
+        for k, v in p.items():
+            e[k] = v
+        self.parts.append(e)
+
+    def table(self) -> np.ndarray:
+        if not self.parts:
+            return np.zeros(0, EVENT_DTYPE)
+        ev = np.concatenate(self.parts)
+        order = np.lexsort((ev["seq"], ev["time"], ev["loc"]))
+        return ev[order]
+
+
+def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
+                      ) -> tuple[ArchiveDefs, dict]:
+    """All definitions; returns them and the lookups emit needs (region refs etc.)."""
+    man = dec.manifest
+    p0 = man.processes[0]
+    hz = man.timebase_hz
+    realtime = p0.start_realtime_ns + round((first - p0.start_timebase) * 1e9 / hz)
+    defs = ArchiveDefs(
+        clock=ClockProps(timer_resolution=hz, global_offset=first,
+                         trace_length=max(0, last - first), realtime_ns=int(realtime)),
+        creator=f"cell2otf2 {__version__}",
+    )
+    defs.system_nodes.append(SystemNode(man.application or "Cell machine", "machine", None,
+                                        SystemNodeDomain.MACHINE))
+    node_sys, chip0_sys = [], []
+    for node in man.nodes:
+        name = node.name if node.name != "0" else "node 0"
+        node_sys.append(len(defs.system_nodes))
+        defs.system_nodes.append(SystemNode(name, "node", 0, SystemNodeDomain.SHARED_MEMORY))
+        parent = node_sys[-1]
+        for c in range(node.cell_chips):
+            if c == 0:
+                chip0_sys.append(len(defs.system_nodes))
+            defs.system_nodes.append(SystemNode(f"{name} chip {c} SPE complex", "spe complex",
+                                                parent, SystemNodeDomain.ACCELERATOR_DEVICE))
+    n = man.n_ranks
+    for p in man.processes:
+        defs.location_groups.append(LocationGroup(f"MPI rank {p.rank}", GroupType.PROCESS,
+                                                  node_sys[man.node_of_rank(p.rank)]))
+    accel_group = {}
+    for r in range(n):
+        if (dec.contexts["rank"] == r).any():
+            accel_group[r] = len(defs.location_groups)
+            defs.location_groups.append(LocationGroup(
+                f"SPEs (rank {r})", GroupType.ACCELERATOR,
+                chip0_sys[man.node_of_rank(r)], creating_group=r))
+    for r, kind, idx in dec.locations.tolist():
+        if kind == LocKind.PPE_THREAD:
+            defs.locations.append(Location(f"PPE thread {idx} (rank {r})",
+                                           LocationType.CPU_THREAD, r))
+        elif kind == LocKind.MAIN_MEMORY:
+            defs.locations.append(Location(f"Main memory (rank {r})", LocationType.CPU_THREAD,
+                                           r))
+            defs.location_properties.append(LocationProperty(len(defs.locations) - 1,
+                                                             PROP_PSEUDO, "main memory"))
+        else:
+            defs.locations.append(Location(f"SPE ctx {idx} (rank {r})",
+                                           LocationType.ACCELERATOR_STREAM, accel_group[r]))
+    # worst sync bound per SPE location
+    doms = dec.domains
+    width = result.upper - result.lower
+    for loc in np.unique(doms["loc"][doms["loc"] >= 0]).tolist():
+        w = width[doms["loc"] == loc]
+        w = w[np.isfinite(w)]
+        value = f"{float(w.max()):.1f}" if w.size else "unbounded"
+        defs.location_properties.append(LocationProperty(int(loc), PROP_SYNC_BOUND, value))
+    # regions: manifest regions, programs, Cell regions
+    region_ref: dict[int, int] = {}
+    for reg in man.regions:
+        region_ref[reg.id] = len(defs.regions)
+        if reg.kind == RegionKind.mpi:
+            low = reg.name.lower()
+            role = next((r for key, r in _MPI_ROLES if key in low), RegionRole.POINT2POINT)
+            defs.regions.append(Region(reg.name, role, Paradigm.MPI))
+        elif reg.kind == RegionKind.spe_runtime:
+            defs.regions.append(Region(reg.name, RegionRole.WRAPPER, Paradigm.CELL))
+        elif reg.kind == RegionKind.user:
+            defs.regions.append(Region(reg.name, RegionRole.USER, Paradigm.USER))
+        else:
+            defs.regions.append(Region(reg.name, RegionRole.FUNCTION, Paradigm.USER))
+    program_ref: dict[int, int] = {}
+    names = {r.name for r in defs.regions}
+    for prog in man.programs:
+        program_ref[prog.id] = len(defs.regions)
+        name = prog.name if prog.name not in names else f"{prog.name} (SPE program)"
+        defs.regions.append(Region(name, RegionRole.FUNCTION, Paradigm.CELL))
+    cell_ref = {}
+    for name, role in _CELL_REGIONS.items():
+        cell_ref[name] = len(defs.regions)
+        defs.regions.append(Region(name if name not in names else f"{name} (cell2otf2)",
+                                   role, Paradigm.CELL))
+    metric_ref = {}
+    for c in man.counters:
+        metric_ref[c.id] = len(defs.metrics)
+        defs.metrics.append(Metric(c.name, c.unit))
+    comm_ref = {}
+    for c in man.communicators:
+        comm_ref[c.id] = len(defs.communicators)
+        defs.communicators.append(Communicator(c.name, tuple(c.ranks), Paradigm.MPI))
+    all_locs = tuple(range(len(defs.locations)))
+    mbox_comm = len(defs.communicators)
+    defs.communicators.append(Communicator("Cell mailboxes", all_locs, Paradigm.CELL))
+    dma_comm = len(defs.communicators)
+    defs.communicators.append(Communicator("DMA", all_locs, Paradigm.CELL))
+    defs.rma_windows.append(RmaWindow("DMA", dma_comm))
+    lookups = dict(region=region_ref, program=program_ref, cell=cell_ref, metric=metric_ref,
+                   comm=comm_ref, mbox_comm=mbox_comm, dma_comm=dma_comm, window=0)
+    return defs, lookups
+
+
+def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
+    """Map ids through ``table``; -1 where undefined."""
+    out = np.full(keys.size, -1, dtype=np.int64)
+    for k, v in table.items():
+        out[keys == k] = v
+    return out
+
+
+def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
+         dma_style: DmaStyle = DmaStyle.RMA) -> tuple[ArchiveDefs, np.ndarray, EmitStats]:
+    """Build the definitions and the sorted event table."""
+    rec = dec.records
+    usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
+    good = usable & (rec["code"] != 0)
+    t = rec["time"]
+    first = int(t[good].min()) if good.any() else 0
+    last = int(t[good].max()) if good.any() else 0
+    defs, lk = build_definitions(dec, result, first, last)
+    ev = _Events()
+    stats = EmitStats()
+    code = rec["code"]
+    loc = rec["loc"]
+    seq = np.arange(rec.size, dtype=np.uint64) * np.uint64(8)
+    written = np.zeros(rec.size, dtype=bool)
+    rank_of = dec.locations["rank"][loc]
+
+    def sel(*codes) -> np.ndarray:
+        return np.flatnonzero(np.isin(code, codes) & good)
+
+    def undefined(idx: np.ndarray, what: str) -> None:
+        if idx.size:
+            i = int(idx[0])
+            damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[i])],
+                       int(rec["slot"][i]), int(idx.size), f"{what} never defined: "
+                       "the record is not written")
+
+    # ---- regions from ENTER/LEAVE (PPE and SPE)
+    for enter, leave in ((P.ENTER, P.LEAVE), (S.ENTER, S.LEAVE)):
+        for c, typ in ((enter, Ev.ENTER), (leave, Ev.LEAVE)):
+            i = sel(c)
+            ref = _lookup(lk["region"], rec["a"][i].astype(np.int64))
+            undefined(i[ref < 0], "region id")
+            i, ref = i[ref >= 0], ref[ref >= 0]
+            ev.add(loc[i], typ, ref, t[i], seq[i])
+            written[i] = True
+    # ---- SPE program runs: START .. EXIT as the program's region
+    prog_of_loc = np.full(dec.locations.size, -1, dtype=np.int64)
+    for c in dec.contexts.tolist():
+        prog_of_loc[c[2]] = lk["program"].get(int(c[6]), -1)
+    for c, typ in ((S.START, Ev.ENTER), (S.EXIT, Ev.LEAVE)):
+        i = sel(c)
+        ref = prog_of_loc[loc[i]]
+        undefined(i[ref < 0], "SPE program of the context (CTX_LOAD missing or unknown id)")
+        i, ref = i[ref >= 0], ref[ref >= 0]
+        ev.add(loc[i], typ, ref, t[i], seq[i] + np.uint64(1 if typ == Ev.LEAVE else 0))
+        written[i] = True
+    # ---- spans BEGIN..END as regions
+    for b_code, e_code, name in _SPANS:
+        i = sel(b_code)
+        ev.add(loc[i], Ev.ENTER, lk["cell"][name], t[i], seq[i])
+        written[i] = True
+        i = sel(e_code)
+        ev.add(loc[i], Ev.LEAVE, lk["cell"][name], t[i], seq[i] + np.uint64(4))
+        written[i] = True
+    for p_code, name in _POINTS:
+        i = sel(p_code)
+        ev.add(loc[i], Ev.ENTER, lk["cell"][name], t[i], seq[i])
+        ev.add(loc[i], Ev.LEAVE, lk["cell"][name], t[i], seq[i] + np.uint64(4))
+        written[i] = True
+    # ---- context switches: "off SPU" on the SPE location
+    sw = sel(P.CTX_SWITCH)
+    spe_loc = np.array([dec.loc_of(int(r), int(c)) for r, c in
+                        zip(rank_of[sw].tolist(), rec["a"][sw].tolist(), strict=True)],
+                       dtype=np.int64)
+    stop = rec["b"][sw] == fmt.SwitchType.STOP
+    ok = spe_loc >= 0
+    i = sw[stop & ok]
+    ev.add(spe_loc[stop & ok], Ev.ENTER_OFF_SPU, lk["cell"]["off SPU"], t[i], seq[i],
+           p1=rec["c"][i] >> np.uint64(32))
+    i = sw[~stop & ok]
+    ev.add(spe_loc[~stop & ok], Ev.LEAVE, lk["cell"]["off SPU"], t[i], seq[i])
+    written[sw[ok]] = True
+    # ---- counters
+    for c in (P.COUNTER, S.COUNTER):
+        i = sel(c)
+        ref = _lookup(lk["metric"], rec["a"][i].astype(np.int64))
+        undefined(i[ref < 0], "counter id")
+        i, ref = i[ref >= 0], ref[ref >= 0]
+        ev.add(loc[i], Ev.METRIC, ref, t[i], seq[i], p1=rec["b"][i])
+        written[i] = True
+    # ---- mailbox and signal messages (send inside the writer's span, receive before END's
+    #      Leave)
+    m = matches.messages
+    m = m[good[m["send"]] & good[m["recv"]] & (m["kind"] != MsgKind.MPI)]
+    msg_tag = m["kind"].astype(np.uint64)
+    s, r = m["send"], m["recv"]
+    ev.add(loc[s], Ev.MPI_SEND, lk["mbox_comm"], t[s], seq[s] + np.uint64(1),
+           p1=m["recv_loc"], p2=msg_tag, p3=4)
+    ev.add(loc[r], Ev.MPI_RECV, lk["mbox_comm"], t[r], seq[r] + np.uint64(2),
+           p1=m["send_loc"], p2=msg_tag, p3=4)
+    stats.messages += int(m.size)
+    # SNDSIG records are written by their message only
+    snd = sel(S.DMA)
+    snd = snd[np.isin(rec["a"][snd], [0xA0, 0xA1, 0xA2])]
+    written[snd] = True
+    # ---- MPI
+    _emit_mpi(ev, rec, loc, t, seq, sel, lk, written)
+    mm = matches.messages
+    stats.messages += int((mm["kind"] == MsgKind.MPI).sum())
+    # ---- DMA
+    d = matches.dma
+    d = d[good[d["issue"]]]
+    i = d["issue"]
+    opcode = rec["a"][i]
+    is_get = (opcode >= 0x40) & (opcode <= 0x46)
+    nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
+    ls_addr = rec["c"][i] >> np.uint64(32)
+    tag = rec["d"][i] & np.uint64(0xFF)
+    elems = (rec["d"][i] >> np.uint64(8)) & np.uint64(0xFFFF)
+    comp = d["complete"]
+    has_c = comp >= 0
+    has_c[has_c] = good[comp[has_c]]
+    stats.dma, stats.dma_completed = int(d.size), int(has_c.sum())
+    written[i] = True
+    if dma_style == DmaStyle.RMA:
+        match_id = np.arange(d.size, dtype=np.uint64)
+        p4 = tag | (opcode.astype(np.uint64) << np.uint64(8)) | (elems << np.uint64(16))
+        for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
+            k = i[getput]
+            ev.add(loc[k], typ, lk["window"], t[k], seq[k], p1=d["target"][getput],
+                   p2=nbytes[getput], p3=match_id[getput], p4=p4[getput],
+                   p5=rec["b"][k], p6=ls_addr[getput])
+        c = comp[has_c]
+        ev.add(loc[c], Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"], t[c], seq[c] + np.uint64(3),
+               p3=match_id[has_c])
+    else:
+        # GET: the target sends at issue, the SPE receives at completion; PUT the other way
+        c_ok = has_c
+        src_loc = np.where(is_get, d["target"], d["loc"])
+        dst_loc = np.where(is_get, d["loc"], d["target"])
+        k, c = i[c_ok], comp[c_ok]
+        ev.add(src_loc[c_ok], Ev.MPI_SEND, lk["dma_comm"], t[k], seq[k],
+               p1=dst_loc[c_ok], p2=tag[c_ok], p3=nbytes[c_ok])
+        ev.add(dst_loc[c_ok], Ev.MPI_RECV, lk["dma_comm"], t[c], seq[c] + np.uint64(3),
+               p1=src_loc[c_ok], p2=tag[c_ok], p3=nbytes[c_ok])
+    # ---- what is left: heartbeats (time only) and anything not written
+    hb = sel(S.HEARTBEAT)
+    stats.heartbeats = int(hb.size)
+    written[hb] = True
+    table = ev.table()
+    stats.events = int(table.size)
+    stats.records_written = int(written.sum())
+    stats.by_type = {Ev(k).name: int(v) for k, v in
+                     zip(*np.unique(table["type"], return_counts=True), strict=True)}
+    left = np.flatnonzero(good & ~written)
+    if left.size:
+        undefined_codes = sorted({int(x) for x in code[left][:1000]})
+        damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[left[0]])],
+                   int(rec["slot"][left[0]]), int(left.size),
+                   f"records not written (codes {[hex(x) for x in undefined_codes]})")
+    return defs, table, stats
+
+
+def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written) -> None:
+    comm = _lookup(lk["comm"], rec["a"].astype(np.int64))
+    peer = rec["b"] >> np.uint64(32)
+    tag = rec["b"] & np.uint64(0xFFFFFFFF)
+    req = rec["c"] >> np.uint64(32)
+    low = rec["c"] & np.uint64(0xFFFFFFFF)
+    one = np.uint64(1)
+    for c, typ in ((P.MPI_SEND, Ev.MPI_SEND), (P.MPI_RECV, Ev.MPI_RECV)):
+        i = sel(c)
+        i = i[comm[i] >= 0]
+        ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=rec["c"][i])
+        written[i] = True
+    for c, typ in ((P.MPI_ISEND, Ev.MPI_ISEND), (P.MPI_IRECV, Ev.MPI_IRECV)):
+        i = sel(c)
+        i = i[comm[i] >= 0]
+        ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=low[i],
+               p4=req[i])
+        written[i] = True
+    for c, typ in ((P.MPI_ISEND_COMPLETE, Ev.MPI_ISEND_COMPLETE),
+                   (P.MPI_IRECV_REQUEST, Ev.MPI_IRECV_REQUEST)):
+        i = sel(c)
+        ev.add(loc[i], typ, 0, t[i], seq[i] + one, p4=req[i])
+        written[i] = True
+    i = sel(P.MPI_COLL_BEGIN)
+    ev.add(loc[i], Ev.MPI_COLL_BEGIN, 0, t[i], seq[i] + one)
+    written[i] = True
+    i = sel(P.MPI_COLL_END)
+    i = i[comm[i] >= 0]
+    op = np.minimum(peer[i], np.uint64(9)).astype(np.int64)
+    ev.add(loc[i], Ev.MPI_COLL_END, comm[i], t[i], seq[i] + one, p1=OTF2_COLL_OP[op],
+           p2=tag[i], p3=req[i], p4=low[i])
+    written[i] = True

@@ -1,0 +1,435 @@
+"""Pair what belongs together: mailbox and signal values, DMA commands and their completing tag
+wait, MPI messages, collectives, and context runs with their START/EXIT.
+
+Input is a ``Decoded`` trace; output, all numpy arrays of record indexes:
+- ``messages`` (MSG_DTYPE): one row per matched mailbox value, signal or MPI point-to-point
+  message, send record -> receive record;
+- ``dma`` (DMA_DTYPE): one row per DMA command with its target location and completing
+  TAG_WAIT_END (-1 when no later tag wait has its tag);
+- ``pairs`` (PAIR_DTYPE): happened-before pairs between records, every one sound by FORMAT.md
+  3.5 alone, for ``order.py``.
+
+Rules (FORMAT.md 3.3-3.5): mailbox values match by count per context and direction (the values
+are compared and a disagreement is counted); the inbound mailbox holds 4 values, outbound ones
+1, so read BEGIN(k) happened before write END(k + capacity). Signals: the k-th write of a
+register (SIGNAL_WRITE or SNDSIG) is consumed by its k-th SIGNAL_READ; writes from several
+sources to one register are ordered by slot position, so they give messages but no order pair
+(that order is not certain). DMA completes at the first later TAG_WAIT_END whose status has its
+tag's bit. MPI point-to-point matches by the non-overtaking rule per (communicator, sender,
+receiver, tag); MPI pairs between nodes are returned separately (``node_pairs``) because node
+clocks drift. Collectives: the k-th collective of a communicator on each member is one
+instance. Unmatched items are counted in the damage log, never dropped silently.
+
+It does not look at time (except to report value mismatches) and does not build constraints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import format as fmt
+from .damage import DamageKind, DamageLog
+from .decode import Decoded
+from .model import LocKind
+
+P = fmt.PpeCode
+S = fmt.SpeCode
+
+
+class MsgKind:
+    MBOX_IN = 1
+    MBOX_OUT = 2
+    MBOX_INTR = 3
+    SIGNAL = 4
+    MPI = 5
+
+
+MSG_DTYPE = np.dtype(
+    [
+        ("kind", "u1"),  # MsgKind; for mailboxes and signals also the OTF2 tag
+        ("send", "<i8"),  # record where the value was sent (writer's BEGIN / send call)
+        ("recv", "<i8"),  # record where it was received (reader's END / receive)
+        ("send_loc", "<i4"),
+        ("recv_loc", "<i4"),
+    ]
+)
+
+DMA_DTYPE = np.dtype(
+    [
+        ("issue", "<i8"),  # DMA record
+        ("complete", "<i8"),  # completing TAG_WAIT_END record, -1 if none
+        ("loc", "<i4"),  # issuing SPE location
+        ("target", "<i4"),  # main-memory pseudo-location or target SPE location
+        ("target_kind", "u1"),  # 0 main memory, 1 Local Store, 2 problem-state area
+    ]
+)
+
+PAIR_DTYPE = np.dtype([("before", "<i8"), ("after", "<i8")])
+
+_CAPACITY = {MsgKind.MBOX_IN: 4, MsgKind.MBOX_OUT: 1, MsgKind.MBOX_INTR: 1}
+
+# (kind, PPE BEGIN, PPE END, SPE BEGIN, SPE END, PPE writes?)
+_MAILBOXES = (
+    (MsgKind.MBOX_IN, P.IN_MBOX_WRITE_BEGIN, P.IN_MBOX_WRITE_END,
+     S.IN_MBOX_READ_BEGIN, S.IN_MBOX_READ_END, True),
+    (MsgKind.MBOX_OUT, P.OUT_MBOX_READ_BEGIN, P.OUT_MBOX_READ_END,
+     S.OUT_MBOX_WRITE_BEGIN, S.OUT_MBOX_WRITE_END, False),
+    (MsgKind.MBOX_INTR, P.OUT_INTR_MBOX_READ_BEGIN, P.OUT_INTR_MBOX_READ_END,
+     S.OUT_INTR_MBOX_WRITE_BEGIN, S.OUT_INTR_MBOX_WRITE_END, False),
+)
+
+
+@dataclass
+class Matches:
+    messages: np.ndarray  # MSG_DTYPE
+    dma: np.ndarray  # DMA_DTYPE
+    pairs: np.ndarray  # PAIR_DTYPE, within a node
+    node_pairs: np.ndarray  # PAIR_DTYPE, MPI pairs between different nodes
+    collectives: int = 0
+    mpi_messages: int = 0
+
+
+class _Builder:
+    def __init__(self, dec: Decoded, damage: DamageLog) -> None:
+        self.dec = dec
+        self.damage = damage
+        self.rec = dec.records
+        self.loc_rank = dec.locations["rank"][self.rec["loc"]]
+        self.msgs: list[np.ndarray] = []
+        self.pairs: list[np.ndarray] = []
+        self.node_pairs: list[np.ndarray] = []
+
+    # -- helpers
+    def file_of(self, rec_idx: int) -> str:
+        return self.dec.dump_names[int(self.loc_rank[rec_idx])]
+
+    def lost(self, kind: DamageKind, idx: np.ndarray, what: str) -> None:
+        if idx.size:
+            first = int(idx[np.argmin(self.rec["slot"][idx])])
+            self.damage.add(kind, self.file_of(first), int(self.rec["slot"][first]),
+                            int(idx.size), what)
+
+    def add_pairs(self, before: np.ndarray, after: np.ndarray, cross_node: bool = False) -> None:
+        p = np.zeros(before.size, PAIR_DTYPE)
+        p["before"], p["after"] = before, after
+        (self.node_pairs if cross_node else self.pairs).append(p)
+
+    def add_msgs(self, kind: int, send: np.ndarray, recv: np.ndarray) -> None:
+        m = np.zeros(send.size, MSG_DTYPE)
+        m["kind"], m["send"], m["recv"] = kind, send, recv
+        m["send_loc"] = self.rec["loc"][send]
+        m["recv_loc"] = self.rec["loc"][recv]
+        self.msgs.append(m)
+
+    def spe_ctx_records(self, loc: int, code: int) -> np.ndarray:
+        lo, hi = self.loc_range(loc)
+        return lo + np.flatnonzero(self.rec["code"][lo:hi] == code)
+
+    def loc_range(self, loc: int) -> tuple[int, int]:
+        locs = self.rec["loc"]
+        return int(np.searchsorted(locs, loc, "left")), int(np.searchsorted(locs, loc, "right"))
+
+    def ppe_ctx_records(self, rank: int, ctx: int, code: int) -> np.ndarray:
+        """PPE records of ``code`` naming ``ctx`` in ``rank``, in slot order."""
+        m = (self.rec["code"] == code) & (self.rec["a"] == ctx) & (self.loc_rank == rank)
+        idx = np.flatnonzero(m)
+        return idx[np.argsort(self.rec["slot"][idx], kind="stable")]
+
+
+def _pair_begin_end(begins: np.ndarray, ends: np.ndarray):
+    """Pair BEGIN k with END k of one side (both already in order); trims to the shorter."""
+    n = min(begins.size, ends.size)
+    return begins[:n], ends[:n]
+
+
+def match(dec: Decoded, damage: DamageLog) -> Matches:
+    """Pair every matchable record of the decoded trace."""
+    b = _Builder(dec, damage)
+    for c in dec.contexts.tolist():
+        rank, ctx, loc = int(c[0]), int(c[1]), int(c[2])
+        _mailboxes(b, rank, ctx, loc)
+        _runs(b, rank, ctx, loc)
+    _signals(b)
+    dma = _dma(b)
+    n_mpi, n_coll = _mpi(b)
+    def cat(parts: list[np.ndarray], dt: np.dtype) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dt)
+
+    return Matches(
+        messages=cat(b.msgs, MSG_DTYPE),
+        dma=dma,
+        pairs=cat(b.pairs, PAIR_DTYPE),
+        node_pairs=cat(b.node_pairs, PAIR_DTYPE),
+        collectives=n_coll,
+        mpi_messages=n_mpi,
+    )
+
+
+def _mailboxes(b: _Builder, rank: int, ctx: int, loc: int) -> None:
+    for kind, ppe_begin, ppe_end, spe_begin, spe_end, ppe_writes in _MAILBOXES:
+        pb = b.ppe_ctx_records(rank, ctx, ppe_begin)
+        pe = b.ppe_ctx_records(rank, ctx, ppe_end)
+        sb = b.spe_ctx_records(loc, spe_begin)
+        se = b.spe_ctx_records(loc, spe_end)
+        if not (pb.size or pe.size or sb.size or se.size):
+            continue
+        pb, pe = _pair_begin_end(pb, pe)
+        sb, se = _pair_begin_end(sb, se)
+        wb, we, rb, re_ = (pb, pe, sb, se) if ppe_writes else (sb, se, pb, pe)
+        n = min(wb.size, rb.size)
+        b.lost(DamageKind.unmatched_mailbox, np.concatenate([wb[n:], rb[n:]]),
+               f"mailbox value without partner (SPE context {ctx})")
+        if n == 0:
+            continue
+        # value check: the value sits in the writer's BEGIN (SPE) or END (PPE) record
+        wval = b.rec["b"][we[:n]] if ppe_writes else b.rec["b"][wb[:n]]
+        rval = b.rec["b"][re_[:n]]
+        bad = np.flatnonzero(wval != rval)
+        if bad.size:
+            b.lost(DamageKind.unmatched_mailbox, re_[bad],
+                   f"mailbox value read differs from the value written (SPE context {ctx}); "
+                   "matched by count as FORMAT 3.5 says")
+        b.add_msgs(kind, wb[:n], re_[:n])
+        b.add_pairs(wb[:n], re_[:n])  # value entered before it left
+        cap = _CAPACITY[kind]
+        if we.size > cap:
+            k = np.arange(min(rb.size, we.size - cap))
+            b.add_pairs(rb[k], we[k + cap])  # a write blocks while the mailbox is full
+
+
+def _runs(b: _Builder, rank: int, ctx: int, loc: int) -> None:
+    """CTX_RUN_BEGIN -> START and EXIT (and its block) -> CTX_RUN_END, k-th with k-th."""
+    begins = b.ppe_ctx_records(rank, ctx, P.CTX_RUN_BEGIN)
+    ends = b.ppe_ctx_records(rank, ctx, P.CTX_RUN_END)
+    starts = b.spe_ctx_records(loc, S.START)
+    exits = b.spe_ctx_records(loc, S.EXIT)
+    n = min(begins.size, starts.size)
+    b.add_pairs(begins[:n], starts[:n])
+    n = min(exits.size, ends.size)
+    b.add_pairs(exits[:n], ends[:n])
+    if begins.size > ends.size:
+        b.lost(DamageKind.no_run_end, begins[ends.size:],
+               f"SPE context {ctx}: CTX_RUN_BEGIN without CTX_RUN_END")
+    if starts.size > exits.size:
+        b.lost(DamageKind.no_exit, starts[exits.size:],
+               f"SPE context {ctx}: context run without EXIT record")
+
+
+def _signals(b: _Builder) -> None:
+    """Signal writes (PPE SIGNAL_WRITE, SPE SNDSIG) -> SIGNAL_READ_END of the target."""
+    dec, rec = b.dec, b.rec
+    ctxs = dec.contexts
+    # SNDSIG targets: EA at problem-state offset 0x1400C (register 1) or 0x1C00C (register 2)
+    dma = np.flatnonzero((rec["code"] == S.DMA) & np.isin(rec["a"], [0xA0, 0xA1, 0xA2]))
+    snd_target = np.full(dma.size, -1, dtype=np.int64)
+    snd_reg = np.zeros(dma.size, dtype=np.int64)
+    ea = rec["b"][dma].astype(np.int64) if dma.size else np.zeros(0, np.int64)
+    for i, c in enumerate(ctxs.tolist()):
+        ps = int(c[5])
+        if ps == 0:
+            continue
+        same_rank = b.loc_rank[dma] == c[0]
+        for reg, off in ((1, fmt.SIGNAL1_PS_OFFSET), (2, fmt.SIGNAL2_PS_OFFSET)):
+            hit = same_rank & (ea == ps + off)
+            snd_target[hit] = i
+            snd_reg[hit] = reg
+    unknown = dma[snd_target < 0]
+    b.lost(DamageKind.undefined_id, unknown,
+           "SNDSIG whose EA is no signal register of a known context")
+    for i, c in enumerate(ctxs.tolist()):
+        rank, ctx, loc = int(c[0]), int(c[1]), int(c[2])
+        for reg in (1, 2):
+            ppe_w = b.ppe_ctx_records(rank, ctx, P.SIGNAL_WRITE)
+            ppe_w = ppe_w[rec["b"][ppe_w] == reg]
+            spe_w = dma[(snd_target == i) & (snd_reg == reg)]
+            writes = np.concatenate([ppe_w, spe_w])
+            reads = b.spe_ctx_records(loc, S.SIGNAL_READ_END)
+            reads = reads[rec["a"][reads] == reg]
+            if not (writes.size or reads.size):
+                continue
+            # order writes by their slot-order position (an SPE write's block comes later)
+            writes = writes[np.argsort(dec.anchors["slot"][rec["anchor"][writes]], kind="stable")]
+            n = min(writes.size, reads.size)
+            if reads.size > writes.size:
+                b.lost(DamageKind.unmatched_mailbox, reads[n:],
+                       f"signal read without a write (context {ctx}, register {reg})")
+            b.add_msgs(MsgKind.SIGNAL, writes[:n], reads[:n])
+            if np.unique(rec["loc"][writes]).size <= 1:
+                b.add_pairs(writes[:n], reads[:n])
+
+
+def _dma(b: _Builder) -> np.ndarray:
+    """DMA commands -> target location and completing TAG_WAIT_END."""
+    dec, rec = b.dec, b.rec
+    rows = []
+    mem_loc = {int(r): i for i, (r, k, _) in enumerate(dec.locations.tolist())
+               if k == LocKind.MAIN_MEMORY}
+    ctxs = dec.contexts
+    for c in ctxs.tolist():
+        rank, loc = int(c[0]), int(c[2])
+        lo, hi = b.loc_range(loc)
+        codes = rec["code"][lo:hi]
+        issue = lo + np.flatnonzero((codes == S.DMA) & ~np.isin(rec["a"][lo:hi],
+                                                                [0xA0, 0xA1, 0xA2]))
+        if not issue.size:
+            continue
+        waits = lo + np.flatnonzero(codes == S.TAG_WAIT_END)
+        status = rec["b"][waits]
+        tag = (rec["d"][issue] & 0xFF).astype(np.int64)
+        complete = np.full(issue.size, -1, dtype=np.int64)
+        for t in np.unique(tag).tolist():
+            w = waits[(status >> np.uint64(t)) & np.uint64(1) == 1]
+            sel = np.flatnonzero(tag == t)
+            pos = np.searchsorted(w, issue[sel], side="right")
+            ok = pos < w.size
+            complete[sel[ok]] = w[pos[ok]]
+        # target: another context's Local Store / problem-state area of this process, or memory
+        ea = rec["b"][issue]
+        target = np.full(issue.size, mem_loc[rank], dtype=np.int64)
+        tkind = np.zeros(issue.size, dtype=np.uint8)
+        for o in ctxs[ctxs["rank"] == rank].tolist():
+            ls, ps = np.uint64(o[4]), np.uint64(o[5])
+            if o[4]:
+                hit = (ea >= ls) & (ea < ls + np.uint64(fmt.LS_SIZE))
+                target[hit], tkind[hit] = o[2], 1
+            if o[5]:
+                hit = (ea >= ps) & (ea < ps + np.uint64(fmt.PS_SIZE))
+                target[hit], tkind[hit] = o[2], 2
+        d = np.zeros(issue.size, DMA_DTYPE)
+        d["issue"], d["complete"], d["loc"] = issue, complete, loc
+        d["target"], d["target_kind"] = target, tkind
+        rows.append(d)
+        b.lost(DamageKind.unmatched_dma, issue[complete < 0],
+               "DMA command with no later tag wait for its tag: written as issued, "
+               "never completed")
+    return np.concatenate(rows) if rows else np.zeros(0, DMA_DTYPE)
+
+
+def _mpi(b: _Builder) -> tuple[int, int]:
+    """MPI point-to-point by the non-overtaking rule, nonblocking requests, collectives."""
+    dec, rec = b.dec, b.rec
+    comms = dec.manifest.communicator_by_id
+    node_of = np.array([dec.manifest.node_of_rank(r) for r in range(dec.manifest.n_ranks)])
+    send_codes = [P.MPI_SEND, P.MPI_ISEND]
+    recv_codes = [P.MPI_RECV, P.MPI_IRECV]
+    s_idx = np.flatnonzero(np.isin(rec["code"], send_codes))
+    r_idx = np.flatnonzero(np.isin(rec["code"], recv_codes))
+    n_msgs = 0
+
+    def world(idx: np.ndarray, peer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = np.full(idx.size, -1, dtype=np.int64)
+        ok = np.zeros(idx.size, dtype=bool)
+        for cid in np.unique(rec["a"][idx]).tolist():
+            sel = rec["a"][idx] == cid
+            comm = comms.get(int(cid))
+            if comm is None:
+                continue
+            ranks = np.array(comm.ranks, dtype=np.int64)
+            p = peer[sel]
+            good = p < ranks.size
+            w = np.full(p.size, -1, dtype=np.int64)
+            w[good] = ranks[p[good]]
+            out[sel], ok[sel] = w, good
+        return out, ok
+
+    s_peer = (rec["b"][s_idx] >> np.uint64(32)).astype(np.int64)
+    r_peer = (rec["b"][r_idx] >> np.uint64(32)).astype(np.int64)
+    s_dst, s_ok = world(s_idx, s_peer)
+    r_src, r_ok = world(r_idx, r_peer)
+    b.lost(DamageKind.undefined_id, np.concatenate([s_idx[~s_ok], r_idx[~r_ok]]),
+           "MPI record naming an undefined communicator or a peer outside it")
+    s_idx, s_dst = s_idx[s_ok], s_dst[s_ok]
+    r_idx, r_src = r_idx[r_ok], r_src[r_ok]
+    s_src = b.loc_rank[s_idx].astype(np.int64)
+    r_dst = b.loc_rank[r_idx].astype(np.int64)
+    s_key = np.stack([rec["a"][s_idx].astype(np.int64), s_src, s_dst,
+                      (rec["b"][s_idx] & np.uint64(0xFFFFFFFF)).astype(np.int64)])
+    r_key = np.stack([rec["a"][r_idx].astype(np.int64), r_src, r_dst,
+                      (rec["b"][r_idx] & np.uint64(0xFFFFFFFF)).astype(np.int64)])
+    # order within a channel: slot order of the process (one buffer per process)
+    s_ord = np.lexsort((rec["slot"][s_idx], *s_key[::-1]))
+    r_ord = np.lexsort((rec["slot"][r_idx], *r_key[::-1]))
+    s_idx, s_key = s_idx[s_ord], s_key[:, s_ord]
+    r_idx, r_key = r_idx[r_ord], r_key[:, r_ord]
+    # k-th within each channel
+    sends, recvs = [], []
+    s_ch = {tuple(k): i for i, k in enumerate(np.unique(s_key.T, axis=0).tolist())}
+    s_lab = np.array([s_ch[tuple(k)] for k in s_key.T.tolist()], dtype=np.int64)
+    r_lab = np.array([s_ch.get(tuple(k), -1) for k in r_key.T.tolist()], dtype=np.int64)
+    unmatched = [r_idx[r_lab < 0]]
+    for ch in range(len(s_ch)):
+        ss = s_idx[s_lab == ch]
+        rr = r_idx[r_lab == ch]
+        n = min(ss.size, rr.size)
+        sends.append(ss[:n])
+        recvs.append(rr[:n])
+        unmatched += [ss[n:], rr[n:]]
+    sends_a = np.concatenate(sends) if sends else np.zeros(0, np.int64)
+    recvs_a = np.concatenate(recvs) if recvs else np.zeros(0, np.int64)
+    b.lost(DamageKind.unmatched_mpi, np.concatenate(unmatched),
+           "MPI message without partner")
+    n_msgs = sends_a.size
+    if n_msgs:
+        b.add_msgs(MsgKind.MPI, sends_a, recvs_a)
+        cross = node_of[b.loc_rank[sends_a]] != node_of[b.loc_rank[recvs_a]]
+        b.add_pairs(sends_a[~cross], recvs_a[~cross])
+        b.add_pairs(sends_a[cross], recvs_a[cross], cross_node=True)
+    n_coll = _collectives(b, node_of)
+    return n_msgs, n_coll
+
+
+def _collectives(b: _Builder, node_of: np.ndarray) -> int:
+    """Instances of collectives; pairs BEGIN -> END by the operation's kind."""
+    dec, rec = b.dec, b.rec
+    ends = np.flatnonzero(rec["code"] == P.MPI_COLL_END)
+    begins = np.flatnonzero(rec["code"] == P.MPI_COLL_BEGIN)
+    # BEGIN -> next END on the same location (records sorted by loc, program order)
+    pos = np.searchsorted(ends, begins)
+    ok = pos < ends.size
+    ok[ok] = rec["loc"][ends[pos[ok]]] == rec["loc"][begins[ok]]
+    begin_of_end = np.full(ends.size, -1, dtype=np.int64)
+    begin_of_end[pos[ok]] = begins[ok]
+    instances = 0
+    for cid, comm in dec.manifest.communicator_by_id.items():
+        sel = ends[(rec["a"][ends] == cid)]
+        if not sel.size:
+            continue
+        per_rank = {r: sel[b.loc_rank[sel] == r] for r in comm.ranks}
+        n = min(v.size for v in per_rank.values())
+        for v in per_rank.values():
+            if v.size > n:
+                b.lost(DamageKind.unmatched_mpi, v[n:],
+                       f"collective on communicator {cid} not joined by every member")
+        instances += n
+        if n == 0:
+            continue
+        # matrix [member, instance] of END and BEGIN record indexes
+        e = np.stack([per_rank[r][:n] for r in comm.ranks])
+        bg = begin_of_end[np.searchsorted(ends, e)]
+        op = (rec["b"][e[0]] >> np.uint64(32)).astype(np.int64)
+        root = (rec["b"][e[0]] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        members = len(comm.ranks)
+        for j in range(n):
+            o = int(op[j])
+            if o in (fmt.CollOp.BCAST, fmt.CollOp.SCATTER):
+                src, dst = [int(root[j])], range(members)
+            elif o in (fmt.CollOp.GATHER, fmt.CollOp.REDUCE):
+                src, dst = range(members), [int(root[j])]
+            elif o == fmt.CollOp.SCAN:
+                src = dst = None
+            else:  # barrier and all-to-all kinds
+                src, dst = range(members), range(members)
+            if src is None:
+                bb = [(bg[i, j], e[k, j]) for k in range(members) for i in range(k + 1)]
+            else:
+                bb = [(bg[i, j], e[k, j]) for i in src for k in dst if i < members]
+            bb = [(x, y) for x, y in bb if x >= 0 and x != y]
+            if not bb:
+                continue
+            arr = np.array(bb, dtype=np.int64)
+            cross = node_of[b.loc_rank[arr[:, 0]]] != node_of[b.loc_rank[arr[:, 1]]]
+            b.add_pairs(arr[~cross, 0], arr[~cross, 1])
+            b.add_pairs(arr[cross, 0], arr[cross, 1], cross_node=True)
+    return instances

@@ -1,0 +1,130 @@
+"""Happened-before edges between clock domains, as difference constraints for ``sync.py``.
+
+A pair e1 -> e2 (e1 in domain d1 at local t1 happened before e2 in domain d2 at local t2)
+means g(d1) + t1 <= g(d2) + t2, i.e. the constraint ``x[d1] - x[d2] <= t2 - t1``, returned in
+``sync.solve``'s convention ``x[dst] - x[src] <= weight`` with src = d2, dst = d1.
+
+Sources, each sound by FORMAT.md 3.5 alone (ARCHITECTURE.md section 2):
+- slot order: consecutive anchors (PPE records and block headers) of one process's buffer;
+  anchors without a usable clock are skipped, which keeps the order of the others (slot
+  order is transitive) and invents nothing for lost slots;
+- a block's records happened before its header's reading;
+- semantic pairs from ``match.py`` (mailboxes with capacity, signals, context runs, MPI and
+  collectives within a node);
+- interval links: the last reading before a CTX_SWITCH STOP happened before the STOP record,
+  the START record before the first reading after it; a DECR_WRITE or a ``compensated``
+  restore joins two intervals of one context in both directions with the small slack they
+  allow (``OrderOptions``); a ``restored`` switch gives the lower bound only (the time the
+  clock stood still is at least START - STOP).
+
+Constraints between different nodes are not built here (node clocks drift; see the node fit).
+It does not solve anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .decode import Decoded, LinkKind
+from .manifest import DecrementerRestore
+from .match import Matches
+
+
+@dataclass(frozen=True)
+class OrderOptions:
+    """Slack assumed where the trace cannot measure it, in seconds; chosen conservatively."""
+
+    restore_latency_s: float = 10e-6  # compensated restore: clock late by 0..this
+    write_latency_s: float = 1e-6  # DECR_WRITE: write this long after its reading at most
+    kernel_read_slack_ticks: int = 4  # kernel's two timebase readings vs the real instants
+
+
+@dataclass
+class Constraints:
+    src: np.ndarray  # int64
+    dst: np.ndarray  # int64
+    weight: np.ndarray  # float64: x[dst] - x[src] <= weight
+    counts: dict[str, int] = field(default_factory=dict)  # constraints per source
+    assumed: dict[str, float] = field(default_factory=dict)  # slacks used, in ticks
+
+    @property
+    def size(self) -> int:
+        return int(self.src.size)
+
+
+def _pairs(d_before, t_before, d_after, t_after):
+    """Happened-before pairs -> (src, dst, weight), dropping same-domain and unusable ones."""
+    d_before = np.asarray(d_before, dtype=np.int64)
+    d_after = np.asarray(d_after, dtype=np.int64)
+    keep = (d_before >= 0) & (d_after >= 0) & (d_before != d_after)
+    w = np.asarray(t_after, dtype=np.float64)[keep] - np.asarray(t_before, np.float64)[keep]
+    return d_after[keep], d_before[keep], w
+
+
+def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None = None
+                      ) -> Constraints:
+    """Every within-node happened-before constraint of the trace."""
+    opts = opts or OrderOptions()
+    hz = dec.manifest.timebase_hz
+    rec, anc = dec.records, dec.anchors
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    counts: dict[str, int] = {}
+
+    def add(name: str, triple) -> None:
+        parts.append(triple)
+        counts[name] = counts.get(name, 0) + int(triple[0].size)
+
+    # slot order, per process
+    ok = anc["domain"] >= 0
+    a = anc[ok]
+    same_rank = a["rank"][1:] == a["rank"][:-1]
+    add("slot_order", _pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
+                             a["domain"][1:][same_rank], a["local"][1:][same_rank]))
+    # block records before their header
+    head = anc[rec["anchor"]]
+    add("block", _pairs(rec["domain"], rec["local"], head["domain"], head["local"]))
+    # semantic pairs
+    p = matches.pairs
+    add("semantic", _pairs(rec["domain"][p["before"]], rec["local"][p["before"]],
+                           rec["domain"][p["after"]], rec["local"][p["after"]]))
+    # interval links
+    links = dec.links
+    assumed: dict[str, float] = {}
+    if links.size:
+        sw = links[links["kind"] == LinkKind.SWITCH]
+        stop, start = rec[sw["stop_rec"]], rec[sw["start_rec"]]
+        add("switch", _pairs(sw["prev"], sw["last_local_prev"], stop["domain"], stop["local"]))
+        add("switch", _pairs(start["domain"], start["local"], sw["next"], sw["first_local_next"]))
+        eps = float(opts.kernel_read_slack_ticks)
+        base = sw["local_prev"].astype(np.float64) - sw["local_next"]
+        if dec.manifest.decrementer_restore == DecrementerRestore.compensated:
+            lat = opts.restore_latency_s * hz
+            delta = (sw["value"] - sw["start_value"]) % (1 << 32)  # the kernel's off ticks
+            d = base + delta
+            # d - eps <= x[next] - x[prev] <= d + lat + eps
+            add("continuity", (sw["prev"].astype(np.int64), sw["next"].astype(np.int64),
+                               d + lat + eps))
+            add("continuity", (sw["next"].astype(np.int64), sw["prev"].astype(np.int64),
+                               -(d - eps)))
+            assumed["restore_latency_ticks"] = lat
+            assumed["kernel_read_slack_ticks"] = eps
+        else:
+            # the clock stood still at least from the STOP record to the START record
+            off = start["local"].astype(np.float64) - stop["local"]
+            okr = (stop["domain"] >= 0) & (start["domain"] >= 0)
+            add("continuity", (sw["next"][okr].astype(np.int64), sw["prev"][okr].astype(np.int64),
+                               -(base[okr] + off[okr] - eps)))
+            assumed["kernel_read_slack_ticks"] = eps
+        wr = links[links["kind"] == LinkKind.WRITE]
+        if wr.size:
+            lat = opts.write_latency_s * hz
+            d = wr["local_prev"].astype(np.float64) - wr["local_next"]
+            add("continuity", (wr["prev"].astype(np.int64), wr["next"].astype(np.int64), d + lat))
+            add("continuity", (wr["next"].astype(np.int64), wr["prev"].astype(np.int64), -d))
+            assumed["write_latency_ticks"] = lat
+    src = np.concatenate([t[0] for t in parts]).astype(np.int64)
+    dst = np.concatenate([t[1] for t in parts]).astype(np.int64)
+    w = np.concatenate([t[2] for t in parts]).astype(np.float64)
+    return Constraints(src, dst, w, counts, assumed)
