@@ -259,6 +259,33 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
             i = int(np.flatnonzero(sel)[int(np.argmax(refs >= n_defs))])
             raise WriterInputError(f"event {i} ({kind.name}): ref {int(events['ref'][i])} "
                                   f"is not one of the {n_defs} {list_name}")
+    _check_ranks(defs, events)
+
+
+def _check_ranks(defs: ArchiveDefs, events: np.ndarray) -> None:
+    """Peer ranks (p1) and collective roots (p2) must be ranks of the event's communicator."""
+    comm_size = np.array([len(c.members) for c in defs.communicators] or [0], dtype=np.int64)
+    win_size = np.array([comm_size[w.comm] for w in defs.rma_windows] or [0], dtype=np.int64)
+    types, refs = events["type"], events["ref"].astype(np.int64)
+    checks = [
+        ((Ev.MPI_SEND, Ev.MPI_RECV, Ev.MPI_ISEND, Ev.MPI_IRECV), "p1", comm_size, "peer rank"),
+        ((Ev.RMA_GET, Ev.RMA_PUT), "p1", win_size, "remote rank"),
+        ((Ev.MPI_COLL_END,), "p2", comm_size, "root rank"),
+    ]
+    for kinds, column, size, what in checks:
+        sel = np.isin(types, np.array([int(k) for k in kinds], dtype=types.dtype))
+        if not sel.any():
+            continue
+        rank = events[column][sel]
+        bad = rank >= size[refs[sel]].astype(np.uint64)
+        if column == "p2":
+            bad &= rank != UNDEFINED_UINT32
+        if bad.any():
+            i = int(np.flatnonzero(sel)[int(np.argmax(bad))])
+            raise WriterInputError(
+                f"event {i} ({Ev(int(types[i])).name}): {what} {int(events[column][i])} is not "
+                f"a rank of its communicator (size {int(size[refs[i]])})"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,6 +480,9 @@ class _Strings:
 
 def _check_defs(defs: ArchiveDefs) -> None:
     for i, node in enumerate(defs.system_nodes):
+        if node.name == "0":
+            raise WriterInputError(f"system node {i} is named '0': ViTE aborts on such a node "
+                                   f"(CONTRACT.md section 3)")
         if node.parent is not None and not 0 <= node.parent < i:
             raise WriterInputError(f"system node {i} '{node.name}': parent {node.parent} must be "
                                   f"defined before it")

@@ -390,6 +390,21 @@ def test_unsorted_locations_and_bad_refs_are_refused(tmp_path):
     defs = sample_defs()
     defs.locations[3] = Location(LOC_NAMES[0], LocationType.CPU_THREAD, 0)
     _refused(tmp_path, sample_events(), "used twice", defs=defs)
+    defs = sample_defs()
+    defs.system_nodes[2] = SystemNode("0", "node", 0, SystemNodeDomain.SHARED_MEMORY)
+    _refused(tmp_path, sample_events(), "named '0'", defs=defs)
+
+
+@pytest.mark.parametrize("kind, column, value, what", [
+    (Ev.MPI_SEND, "p1", 2, "peer rank 2"),  # MPI_COMM_WORLD has 2 ranks
+    (Ev.RMA_GET, "p1", 4, "remote rank 4"),  # the DMA window's communicator has 4
+    (Ev.MPI_COLL_END, "p2", 2, "root rank 2"),
+])
+def test_ranks_outside_the_communicator_are_refused(tmp_path, kind, column, value, what):
+    events = sample_events()
+    i = int(np.flatnonzero(events["type"] == kind)[-1])
+    events[column][i] = value
+    _refused(tmp_path, events, f"event {i} \\({kind.name}\\): {what} is not a rank")
 
 
 def test_existing_archive_is_refused(written):
