@@ -46,6 +46,8 @@ The writer never sorts and never changes a timestamp.
 from __future__ import annotations
 
 import ctypes
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -447,7 +449,7 @@ def _write_events(
     if not attrs:
         raise OutputError("OTF2 could not allocate an attribute list")
     bounds = np.searchsorted(events["loc"], np.arange(n_locations + 1), side="left")
-    done = 0
+    done = reported = 0
     try:
         for loc in range(n_locations):
             writer, writer_at = archive.location_writer(loc)
@@ -457,12 +459,15 @@ def _write_events(
                     stop = min(start + PROGRESS_EVENTS, hi)
                     _write_location_events(api, writer_at, attrs, events[start:stop])
                     done += stop - start
-                    if progress is not None:
+                    if progress is not None and done - reported >= PROGRESS_EVENTS:
                         progress(done)
+                        reported = done
             finally:
                 archive.close_location_writer(writer)
     finally:
         _otf2.AttributeList_Delete(attr_list)
+    if progress is not None and (reported != done or done == 0):
+        progress(done)
 
 
 class _Strings:
@@ -663,8 +668,6 @@ def write_archive(
     except _otf2.Error as exc:
         raise OutputError(f"{Path(archive_dir) / archive_name}.otf2: the OTF2 library failed: "
                           f"{exc.name}: {exc.description}") from exc
-    if progress is not None and events.size == 0:
-        progress(0)
     return WriteStats(
         events_per_location=counts,
         events_per_type={e: int(per_type[e]) for e in Ev if per_type[e]},
@@ -675,27 +678,32 @@ def write_archive(
 def write_ceiling(n_events: int, tmpdir: Path) -> float:
     """Events per second for Enter/Leave pairs pushed through the same C entry points.
 
-    Writes ``n_events`` (rounded up to even) to one location of a scratch archive under
-    ``tmpdir`` with nothing else to do per event: the ceiling of ``write_archive``'s hot loop.
+    Writes ``n_events`` (rounded up to even) to one location of a scratch archive in a fresh
+    directory under ``tmpdir`` with nothing else to do per event, the ceiling of
+    ``write_archive``'s hot loop, and removes the scratch archive again.
     """
     n_pairs = max(1, (n_events + 1) // 2)
-    archive = _Archive(Path(tmpdir), f"ceiling-{time.monotonic_ns()}")
-    api = _api()
-    enter, leave = api.enter, api.leave
-    times = list(range(n_pairs))
+    scratch = Path(tempfile.mkdtemp(prefix="write-ceiling-", dir=tmpdir))
     try:
-        writer, w = archive.location_writer(0)
+        archive = _Archive(scratch, "ceiling")
+        api = _api()
+        enter, leave = api.enter, api.leave
+        times = list(range(n_pairs))
         try:
-            t0 = time.perf_counter()
-            fails = 0
-            for t in times:
-                fails += enter(w, None, t, 0) != 0
-                fails += leave(w, None, t, 0) != 0
-            seconds = time.perf_counter() - t0
+            writer, w = archive.location_writer(0)
+            try:
+                bad = 0
+                t0 = time.perf_counter()
+                for t in times:
+                    bad |= enter(w, None, t, 0)
+                    bad |= leave(w, None, t, 0)
+                seconds = time.perf_counter() - t0
+            finally:
+                archive.close_location_writer(writer)
+            if bad:
+                raise OutputError("the OTF2 library refused events (its messages are above)")
         finally:
-            archive.close_location_writer(writer)
-        if fails:
-            raise OutputError(f"the OTF2 library refused {fails} events")
+            archive.close()
     finally:
-        archive.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return 2 * n_pairs / seconds if seconds > 0 else float("inf")

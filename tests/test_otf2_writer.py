@@ -216,7 +216,7 @@ def test_counts_per_location_and_kind(written):
     assert stats.events_per_type[Ev.ENTER] == 6 + 5 + 4
     assert stats.events_per_type[Ev.ENTER_OFF_SPU] == 1
     assert sum(stats.events_per_type.values()) == len(events)
-    assert seen == [19, 34, 49]  # once per location slice, with the running total
+    assert seen == [49]  # fewer than PROGRESS_EVENTS: once, at the end
 
 
 def test_timestamps_per_location(written):
@@ -351,7 +351,9 @@ def test_progress_every_chunk_and_fast_path(tmp_path, monkeypatch):
         part["time"] = 1000 + np.arange(n_per_loc) // 2 * 3  # Enter and Leave at equal time
     seen: list[int] = []
     stats = write_archive(defs, events, tmp_path, "big", progress=seen.append)
-    assert seen == [1000, 2000, 2500, 3500, 4500, 5000, 6000, 7000, 7500]
+    # after a chunk once PROGRESS_EVENTS more are done (chunks end at location ends), then
+    # the total
+    assert seen == [1000, 2000, 3500, 4500, 6000, 7000, 7500]
     assert stats.events_per_location.tolist() == [2500, 2500, 2500, 0]
     back = read_events(tmp_path / "big.otf2")
     for loc in range(3):
@@ -414,8 +416,10 @@ def test_existing_archive_is_refused(written):
 
 
 def test_empty_table_writes_a_valid_archive(tmp_path):
-    stats = write_archive(sample_defs(), np.zeros(0, EVENT_DTYPE), tmp_path, "empty")
-    assert stats.n_events == 0
+    seen: list[int] = []
+    stats = write_archive(sample_defs(), np.zeros(0, EVENT_DTYPE), tmp_path, "empty",
+                          progress=seen.append)
+    assert stats.n_events == 0 and seen == [0]
     otf2_print_ok(tmp_path / "empty.otf2")
     assert read_events(tmp_path / "empty.otf2").counts == Counter()
 
@@ -423,5 +427,4 @@ def test_empty_table_writes_a_valid_archive(tmp_path):
 def test_write_ceiling_writes_through_the_c_entry_points(tmp_path):
     rate = write_ceiling(20_000, tmp_path)
     assert rate > 0
-    anchors = list(tmp_path.glob("ceiling-*.otf2"))
-    assert len(anchors) == 1
+    assert list(tmp_path.iterdir()) == []  # the scratch archive is removed again
