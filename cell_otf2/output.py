@@ -11,6 +11,13 @@ old ones restored. On any exception, ``KeyboardInterrupt`` included, the tempora
 removed and the output path is exactly as it was before. Every failure is an ``OutputError``
 (exit status 4), except the exception raised inside the ``with`` block, which propagates as is.
 
+Use (the CLI's conversion)::
+
+    target = ArchiveTarget(o_option)          # UsageError unless it ends in .otf2
+    target.prepare(force)                     # before the long work: fail early
+    with target.staged() as tmp:
+        write_archive(defs, events, tmp, target.name, progress)
+
 Renames within one directory are atomic per entry, not for the three together: a reader that
 looks between two renames may see a half-replaced archive for a moment. A process killed with
 SIGKILL leaves its hidden temporary directory behind. This module does not look inside the
