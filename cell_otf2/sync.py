@@ -177,15 +177,17 @@ def _tree_potential(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> 
 
 def _evaluate_policy(
     succ: list[int], wp: list[float], prev_x: list[float]
-) -> tuple[list[float], list[float]]:
-    """Cycle mean ``eta`` reached from every node of a functional graph, and the bias ``x``.
+) -> tuple[list[float], list[float], list[int]]:
+    """Cycle mean ``eta`` reached from every node of a functional graph, the bias ``x`` and
+    the cycle reached (``handle``: the cycle node whose bias is kept from ``prev_x``).
 
-    x[u] = wp[u] - eta[u] + x[succ[u]]; on each cycle one node keeps its previous bias
-    (keeps the iteration monotone).
+    x[u] = wp[u] - eta[u] + x[succ[u]]; keeping one bias per cycle keeps the iteration
+    monotone.
     """
     n = len(succ)
     eta = [0.0] * n
     x = [0.0] * n
+    handle = [0] * n
     state = [0] * n  # 0 new, 1 on the current path, 2 done
     pos = [0] * n
     for s in range(n):
@@ -204,10 +206,12 @@ def _evaluate_policy(
             mean = math.fsum(wp[c] for c in cyc) / len(cyc)
             eta[u] = mean
             x[u] = prev_x[u]
+            handle[u] = u
             state[u] = 2
             for c in reversed(cyc[1:]):
                 eta[c] = mean
                 x[c] = wp[c] - mean + x[succ[c]]
+                handle[c] = u
                 state[c] = 2
             rest = path[:i]
         else:
@@ -216,42 +220,57 @@ def _evaluate_policy(
             nxt = succ[c]
             eta[c] = eta[nxt]
             x[c] = wp[c] - eta[nxt] + x[nxt]
+            handle[c] = handle[nxt]
             state[c] = 2
-    return eta, x
+    return eta, x, handle
 
 
 def _howard(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray]:
     """Minimum cycle mean of a strongly connected graph, and a bias x with
     x[u] <= w(u, v) - mean + x[v] + eps on every edge (eps ~ 1e-10 * max |w|).
 
-    Edges must be sorted by src and every node must have an out-edge.
+    Howard's policy iteration (one out-edge per node), in the variant that keeps a single
+    cycle: whenever the policy has several cycles, every node outside the best cycle's basin
+    is redirected to it along a breadth-first tree of the reversed graph (one step instead of
+    the textbook's one hop per iteration, which is O(n) iterations on chain-like graphs);
+    then the bias improvement of the textbook. Edges must be sorted by (src, dst), unique,
+    and every node must have an out-edge.
     """
     m = src.size
     starts = np.searchsorted(src, np.arange(n))
     idx = np.arange(m)
+    key = src * n + dst  # sorted: edge lookup by (u, v)
     eps = 1e-10 * max(1.0, float(np.abs(w).max()))
     gmin = np.minimum.reduceat(w, starts)
     pol = np.minimum.reduceat(np.where(w <= gmin[src], idx, m), starts)
     x_prev = [0.0] * n
     for _ in range(_HOWARD_MAX_ITER):
-        eta_l, x_l = _evaluate_policy(dst[pol].tolist(), w[pol].tolist(), x_prev)
+        eta_l, x_l, handle_l = _evaluate_policy(dst[pol].tolist(), w[pol].tolist(), x_prev)
         eta = np.asarray(eta_l)
         x = np.asarray(x_l)
+        handle = np.asarray(handle_l)
         x_prev = x_l
-        eta_v = eta[dst]
-        best = np.minimum.reduceat(eta_v, starts)
-        better = best < eta - eps
-        if better.any():
-            first = np.minimum.reduceat(np.where(eta_v <= best[src], idx, m), starts)
-            pol = np.where(better, first, pol)
+        best = handle[int(np.argmin(eta))]
+        outside = handle != best
+        if outside.any():
+            # redirect: BFS on reversed edges from every node of the best basin
+            basin = np.flatnonzero(~outside)
+            g = csr_matrix(
+                (np.ones(m + basin.size), (np.r_[dst, np.full(basin.size, n)], np.r_[src, basin])),
+                shape=(n + 1, n + 1),
+            )
+            _, pred = breadth_first_order(g, n, directed=True, return_predecessors=True)
+            u = np.flatnonzero(outside)
+            e = np.searchsorted(key, u * n + pred[u])
+            pol[u] = e
             continue
-        same = np.abs(eta_v - eta[src]) <= eps
+        same = np.abs(eta[dst] - eta[src]) <= eps
         val = np.where(same, w - eta[src] + x[dst], np.inf)
-        best = np.minimum.reduceat(val, starts)
-        better = best < x - eps
+        best_val = np.minimum.reduceat(val, starts)
+        better = best_val < x - eps
         if not better.any():
             return float(eta.min()), x
-        first = np.minimum.reduceat(np.where(val <= best[src], idx, m), starts)
+        first = np.minimum.reduceat(np.where(val <= best_val[src], idx, m), starts)
         pol = np.where(better, first, pol)
     raise RuntimeError("Howard's policy iteration did not converge")
 
