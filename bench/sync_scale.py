@@ -8,6 +8,7 @@ hundred cross-node pairs (standing in for MPI), integer truncation and a few tic
 delay (so the system is slightly infeasible).
 
     .venv/bin/python bench/sync_scale.py [--domains 10000] [--constraints 1000000] [--seed 0]
+        [--compare] [--baselines 300]
 
 Checks nothing about speed by itself; it prints the numbers and the accuracy against truth.
 """
@@ -18,8 +19,11 @@ import argparse
 import time
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import johnson
 
 from cell_otf2 import sync
+from cell_otf2.sync_baselines import lamport_offsets, paper_solve
 
 
 def make_instance(
@@ -87,6 +91,16 @@ def main() -> None:
     ap.add_argument("--domains", type=int, default=10_000)
     ap.add_argument("--constraints", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--compare", action="store_true", help="also time scipy's johnson for the bounds"
+    )
+    ap.add_argument(
+        "--baselines",
+        type=int,
+        default=300,
+        metavar="N",
+        help="domains of the small instance for the baseline comparison (0: skip)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     n, src, dst, w, truth = make_instance(args.domains, args.constraints, seed=args.seed)
@@ -111,6 +125,47 @@ def main() -> None:
     )
     viol = sync.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-6)
     print(f"max violation of loosened constraints: {viol}")
+    if args.compare:
+        compare_johnson(n, src, dst, w, sol)
+    if args.baselines:
+        compare_baselines(args.baselines, args.seed)
+
+
+def compare_johnson(n, src, dst, w, sol) -> None:
+    """scipy's johnson (Bellman-Ford inside) on the same collapsed, loosened graph."""
+    cs, cd, cw = sync.collapse_parallel(n, src, dst, w)
+    g = csr_matrix((cw + sol.relaxation, (cs, cd)), shape=(n, n))
+    t0 = time.perf_counter()
+    D = johnson(g, indices=[sol.reference])[0]
+    dt = time.perf_counter() - t0
+    same = np.allclose(np.where(np.isfinite(D), D, 0), np.where(np.isfinite(D), sol.upper, 0))
+    print(f"scipy johnson, one source: {dt:.3f} s; same upper bounds: {same}")
+
+
+def compare_baselines(n_small: int, seed: int) -> None:
+    """Accuracy against truth of solve, the paper's algorithm and Lamport bumping."""
+    n, src, dst, w, truth = make_instance(n_small, 60 * n_small, n_nodes=2, seed=seed)
+    sol = sync.solve(n, src, dst, w, reference=0)
+    t0 = time.perf_counter()
+    paper, _ = paper_solve(n, src, dst, w, reference=0)
+    t_paper = time.perf_counter() - t0
+    placed = sol.bounded == sync.BOTH
+    # Lamport from offsets that are right to within a few hundred ticks (a run-begin anchor)
+    rng = np.random.default_rng(seed)
+    initial = np.where(placed, truth + rng.integers(-300, 300, n), 0.0)
+    initial[0] = 0.0
+    lam = lamport_offsets(n, src, dst, w, initial, reference=0, relaxation=sol.relaxation)
+    print(f"baselines on {n} domains, {src.size} constraints (|offset - truth| on bounded):")
+    for name, off, relax in (
+        ("solve", sol.offset, sol.relaxation),
+        ("paper", paper.offset, paper.relaxation),
+        ("lamport", lam, sol.relaxation),
+    ):
+        err = np.abs(off - truth)[placed]
+        print(
+            f"  {name:<8s} relaxation {relax:10.3f}  max {err.max():9.2f}  mean {err.mean():8.2f}"
+        )
+    print(f"  (paper's Floyd-Warshall took {t_paper:.2f} s)")
 
 
 if __name__ == "__main__":

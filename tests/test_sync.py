@@ -277,13 +277,22 @@ def test_paper_over_relaxes_on_infeasible_instances(seed):
     assert sync.check_feasible(paper.offset, src, dst, w + paper.relaxation, tol=1e-6) == 0.0
 
 
-def test_paper_relaxation_on_a_three_cycle_is_half_the_fw_diagonal():
+def test_paper_relaxation_on_a_three_cycle_is_half_its_total():
     src, dst, w = np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([-2.0, -2.0, -2.0])
     assert sync.solve(3, src, dst, w, 0).relaxation == pytest.approx(2.0)  # -mean
-    # FW's diagonal holds walks, not simple cycles: D[2, 2] = -6 after k = 0, 1, then
-    # k = 2 doubles it to -12; d/2 = 6 in one round (a simple-cycle d would give 3)
+    assert paper_solve(3, src, dst, w, 0)[0].relaxation == 3.0  # d/2, d = 6
+    # a full FW run composes the cycle with itself on the diagonal; the paper's d is the cycle
     assert np.diag(floyd_warshall(3, src, dst, w)).min() == -12.0
-    assert paper_solve(3, src, dst, w, 0)[0].relaxation == 6.0
+    assert np.diag(floyd_warshall(3, src, dst, w, stop_at_negative=True)).min() == -6.0
+
+
+def test_paper_relaxation_stays_of_the_size_of_the_delays():
+    rng = np.random.default_rng(9)
+    n = 120
+    src, dst, w, _ = make_instance(rng, n, 4000, 2000, max_delay=3, scale=10**6)
+    sol = sync.solve(n, src, dst, w, reference=0)
+    paper, _ = paper_solve(n, src, dst, w, reference=0)
+    assert sol.relaxation <= paper.relaxation < 10 * max(sol.relaxation, 1.0)
 
 
 def _bellman_ford_bump(n, src, dst, w, initial):
