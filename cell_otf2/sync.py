@@ -13,12 +13,14 @@ What ``solve`` does, in this order (each step timed in ``SyncSolution.timings``)
 2. centre: an exact potential along a spanning forest (sums of weights, exact for integer
    weights below 2**53) shifts every weight to a small number, so cycle sums and potentials
    do not lose precision on raw timebase values of 10**12 ticks.
-3. scc + relaxation: per strongly connected component, Howard's policy iteration gives the
-   minimum cycle mean and a feasible potential (its bias vector); components are then shifted
-   in topological order so the potential satisfies every edge. ``relaxation`` =
-   max(0, -minimum cycle mean), plus whatever rounding the potential still violates, so the
-   potential is a certificate: the loosened system is feasible (never under-relaxed).
-4. sssp: with that potential every loosened weight becomes non-negative and Dijkstra
+3. scc: strongly connected components (scipy, connection="strong").
+4. relaxation: per component with a cycle, Howard's policy iteration (a variant that keeps a
+   single policy cycle, see ``_howard``) gives the minimum cycle mean and a feasible potential
+   (its bias vector); components are then shifted in topological order so the potential
+   satisfies every edge. ``relaxation`` = max(0, -minimum cycle mean) (the mean of an actual
+   cycle, to ~1e-10 * max |weight|), plus whatever rounding the potential still violates, so
+   the potential is a certificate: the loosened system is feasible (never under-relaxed).
+5. sssp: with that potential every loosened weight becomes non-negative and Dijkstra
    (scipy.sparse.csgraph) gives ``upper[v]`` = dist(reference -> v) and ``lower[v]`` =
    -dist(v -> reference).
 
