@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import johnson
+from scipy.sparse.csgraph import bellman_ford, johnson
 
 from cell_otf2 import sync
 from cell_otf2.sync_baselines import lamport_offsets, paper_solve
@@ -92,7 +92,9 @@ def main() -> None:
     ap.add_argument("--constraints", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--compare", action="store_true", help="also time scipy's johnson for the bounds"
+        "--compare",
+        action="store_true",
+        help="also time scipy's johnson and bellman_ford for the bounds",
     )
     ap.add_argument(
         "--baselines",
@@ -140,6 +142,9 @@ def compare_johnson(n, src, dst, w, sol) -> None:
     dt = time.perf_counter() - t0
     same = np.allclose(np.where(np.isfinite(D), D, 0), np.where(np.isfinite(D), sol.upper, 0))
     print(f"scipy johnson, one source: {dt:.3f} s; same upper bounds: {same}")
+    t0 = time.perf_counter()
+    bellman_ford(g, indices=[sol.reference])
+    print(f"scipy bellman_ford, one source: {time.perf_counter() - t0:.3f} s")
 
 
 def compare_baselines(n_small: int, seed: int) -> None:
