@@ -1,0 +1,81 @@
+"""True clocks of a simulated run: node timebases mapped to the reference and back.
+
+The reference is the timebase of the node hosting rank 0 (reference ticks = its timebase
+ticks). Every other node's oscillator runs at ``1 + ppm * 1e-6`` node ticks per reference
+tick, with the rate changing at a few knots (slow wander, piecewise linear). The map is exact
+by construction: ``NodeClock.to_node`` / ``to_ref`` interpolate between the knots, so the
+simulator and the truth use one definition. SPE decrementers are driven by their node's
+oscillator, so they are derived from ``to_node`` (see ``spu.py``).
+
+This module does not read or write files and knows nothing about records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class NodeClock:
+    """One node's timebase as a piecewise-linear function of reference time."""
+
+    name: str
+    ref_knots: np.ndarray  # reference ticks, float64, strictly increasing
+    node_knots: np.ndarray  # node timebase at those instants, float64, strictly increasing
+
+    def to_node(self, t_ref: np.ndarray | float) -> np.ndarray:
+        """Node timebase (real-valued ticks) at reference time ``t_ref``."""
+        return np.interp(t_ref, self.ref_knots, self.node_knots)
+
+    def to_ref(self, x_node: np.ndarray | float) -> np.ndarray:
+        """Reference time at which the node timebase reads ``x_node``."""
+        return np.interp(x_node, self.node_knots, self.ref_knots)
+
+    def tb_floor(self, t_ref: np.ndarray | float) -> np.ndarray:
+        """Integer timebase register value at reference time ``t_ref``."""
+        return np.floor(self.to_node(t_ref)).astype(np.int64)
+
+    def midpoint_map(self, t_mid: float) -> tuple[float, float]:
+        """(offset, rate) with ``reference = offset + rate * node_timebase`` exact at ``t_mid``."""
+        j = int(np.clip(np.searchsorted(self.ref_knots, t_mid) - 1, 0, len(self.ref_knots) - 2))
+        rate = (self.ref_knots[j + 1] - self.ref_knots[j]) / (
+            self.node_knots[j + 1] - self.node_knots[j]
+        )
+        x_mid = float(self.to_node(t_mid))
+        return float(t_mid - rate * x_mid), float(rate)
+
+
+def make_node_clock(
+    rng: np.random.Generator,
+    name: str,
+    *,
+    is_reference: bool,
+    t_begin: float,
+    t_end: float,
+    start_timebase: int,
+    max_ppm: float,
+    segments: int = 4,
+) -> NodeClock:
+    """A node clock valid on [t_begin, t_end] (reference ticks), with margin on both sides.
+
+    The reference node maps identically. Others start at ``start_timebase`` at ``t_begin`` and
+    drift by a base rate within +-max_ppm plus a wander of up to 30 % of max_ppm per segment.
+    """
+    margin = max(t_end - t_begin, 1.0) * 2.0 + 1e9
+    if is_reference:
+        knots = np.array([t_begin - margin, t_end + margin], dtype=np.float64)
+        return NodeClock(name, knots, knots.copy())
+    segments = max(1, segments)
+    inner = np.linspace(t_begin, t_end, segments + 1)
+    ref_knots = np.concatenate([[t_begin - margin], inner, [t_end + margin]])
+    base = rng.uniform(-0.7, 0.7) * max_ppm
+    wander = rng.uniform(-0.3, 0.3, size=len(ref_knots) - 1) * max_ppm
+    ppm = np.clip(base + wander, -max_ppm, max_ppm)
+    rates = 1.0 + ppm * 1e-6  # node ticks per reference tick, per segment
+    steps = np.diff(ref_knots) * rates
+    node_knots = np.concatenate([[0.0], np.cumsum(steps)])
+    # anchor: node timebase = start_timebase at t_begin (knot index 1)
+    node_knots += float(start_timebase) - node_knots[1]
+    return NodeClock(name, ref_knots, node_knots)

@@ -1,0 +1,185 @@
+"""MPI between simulated processes, once per phase after every process collected its barrier.
+
+Per phase, in true time, on MPI_COMM_WORLD (comm id 0, peers are world ranks):
+
+1. blocking ring, eager: each rank sends two small messages with the same tag to its right
+   neighbour (MPI_Send returns after a local copy, possibly before the receive starts), then
+   receives two from its left neighbour; the second arrives no earlier than the first
+   (non-overtaking) and MPI_RECV is recorded after the message is complete;
+2. nonblocking exchange, rendezvous: MPI_Isend right, MPI_Irecv left, MPI_Waitall; a large
+   send completes only once the receiver posted its receive; ISEND_COMPLETE / IRECV are
+   recorded when the wait finds them complete;
+3. MPI_Allreduce every phase (every END after every BEGIN), MPI_Bcast from rank 0 every other
+   phase (root's BEGIN before every END).
+
+Every MPI record sits inside the ENTER/LEAVE of its call's region (kind ``mpi``). Latencies:
+intra-node 1-2 us + bytes / 2 GB/s, inter-node 5-10 us + bytes / 1 GB/s. Sends carry the true
+arrival time in ``done``; ``messages`` collects (send rank, send uid, recv rank, recv uid).
+
+This module does not touch SPEs or slots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import format as fmt
+from .driver import ProcessSim
+from .workloads import R_MPI
+
+P = fmt.PpeCode
+EAGER_BYTES = 1024
+RENDEZVOUS_BYTES = 1 << 20
+
+
+class MpiWorld:
+    """MPI state across processes (request counters, matched messages)."""
+
+    def __init__(self, procs: list[ProcessSim], node_of_rank: list[int],
+                 rng: np.random.Generator) -> None:
+        self.procs = procs
+        self.node_of = node_of_rank
+        self.rng = rng
+        self.us = procs[0].us
+        self.next_req = [1] * len(procs)
+        self.messages: list[tuple[int, int, int, int]] = []
+
+    def latency(self, src: int, dst: int, nbytes: int) -> float:
+        if self.node_of[src] == self.node_of[dst]:
+            base = self.rng.uniform(1.0, 2.0) + nbytes / 2000.0
+        else:
+            base = self.rng.uniform(5.0, 10.0) + nbytes / 1000.0
+        return base * self.us
+
+    def u(self, lo: float, hi: float) -> float:
+        return float(self.rng.uniform(lo, hi)) * self.us
+
+    def _call(self, r: int, region: int, t: float) -> float:
+        self.procs[r].ppe(0, t, P.ENTER, region)
+        return t + self.u(0.2, 0.6)
+
+    def _leave(self, r: int, region: int, t: float) -> float:
+        t_leave = t + self.u(0.2, 0.6)
+        self.procs[r].ppe(0, t_leave, P.LEAVE, region)
+        return t_leave + self.u(0.3, 1.0)
+
+    def phase(self, p: int) -> None:
+        n = len(self.procs)
+        if n < 2:
+            return
+        t = [pr.t_main for pr in self.procs]
+        t = self._ring(t, p)
+        t = self._exchange(t, p)
+        t = self._allreduce(t)
+        if p % 2 == 0:
+            t = self._bcast(t)
+        for r, pr in enumerate(self.procs):
+            pr.t_main = t[r]
+
+    def _ring(self, t: list[float], p: int) -> list[float]:
+        n = len(self.procs)
+        tag = 10
+        sends: list[list[tuple[float, int]]] = [[] for _ in range(n)]  # per sender: (arrival, uid)
+        for r in range(n):
+            right = (r + 1) % n
+            arrival_prev = -np.inf
+            for _ in range(2):
+                te = self._call(r, R_MPI["send"], t[r])
+                arrival = max(te + self.latency(r, right, EAGER_BYTES), arrival_prev + 1.0)
+                uid = self.procs[r].ppe(0, te, P.MPI_SEND, 0, (right << 32) | tag, EAGER_BYTES,
+                                        done=arrival)
+                arrival_prev = arrival
+                sends[r].append((arrival, uid))
+                t[r] = self._leave(r, R_MPI["send"], te + self.u(1.0, 3.0))
+        for r in range(n):
+            left = (r - 1) % n
+            for arrival, send_uid in sends[left]:
+                te = self._call(r, R_MPI["recv"], t[r])
+                tr = max(te, arrival) + self.u(0.1, 0.5)
+                uid = self.procs[r].ppe(0, tr, P.MPI_RECV, 0, (left << 32) | tag, EAGER_BYTES)
+                self.messages.append((left, send_uid, r, uid))
+                t[r] = self._leave(r, R_MPI["recv"], tr)
+        return t
+
+    def _exchange(self, t: list[float], p: int) -> list[float]:
+        n = len(self.procs)
+        tag = 20
+        isend = {}
+        post = {}
+        for r in range(n):
+            right, left = (r + 1) % n, (r - 1) % n
+            te = self._call(r, R_MPI["isend"], t[r])
+            req = self.next_req[r]
+            self.next_req[r] += 2
+            isend[r] = (te, req)
+            t[r] = self._leave(r, R_MPI["isend"], te)
+            te2 = self._call(r, R_MPI["irecv"], t[r])
+            post[r] = (te2, req + 1, left)
+            self.procs[r].ppe(0, te2, P.MPI_IRECV_REQUEST, 0, 0, (req + 1) << 32)
+            t[r] = self._leave(r, R_MPI["irecv"], te2)
+            _ = right
+        for r in range(n):
+            right = (r + 1) % n
+            te, req = isend[r]
+            start = max(te, post[right][0])
+            arrival = start + self.latency(r, right, RENDEZVOUS_BYTES)
+            uid = self.procs[r].ppe(0, te, P.MPI_ISEND, 0, (right << 32) | tag,
+                                    (req << 32) | RENDEZVOUS_BYTES, done=arrival)
+            isend[r] = (te, req, arrival, uid)
+        for r in range(n):
+            left = (r - 1) % n
+            te = self._call(r, R_MPI["waitall"], t[r])
+            _, req, send_done, _ = isend[r]
+            arrival_in, _, send_uid = isend[left][2], None, isend[left][3]
+            events = sorted([
+                (max(te, send_done) + self.u(0.1, 0.4), 0),
+                (max(te, arrival_in) + self.u(0.1, 0.4), 1),
+            ])
+            last = te
+            for t_ev, kind in events:
+                t_ev = max(t_ev, last + 1.0)
+                if kind == 0:
+                    self.procs[r].ppe(0, t_ev, P.MPI_ISEND_COMPLETE, 0, 0, req << 32)
+                else:
+                    rreq = post[r][1]
+                    uid = self.procs[r].ppe(0, t_ev, P.MPI_IRECV, 0, (left << 32) | tag,
+                                            (rreq << 32) | RENDEZVOUS_BYTES)
+                    self.messages.append((left, send_uid, r, uid))
+                last = t_ev
+            t[r] = self._leave(r, R_MPI["waitall"], last)
+        return t
+
+    def _allreduce(self, t: list[float]) -> list[float]:
+        n = len(self.procs)
+        begins = []
+        for r in range(n):
+            te = self._call(r, R_MPI["allreduce"], t[r])
+            self.procs[r].ppe(0, te, P.MPI_COLL_BEGIN)
+            begins.append(te)
+        steps = int(np.ceil(np.log2(n)))
+        done = max(begins) + steps * self.latency(0, n - 1, 8)
+        for r in range(n):
+            te = max(done + self.u(0.1, 1.0), begins[r] + 1.0)
+            self.procs[r].ppe(0, te, P.MPI_COLL_END, 0,
+                              (int(fmt.CollOp.ALLREDUCE) << 32) | fmt.ROOTLESS, (8 << 32) | 8)
+            t[r] = self._leave(r, R_MPI["allreduce"], te)
+        return t
+
+    def _bcast(self, t: list[float]) -> list[float]:
+        n = len(self.procs)
+        begins = []
+        for r in range(n):
+            te = self._call(r, R_MPI["bcast"], t[r])
+            self.procs[r].ppe(0, te, P.MPI_COLL_BEGIN)
+            begins.append(te)
+        for r in range(n):
+            if r == 0:
+                te = begins[0] + self.u(1.0, 3.0)
+                sent, recv = 4096 * (n - 1), 0
+            else:
+                te = max(begins[r], begins[0] + self.latency(0, r, 4096)) + self.u(0.1, 0.5)
+                sent, recv = 0, 4096
+            self.procs[r].ppe(0, te, P.MPI_COLL_END, 0, (int(fmt.CollOp.BCAST) << 32) | 0,
+                              (sent << 32) | recv)
+            t[r] = self._leave(r, R_MPI["bcast"], te)
+        return t

@@ -1,0 +1,91 @@
+"""The simulator's in-memory record table (one per process), before it becomes slots.
+
+Every generator appends rows here: PPE records (``core`` 0, ``actor`` = PPE thread) and SPE
+records (``core`` 1, ``actor`` = context id). ``t`` is the true reference time at which the
+record's clock was read (the moment FORMAT 3.3/3.4 names); the buffer stage derives reservation
+times and raw clock values from it. ``done`` carries a second true time where one exists (a DMA
+command's completion, an MPI message's arrival), ``dmg`` marks records damage touched.
+``uid`` is the insertion order: the tie-break for equal times and the key the truth uses.
+
+This module does not check semantics; the generators are responsible for them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PPE = 0
+SPE = 1
+
+REC_DTYPE = np.dtype(
+    [
+        ("t", "<f8"),
+        ("uid", "<i8"),
+        ("core", "u1"),
+        ("actor", "<u2"),
+        ("code", "<u2"),
+        ("a", "<u8"),
+        ("b", "<u8"),
+        ("c", "<u8"),
+        ("d", "<u8"),
+        ("done", "<f8"),
+        ("dmg", "u1"),
+    ]
+)
+
+
+class RecordSink:
+    """Collects rows one at a time (control records) or as whole arrays (vectorized bodies)."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple] = []
+        self._chunks: list[np.ndarray] = []
+        self._next_uid = 0
+
+    def add(
+        self,
+        t: float,
+        core: int,
+        actor: int,
+        code: int,
+        a: int = 0,
+        b: int = 0,
+        c: int = 0,
+        d: int = 0,
+        done: float = np.nan,
+    ) -> int:
+        """Append one record; returns its uid."""
+        uid = self._next_uid
+        self._next_uid += 1
+        self._rows.append((float(t), uid, core, actor, int(code), a, b, c, d, done, 0))
+        return uid
+
+    def add_array(self, rows: np.ndarray) -> np.ndarray:
+        """Append a REC_DTYPE array (uid is overwritten); returns the uids given."""
+        self._flush_rows()
+        rows = rows.copy()
+        uids = np.arange(self._next_uid, self._next_uid + len(rows), dtype=np.int64)
+        rows["uid"] = uids
+        self._next_uid += len(rows)
+        self._chunks.append(rows)
+        return uids
+
+    def _flush_rows(self) -> None:
+        if self._rows:
+            self._chunks.append(np.array(self._rows, dtype=REC_DTYPE))
+            self._rows = []
+
+    def finish(self) -> np.ndarray:
+        """All records, sorted by uid (insertion order)."""
+        self._flush_rows()
+        if not self._chunks:
+            return np.zeros(0, REC_DTYPE)
+        out = np.concatenate(self._chunks)
+        return out[np.argsort(out["uid"], kind="stable")]
+
+
+def empty(n: int) -> np.ndarray:
+    """n zeroed records with ``done`` = NaN."""
+    rows = np.zeros(n, REC_DTYPE)
+    rows["done"] = np.nan
+    return rows

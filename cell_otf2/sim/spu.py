@@ -1,0 +1,221 @@
+"""SPU scheduling, context switches and decrementer live intervals of one process.
+
+A decrementer counts down one per tick of its node's oscillator. While a context runs, its
+value at reference time t is ``K - floor(node_timebase(t))`` (unwrapped, a Python int;
+the raw register is that mod 2^32); every live interval has its own integer ``K``.
+Intervals begin at the first load (random 32-bit start value), at every restore after a
+context switch and at every DECR_WRITE.
+
+Scheduling is run-to-block: a context keeps its SPU until it blocks on its inbound mailbox
+at a phase barrier; a context that needs an SPU takes a free one, or evicts the holder that
+blocked first (kernel STOP record), or waits until a working holder blocks. There is no
+time-slice preemption in the middle of a phase (a documented simplification). The first load
+and the final unload write no CTX_SWITCH record; only a STOP/START pair does.
+
+Restore modes (FORMAT 3.5): "restored" resumes from the saved value (the local clock stood
+still); "compensated" resumes from the saved value minus the kernel's two timebase readings'
+difference, and the decrementer starts counting only after a restore latency, so the interval
+offset grows by that latency.
+
+This module emits only CTX_SWITCH and SPE START records; it does not place other records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import format as fmt
+from .clocks import NodeClock
+from .records import PPE, SPE, RecordSink
+
+MOD32 = 1 << 32
+
+
+@dataclass
+class ContextClock:
+    """The live intervals of one context's decrementer."""
+
+    node: NodeClock
+    starts: list[float] = field(default_factory=list)  # reference time each interval began
+    k_values: list[int] = field(default_factory=list)  # K of each interval
+    first_values: list[int] = field(default_factory=list)  # unwrapped value at the start
+
+    def begin(self, t_start: float, value_at_start: int) -> None:
+        """A new interval counting down from ``value_at_start`` (unwrapped) at ``t_start``."""
+        tb = int(self.node.tb_floor(t_start))
+        self.starts.append(float(t_start))
+        self.k_values.append(int(value_at_start) + tb)
+        self.first_values.append(int(value_at_start))
+
+    def value(self, t: float) -> int:
+        """Unwrapped value of the current (last) interval at ``t``."""
+        return self.k_values[-1] - int(self.node.tb_floor(t))
+
+    def readings(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(interval index, raw 32-bit decr) for reading times ``t`` (any order)."""
+        starts = np.asarray(self.starts)
+        idx = np.searchsorted(starts, t, side="right") - 1
+        if np.any(idx < 0):
+            raise AssertionError("decrementer read before the context was loaded")
+        k = np.asarray(self.k_values, dtype=np.int64)[idx]
+        unwrapped = k - self.node.tb_floor(t)
+        return idx.astype(np.int64), np.mod(unwrapped, MOD32).astype(np.uint64)
+
+
+@dataclass
+class Timing:
+    """Kernel and hardware delays in ticks."""
+
+    save: tuple[float, float]  # context save, STOP record after it
+    restore_latency_max: float  # "0 .. a few microseconds"
+    load: tuple[float, float]  # first load of a program image
+    gap: float  # smallest spacing we keep after a blocking record before a save
+
+
+class SpuScheduler:
+    """Run-to-block scheduling of one process's contexts on its share of physical SPUs."""
+
+    def __init__(
+        self,
+        spus: list[int],
+        mode: str,
+        clocks: dict[int, ContextClock],
+        ctx_thread: dict[int, int],
+        sink: RecordSink,
+        rng: np.random.Generator,
+        timing: Timing,
+    ) -> None:
+        self.mode = mode
+        self.clocks = clocks
+        self.ctx_thread = ctx_thread
+        self.sink = sink
+        self.rng = rng
+        self.timing = timing
+        self.holder: dict[int, int | None] = {s: None for s in spus}
+        self.free_at: dict[int, float] = {s: -np.inf for s in spus}
+        self.on_spu: dict[int, int] = {}
+        self.block_time: dict[int, float] = {}
+        self.saved: dict[int, tuple[float, int, int]] = {}  # ctx -> (t_save, value, tb_save)
+        self.loaded: set[int] = set()
+        self.switches = 0
+
+    def is_on(self, ctx: int) -> bool:
+        return ctx in self.on_spu
+
+    def acquire(self, ctx: int, t_ready: float) -> tuple[float, bool]:
+        """Put ``ctx`` on an SPU no earlier than ``t_ready``.
+
+        Returns (time it runs, first_load). For a first load the caller writes the SPE START
+        record; for a restore this writes the CTX_SWITCH START record.
+        """
+        if ctx in self.on_spu:
+            return t_ready, False
+        best_spu, best_key = None, (np.inf, 1)
+        for spu, h in self.holder.items():
+            if h is None:
+                key = (max(t_ready, self.free_at[spu]), 0)  # a free SPU wins a tie
+            else:
+                key = (max(t_ready, self.block_time[h] + self.timing.gap), 1)
+            if key < best_key:
+                best_spu, best_key = spu, key
+        if best_spu is None or not np.isfinite(best_key[0]):
+            raise AssertionError("no SPU will ever be free: every holder is working")
+        t = best_key[0]
+        victim = self.holder[best_spu]
+        if victim is not None:
+            t = self._stop(victim, best_spu, t)
+        return self._start(ctx, best_spu, t)
+
+    def block(self, ctx: int, t_block: float) -> None:
+        """``ctx`` blocks (keeps its SPU) from ``t_block``; it may be evicted after that."""
+        self.block_time[ctx] = t_block
+
+    def working(self, ctx: int) -> None:
+        self.block_time[ctx] = np.inf
+
+    def release(self, ctx: int, t_free: float) -> None:
+        """The context exited: its SPU is free from ``t_free``; no CTX_SWITCH record."""
+        spu = self.on_spu.pop(ctx)
+        self.holder[spu] = None
+        self.free_at[spu] = t_free
+
+    # ----------------------------------------------------------------------------------------
+
+    def _stop(self, ctx: int, spu: int, t_save: float) -> float:
+        """Save ``ctx`` at ``t_save``; write STOP after it; return when the SPU is free."""
+        clock = self.clocks[ctx]
+        value = clock.value(t_save)
+        tb_save = int(clock.node.tb_floor(t_save))
+        t_rec = t_save + self.rng.uniform(*self.timing.save)
+        self.sink.add(
+            t_rec, PPE, self.ctx_thread[ctx], fmt.PpeCode.CTX_SWITCH, ctx,
+            int(fmt.SwitchType.STOP), (spu << 32) | (value % MOD32),
+        )
+        self.saved[ctx] = (t_save, value, tb_save)
+        del self.on_spu[ctx]
+        self.holder[spu] = None
+        self.switches += 1
+        return t_rec + self.rng.uniform(1.0, 4.0)
+
+    def _start(self, ctx: int, spu: int, t: float) -> tuple[float, bool]:
+        clock = self.clocks[ctx]
+        self.holder[spu] = ctx
+        self.on_spu[ctx] = spu
+        self.block_time[ctx] = np.inf
+        if ctx not in self.loaded:
+            self.loaded.add(ctx)
+            t_run = t + self.rng.uniform(*self.timing.load)
+            clock.begin(t_run, int(self.rng.integers(0, MOD32)))
+            return t_run, True
+        t_save, value, tb_save = self.saved.pop(ctx)
+        tb_restore = int(clock.node.tb_floor(t))  # the kernel's second timebase reading
+        start_value = value if self.mode == "restored" else value - (tb_restore - tb_save)
+        rec_delay = self.rng.uniform(0.5, 3.0)
+        self.sink.add(
+            t + rec_delay, PPE, self.ctx_thread[ctx], fmt.PpeCode.CTX_SWITCH, ctx,
+            int(fmt.SwitchType.START), (spu << 32) | (start_value % MOD32),
+        )
+        latency = rec_delay + 1.0 + self.rng.uniform(0.0, self.timing.restore_latency_max)
+        t_run = t + latency
+        clock.begin(t_run, start_value)
+        return t_run, False
+
+
+HEARTBEAT_TICKS = 1 << 30  # the library's wake-up period: half the 2^31 limit
+
+
+def heartbeat_rows(spe: np.ndarray, clocks: dict[int, ContextClock]) -> np.ndarray:
+    """HEARTBEAT records so consecutive readings of one interval are < 2^30 local ticks apart.
+
+    ``spe`` holds SPE records (REC_DTYPE). A gap of ``step`` local ticks gets
+    ``step // 2^30`` heartbeats evenly spaced in true time (the context is on its SPU for the
+    whole gap: intervals end at every switch).
+    """
+    from .records import empty
+
+    out = []
+    for c, clock in clocks.items():
+        r = spe[spe["actor"] == c]
+        if len(r) < 2:
+            continue
+        t = np.sort(r["t"])
+        idx, _ = clock.readings(t)
+        k = np.asarray(clock.k_values, dtype=np.int64)[idx]
+        local = clock.node.tb_floor(t) - k
+        step = np.diff(local)
+        m = np.where(idx[1:] == idx[:-1], step // HEARTBEAT_TICKS, 0)
+        total = int(m.sum())
+        if total == 0:
+            continue
+        j = np.repeat(np.arange(len(m)), m)
+        first = np.repeat(np.cumsum(m) - m, m)
+        q = np.arange(total) - first
+        hb = empty(total)
+        hb["t"] = t[j] + (t[j + 1] - t[j]) * (q + 1) / (m[j] + 1)
+        hb["core"] = SPE
+        hb["actor"] = c
+        hb["code"] = fmt.SpeCode.HEARTBEAT
+        out.append(hb)
+    return np.concatenate(out) if out else empty(0)

@@ -1,0 +1,291 @@
+"""Deterministic synthetic CBT 1 runs with ground truth (public entry of ``cell_otf2.sim``).
+
+``simulate_run(out_dir, workload, seed, **options)`` writes ``run.json``, one dump per rank
+(through ``cell_otf2.format`` dtypes) and ``truth.npz``/``truth.json`` (``cell_otf2.truth``).
+Same options and seed give the same bytes.
+
+Choices where the contracts leave room (also in the final report):
+- Reference time = rank 0's node timebase; every other node drifts within ``max_ppm``.
+- Scheduling is run-to-block (``sim/spu.py``): contexts only lose their SPU while blocked at a
+  phase barrier; the first load and the final unload write no CTX_SWITCH record.
+- ``--duration-s`` picks the number of phases from a per-workload phase estimate; the actual
+  run length differs (waits, scheduling).
+- ``--spus`` counts physical SPUs per node, split evenly between the node's ranks.
+- Heartbeats keep consecutive readings of an interval < 2^30 ticks apart (half the limit).
+
+This module wires the parts together; it does not check the run (tests do).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import format as fmt
+from .sim import damage as dmg
+from .sim.buffer import KIND_BLOCK, KIND_GAP, KIND_PPE, KIND_SPE, build_slots
+from .sim.clocks import make_node_clock
+from .sim.driver import ProcessOptions, ProcessSim
+from .sim.manifest import CELL_CHIPS, SPES_PER_CHIP, build_manifest, node_name
+from .sim.mpi import MpiWorld
+from .sim.spu import heartbeat_rows
+from .sim.workloads import WORKLOADS, phase_estimate_us
+from .truth import DMA_DTYPE, INTERVAL_DTYPE, MESSAGE_DTYPE, NodeTruth, Truth, save_truth
+
+DEFAULT_TIMEBASE_HZ = 14_318_000
+REALTIME_BASE_NS = 1_226_400_000_000_000_000
+
+
+@dataclass
+class SimOptions:
+    workload: str = "fft"
+    seed: int = 0
+    spes: int | None = None  # SPE contexts per rank
+    ranks: int | None = None
+    nodes: int | None = None
+    phases: int | None = None
+    duration_s: float | None = None
+    chunks: int | None = None  # loop iterations per phase per context
+    timebase_hz: int = DEFAULT_TIMEBASE_HZ
+    spus: int | None = None  # physical SPUs per node (default cell_chips * spes_per_chip)
+    decrementer_restore: str = "compensated"
+    decr_writes: bool = False
+    heartbeats: bool = True
+    spe_buffer_records: int = 16
+    spe_buffers: int = 2
+    byte_order: str = "B"
+    max_ppm: float = 50.0
+    damage: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SimSummary:
+    out_dir: Path
+    records: int
+    slots: int
+    contexts: int
+    nodes: int
+    ranks: int
+    bytes_written: int
+    context_switches: int
+    phases: int
+    per_rank_slots: list[int]
+
+
+def _resolve(o: SimOptions) -> SimOptions:
+    if o.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {o.workload!r}; choose one of {sorted(WORKLOADS)}")
+    w = WORKLOADS[o.workload]
+    o.spes = o.spes or w.default_spes
+    if o.nodes is None:
+        o.nodes = 2 if w.mpi else 1
+    if o.ranks is None:
+        o.ranks = 2 * o.nodes if w.mpi else o.nodes
+    o.chunks = o.chunks or w.chunks
+    if o.phases is None:
+        if o.duration_s is not None:
+            est = phase_estimate_us(w, o.chunks) * 1e-6
+            o.phases = max(1, int(round(o.duration_s / est)))
+        else:
+            o.phases = w.default_phases
+    if o.spus is None:
+        o.spus = CELL_CHIPS * SPES_PER_CHIP
+    checks = [
+        (o.decrementer_restore in ("restored", "compensated"),
+         "decrementer_restore must be 'restored' or 'compensated'"),
+        (o.byte_order in ("B", "L"), "byte order must be 'B' or 'L'"),
+        (o.spe_buffers in (1, 2), "spe_buffers must be 1 or 2"),
+        (1 <= o.spe_buffer_records <= 65535, "spe_buffer_records must be 1..65535"),
+        (o.ranks >= o.nodes >= 1, "need at least one rank per node"),
+        (o.spes >= 1 and o.phases >= 1 and o.chunks >= 1, "spes, phases, chunks must be >= 1"),
+        (o.spus >= o.ranks // o.nodes + (o.ranks % o.nodes > 0), "need one SPU per rank"),
+        (0 <= o.max_ppm <= 100, "max_ppm must be within 0..100"),
+        (o.timebase_hz > 0, "timebase_hz must be positive"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(msg)
+    for kind in o.damage:
+        if kind not in dmg.KINDS:
+            raise ValueError(f"unknown damage {kind!r}; choose from {', '.join(dmg.KINDS)}")
+    return o
+
+
+def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0,
+                 **options: object) -> SimSummary:
+    """Write one synthetic run with its truth into ``out_dir`` (created if missing)."""
+    opts = _resolve(SimOptions(workload=workload, seed=seed, **options))  # type: ignore[arg-type]
+    return _run(Path(out_dir), opts)
+
+
+def _run(out_dir: Path, o: SimOptions) -> SimSummary:
+    w = WORKLOADS[o.workload]
+    hz = int(o.timebase_hz)
+    us = hz / 1e6
+    rng = np.random.default_rng([o.seed, 0])
+    layout = fmt.BIG if o.byte_order == "B" else fmt.LITTLE
+    node_of = [r * o.nodes // o.ranks for r in range(o.ranks)]
+    t0 = float(rng.integers(50_000_000_000, 500_000_000_000))
+    est = o.phases * phase_estimate_us(w, o.chunks) * us * max(1.0, o.spes / o.spus) + 1e3 * us
+    clocks = []
+    for i in range(o.nodes):
+        start_tb = t0 if i == 0 else int(rng.integers(50_000_000_000, 500_000_000_000))
+        clocks.append(make_node_clock(rng, node_name(i), is_reference=(i == 0), t_begin=t0,
+                                      t_end=t0 + est, start_timebase=int(start_tb),
+                                      max_ppm=o.max_ppm))
+    popts = ProcessOptions(w, o.spes, o.chunks, o.phases, o.decrementer_restore, o.decr_writes,
+                           us)
+    procs: list[ProcessSim] = []
+    t_start = []
+    for r in range(o.ranks):
+        mates = [q for q in range(o.ranks) if node_of[q] == node_of[r]]
+        share = max(1, o.spus // len(mates))
+        j = mates.index(r)
+        spus = list(range(j * share, (j + 1) * share))
+        pr = ProcessSim(r, clocks[node_of[r]], spus, popts, np.random.default_rng([o.seed, 1, r]))
+        ts = t0 + 1000.0 + r * float(rng.uniform(50, 200)) * us
+        pr.start(ts)
+        t_start.append(ts)
+        procs.append(pr)
+    world = MpiWorld(procs, node_of, np.random.default_rng([o.seed, 2])) if w.mpi else None
+    for p in range(o.phases):
+        for pr in procs:
+            pr.phase(p)
+        if world is not None:
+            world.phase(p)
+    for pr in procs:
+        pr.finish()
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drng = np.random.default_rng([o.seed, 3])
+    recs_by_rank = {}
+    for pr in procs:
+        recs = pr.sink.finish()
+        if o.heartbeats:
+            hb = heartbeat_rows(recs[recs["core"] == 1], pr.clocks)
+            if len(hb):
+                hb["uid"] = recs["uid"].max() + 1 + np.arange(len(hb))
+                recs = np.concatenate([recs, hb])
+        recs_by_rank[pr.rank] = recs
+    damage_log: list[dict] = []
+    extra_messages: list = []
+    for kind in dmg.RECORD_KINDS:
+        if kind in o.damage:
+            dmg.apply_record_damage(kind, recs_by_rank, procs, drng, damage_log, extra_messages)
+
+    processes, slot_time, slot_res, slot_int, damaged = [], {}, {}, {}, {}
+    intervals, dma_rows = [], []
+    uid_slot: dict[int, np.ndarray] = {}
+    total_bytes, total_records, per_rank_slots = 0, 0, []
+    for pr in procs:
+        r = pr.rank
+        recs = recs_by_rank[r]
+        slots = build_slots(recs, pr.node, pr.clocks, layout, o.spe_buffer_records,
+                            o.spe_buffers, np.random.default_rng([o.seed, 4, r]))
+        _collect_intervals(r, node_of[r], pr, slots.meta, intervals)
+        for kind in dmg.SLOT_KINDS:
+            if kind in o.damage:
+                slots = dmg.apply_slot_damage(kind, r, slots, drng, damage_log, o.ranks - 1)
+        data = slots.to_bytes(r, hz)
+        cut = dmg.truncation(o.damage, r, len(data), slots, drng, damage_log, o.ranks - 1)
+        data = data[:cut]
+        n_full = (len(data) - fmt.HEADER_SIZE) // fmt.SLOT_SIZE
+        meta = slots.meta[:n_full]
+        path = f"rank{r:05d}.cbt"
+        (out_dir / path).write_bytes(data)
+        total_bytes += len(data)
+        total_records += int(np.count_nonzero((meta["kind"] == KIND_PPE)
+                                              | (meta["kind"] == KIND_SPE)))
+        per_rank_slots.append(n_full)
+        slot_time[r] = meta["t_read"].copy()
+        slot_res[r] = meta["t_res"].copy()
+        slot_int[r] = meta["interval"].copy()
+        damaged[r] = np.flatnonzero(meta["dmg"]).astype(np.int64)
+        m = np.full(int(recs["uid"].max()) + 1 if len(recs) else 0, -1, np.int64)
+        has = meta["uid"] >= 0
+        m[meta["uid"][has]] = np.flatnonzero(has)
+        uid_slot[r] = m
+        is_dma = (recs["core"] == 1) & (recs["code"] == fmt.SpeCode.DMA)
+        for rec in [recs[is_dma]]:
+            s = m[rec["uid"]]
+            keep = s >= 0
+            dma_rows.append(np.array(list(zip([r] * int(keep.sum()), s[keep], rec["t"][keep],
+                                              rec["done"][keep], strict=True)), DMA_DTYPE))
+        tb_start = int(pr.node.tb_floor(t_start[r]))
+        processes.append({
+            "rank": r, "node": node_name(node_of[r]), "path": path, "pid": 4000 + 17 * r,
+            "start_timebase": tb_start,
+            "start_realtime_ns": int(REALTIME_BASE_NS + (t_start[r] - t0) / hz * 1e9
+                                     + node_of[r] * 1_300_000),
+        })
+    messages = _messages(world, recs_by_rank, uid_slot)
+    manifest = build_manifest(f"{o.workload}_sim", hz, o.decrementer_restore, o.nodes,
+                              processes, f"{o.workload}_spu")
+    (out_dir / "run.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+    t_all = np.concatenate([v[np.isfinite(v)] for v in slot_time.values()])
+    t_mid = float((t_all.min() + t_all.max()) / 2) if len(t_all) else t0
+    nodes = {}
+    for c in clocks:
+        off, rate = c.midpoint_map(t_mid)
+        # reference = offset + rate * node  <=>  node -> ref; invert the node->ref slope
+        nodes[c.name] = NodeTruth(c.name, off, rate, c.ref_knots, c.node_knots)
+    summary = SimSummary(out_dir, total_records, sum(per_rank_slots), o.spes * o.ranks, o.nodes,
+                         o.ranks, total_bytes, sum(pr.sched.switches for pr in procs), o.phases,
+                         per_rank_slots)
+    opts_dict = asdict(o)
+    truth = Truth(
+        options=opts_dict, timebase_hz=hz, slot_time=slot_time, slot_reserve=slot_res,
+        slot_interval=slot_int, damaged_slots=damaged,
+        intervals=np.concatenate(intervals) if intervals else np.zeros(0, INTERVAL_DTYPE),
+        dma=np.concatenate(dma_rows) if dma_rows else np.zeros(0, DMA_DTYPE),
+        messages=messages, nodes=nodes, node_names=[c.name for c in clocks],
+        damage=damage_log,
+        summary={k: v for k, v in asdict(summary).items() if k != "out_dir"},
+    )
+    save_truth(out_dir, truth)
+    return summary
+
+
+def _collect_intervals(rank: int, node: int, pr: ProcessSim, meta: np.ndarray,
+                       out: list[np.ndarray]) -> None:
+    """Per live interval: offset_ticks = K - 2^32 * m0 (m0 from its first reading)."""
+    is_reading = (meta["kind"] == KIND_SPE) | (meta["kind"] == KIND_BLOCK)
+    for c, clock in pr.clocks.items():
+        sel = is_reading & (meta["ctx"] == c)
+        t = meta["t_read"][sel]
+        iv = meta["interval"][sel]
+        rows = np.zeros(len(clock.k_values), INTERVAL_DTYPE)
+        for i, k in enumerate(clock.k_values):
+            ti = t[iv == i]
+            if len(ti):
+                first_value = k - int(clock.node.tb_floor(float(ti.min())))
+            else:
+                first_value = clock.first_values[i]
+            m0 = first_value // (1 << 32)
+            rows[i] = (rank, c, i, node, float(k - (m0 << 32)), len(ti))
+        out.append(rows)
+
+
+def _messages(world: MpiWorld | None, recs_by_rank: dict[int, np.ndarray],
+              uid_slot: dict[int, np.ndarray]) -> np.ndarray:
+    if world is None:
+        return np.zeros(0, MESSAGE_DTYPE)
+    rows = []
+    for sr, su, rr, ru in world.messages:
+        srecs = recs_by_rank[sr]
+        i = int(np.searchsorted(srecs["uid"], su))
+        if i >= len(srecs) or srecs["uid"][i] != su:
+            continue
+        ss = uid_slot[sr][su] if su < len(uid_slot[sr]) else -1
+        rs = uid_slot[rr][ru] if ru < len(uid_slot[rr]) else -1
+        if ss < 0 or rs < 0:
+            continue
+        rows.append((sr, ss, rr, rs, float(srecs["t"][i]), float(srecs["done"][i])))
+    return np.array(rows, MESSAGE_DTYPE)
+
+
+__all__ = ["SimOptions", "SimSummary", "simulate_run", "KIND_GAP"]
