@@ -344,9 +344,9 @@ def _switch_pairs(ppe: np.ndarray, ctx: int, name: str, damage: DamageLog):
     stops, starts, recs = [], [], []
     pending = None
     bad = 0
-    for i, row in enumerate(sw.tolist()):
-        kind = row[4]  # b
-        value = row[5] & 0xFFFFFFFF  # c low word
+    kinds = sw["b"].tolist()
+    values = (sw["c"] & np.uint64(0xFFFFFFFF)).tolist()
+    for i, (kind, value) in enumerate(zip(kinds, values, strict=True)):
         if kind == fmt.SwitchType.STOP and pending is None:
             pending = (value, i)
         elif kind == fmt.SwitchType.START and pending is not None:

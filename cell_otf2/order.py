@@ -39,6 +39,9 @@ class OrderOptions:
     restore_latency_s: float = 10e-6  # compensated restore: clock late by 0..this
     write_latency_s: float = 1e-6  # DECR_WRITE: write this long after its reading at most
     kernel_read_slack_ticks: int = 4  # kernel's two timebase readings vs the real instants
+    #: how long after its reservation a clock is read at most (FORMAT 3.5: "a few ticks");
+    #: slot-order pairs are loosened by it so that they hold for the true times
+    read_delay_ticks: float = 8.0
 
 
 @dataclass
@@ -80,8 +83,10 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     ok = anc["domain"] >= 0
     a = anc[ok]
     same_rank = a["rank"][1:] == a["rank"][:-1]
-    add("slot_order", _pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
-                             a["domain"][1:][same_rank], a["local"][1:][same_rank]))
+    src, dst, w = _pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
+                         a["domain"][1:][same_rank], a["local"][1:][same_rank])
+    add("slot_order", (src, dst, w + opts.read_delay_ticks))
+    assumed: dict[str, float] = {"read_delay_ticks": float(opts.read_delay_ticks)}
     # block records before their header
     head = anc[rec["anchor"]]
     add("block", _pairs(rec["domain"], rec["local"], head["domain"], head["local"]))
@@ -91,7 +96,6 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
                            rec["domain"][p["after"]], rec["local"][p["after"]]))
     # interval links
     links = dec.links
-    assumed: dict[str, float] = {}
     if links.size:
         sw = links[links["kind"] == LinkKind.SWITCH]
         stop, start = rec[sw["stop_rec"]], rec[sw["start_rec"]]
