@@ -42,6 +42,9 @@ class OrderOptions:
     #: how long after its reservation a clock is read at most (FORMAT 3.5: "a few ticks");
     #: slot-order pairs are loosened by it so that they hold for the true times
     read_delay_ticks: float = 8.0
+    #: constraint sources to build (None: all): "slot_order", "block", "semantic", "switch",
+    #: "continuity"; the published algorithm uses slot order only
+    sources: frozenset[str] | None = None
 
 
 @dataclass
@@ -76,6 +79,8 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     counts: dict[str, int] = {}
 
     def add(name: str, triple) -> None:
+        if opts.sources is not None and name not in opts.sources:
+            return
         parts.append(triple)
         counts[name] = counts.get(name, 0) + int(triple[0].size)
 
@@ -128,6 +133,9 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
             add("continuity", (wr["prev"].astype(np.int64), wr["next"].astype(np.int64), d + lat))
             add("continuity", (wr["next"].astype(np.int64), wr["prev"].astype(np.int64), -d))
             assumed["write_latency_ticks"] = lat
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return Constraints(empty, empty.copy(), np.zeros(0), counts, assumed)
     src = np.concatenate([t[0] for t in parts]).astype(np.int64)
     dst = np.concatenate([t[1] for t in parts]).astype(np.int64)
     w = np.concatenate([t[2] for t in parts]).astype(np.float64)
