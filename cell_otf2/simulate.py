@@ -209,11 +209,15 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         m[meta["uid"][has]] = np.flatnonzero(has)
         uid_slot[r] = m
         is_dma = (recs["core"] == 1) & (recs["code"] == fmt.SpeCode.DMA)
-        for rec in [recs[is_dma]]:
-            s = m[rec["uid"]]
-            keep = s >= 0
-            dma_rows.append(np.array(list(zip([r] * int(keep.sum()), s[keep], rec["t"][keep],
-                                              rec["done"][keep], strict=True)), DMA_DTYPE))
+        rec = recs[is_dma]
+        s = m[rec["uid"]]
+        keep = s >= 0
+        rows = np.zeros(int(keep.sum()), DMA_DTYPE)
+        rows["rank"] = r
+        rows["slot"] = s[keep]
+        rows["issue"] = rec["t"][keep]
+        rows["done"] = rec["done"][keep]
+        dma_rows.append(rows)
         tb_start = int(pr.node.tb_floor(t_start[r]))
         processes.append({
             "rank": r, "node": node_name(node_of[r]), "path": path, "pid": 4000 + 17 * r,

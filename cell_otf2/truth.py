@@ -34,6 +34,7 @@ MESSAGE_DTYPE = np.dtype(
 )
 TRUTH_NPZ = "truth.npz"
 TRUTH_JSON = "truth.json"
+COMPRESS_BELOW = 3_000_000  # array elements; larger truths are stored uncompressed
 
 
 @dataclass
@@ -83,7 +84,9 @@ def save_truth(run_dir: Path, truth: Truth) -> None:
     for i, name in enumerate(truth.node_names):
         arrays[f"node_ref_knots_{i}"] = truth.nodes[name].ref_knots
         arrays[f"node_node_knots_{i}"] = truth.nodes[name].node_knots
-    np.savez_compressed(Path(run_dir) / TRUTH_NPZ, **arrays)
+    n_values = sum(a.size for a in arrays.values())
+    save = np.savez_compressed if n_values < COMPRESS_BELOW else np.savez  # zlib is slow
+    save(Path(run_dir) / TRUTH_NPZ, **arrays)
     meta = {
         "options": truth.options,
         "timebase_hz": truth.timebase_hz,

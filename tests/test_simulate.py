@@ -108,6 +108,10 @@ RUNS = {
     "julia": ("julia", 16, dict(SMALL, spus=3)),
     "blackscholes_long": ("blackscholes", 17, dict(spes=2, phases=2, chunks=4)),
     "hybrid": ("hybrid", 18, dict(spes=2, phases=3, chunks=4, nodes=2, ranks=4, max_ppm=100.0)),
+    "hybrid_one_node_switch": ("hybrid", 19, dict(spes=3, phases=3, chunks=4, nodes=1, ranks=2,
+                                                  spus=4, decrementer_restore="restored")),
+    "ps3_timebase": ("fft", 20, dict(spes=6, phases=2, chunks=5, timebase_hz=79_800_000,
+                                     spe_buffer_records=4, spus=6)),
 }
 
 
@@ -677,3 +681,15 @@ def test_cli_refuses_non_empty_and_summarizes(tmp_path: Path,
         main(args + ["--force"])
     assert e.value.code == 0
     assert (out / "rank00000.cbt").read_bytes() == first
+
+
+def test_ranks_on_one_node_share_its_spus(runs: dict[str, Path]) -> None:
+    manifest, dumps = load(runs["hybrid_one_node_switch"])
+    assert len({p["node"] for p in manifest["processes"]}) == 1
+    used = []
+    for _, d in dumps.items():
+        sw = d.ppe_sel(P.CTX_SWITCH)
+        assert len(sw) > 0, "3 contexts on 2 SPUs must switch"
+        used.append(set((d.ppe["c"][sw] >> np.uint64(32)).astype(int).tolist()))
+    assert not used[0] & used[1]
+    assert all(u <= set(range(4)) for u in used)
