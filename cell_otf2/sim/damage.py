@@ -11,8 +11,10 @@ reservations lost, one GAP in their place), ``backwards-timebase`` (a main-threa
 1000 ticks below its predecessor), ``block-overrun`` (the dump ends inside a block),
 ``truncate`` (the file is cut inside a slot). Every kind acts on the last rank.
 
-Each application appends {"kind", "rank", "detail"} to the damage log; the truth lists the
-touched slots. This module does not decide whether a reader copes.
+Each application appends {"kind", "rank", "detail"} to the damage log, plus numbers where a
+kind has them (gap: gap_slot, first_ticket, lost_slots; truncate: cut_byte, partial_slot,
+lost_slots; block-overrun: header_slot, missing_records; backwards-timebase: slot); the truth
+also lists every touched slot per rank. This module does not decide whether a reader copes.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def apply_slot_damage(kind: str, rank: int, slots: Slots, rng: np.random.Generat
     meta, raw = slots.meta, slots.raw
     if kind == "gap":
         heads = np.flatnonzero(meta["kind"] == KIND_BLOCK)
-        h = _pick(rng, heads)
+        h = _pick(rng, heads[: max(1, len(heads) // 2)])
         res0 = int(meta["res"][h])
         lost = np.flatnonzero((meta["res"] == res0) | (meta["res"] == res0 + 1))
         first, n_lost = int(lost[0]), len(lost)
@@ -145,15 +147,16 @@ def apply_slot_damage(kind: str, rank: int, slots: Slots, rng: np.random.Generat
         new_raw[first] = gap_raw[0]
         new_raw[first + 1:] = raw[first + n_lost:]
         raw = new_raw
-        log.append({"kind": kind, "rank": rank,
+        log.append({"kind": kind, "rank": rank, "gap_slot": first, "first_ticket": ticket,
+                    "lost_slots": n_lost,
                     "detail": f"{n_lost} slots from ticket {ticket} lost, GAP at slot {first}"})
     elif kind == "backwards-timebase":
         main = np.flatnonzero((meta["kind"] == KIND_PPE) & (raw["thread"] == 0))
-        i = _pick(rng, main[1:])
+        i = _pick(rng, main[1 : max(2, len(main) // 3)])  # early: later cuts keep it
         prev = main[np.searchsorted(main, i) - 1]
         raw["timebase"][i] = raw["timebase"][prev] - np.uint64(1000)
         meta["dmg"][i] = 1
-        log.append({"kind": kind, "rank": rank,
+        log.append({"kind": kind, "rank": rank, "slot": int(i),
                     "detail": f"slot {i}: timebase 1000 ticks below slot {prev} (thread 0)"})
     elif kind == "block-overrun":
         v = raw.view(slots.layout.block)
@@ -162,9 +165,9 @@ def apply_slot_damage(kind: str, rank: int, slots: Slots, rng: np.random.Generat
         keep = h + 1 + int(v["count"][h]) // 2
         meta["dmg"][h] = 1
         meta, raw = meta[:keep], raw[:keep]
-        log.append({"kind": kind, "rank": rank,
-                    "detail": f"dump ends {int(v['count'][h]) - (keep - h - 1)} records into "
-                              f"the block at slot {h}"})
+        missing = int(v["count"][h]) - (keep - h - 1)
+        log.append({"kind": kind, "rank": rank, "header_slot": h, "missing_records": missing,
+                    "detail": f"dump ends {missing} records short of the block at slot {h}"})
     return _remake(slots, meta, raw)
 
 
@@ -174,8 +177,10 @@ def truncation(kinds: list[str], rank: int, n_bytes: int, slots: Slots,
     if "truncate" not in kinds or rank != last_rank:
         return n_bytes
     n_slots = (n_bytes - fmt.HEADER_SIZE) // fmt.SLOT_SIZE
-    keep_slots = max(1, n_slots - 1 - int(rng.integers(0, max(1, n_slots // 10))))
+    extra = 0 if "block-overrun" in kinds else int(rng.integers(0, max(1, n_slots // 10)))
+    keep_slots = max(1, n_slots - 1 - extra)  # with block-overrun: only the last slot is cut
     cut = fmt.HEADER_SIZE + keep_slots * fmt.SLOT_SIZE + int(rng.integers(1, fmt.SLOT_SIZE))
-    log.append({"kind": "truncate", "rank": rank,
+    log.append({"kind": "truncate", "rank": rank, "cut_byte": cut, "partial_slot": keep_slots,
+                "lost_slots": n_slots - keep_slots,
                 "detail": f"file cut at byte {cut} inside slot {keep_slots}"})
     return cut
