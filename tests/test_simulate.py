@@ -693,3 +693,16 @@ def test_ranks_on_one_node_share_its_spus(runs: dict[str, Path]) -> None:
         used.append(set((d.ppe["c"][sw] >> np.uint64(32)).astype(int).tolist()))
     assert not used[0] & used[1]
     assert all(u <= set(range(4)) for u in used)
+
+
+def test_duration_picks_phases(tmp_path: Path) -> None:
+    simulate_run(tmp_path / "d", "fft", 4, spes=2, chunks=8, duration_s=0.005)
+    truth = load_truth(tmp_path / "d")
+    phases = truth.options["phases"]
+    assert phases > 1
+    span_s = (np.nanmax(truth.slot_time[0]) - np.nanmin(truth.slot_time[0])) / truth.timebase_hz
+    assert 0.5 * 0.005 < span_s < 3 * 0.005
+    with pytest.raises(ValueError):
+        simulate_run(tmp_path / "bad", "fft", 4, byte_order="X")
+    with pytest.raises(ValueError):
+        simulate_run(tmp_path / "bad2", "nosuch", 4)
