@@ -51,6 +51,7 @@ def split_intervals(
     stop_values: np.ndarray,
     start_values: np.ndarray,
     split_big_steps: bool = False,
+    force_split: np.ndarray | None = None,
 ) -> IntervalSplit:
     """Assign readings to live intervals.
 
@@ -114,6 +115,8 @@ def split_intervals(
         first = np.ones(n, dtype=bool)
         first[1:] = interval[1:] != interval[:-1]
         big = np.flatnonzero((steps >= HALF) & ~first)
+        if force_split is not None:
+            big = np.flatnonzero(((steps >= HALF) | force_split) & ~first)
         if split_big_steps and big.size:
             # an ambiguous wrap count: the readings after it get an interval of their own
             is_big = np.zeros(n, dtype=np.int32)

@@ -120,7 +120,7 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
     t3 = time.perf_counter()
     if progress:
         progress("sync", 0.0)
-    result = synchronize(dec, cons, alpha=alpha)
+    result = synchronize(dec, cons, alpha=alpha, damage=damage)
     apply_times(dec, result, damage)
     t4 = time.perf_counter()
     timings.update(read=t1 - t0, decode=t2 - t1, order=t3 - t2, sync=t4 - t3)
@@ -144,10 +144,15 @@ def sync_report(pipe: Pipeline) -> dict:
     d = dec.domains
     for k in np.flatnonzero(d["kind"] == DomainKind.SPE_INTERVAL).tolist():
         row = d[k]
+        if row["segment"] > 0:  # after a wrap the readings cannot place: counted, not listed
+            intervals[-1]["readings"] += int(row["readings"])
+            intervals[-1]["segments"] += 1
+            continue
         intervals.append({
             "rank": int(row["rank"]), "ctx": int(row["ctx"]), "interval": int(row["interval"]),
             "readings": int(row["readings"]), "offset_ticks": num(res.offset[k]),
             "lower_ticks": num(res.lower[k]), "upper_ticks": num(res.upper[k]),
+            "segments": 1,
         })
     return {
         "reference": {"rank": 0, "node": man.processes[0].node},

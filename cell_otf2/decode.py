@@ -59,7 +59,7 @@ LINK_DTYPE = np.dtype(
         ("next", "<i4"),  # domain of the interval after
         ("kind", "u1"),  # LinkKind
         ("value", "<i8"),  # decrementer value at the link: STOP's saved value (switch),
-        #                    written value (write)
+        #                    written value (write); the raw step mod 2^32 (wrap)
         ("start_value", "<i8"),  # START's restore value (switch), -1 otherwise
         ("local_prev", "<i8"),  # local time of ``value`` on the previous interval's clock
         ("local_next", "<i8"),  # local time of ``start_value`` (switch) or ``value`` (write)
@@ -141,7 +141,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
     loc_key = {(int(r), int(k), int(i)): n for n, (r, k, i) in enumerate(locations.tolist())}
     n_nodes = len(manifest.nodes)
-    domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, -1, 0) for i in range(n_nodes)]
+    domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
+                            for i in range(n_nodes)]
     rec_parts, anchor_parts, link_rows = [], [], []
     anchor_base = 0
     slots_lost = blocks_missing = records_total = 0
@@ -205,20 +206,36 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             dw = is_rec & (spe["code"][which] == S.DECR_WRITE)
             write_new[dw] = spe["b"][which[dw]].astype(np.int64) % MOD
             sw_stop, sw_start, sw_recs = _switch_pairs(ppe, ctx, dump.name, damage)
+            force = None
+            if not (spe["code"][rec_idx] == S.HEARTBEAT).any():
+                force = _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys[po])
+                if force.any():
+                    damage.add(DamageKind.missing_heartbeat, dump.name,
+                               int(blocks["slot"][blk_idx[0]]), int(force.sum()),
+                               f"SPE context {ctx} has no HEARTBEAT records and blocks whose "
+                               "time window reaches 2^31 ticks: steps there may hide whole "
+                               "wraps, so each is decided from the order constraints or left "
+                               "open, never assumed")
             split = split_intervals(raw, write_new, sw_stop[:, 0], sw_start[:, 0],
-                                    split_big_steps=split_ambiguous_wraps)
+                                    split_big_steps=split_ambiguous_wraps, force_split=force)
             if split.big_steps.size:
                 i = int(split.big_steps[0])
                 slot = int(spe["slot"][which[i]] if is_rec[i] else blocks["slot"][which[i]])
-                damage.add(DamageKind.unusable_time, dump.name, slot, int(split.big_steps.size),
+                damage.add(DamageKind.missing_heartbeat, dump.name, slot,
+                           int(split.big_steps.size),
                            f"SPE context {ctx}: consecutive decrementer readings 2^31 ticks or "
-                           "more apart (missing heartbeat); the wrap count is not guessed: the "
-                           "readings after it form a live interval of their own")
+                           "more apart; the wrap count is decided from the order constraints "
+                           "where they allow only one, never guessed")
             dom0 = len(domains)
             counts = np.bincount(split.interval, minlength=split.n_intervals)
+            contract_k = segment = -1
             for k in range(split.n_intervals):
-                domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), k, loc,
-                                int(counts[k])))
+                if split.starts[k][0] == "wrap":
+                    segment += 1
+                else:
+                    contract_k, segment = contract_k + 1, 0
+                domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
+                                segment, loc, int(counts[k])))
             dom = dom0 + split.interval
             rsel = which[is_rec]
             srec["domain"][rsel] = dom[is_rec]
@@ -276,6 +293,34 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         records_total=records_total,
         ctx_loc=ctx_loc,
     )
+
+
+def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndarray:
+    """Per reading (program order): may the step before it hide a whole wrap?
+
+    Without heartbeats a step that looks short can be 2^32 ticks longer. The readings of block
+    k lie between the previous header's reservation and block k's header; PPE records around
+    them in slot order bound that window in node time. Where the window cannot be shown to be
+    under 2^31 ticks (or no PPE record bounds it), every step inside the block is suspect.
+    """
+    if not ppe.size or not blk_idx.size:
+        return np.ones(keys.size, dtype=bool)
+    p_slot, p_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
+    h_slot = blocks["slot"][blk_idx]
+    # window of block j: from the last PPE record before the previous header (or before this
+    # block's first record) to the first PPE record after this header
+    lo_slot = np.concatenate([[h_slot[0]], h_slot[:-1]])
+    lo_i = np.searchsorted(p_slot, lo_slot) - 1
+    hi_i = np.searchsorted(p_slot, h_slot)
+    ok = (lo_i >= 0) & (hi_i < p_slot.size)
+    window = np.full(blk_idx.size, np.inf)
+    window[ok] = p_tb[hi_i[ok]] - p_tb[lo_i[ok]]
+    suspect = window >= (1 << 31)
+    # block of each reading, in the same program order as ``keys``
+    # block of each reading (a record's block, or the header's own), then its position
+    reading_block = np.where(is_rec, spe["block"][np.where(is_rec, which, 0)], which)
+    pos = np.clip(np.searchsorted(blk_idx, reading_block), 0, blk_idx.size - 1)
+    return suspect[pos]
 
 
 def _check_backwards(prec: np.ndarray, name: str, damage: DamageLog) -> None:
@@ -403,7 +448,8 @@ def _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start, sw_rec
                        local_next=local_first - (v - int(raw[fn])) % MOD,
                        write_rec=rec_offset + int(which[ref]) if is_rec[ref] else -1)
         else:
-            row.update(kind=LinkKind.WRAP, value=-1, local_prev=local_last,
-                       local_next=local_first)
+            # unwrapped continuously, local_next would be local_last + step + m * 2^32
+            row.update(kind=LinkKind.WRAP, value=(int(raw[lp]) - int(raw[fn])) % MOD,
+                       local_prev=local_last, local_next=local_first)
         rows.append(row)
     return rows

@@ -95,7 +95,8 @@ DOMAIN_DTYPE = np.dtype(
         ("node", "<i4"),  # node index (for an interval: the node its process runs on)
         ("rank", "<i4"),  # -1 for a node domain
         ("ctx", "<i4"),  # -1 for a node domain
-        ("interval", "<i4"),  # interval number within the context, -1 for a node domain
+        ("interval", "<i4"),  # interval number within the context (CONTRACT 4), -1 for a node
+        ("segment", "<i4"),  # part of the interval after 0, 1, 2 undecidable wraps (0 normally)
         ("loc", "<i4"),  # SPE location index, -1 for a node domain
         ("readings", "<i8"),  # decrementer readings in the interval (0 for a node domain)
     ]

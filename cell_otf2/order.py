@@ -95,6 +95,16 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     # block records before their header
     head = anc[rec["anchor"]]
     add("block", _pairs(rec["domain"], rec["local"], head["domain"], head["local"]))
+    # the next block's records after the previous header's reservation (the SPE records into
+    # the other buffer only once it has reserved the full one): first record of each block
+    if rec.size > 1:
+        first = np.flatnonzero((rec["loc"][1:] == rec["loc"][:-1])
+                               & (rec["anchor"][1:] != rec["anchor"][:-1])
+                               & (rec["code"][1:] >> 8 == 2)) + 1
+        prev_head = anc[rec["anchor"][first - 1]]
+        src, dst, w = _pairs(prev_head["domain"], prev_head["local"],
+                             rec["domain"][first], rec["local"][first])
+        add("block", (src, dst, w + opts.read_delay_ticks))
     # semantic pairs
     p = matches.pairs
     add("semantic", _pairs(rec["domain"][p["before"]], rec["local"][p["before"]],
@@ -126,6 +136,10 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
             add("continuity", (sw["next"][okr].astype(np.int64), sw["prev"][okr].astype(np.int64),
                                -(base[okr] + off[okr] - eps)))
             assumed["kernel_read_slack_ticks"] = eps
+        # across a step with an unknown wrap count only program order is certain
+        wp = links[links["kind"] == LinkKind.WRAP]
+        add("program", _pairs(wp["prev"], wp["last_local_prev"], wp["next"],
+                              wp["first_local_next"]))
         wr = links[links["kind"] == LinkKind.WRITE]
         if wr.size:
             lat = opts.write_latency_s * hz

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .clocks import MOD
 from .damage import DamageKind, DamageLog
-from .decode import Decoded
+from .decode import Decoded, LinkKind
 from .model import DomainKind
 from .order import Constraints
-from .sync import SyncSolution, solve
+from .sync import SyncSolution, all_pairs_bounds, solve
 
 
 @dataclass
@@ -71,9 +72,74 @@ def start_time_maps(dec: Decoded) -> list[NodeMap]:
     return maps  # type: ignore[return-value]
 
 
+def _decide_wraps(dec: Decoded, cons: Constraints, relaxation: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Wrap counts that the constraints allow only one value for -> exact link constraints.
+
+    Across a decrementer step of 2^31 ticks or more, x[next] - x[prev] = c + m * 2^32 for an
+    unknown m >= 0 (c from the readings, ``decode`` WRAP links). The constraints bound that
+    difference pairwise (shortest paths prev -> next and next -> prev); when exactly one m fits,
+    the two segments are joined by that equality (1 tick either side for the truncation of
+    readings); otherwise they stay independent. Returns constraints and the undecided count.
+    """
+    links = dec.links[dec.links["kind"] == LinkKind.WRAP]
+    src, dst, w = [], [], []
+    undecided = 0
+    node_of = dec.domains["node"]
+    for node in np.unique(node_of[links["prev"]]).tolist():
+        mine = links[node_of[links["prev"]] == node]
+        members = np.flatnonzero(node_of == node)
+        index = np.full(node_of.size, -1, dtype=np.int64)
+        index[members] = np.arange(members.size)
+        s, d = index[cons.src], index[cons.dst]
+        keep = (s >= 0) & (d >= 0)
+        subset = np.unique(np.concatenate([index[mine["prev"]], index[mine["next"]]]))
+        dist = all_pairs_bounds(members.size, s[keep], d[keep], cons.weight[keep], relaxation,
+                                subset=subset)
+        pos = {int(v): i for i, v in enumerate(subset.tolist())}
+        for row in mine.tolist():
+            prev, nxt = row[0], row[1]
+            i, j = pos[int(index[prev])], pos[int(index[nxt])]
+            c = row[5] + row[3] - row[6]  # local_prev + step - local_next
+            lo, hi = -dist[j, i], dist[i, j]  # x[next] - x[prev] in [lo, hi]
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                undecided += 1
+                continue
+            m_lo = max(0, int(np.ceil((lo - 1 - c) / MOD)))
+            m_hi = int(np.floor((hi + 1 - c) / MOD))
+            if m_hi != m_lo:
+                undecided += 1
+                continue
+            gap = c + m_lo * MOD
+            src += [prev, nxt]
+            dst += [nxt, prev]
+            w += [gap + 1.0, -(gap - 1.0)]
+    return (np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
+            np.array(w, dtype=np.float64), undecided)
+
+
 def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
-                node_maps: list[NodeMap] | None = None) -> SyncResult:
+                node_maps: list[NodeMap] | None = None,
+                damage: DamageLog | None = None) -> SyncResult:
     """Solve every node's SPE intervals against that node's timebase."""
+    result = _synchronize(dec, cons, alpha, node_maps)
+    if (dec.links["kind"] == LinkKind.WRAP).any():
+        src, dst, w, undecided = _decide_wraps(dec, cons, result.relaxation)
+        if src.size:
+            joined = Constraints(np.concatenate([cons.src, src]),
+                                 np.concatenate([cons.dst, dst]),
+                                 np.concatenate([cons.weight, w]), cons.counts, cons.assumed)
+            cons.counts["wrap_decided"] = int(src.size)
+            result = _synchronize(dec, joined, alpha, node_maps)
+        if undecided and damage is not None:
+            damage.add(DamageKind.unresolved_wrap, dec.dump_names[0], None, undecided,
+                       "a decrementer step of 2^31 ticks or more whose wrap count the order "
+                       "constraints leave open")
+    return result
+
+
+def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
+                 node_maps: list[NodeMap] | None) -> SyncResult:
     doms = dec.domains
     n = doms.size
     offset = np.zeros(n)

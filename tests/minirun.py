@@ -26,8 +26,12 @@ def decr_at(node_tb: int) -> int:
     return (-(node_tb - SPE_OFFSET)) % (1 << 32)
 
 
-def build(run_dir: Path, order: str = ">", records_per_block: int = 4) -> dict:
-    """Write the run; returns counts of what went in."""
+def build(run_dir: Path, order: str = ">", records_per_block: int = 4, jump: int = 0) -> dict:
+    """Write the run; returns counts of what went in.
+
+    ``jump`` ticks are added to every moment from 490 on (a long computation between the
+    SPE's inbound mailbox read and its outbound write, with no heartbeat in it).
+    """
     lay = fmt.Layout(order)
     run_dir.mkdir(parents=True, exist_ok=True)
     # (true node time, kind, fields) in true order
@@ -55,6 +59,8 @@ def build(run_dir: Path, order: str = ">", records_per_block: int = 4) -> dict:
         (510, S.OUT_MBOX_WRITE_END, dict()),
         (600, S.EXIT, dict(b=0)),
     ]
+    ppe = [(t + jump if t >= 490 else t, c, f) for t, c, f in ppe]
+    spe = [(t + jump if t >= 490 else t, c, f) for t, c, f in spe]
     # blocks: flushed when full or at exit; header reserved 2 ticks after its last record
     blocks = []
     for i in range(0, len(spe), records_per_block):
