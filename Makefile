@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml
 tools:
 	@bash scripts/ensure-tools.sh
 
+DEMO_RUN ?= sample_traces/fft-16spe
+
 demo: $(STAMP)
-	@rm -rf $(DEMO_OUT)
-	$(VENV)/bin/cell2otf2 simulate $(DEMO_OUT)/run --workload fft --seed 1 --spes 16
-	@echo
-	@echo "(the conversion issue switches this to converting a sample_traces/ run)"
+	$(VENV)/bin/cell2otf2 $(DEMO_RUN) -o $(DEMO_OUT)/fft-16spe.otf2 --force \
+		--report $(DEMO_OUT)/fft-16spe.sync.json
+	@echo "archive: $(DEMO_OUT)/fft-16spe.otf2 (open it in Vampir, or: otf2-print $(DEMO_OUT)/fft-16spe.otf2)"
 
 test: $(STAMP) tools
 	$(PY) -m ruff check cell_otf2 tests bench
