@@ -381,7 +381,7 @@ def _pairs(d: Dump, t: np.ndarray, wb: np.ndarray, we: np.ndarray, rb: np.ndarra
 def test_mailboxes(runs: dict[str, Path], name: str) -> None:
     _, dumps = load(runs[name])
     truth = load_truth(runs[name])
-    blocked = 0
+    blocked = out_blocked = 0
     for rank, d in dumps.items():
         t = truth.slot_time[rank]
         for c in np.unique(d.ctx[d.heads]):
@@ -391,7 +391,7 @@ def test_mailboxes(runs: dict[str, Path], name: str) -> None:
             blocked += _pairs(d, t, wb, we, rb, re, 4, d.ppe["b"][we], d.spe["b"][re])
             wb, we = d.spe_sel(S.OUT_MBOX_WRITE_BEGIN, c), d.spe_sel(S.OUT_MBOX_WRITE_END, c)
             rb, re = d.ppe_sel(P.OUT_MBOX_READ_BEGIN, a=c), d.ppe_sel(P.OUT_MBOX_READ_END, a=c)
-            _pairs(d, t, wb, we, rb, re, 1, d.spe["b"][wb], d.ppe["b"][re])
+            out_blocked += _pairs(d, t, wb, we, rb, re, 1, d.spe["b"][wb], d.ppe["b"][re])
             wb = d.spe_sel(S.OUT_INTR_MBOX_WRITE_BEGIN, c)
             we = d.spe_sel(S.OUT_INTR_MBOX_WRITE_END, c)
             rb = d.ppe_sel(P.OUT_INTR_MBOX_READ_BEGIN, a=c)
@@ -400,6 +400,8 @@ def test_mailboxes(runs: dict[str, Path], name: str) -> None:
             _pairs(d, t, wb, we, rb, re, 1, d.spe["b"][wb], d.ppe["b"][re])
     if name.startswith("fft"):
         assert blocked > 0, "the PPE's 5th inbound write must sometimes wait for a read"
+    if name in ("fft", "matmul", "hybrid"):
+        assert out_blocked > 0, "an SPE's outbound write must sometimes wait for the PPE"
 
 
 def _ps_ranges(d: Dump) -> dict[int, tuple[int, int, int]]:

@@ -10,8 +10,12 @@ START, enters ``spu_main`` and then runs phases separated by a mailbox barrier w
   with some processing in between; optionally the PPE writes signal register 2 and the SPE
   reads it; with SPE-to-SPE traffic the SPE also reads signal register 1, written by its left
   neighbour's SNDSIG in the previous phase;
+- when every context has its own SPU: a "started" ack into the outbound mailbox (depth 1),
+  which the PPE only reads when it collects, so the SPE's "done" write at the end of its body
+  blocks until then (with fewer SPUs than contexts there is no ack: a write blocked on the PPE
+  while other contexts wait for an SPU would deadlock without time slices);
 - the vectorized body (``bodies.dma_loop``), optionally preceded by a DECR_WRITE;
-- arrive: the SPE writes its outbound mailbox (depth 1) and blocks reading its inbound one;
+- arrive: the SPE writes "done" into its outbound mailbox and blocks reading its inbound one;
   the PPE reads every outbound mailbox, then releases the next phase. In the last phase the SPE
   also writes its interrupt mailbox, leaves ``spu_main`` and records EXIT.
 
@@ -36,6 +40,8 @@ from .workloads import C_PHASE, PROGRAM_ID, R_MAIN, R_SPE_MAIN, R_SPE_RUN, Workl
 
 P, S = fmt.PpeCode, fmt.SpeCode
 IN_DEPTH = 4
+ACK = 0x2000_0000  # outbound "phase started" value
+DONE = 0x1000_0000  # outbound "phase done" value
 LS_EA_BASE = 0x0000_4000_0000_0000
 EA_STRIDE = 0x10_0000  # 1 MiB per context: LS (256 KiB) then problem state (128 KiB)
 PS_OFFSET = 0x8_0000
@@ -82,6 +88,11 @@ class ProcessSim:
         self.intr_enter: dict[int, float] = {}
         self.sig1: dict[int, list[tuple[float, int]]] = {c: [] for c in self.ctxs}
         self.exit_t: dict[int, float] = {}
+        # acks only when every context has its own SPU: a write blocked until the PPE
+        # collects, while other contexts wait for an SPU, would deadlock without time slices
+        self.acks = len(spus) >= n
+        self.ack_enter: dict[int, float] = {}
+        self.done_begin: dict[int, float] = {}
         self.run_begin: dict[int, float] = {}
 
     # ---------------------------------------------------------------------------------------
@@ -189,6 +200,12 @@ class ProcessSim:
                 t_spe = max(sb, arrival) + self.u(0.05, 0.3)
                 self.spe(c, t_spe, S.SIGNAL_READ_END, 1, value)
             self.t_main = t
+            if self.acks:
+                # "started" ack: the outbound mailbox stays full until the PPE collects, so
+                # the SPE's "done" write at the end of the body blocks (depth 1)
+                t_ack = t_spe + self.u(0.5, 2.0)
+                self.ack_enter[c] = self._out_write(c, t_ack, ACK | p, self.out_exit[c])
+                t_spe = self.t_spe[c]
             t_spe = self._body(c, p, t_spe + self.u(0.5, 2.0), last)
             self._arrive(c, t_spe, last)
         self._collect(p, last)
@@ -230,12 +247,34 @@ class ProcessSim:
         self.sig1[nb].append((d2, 0x7000_0000 | (c << 16) | p))
         return t4
 
-    def _arrive(self, c: int, t: float, last: bool) -> None:
-        t_ob = t + self.u(0.2, 1.0)
-        self.spe(c, t_ob, S.OUT_MBOX_WRITE_BEGIN, 0, 0x1000_0000 | c)
-        enter = max(t_ob + self.u(0.05, 0.2), self.out_exit[c] + self.u(0.05, 0.2))
+    def _out_write(self, c: int, t_begin: float, value: int, not_before: float) -> float:
+        """SPE writes its outbound mailbox (depth 1): BEGIN at ``t_begin``; the value enters
+        once the previous one left (``not_before``); returns the entry time."""
+        self.spe(c, t_begin, S.OUT_MBOX_WRITE_BEGIN, 0, value)
+        enter = max(t_begin + self.u(0.05, 0.2), not_before + self.u(0.05, 0.2))
         self.spe(c, enter + self.u(0.05, 0.2), S.OUT_MBOX_WRITE_END)
-        self.out_enter[c] = enter
+        return enter
+
+    def _ppe_out_read(self, c: int, t: float, enter: float, value: int) -> tuple[float, float]:
+        """PPE reads ``c``'s outbound mailbox from ``t``; returns (exit time, END time)."""
+        self.ppe(0, t, P.OUT_MBOX_READ_BEGIN, c)
+        exit_ = max(t, enter) + self.u(0.05, 0.2)
+        t_end = exit_ + self.u(0.05, 0.2)
+        self.ppe(0, t_end, P.OUT_MBOX_READ_END, c, value)
+        return exit_, t_end
+
+    def _arrive(self, c: int, t: float, last: bool) -> None:
+        """The SPE starts writing "done"; it may block until the PPE took the ack (collect)."""
+        t_ob = t + self.u(0.2, 1.0)
+        if c in self.ack_enter:
+            self.done_begin[c] = t_ob  # finished in _collect, after the PPE read the ack
+            self.spe(c, t_ob, S.OUT_MBOX_WRITE_BEGIN, 0, DONE | c)
+            return
+        self.out_enter[c] = self._out_write(c, t_ob, DONE | c, self.out_exit[c])
+        self._after_done(c, last)
+
+    def _after_done(self, c: int, last: bool) -> None:
+        """After "done" is in the outbound mailbox: block for the next release, or exit."""
         if not last:
             t_rb = self.t_spe[c] + self.u(0.2, 1.0)
             self.spe(c, t_rb, S.IN_MBOX_READ_BEGIN)
@@ -255,11 +294,16 @@ class ProcessSim:
     def _collect(self, p: int, last: bool) -> None:
         t = self.t_main + self.u(0.3, 1.0)
         for c in self.ctxs:
-            self.ppe(0, t, P.OUT_MBOX_READ_BEGIN, c)
-            exit_ = max(t, self.out_enter[c]) + self.u(0.05, 0.2)
-            self.out_exit[c] = exit_
-            t = exit_ + self.u(0.05, 0.2)
-            self.ppe(0, t, P.OUT_MBOX_READ_END, c, 0x1000_0000 | c)
+            if c in self.ack_enter:
+                ack_exit, t = self._ppe_out_read(c, t, self.ack_enter.pop(c), ACK | p)
+                t += self.u(0.3, 1.0)
+                # the SPE's blocked "done" write completes once the ack left
+                t_ob = self.done_begin.pop(c)
+                enter = max(t_ob + self.u(0.05, 0.2), ack_exit + self.u(0.05, 0.2))
+                self.spe(c, enter + self.u(0.05, 0.2), S.OUT_MBOX_WRITE_END)
+                self.out_enter[c] = enter
+                self._after_done(c, last)
+            self.out_exit[c], t = self._ppe_out_read(c, t, self.out_enter[c], DONE | c)
             t += self.u(0.3, 1.0)
         if last:
             for c in self.ctxs:
