@@ -100,6 +100,15 @@ class _Builder:
         self.msgs: list[np.ndarray] = []
         self.pairs: list[np.ndarray] = []
         self.node_pairs: list[np.ndarray] = []
+        # records are sorted by location: each location's range, found once
+        n_locs = dec.locations.size
+        self.loc_start = np.searchsorted(self.rec["loc"], np.arange(n_locs + 1, dtype=np.uint32))
+        # PPE records that name a context, grouped by code, in slot order
+        ctx_codes = [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE]
+        sel = np.flatnonzero(np.isin(self.rec["code"], ctx_codes))
+        sel = sel[np.lexsort((self.rec["slot"][sel], self.rec["code"][sel]))]
+        codes = self.rec["code"][sel]
+        self.ppe_by_code = {int(c): sel[codes == c] for c in np.unique(codes).tolist()}
 
     # -- helpers
     def file_of(self, rec_idx: int) -> str:
@@ -128,14 +137,14 @@ class _Builder:
         return lo + np.flatnonzero(self.rec["code"][lo:hi] == code)
 
     def loc_range(self, loc: int) -> tuple[int, int]:
-        locs = self.rec["loc"]
-        return int(np.searchsorted(locs, loc, "left")), int(np.searchsorted(locs, loc, "right"))
+        return int(self.loc_start[loc]), int(self.loc_start[loc + 1])
 
     def ppe_ctx_records(self, rank: int, ctx: int, code: int) -> np.ndarray:
         """PPE records of ``code`` naming ``ctx`` in ``rank``, in slot order."""
-        m = (self.rec["code"] == code) & (self.rec["a"] == ctx) & (self.loc_rank == rank)
-        idx = np.flatnonzero(m)
-        return idx[np.argsort(self.rec["slot"][idx], kind="stable")]
+        idx = self.ppe_by_code.get(int(code))
+        if idx is None:
+            return np.zeros(0, dtype=np.int64)
+        return idx[(self.rec["a"][idx] == ctx) & (self.loc_rank[idx] == rank)]
 
 
 def _pair_begin_end(begins: np.ndarray, ends: np.ndarray):
