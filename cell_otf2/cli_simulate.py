@@ -61,6 +61,8 @@ def simulate_command(
     timebase_hz: Annotated[int, typer.Option(help="Nominal timebase frequency.")] = 14_318_000,
     spus: Annotated[int | None, typer.Option(
         help="Physical SPUs per node; fewer than contexts forces context switches.")] = None,
+    slice_ms: Annotated[float, typer.Option(
+        help="SPU time slice in ms; a waiting context preempts after it (<= 0: never).")] = 100.0,
     decrementer_restore: Annotated[RestoreMode, typer.Option(
         help="How the kernel restores a decrementer.")] = RestoreMode.compensated,
     decr_writes: Annotated[bool, typer.Option(
@@ -92,7 +94,8 @@ def simulate_command(
         summary = simulate_run(
             out_dir, workload.value, seed, spes=spes, ranks=ranks, nodes=nodes, phases=phases,
             duration_s=duration_s, chunks=chunks, timebase_hz=timebase_hz, spus=spus,
-            decrementer_restore=decrementer_restore.value, decr_writes=decr_writes,
+            slice_ms=slice_ms, decrementer_restore=decrementer_restore.value,
+            decr_writes=decr_writes,
             heartbeats=heartbeats, spe_buffer_records=spe_buffer_records,
             spe_buffers=spe_buffers, byte_order=byte_order.value, max_ppm=max_ppm,
             damage=[d.value for d in (damage or [])],
@@ -103,6 +106,7 @@ def simulate_command(
     typer.echo(
         f"simulated {workload.value} (seed {seed}) into {out_dir}: {summary.records} records in "
         f"{summary.slots} slots, {summary.contexts} SPE contexts, {summary.ranks} ranks on "
-        f"{summary.nodes} node(s), {summary.context_switches} context switches, "
+        f"{summary.nodes} node(s), {summary.context_switches} context switches "
+        f"({summary.preemptions} preemptions), "
         f"{summary.bytes_written} bytes of dumps"
     )

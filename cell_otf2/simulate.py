@@ -6,8 +6,9 @@ Same options and seed give the same bytes.
 
 Choices where the contracts leave room (also in the final report):
 - Reference time = rank 0's node timebase; every other node drifts within ``max_ppm``.
-- Scheduling is run-to-block (``sim/spu.py``): contexts only lose their SPU while blocked at a
-  phase barrier; the first load and the final unload write no CTX_SWITCH record.
+- Scheduling (``sim/spu.py``): contexts lose their SPU when blocked at a phase barrier or, once
+  their time slice (``slice_ms``) is over, to a waiting context; the first load and the final
+  unload write no CTX_SWITCH record.
 - ``--duration-s`` picks the number of phases from a per-workload phase estimate; the actual
   run length differs (waits, scheduling).
 - ``--spus`` counts physical SPUs per node, split evenly between the node's ranks.
@@ -51,6 +52,7 @@ class SimOptions:
     chunks: int | None = None  # loop iterations per phase per context
     timebase_hz: int = DEFAULT_TIMEBASE_HZ
     spus: int | None = None  # physical SPUs per node (default cell_chips * spes_per_chip)
+    slice_ms: float = 100.0  # SPU time slice (spufs: 100 ms); <= 0 disables preemption
     decrementer_restore: str = "compensated"
     decr_writes: bool = False
     heartbeats: bool = True
@@ -71,6 +73,7 @@ class SimSummary:
     ranks: int
     bytes_written: int
     context_switches: int
+    preemptions: int
     phases: int
     per_rank_slots: list[int]
 
@@ -136,8 +139,9 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         clocks.append(make_node_clock(rng, node_name(i), is_reference=(i == 0), t_begin=t0,
                                       t_end=t0 + est, start_timebase=int(start_tb),
                                       max_ppm=o.max_ppm))
+    slice_ticks = o.slice_ms * 1e3 * us if o.slice_ms > 0 else np.inf
     popts = ProcessOptions(w, o.spes, o.chunks, o.phases, o.decrementer_restore, o.decr_writes,
-                           us)
+                           us, slice_ticks)
     procs: list[ProcessSim] = []
     t_start = []
     for r in range(o.ranks):
@@ -238,8 +242,8 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         # reference = offset + rate * node  <=>  node -> ref; invert the node->ref slope
         nodes[c.name] = NodeTruth(c.name, off, rate, c.ref_knots, c.node_knots)
     summary = SimSummary(out_dir, total_records, sum(per_rank_slots), o.spes * o.ranks, o.nodes,
-                         o.ranks, total_bytes, sum(pr.sched.switches for pr in procs), o.phases,
-                         per_rank_slots)
+                         o.ranks, total_bytes, sum(pr.sched.switches for pr in procs),
+                         sum(pr.sched.preemptions for pr in procs), o.phases, per_rank_slots)
     opts_dict = asdict(o)
     truth = Truth(
         options=opts_dict, timebase_hz=hz, slot_time=slot_time, slot_reserve=slot_res,

@@ -100,12 +100,12 @@ SMALL = dict(spes=4, phases=3, chunks=6)
 RUNS = {
     "fft": ("fft", 11, dict(SMALL)),
     "fft_switch_comp": ("fft", 12, dict(SMALL, spus=3, decr_writes=True,
-                                        decrementer_restore="compensated")),
+                                        decrementer_restore="compensated", slice_ms=0.05)),
     "fft_switch_rest": ("fft", 13, dict(SMALL, spus=2, decrementer_restore="restored",
-                                        byte_order="L")),
+                                        byte_order="L", slice_ms=0.08)),
     "fft_unbuffered": ("fft", 14, dict(SMALL, spe_buffer_records=1, spe_buffers=1)),
     "matmul": ("matmul", 15, dict(SMALL)),
-    "julia": ("julia", 16, dict(SMALL, spus=3)),
+    "julia": ("julia", 16, dict(SMALL, spus=3, slice_ms=0.3)),
     "blackscholes_long": ("blackscholes", 17, dict(spes=2, phases=2, chunks=4)),
     "hybrid": ("hybrid", 18, dict(spes=2, phases=3, chunks=4, nodes=2, ranks=4, max_ppm=100.0)),
     "hybrid_one_node_switch": ("hybrid", 19, dict(spes=3, phases=3, chunks=4, nodes=1, ranks=2,
@@ -708,3 +708,20 @@ def test_duration_picks_phases(tmp_path: Path) -> None:
         simulate_run(tmp_path / "bad", "fft", 4, byte_order="X")
     with pytest.raises(ValueError):
         simulate_run(tmp_path / "bad2", "nosuch", 4)
+
+
+@pytest.mark.parametrize("name", ["fft_switch_comp", "fft_switch_rest", "julia"])
+def test_preemption_mid_body(runs: dict[str, Path], name: str) -> None:
+    """Some STOPs come while the context is inside its compute loop, not at a mailbox wait."""
+    _, dumps = load(runs[name])
+    truth = load_truth(runs[name])
+    d, t = dumps[0], truth.slot_time[0]
+    mid_body = 0
+    for s in d.ppe_sel(P.CTX_SWITCH, b=int(fmt.SwitchType.STOP)):
+        c = int(d.ppe["a"][s])
+        prog = d.readings(c)
+        prog = prog[d.is_rec[prog]]
+        before = prog[t[prog] < t[s]]
+        if len(before) and d.code[before[-1]] != S.IN_MBOX_READ_BEGIN:
+            mid_body += 1
+    assert mid_body > 0

@@ -57,6 +57,7 @@ class ProcessOptions:
     decrementer_restore: str
     decr_writes: bool
     ticks_per_us: float
+    slice_ticks: float = np.inf
 
 
 class ProcessSim:
@@ -77,7 +78,8 @@ class ProcessSim:
         self.sched = SpuScheduler(
             spus, opts.decrementer_restore, self.clocks, self.ctx_thread, self.sink, rng,
             Timing(save=(1.0 * self.us, 4.0 * self.us), restore_latency_max=3.0 * self.us,
-                   load=(20.0 * self.us, 60.0 * self.us), gap=2.0 * self.us),
+                   load=(20.0 * self.us, 60.0 * self.us), gap=2.0 * self.us,
+                   slice=opts.slice_ticks),
         )
         self.ls_ea = {c: LS_EA_BASE + c * EA_STRIDE for c in self.ctxs}
         self.ps_ea = {c: self.ls_ea[c] + PS_OFFSET for c in self.ctxs}
@@ -86,7 +88,8 @@ class ProcessSim:
         self.out_enter: dict[int, float] = {}  # outbound value entry time of this phase
         self.out_exit: dict[int, float] = {c: -np.inf for c in self.ctxs}
         self.intr_enter: dict[int, float] = {}
-        self.sig1: dict[int, list[tuple[float, int]]] = {c: [] for c in self.ctxs}
+        # per target: [arrival, value, sender] of SNDSIG writes to signal register 1
+        self.sig1: dict[int, list[list]] = {c: [] for c in self.ctxs}
         self.exit_t: dict[int, float] = {}
         # acks only when every context has its own SPU: a write blocked until the PPE
         # collects, while other contexts wait for an SPU, would deadlock without time slices
@@ -194,7 +197,7 @@ class ProcessSim:
                 t_spe = max(sb, arrival) + self.u(0.05, 0.3)
                 self.spe(c, t_spe, S.SIGNAL_READ_END, 2, value)
             if w.spe_to_spe and p > 0:
-                arrival, value = self.sig1[c].pop(0)
+                arrival, value, _ = self.sig1[c].pop(0)
                 sb = t_spe + self.u(0.5, 2.0)
                 self.spe(c, sb, S.SIGNAL_READ_BEGIN, 1)
                 t_spe = max(sb, arrival) + self.u(0.05, 0.3)
@@ -212,6 +215,7 @@ class ProcessSim:
 
     def _body(self, c: int, p: int, t0: float, last: bool) -> float:
         w = self.opts.workload
+        self.sched.body_starts(c, t0, self.sink.next_uid)
         if self.opts.decr_writes and p % 2 == 1:
             new_value = int(self.rng.integers(1 << 20, 1 << 32))
             self.spe(c, t0, S.DECR_WRITE, 0, new_value)
@@ -244,7 +248,7 @@ class ProcessSim:
         self.spe(c, t3, S.TAG_WAIT_BEGIN, int(fmt.WaitMode.ALL), 1 << tag)
         t4 = max(t3, d2) + self.u(0.05, 0.3)
         self.spe(c, t4, S.TAG_WAIT_END, 0, 1 << tag)
-        self.sig1[nb].append((d2, 0x7000_0000 | (c << 16) | p))
+        self.sig1[nb].append([d2, 0x7000_0000 | (c << 16) | p, c])
         return t4
 
     def _out_write(self, c: int, t_begin: float, value: int, not_before: float) -> float:
@@ -279,6 +283,7 @@ class ProcessSim:
             t_rb = self.t_spe[c] + self.u(0.2, 1.0)
             self.spe(c, t_rb, S.IN_MBOX_READ_BEGIN)
             self.sched.block(c, t_rb)
+            self._hand_over(c, t_rb)
             return
         t_ib = self.t_spe[c] + self.u(0.2, 1.0)
         self.spe(c, t_ib, S.OUT_INTR_MBOX_WRITE_BEGIN, 0, 0xC0DE_0000 | c)
@@ -290,6 +295,24 @@ class ProcessSim:
         self.spe(c, t_exit, S.EXIT, 0, 0)
         self.exit_t[c] = t_exit
         self.sched.release(c, t_exit + self.u(2.0, 5.0))
+
+    def _hand_over(self, c: int, t_block: float) -> None:
+        """If ``c`` had preempted a context, that context resumes now: everything it did after
+        it was stopped happens later by the time it was off its SPU."""
+        res = self.sched.hand_over(c, t_block)
+        if res is None:
+            return
+        h, t_stop, dt, h_block = res
+        since_uid = self.sched.run_since[h][1]
+        self.sink.shift(SPE, h, since_uid, t_stop, dt)
+        self.t_spe[h] += dt
+        if self.out_enter.get(h, -np.inf) > t_stop:
+            self.out_enter[h] += dt
+        for pending in self.sig1.values():
+            for entry in pending:
+                if entry[2] == h and entry[0] > t_stop:
+                    entry[0] += dt
+        self.sched.block(h, h_block + dt)
 
     def _collect(self, p: int, last: bool) -> None:
         t = self.t_main + self.u(0.3, 1.0)

@@ -70,6 +70,34 @@ class RecordSink:
         self._chunks.append(rows)
         return uids
 
+    @property
+    def next_uid(self) -> int:
+        return self._next_uid
+
+    def _recent(self, since_uid: int) -> list[np.ndarray]:
+        """Chunks that may hold uids >= ``since_uid`` (chunks are in uid order)."""
+        self._flush_rows()
+        out = []
+        for ch in reversed(self._chunks):
+            if len(ch) and ch["uid"][-1] < since_uid:
+                break
+            out.append(ch)
+        return out
+
+    def times(self, core: int, actor: int, since_uid: int) -> np.ndarray:
+        """Sorted times of ``actor``'s records with uid >= ``since_uid``."""
+        parts = [ch["t"][(ch["core"] == core) & (ch["actor"] == actor) & (ch["uid"] >= since_uid)]
+                 for ch in self._recent(since_uid)]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0)
+
+    def shift(self, core: int, actor: int, since_uid: int, t_after: float, dt: float) -> None:
+        """Move ``actor``'s records (uid >= since_uid) later than ``t_after`` by ``dt``, and
+        their ``done`` times later than ``t_after`` too (a context switched off mid-way)."""
+        for ch in self._recent(since_uid):
+            m = (ch["core"] == core) & (ch["actor"] == actor) & (ch["uid"] >= since_uid)
+            ch["t"][m & (ch["t"] > t_after)] += dt
+            ch["done"][m & (ch["done"] > t_after)] += dt
+
     def _flush_rows(self) -> None:
         if self._rows:
             self._chunks.append(np.array(self._rows, dtype=REC_DTYPE))

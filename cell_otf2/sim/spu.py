@@ -6,11 +6,15 @@ the raw register is that mod 2^32); every live interval has its own integer ``K`
 Intervals begin at the first load (random 32-bit start value), at every restore after a
 context switch and at every DECR_WRITE.
 
-Scheduling is run-to-block: a context keeps its SPU until it blocks on its inbound mailbox
-at a phase barrier; a context that needs an SPU takes a free one, or evicts the holder that
-blocked first (kernel STOP record), or waits until a working holder blocks. There is no
-time-slice preemption in the middle of a phase (a documented simplification). The first load
-and the final unload write no CTX_SWITCH record; only a STOP/START pair does.
+Scheduling: a context keeps its SPU until it blocks on its inbound mailbox at a phase
+barrier, or until its time slice is over while another context waits. A context that needs an
+SPU takes the earliest of: a free SPU; a blocked holder's SPU (STOP of the holder); a working
+holder's SPU once that holder's slice is over, at a quiet moment of its body (it is preempted:
+STOP, and it resumes - START - as soon as the preempting context blocks; its remaining records
+move later by the time it was off). A context is preempted at most once per preempting
+context, and a context that preempted another is not preempted itself before it blocks (so no
+chain of moves). The first load and the final unload write no CTX_SWITCH record; only a
+STOP/START pair does.
 
 Restore modes (FORMAT 3.5): "restored" resumes from the saved value (the local clock stood
 still); "compensated" resumes from the saved value minus the kernel's two timebase readings'
@@ -72,6 +76,8 @@ class Timing:
     restore_latency_max: float  # "0 .. a few microseconds"
     load: tuple[float, float]  # first load of a program image
     gap: float  # smallest spacing we keep after a blocking record before a save
+    slice: float = np.inf  # time slice: a working holder may be preempted after this long
+    quiet: float = 30.0  # a preemption needs this many ticks without a record before it
 
 
 class SpuScheduler:
@@ -100,6 +106,9 @@ class SpuScheduler:
         self.saved: dict[int, tuple[float, int, int]] = {}  # ctx -> (t_save, value, tb_save)
         self.loaded: set[int] = set()
         self.switches = 0
+        self.preemptions = 0
+        self.run_since: dict[int, tuple[float, int]] = {}  # ctx -> (running since, first uid)
+        self.successor: dict[int, tuple[int, float, int]] = {}  # ctx -> (preempted, t, spu)
 
     def is_on(self, ctx: int) -> bool:
         return ctx in self.on_spu
@@ -118,6 +127,9 @@ class SpuScheduler:
                 key = (max(t_ready, self.free_at[spu]), 0)  # a free SPU wins a tie
             else:
                 key = (max(t_ready, self.block_time[h] + self.timing.gap), 1)
+                t_p = self._preemption_point(h, t_ready)
+                if t_p is not None and (t_p, 2) < key:
+                    key = (t_p, 2)
             if key < best_key:
                 best_spu, best_key = spu, key
         if best_spu is None or not np.isfinite(best_key[0]):
@@ -125,8 +137,30 @@ class SpuScheduler:
         t = best_key[0]
         victim = self.holder[best_spu]
         if victim is not None:
+            if best_key[1] == 2:  # time slice over: the victim resumes when ``ctx`` blocks
+                self.successor[ctx] = (victim, t, best_spu)
+                self.preemptions += 1
             t = self._stop(victim, best_spu, t)
         return self._start(ctx, best_spu, t)
+
+    def _preemption_point(self, h: int, t_ready: float) -> float | None:
+        """When working holder ``h`` could be switched off for a waiting context: after its
+        slice, before it blocks anyway, in a quiet stretch (no record in the ``quiet`` ticks
+        before, so every block header it owes was read before the save). None if never."""
+        if h in self.successor or h not in self.run_since or not np.isfinite(self.timing.slice):
+            return None
+        t_block = self.block_time[h]
+        since, uid = self.run_since[h]
+        t_lo = max(t_ready, since + self.timing.slice)
+        t_hi = t_block - self.timing.gap
+        if not (t_block > t_ready and t_lo < t_hi):
+            return None
+        t = self.sink.times(SPE, h, uid)
+        q = self.timing.quiet
+        cand = np.maximum(t[:-1] + q, t_lo)  # just after record k, before record k + 1
+        ok = (cand < t[1:] - 1.0) & (cand < t_hi) & (cand >= t[:-1] + q)
+        k = np.flatnonzero(ok)
+        return float(cand[k[0]]) if len(k) else None
 
     def block(self, ctx: int, t_block: float) -> None:
         """``ctx`` blocks (keeps its SPU) from ``t_block``; it may be evicted after that."""
@@ -134,6 +168,14 @@ class SpuScheduler:
 
     def working(self, ctx: int) -> None:
         self.block_time[ctx] = np.inf
+        self.run_since.pop(ctx, None)  # not preemptible until its body starts
+
+    def body_starts(self, ctx: int, t: float, first_uid: int) -> None:
+        """``ctx`` starts preemptible work at ``t``; its records from ``first_uid`` on."""
+        self.run_since[ctx] = (t, first_uid)
+
+    def body_ends(self, ctx: int) -> None:
+        self.run_since.pop(ctx, None)
 
     def release(self, ctx: int, t_free: float) -> None:
         """The context exited: its SPU is free from ``t_free``; no CTX_SWITCH record."""
@@ -180,7 +222,22 @@ class SpuScheduler:
         latency = rec_delay + 1.0 + self.rng.uniform(0.0, self.timing.restore_latency_max)
         t_run = t + latency
         clock.begin(t_run, start_value)
+        if ctx in self.run_since:
+            self.run_since[ctx] = (t_run, self.run_since[ctx][1])
         return t_run, False
+
+    def hand_over(self, ctx: int, t_block: float) -> tuple[int, float, float, float] | None:
+        """``ctx`` blocked at ``t_block``; if it had preempted a context, that one gets the SPU
+        back. Returns (resumed context, when it stopped, how much later it resumes, the time it
+        would have blocked had it not been stopped), or None."""
+        succ = self.successor.pop(ctx, None)
+        if succ is None:
+            return None
+        victim, t_stop, spu = succ
+        victim_block = self.block_time[victim]
+        t_free = self._stop(ctx, spu, t_block + self.timing.gap)
+        t_run, _ = self._start(victim, spu, t_free)
+        return victim, t_stop, t_run - t_stop, victim_block
 
 
 HEARTBEAT_TICKS = 1 << 30  # the library's wake-up period: half the 2^31 limit
