@@ -27,7 +27,7 @@ import numpy as np
 
 from . import format as fmt
 from .sim import damage as dmg
-from .sim.buffer import KIND_BLOCK, KIND_GAP, KIND_PPE, KIND_SPE, build_slots
+from .sim.buffer import KIND_BLOCK, KIND_PPE, KIND_SPE, build_slots
 from .sim.clocks import make_node_clock
 from .sim.driver import ProcessOptions, ProcessSim
 from .sim.manifest import CELL_CHIPS, SPES_PER_CHIP, build_manifest, node_name
@@ -175,10 +175,9 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
                 recs = np.concatenate([recs, hb])
         recs_by_rank[pr.rank] = recs
     damage_log: list[dict] = []
-    extra_messages: list = []
     for kind in dmg.RECORD_KINDS:
         if kind in o.damage:
-            dmg.apply_record_damage(kind, recs_by_rank, procs, drng, damage_log, extra_messages)
+            dmg.apply_record_damage(kind, recs_by_rank, procs, drng, damage_log)
 
     processes, slot_time, slot_res, slot_int, damaged = [], {}, {}, {}, {}
     intervals, dma_rows = [], []
@@ -239,7 +238,6 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     nodes = {}
     for c in clocks:
         off, rate = c.midpoint_map(t_mid)
-        # reference = offset + rate * node  <=>  node -> ref; invert the node->ref slope
         nodes[c.name] = NodeTruth(c.name, off, rate, c.ref_knots, c.node_knots)
     summary = SimSummary(out_dir, total_records, sum(per_rank_slots), o.spes * o.ranks, o.nodes,
                          o.ranks, total_bytes, sum(pr.sched.switches for pr in procs),
@@ -296,4 +294,4 @@ def _messages(world: MpiWorld | None, recs_by_rank: dict[int, np.ndarray],
     return np.array(rows, MESSAGE_DTYPE)
 
 
-__all__ = ["SimOptions", "SimSummary", "simulate_run", "KIND_GAP"]
+__all__ = ["SimOptions", "SimSummary", "simulate_run"]

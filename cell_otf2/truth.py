@@ -63,12 +63,23 @@ class Truth:
     summary: dict = field(default_factory=dict)
 
     def node_to_reference(self, node: str, timebase: np.ndarray | float) -> np.ndarray:
+        """Reference time at which ``node``'s timebase read ``timebase`` (the exact map)."""
         n = self.nodes[node]
-        return np.interp(np.asarray(timebase, dtype=np.float64), n.node_knots, n.ref_knots)
+        return _piecewise(timebase, n.node_knots, n.ref_knots)
 
     def reference_to_node(self, node: str, t_ref: np.ndarray | float) -> np.ndarray:
+        """``node``'s timebase (real-valued) at reference time ``t_ref``."""
         n = self.nodes[node]
-        return np.interp(np.asarray(t_ref, dtype=np.float64), n.ref_knots, n.node_knots)
+        return _piecewise(t_ref, n.ref_knots, n.node_knots)
+
+
+def _piecewise(x: np.ndarray | float, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Linear between the knots and beyond them (the knots span the run with a wide margin)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.interp(x, xp, fp)
+    lo, hi = x < xp[0], x > xp[-1]
+    y = np.where(lo, fp[0] + (x - xp[0]) * (fp[1] - fp[0]) / (xp[1] - xp[0]), y)
+    return np.where(hi, fp[-1] + (x - xp[-1]) * (fp[-1] - fp[-2]) / (xp[-1] - xp[-2]), y)
 
 
 def save_truth(run_dir: Path, truth: Truth) -> None:

@@ -17,6 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def piecewise(x: np.ndarray | float, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Piecewise-linear map through the knots, extended linearly beyond both ends
+    (``np.interp`` alone would clamp: a clock that stops)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.interp(x, xp, fp)
+    lo, hi = x < xp[0], x > xp[-1]
+    if np.any(lo):
+        y = np.where(lo, fp[0] + (x - xp[0]) * (fp[1] - fp[0]) / (xp[1] - xp[0]), y)
+    if np.any(hi):
+        y = np.where(hi, fp[-1] + (x - xp[-1]) * (fp[-1] - fp[-2]) / (xp[-1] - xp[-2]), y)
+    return y
+
+
 @dataclass
 class NodeClock:
     """One node's timebase as a piecewise-linear function of reference time."""
@@ -27,11 +40,11 @@ class NodeClock:
 
     def to_node(self, t_ref: np.ndarray | float) -> np.ndarray:
         """Node timebase (real-valued ticks) at reference time ``t_ref``."""
-        return np.interp(t_ref, self.ref_knots, self.node_knots)
+        return piecewise(t_ref, self.ref_knots, self.node_knots)
 
     def to_ref(self, x_node: np.ndarray | float) -> np.ndarray:
         """Reference time at which the node timebase reads ``x_node``."""
-        return np.interp(x_node, self.node_knots, self.ref_knots)
+        return piecewise(x_node, self.node_knots, self.ref_knots)
 
     def tb_floor(self, t_ref: np.ndarray | float) -> np.ndarray:
         """Integer timebase register value at reference time ``t_ref``."""

@@ -42,8 +42,8 @@ def _pick(rng: np.random.Generator, idx: np.ndarray) -> int:
 
 
 def apply_record_damage(kind: str, recs_by_rank: dict[int, np.ndarray],
-                        procs: list[ProcessSim], rng: np.random.Generator, log: list[dict],
-                        extra: list) -> None:
+                        procs: list[ProcessSim], rng: np.random.Generator,
+                        log: list[dict]) -> None:
     if kind not in RECORD_KINDS:
         return
     rank = max(recs_by_rank)
