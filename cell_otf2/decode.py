@@ -203,7 +203,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             po = np.argsort(keys, kind="stable")
             raw, is_rec, which = raw[po], is_rec[po], which[po]
             write_new = np.full(raw.size, -1, dtype=np.int64)
-            dw = is_rec & (spe["code"][which] == S.DECR_WRITE)
+            dw = is_rec.copy()  # ``which`` indexes blocks where is_rec is False
+            dw[is_rec] = spe["code"][which[is_rec]] == S.DECR_WRITE
             write_new[dw] = spe["b"][which[dw]].astype(np.int64) % MOD
             sw_stop, sw_start, sw_recs = _switch_pairs(ppe, ctx, dump.name, damage)
             force = None

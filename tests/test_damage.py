@@ -1,0 +1,123 @@
+"""Damaged runs (FORMAT.md 3.7): contained and counted, never a crash, never a silent change.
+
+Scenarios are named after the damage they hold. Simulated runs get their damage either from
+the simulator's ``damage`` option (with ground truth of where it is) or from byte edits of a
+clean dump (``edit_slot``), for the kinds the simulator cannot make. Every scenario asserts
+the exit status, the exact count of its damage kind in the summary, and that the archive is
+valid; the simulator scenarios also compare every undamaged record's synchronized time with
+the undamaged run's (same seed, same options) and with the truth, within the bounds.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from otf2check import otf2_print_ok, read_events  # noqa: E402
+
+from cell_otf2 import format as fmt  # noqa: E402
+from cell_otf2.cli import main as cli_main  # noqa: E402
+from cell_otf2.manifest import load_manifest  # noqa: E402
+from cell_otf2.reader import read_dump  # noqa: E402
+
+P, S = fmt.PpeCode, fmt.SpeCode
+
+#: small runs the edited scenarios start from
+BASES = {
+    "unbuffered": dict(workload="fft", spes=2, phases=2, chunks=3, spe_buffer_records=1,
+                       spe_buffers=1),
+    "hybrid": dict(workload="hybrid", spes=1, ranks=2, nodes=1, phases=2, chunks=2),
+}
+
+
+def simulate(out: Path, seed: int = 5, **opts) -> Path:
+    sim = pytest.importorskip("cell_otf2.simulate")
+    sim.simulate_run(out, seed=seed, **opts)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bases")
+    return {name: simulate(root / name, **opts) for name, opts in BASES.items()}
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def cli(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as exc:
+        cli_main(args)
+    return int(exc.value.code or 0)
+
+
+def convert_cli(run: Path, anchor: Path, capsys) -> tuple[int, dict[str, tuple[int, str]]]:
+    """Convert through the command line: exit status and {kind: (count, first place)}."""
+    status = cli([str(run), "-o", str(anchor)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "internal error" not in err, err
+    return status, damage_counts(out)
+
+
+def damage_counts(text: str) -> dict[str, tuple[int, str]]:
+    """The summary's damage lines -> {kind: (count, 'file slot N' or 'file')}."""
+    got = {}
+    for m in re.finditer(r"^\s+(\w+): (\d+) .*?, first (?:at|in) (.+)$", text, re.M):
+        got[m.group(1)] = (int(m.group(2)), m.group(3))
+    return got
+
+
+def dump_of(run: Path, rank: int = 0):
+    man = load_manifest(run)
+    return read_dump(man.dump_path(rank), man, rank)
+
+
+def edit_slot(run: Path, rank: int, slot: int, view: str, **fields) -> None:
+    """Set fields of one slot in rank's dump, through the format's dtype ``view``."""
+    path = run / f"rank{rank:05d}.cbt"
+    data = bytearray(path.read_bytes())
+    lay = fmt.LAYOUTS[data[4]]
+    dtype = getattr(lay, view)
+    start = fmt.HEADER_SIZE + slot * fmt.SLOT_SIZE
+    row = np.frombuffer(data, dtype=dtype, count=1, offset=start)
+    for k, v in fields.items():
+        row[k] = v
+    path.write_bytes(bytes(data))
+
+
+def assert_archive_valid(anchor: Path) -> None:
+    otf2_print_ok(anchor)
+    rb = read_events(anchor)
+    for loc, times in rb.times.items():
+        assert np.all(np.diff(times) >= 0), loc
+    assert not rb.unmatched_recvs
+    for msg in rb.messages:
+        assert msg.recv_time >= msg.send_time, msg
+
+
+# ------------------------------------------------------------------------------------------
+# damage found by bench/fuzz.py: each crashed or miscounted before its fix
+# ------------------------------------------------------------------------------------------
+
+
+def test_unknown_codes_inside_blocks(bases, tmp_path, capsys):
+    """More blocks than SPE records (one record per block, some unreadable): decode indexed
+    the SPE records with block indexes (IndexError)."""
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    d = dump_of(run)
+    counters = d.spe["slot"][(d.spe["code"] == S.COUNTER) & (d.spe["ctx"] == 0)]
+    for slot in counters[:3].tolist():
+        edit_slot(run, 0, slot, "spe", code=0x02EE)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got["unknown_code"] == (3, f"rank00000.cbt slot {int(counters[0])}")
+    assert_archive_valid(tmp_path / "a.otf2")
