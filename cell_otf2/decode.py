@@ -112,7 +112,9 @@ def _build_locations(
         ppe = dump.ppe
         creates = ppe[ppe["code"] == P.CTX_CREATE]
         loads = ppe[ppe["code"] == P.CTX_LOAD]
-        created = {int(c): i for i, c in enumerate(creates["a"].tolist())}
+        # a context id above 0xFFFF fits no block header (u16): such a CTX_CREATE defines
+        # nothing (``_check_ctx_refs`` counts it)
+        created = {int(c): i for i, c in enumerate(creates["a"].tolist()) if c <= 0xFFFF}
         in_blocks = set(np.unique(dump.blocks["ctx"]).tolist())
         for ctx in sorted(set(created) | in_blocks):
             ls_ea = ps_ea = 0
@@ -350,7 +352,8 @@ def _check_backwards(prec: np.ndarray, name: str, damage: DamageLog) -> None:
 
 def _check_ctx_refs(prec, ppe, rank, ctx_loc, name, damage) -> None:
     """PPE records naming a context that was never created nor wrote blocks."""
-    is_ctx = np.isin(ppe["code"], _PPE_CTX_CODES) & (ppe["code"] != P.CTX_CREATE)
+    is_ctx = np.isin(ppe["code"], _PPE_CTX_CODES) & (
+        (ppe["code"] != P.CTX_CREATE) | (ppe["a"] > 0xFFFF))
     if not is_ctx.any():
         return
     known = np.array(sorted(c for (r, c) in ctx_loc if r == rank), dtype=np.int64)

@@ -121,3 +121,19 @@ def test_unknown_codes_inside_blocks(bases, tmp_path, capsys):
     assert status == 1
     assert got["unknown_code"] == (3, f"rank00000.cbt slot {int(counters[0])}")
     assert_archive_valid(tmp_path / "a.otf2")
+
+
+def test_context_id_beyond_u16(bases, tmp_path, capsys):
+    """A CTX_CREATE naming context 0xFFFFFFFF (no block header can carry it): the location
+    table overflowed (OverflowError). Now the record defines nothing and is counted, and the
+    context that wrote blocks is counted as never created."""
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    d = dump_of(run)
+    create = int(d.ppe["slot"][(d.ppe["code"] == P.CTX_CREATE) & (d.ppe["a"] == 0)][0])
+    edit_slot(run, 0, create, "ppe", a=0xFFFFFFFF)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    first_block = int(d.blocks["slot"][d.blocks["ctx"] == 0][0])
+    # one PPE record naming an impossible context, one context never created
+    assert got["undefined_id"] == (2, f"rank00000.cbt slot {min(create, first_block)}")
+    assert_archive_valid(tmp_path / "a.otf2")
