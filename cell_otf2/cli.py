@@ -80,13 +80,20 @@ def convert_command(
         float, typer.Option("--alpha", min=0.0, max=1.0,
                             help="where offsets sit between their bounds (0 lower, 1 upper)")
     ] = 0.5,
+    read_delay_ticks: Annotated[
+        float, typer.Option("--read-delay-ticks", min=0.0,
+                            help="assumed longest delay between a slot's reservation and its "
+                                 "clock reading; 0 = the published algorithm's assumption")
+    ] = 8.0,
 ) -> None:
     from .convert import convert
+    from .order import OrderOptions
 
     progress = _Progress(not quiet)
     try:
         summary = convert(run_dir, output, force=force, dma_style=dma_style, alpha=alpha,
-                          report=report, progress=progress)
+                          report=report, progress=progress,
+                          order_options=OrderOptions(read_delay_ticks=read_delay_ticks))
     finally:
         progress.close()
     if not quiet:
