@@ -65,6 +65,15 @@ class Slots:
         return head.tobytes() + self.raw.tobytes()
 
 
+def _void(a: np.ndarray) -> np.ndarray:
+    """``a`` seen as opaque items: structured gathers and scatters run as plain copies."""
+    return a.view(np.dtype((np.void, a.dtype.itemsize)))
+
+
+def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return _void(a)[idx].view(a.dtype)
+
+
 def _capped(rng: np.random.Generator, lo: float, hi: float, cap: np.ndarray) -> np.ndarray:
     return np.minimum(rng.uniform(lo, hi, size=len(cap)), cap)
 
@@ -81,8 +90,8 @@ def build_slots(
     """Turn one process's records into slots (see the module docstring)."""
     B = max(1, int(spe_buffer_records))
     # ---- PPE records: reservation just before the reading, per thread in program order
-    ppe = recs[recs["core"] == PPE]
-    ppe = ppe[np.lexsort((ppe["uid"], ppe["t"], ppe["actor"]))]
+    ppe = _take(recs, recs["core"] == PPE)
+    ppe = _take(ppe, np.lexsort((ppe["uid"], ppe["t"], ppe["actor"])))
     prev_gap = np.full(len(ppe), np.inf)
     if len(ppe) > 1:
         same = ppe["actor"][1:] == ppe["actor"][:-1]
@@ -90,8 +99,8 @@ def build_slots(
     ppe_res = ppe["t"] - _capped(rng, 0.2, 8.0, prev_gap / 2.0)
 
     # ---- SPE records: blocks per context
-    spe = recs[recs["core"] == SPE]
-    spe = spe[np.lexsort((spe["uid"], spe["t"], spe["actor"]))]
+    spe = _take(recs, recs["core"] == SPE)
+    spe = _take(spe, np.lexsort((spe["uid"], spe["t"], spe["actor"])))
     ctx = spe["actor"].astype(np.int64)
     n_spe = len(spe)
     # position within its context
@@ -129,64 +138,82 @@ def build_slots(
     res_rank[order] = np.arange(len(order))
     n_slots = int(res_size.sum())
 
-    meta = np.zeros(n_slots, SLOT_DTYPE)
-    meta["uid"] = -1
-    meta["ctx"] = -1
-    meta["interval"] = -1
-    raw = np.zeros(n_slots, layout.ppe)
-    v_spe = raw.view(layout.spe)
-    v_blk = raw.view(layout.block)
+    # ---- fill: each kind as a contiguous array, then whole 32-byte slots scattered in place
+    meta = np.empty(n_slots, SLOT_DTYPE)
+    raw = np.empty(n_slots, layout.ppe)
+    raw_v, meta_v = _void(raw), _void(meta)
 
-    # PPE slots
     ps = first_slot[:n_ppe]
-    meta["kind"][ps] = KIND_PPE
-    meta["res"][ps] = res_rank[:n_ppe]
-    meta["t_read"][ps] = ppe["t"]
-    meta["t_res"][ps] = ppe_res
-    meta["uid"][ps] = ppe["uid"]
-    meta["dmg"][ps] = ppe["dmg"]
-    raw["code"][ps] = ppe["code"]
-    raw["thread"][ps] = ppe["actor"]
-    raw["a"][ps] = ppe["a"].astype(np.uint32)
-    raw["timebase"][ps] = node.tb_floor(ppe["t"]).astype(np.uint64)
-    raw["b"][ps] = ppe["b"]
-    raw["c"][ps] = ppe["c"]
+    m = np.zeros(n_ppe, SLOT_DTYPE)
+    m["kind"] = KIND_PPE
+    m["res"] = res_rank[:n_ppe]
+    m["t_read"] = ppe["t"]
+    m["t_res"] = ppe_res
+    m["uid"] = ppe["uid"]
+    m["ctx"] = -1
+    m["interval"] = -1
+    m["dmg"] = ppe["dmg"]
+    meta_v[ps] = _void(m)
+    x = np.zeros(n_ppe, layout.ppe)
+    x["code"] = ppe["code"]
+    x["thread"] = ppe["actor"]
+    x["a"] = ppe["a"].astype(np.uint32)
+    x["timebase"] = node.tb_floor(ppe["t"]).astype(np.uint64)
+    x["b"] = ppe["b"]
+    x["c"] = ppe["c"]
+    raw_v[ps] = _void(x)
 
-    # block headers and their records
-    hs = first_slot[n_ppe:]
-    meta["kind"][hs] = KIND_BLOCK
-    meta["res"][hs] = res_rank[n_ppe:]
-    meta["t_read"][hs] = blk_read
-    meta["t_res"][hs] = blk_res
-    meta["ctx"][hs] = blk_ctx
-    v_blk["code"][hs] = fmt.ControlCode.BLOCK
-    v_blk["ctx"][hs] = blk_ctx
-    v_blk["seq"][hs] = blk_seq
-    v_blk["count"][hs] = blk_count
-    v_blk["buffer"][hs] = (blk_seq % 2) if spe_buffers == 2 else 0
-    v_blk["flags"][hs] = np.where(is_last_of_ctx, fmt.BLOCK_FLAG_LAST, 0)
-    v_blk["ticket"][hs] = hs.astype(np.uint64)
-    rs = hs[blk_of_rec] + 1 + (np.arange(n_spe) - blk_first[blk_of_rec])
-    meta["kind"][rs] = KIND_SPE
-    meta["res"][rs] = res_rank[n_ppe:][blk_of_rec]
-    meta["t_read"][rs] = spe["t"]
-    meta["t_res"][rs] = blk_res[blk_of_rec]
-    meta["uid"][rs] = spe["uid"]
-    meta["ctx"][rs] = ctx
-    meta["dmg"][rs] = spe["dmg"]
-    v_spe["code"][rs] = spe["code"]
-    v_spe["a"][rs] = spe["a"].astype(np.uint16)
-    v_spe["b"][rs] = spe["b"]
-    v_spe["c"][rs] = spe["c"]
-    v_spe["d"][rs] = spe["d"]
-    # decrementer readings of records and headers
+    # decrementer readings: contexts are contiguous in both spe[] and the block arrays
+    rec_iv = np.empty(n_spe, np.int32)
+    rec_decr = np.empty(n_spe, np.uint64)
+    blk_iv = np.empty(n_blocks, np.int32)
+    blk_decr = np.empty(n_blocks, np.uint64)
     for c, clock in clocks.items():
-        sel_r = rs[ctx == c]
-        sel_h = hs[blk_ctx == c]
-        for sel, view in ((sel_r, v_spe), (sel_h, v_blk)):
-            if len(sel) == 0:
-                continue
-            interval, decr = clock.readings(meta["t_read"][sel])
-            meta["interval"][sel] = interval
-            view["decr"][sel] = decr.astype(np.uint32)
+        lo, hi = np.searchsorted(ctx, [c, c + 1])
+        if hi > lo:
+            rec_iv[lo:hi], rec_decr[lo:hi] = clock.readings(spe["t"][lo:hi])
+        blo, bhi = np.searchsorted(blk_ctx, [c, c + 1])
+        if bhi > blo:
+            blk_iv[blo:bhi], blk_decr[blo:bhi] = clock.readings(blk_read[blo:bhi])
+
+    hs = first_slot[n_ppe:]
+    m = np.zeros(n_blocks, SLOT_DTYPE)
+    m["kind"] = KIND_BLOCK
+    m["res"] = res_rank[n_ppe:]
+    m["t_read"] = blk_read
+    m["t_res"] = blk_res
+    m["uid"] = -1
+    m["ctx"] = blk_ctx
+    m["interval"] = blk_iv
+    meta_v[hs] = _void(m)
+    x = np.zeros(n_blocks, layout.block)
+    x["code"] = fmt.ControlCode.BLOCK
+    x["ctx"] = blk_ctx
+    x["decr"] = blk_decr.astype(np.uint32)
+    x["seq"] = blk_seq
+    x["count"] = blk_count
+    x["buffer"] = (blk_seq % 2) if spe_buffers == 2 else 0
+    x["flags"] = np.where(is_last_of_ctx, fmt.BLOCK_FLAG_LAST, 0)
+    x["ticket"] = hs.astype(np.uint64)
+    raw_v[hs] = _void(x)
+
+    rs = hs[blk_of_rec] + 1 + (np.arange(n_spe) - blk_first[blk_of_rec])
+    m = np.zeros(n_spe, SLOT_DTYPE)
+    m["kind"] = KIND_SPE
+    m["res"] = res_rank[n_ppe:][blk_of_rec]
+    m["t_read"] = spe["t"]
+    m["t_res"] = blk_res[blk_of_rec]
+    m["uid"] = spe["uid"]
+    m["ctx"] = ctx
+    m["interval"] = rec_iv
+    m["dmg"] = spe["dmg"]
+    meta_v[rs] = _void(m)
+    x = np.zeros(n_spe, layout.spe)
+    x["code"] = spe["code"]
+    x["a"] = spe["a"].astype(np.uint16)
+    x["decr"] = rec_decr.astype(np.uint32)
+    x["b"] = spe["b"]
+    x["c"] = spe["c"]
+    x["d"] = spe["d"]
+    raw_v[rs] = _void(x)
     return Slots(meta, raw, layout, B, spe_buffers, n_slots)

@@ -71,6 +71,8 @@ class ProcessSim:
         self.rng = rng
         self.us = opts.ticks_per_us
         self.sink = RecordSink()
+        self._pool: list[float] = []  # uniforms drawn in batches (scalar draws are slow)
+        self._pool_i = 0
         n = opts.spes
         self.ctxs = list(range(n))
         self.ctx_thread = {c: c + 1 for c in self.ctxs}
@@ -100,7 +102,13 @@ class ProcessSim:
 
     # ---------------------------------------------------------------------------------------
     def u(self, lo_us: float, hi_us: float) -> float:
-        return float(self.rng.uniform(lo_us, hi_us)) * self.us
+        """A uniform delay in ticks between ``lo_us`` and ``hi_us`` microseconds."""
+        if self._pool_i >= len(self._pool):
+            self._pool = self.rng.random(4096).tolist()
+            self._pool_i = 0
+        x = self._pool[self._pool_i]
+        self._pool_i += 1
+        return (lo_us + (hi_us - lo_us) * x) * self.us
 
     def ppe(self, thread: int, t: float, code: int, a: int = 0, b: int = 0, c: int = 0,
             done: float = np.nan) -> int:

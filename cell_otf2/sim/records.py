@@ -21,16 +21,17 @@ REC_DTYPE = np.dtype(
     [
         ("t", "<f8"),
         ("uid", "<i8"),
-        ("core", "u1"),
-        ("actor", "<u2"),
-        ("code", "<u2"),
         ("a", "<u8"),
         ("b", "<u8"),
         ("c", "<u8"),
         ("d", "<u8"),
         ("done", "<f8"),
+        ("code", "<u2"),
+        ("actor", "<u2"),
+        ("core", "u1"),
         ("dmg", "u1"),
-    ]
+    ],
+    align=True,  # aligned fields: bulk numpy work on this table is much faster
 )
 
 
@@ -57,7 +58,7 @@ class RecordSink:
         """Append one record; returns its uid."""
         uid = self._next_uid
         self._next_uid += 1
-        self._rows.append((float(t), uid, core, actor, int(code), a, b, c, d, done, 0))
+        self._rows.append((float(t), uid, a, b, c, d, done, int(code), actor, core, 0))
         return uid
 
     def add_array(self, rows: np.ndarray) -> np.ndarray:
@@ -106,10 +107,12 @@ class RecordSink:
     def finish(self) -> np.ndarray:
         """All records, sorted by uid (insertion order)."""
         self._flush_rows()
-        if not self._chunks:
-            return np.zeros(0, REC_DTYPE)
-        out = np.concatenate(self._chunks)
-        return out[np.argsort(out["uid"], kind="stable")]
+        out = np.empty(sum(len(ch) for ch in self._chunks), REC_DTYPE)
+        i = 0
+        for ch in self._chunks:  # chunks are in uid order already
+            out[i : i + len(ch)] = ch
+            i += len(ch)
+        return out
 
 
 def empty(n: int) -> np.ndarray:
