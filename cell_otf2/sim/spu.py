@@ -179,6 +179,8 @@ class SpuScheduler:
 
     def release(self, ctx: int, t_free: float) -> None:
         """The context exited: its SPU is free from ``t_free``; no CTX_SWITCH record."""
+        # a preempting context always blocks before its last phase, where nobody preempts
+        assert ctx not in self.successor, "a preempted context would never resume"
         spu = self.on_spu.pop(ctx)
         self.holder[spu] = None
         self.free_at[spu] = t_free
