@@ -93,6 +93,11 @@ class Decoded:
     blocks_missing: int = 0
     records_total: int = 0  # PPE + SPE records read from the dumps
     ctx_loc: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, ctx) -> loc
+    #: per record: possible losses before it in its stream (``_losses``); 0 = none, so pairing
+    #: by count is certain up to it. None: not computed (every stream complete)
+    loss_epoch: np.ndarray | None = None
+    #: per rank: first slot position from which any record of the process may be missing
+    loss_cut: np.ndarray | None = None
 
     def loc_of(self, rank: int, ctx: int) -> int:
         return self.ctx_loc.get((rank, ctx), -1)
@@ -145,7 +150,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     n_nodes = len(manifest.nodes)
     domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
                             for i in range(n_nodes)]
-    rec_parts, anchor_parts, link_rows = [], [], []
+    rec_parts, anchor_parts, link_rows, epoch_parts, cuts = [], [], [], [], []
     anchor_base = 0
     slots_lost = blocks_missing = records_total = 0
     for dump in dumps:
@@ -168,6 +173,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         prec["domain"] = node
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
+        ppe_epoch, spe_epoch, cut = _losses(dump, prec)
+        epoch_parts.append(np.concatenate([ppe_epoch, spe_epoch]))
+        cuts.append(cut)
 
         # ---- anchors: PPE records and block headers in slot order
         n_anchor = ppe.size + blocks.size
@@ -273,6 +281,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     new_index = np.empty(records.size, dtype=np.int64)
     new_index[order] = np.arange(records.size)
     records = records[order]
+    loss_epoch = (np.concatenate(epoch_parts) if epoch_parts else np.zeros(0, np.int32))[order]
     links = np.zeros(len(link_rows), LINK_DTYPE)
     for i, row in enumerate(link_rows):
         for key in LINK_DTYPE.names:
@@ -295,7 +304,57 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         blocks_missing=blocks_missing,
         records_total=records_total,
         ctx_loc=ctx_loc,
+        loss_epoch=loss_epoch,
+        loss_cut=np.array(cuts, dtype=np.int64),
     )
+
+
+#: no loss in a process: a cut beyond every slot
+NO_LOSS = np.int64(1 << 62)
+
+
+def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where records of one process may be missing, so that pairing by count stops there.
+
+    Returns the loss epoch of every PPE record and every SPE record (how many places before
+    it, in its own stream, may have lost records of that stream; 0 = none) and the process's
+    cut: the first slot position from which some record of any stream may be missing
+    (``NO_LOSS`` if none). A lost record shifts every later k-th-with-k-th pairing of its
+    stream, so ``match`` pairs only records of epoch 0 (FORMAT 3.7: a GAP must remove the
+    order it would have given, never invent one).
+
+    PPE streams (per process, slot order): from the first GAP, top-level slot with an undefined
+    code or SPE record outside a block (each may have been a PPE record), or PPE record dropped
+    for naming an undefined context. SPE streams (per context, seq order): at every block whose
+    seq does not follow its predecessor's (blocks lost before it) and at a block holding fewer
+    records than its count (its own records, and again after it). Losses at the very end (a
+    file cut short) shift nothing and are not losses here.
+    """
+    first = [int(dump.gaps["slot"].min())] if dump.gaps.size else []
+    first += [d.first_slot for d in dump.damage if d.first_slot is not None and d.kind in (
+        DamageKind.unknown_code, DamageKind.spe_outside_block)]
+    dropped = prec["slot"][prec["code"] == 0]  # ``_check_ctx_refs`` zeroes what it drops
+    if dropped.size:
+        first.append(int(dropped.min()))
+    l_ppe = min(first, default=int(NO_LOSS))
+    ppe_epoch = (prec["slot"] >= l_ppe).astype(np.int32)
+    blocks = dump.blocks
+    block_epoch = np.zeros(blocks.size, dtype=np.int32)
+    cut = l_ppe
+    for ctx in np.unique(blocks["ctx"]).tolist():
+        bi = np.flatnonzero(blocks["ctx"] == ctx)
+        seq = blocks["seq"][bi].astype(np.int64)
+        skip = seq != np.concatenate([[-1], seq[:-1]]) + 1
+        broken = blocks["present"][bi] < blocks["count"][bi]
+        step = (skip | broken).astype(np.int32)
+        step[1:] += broken[:-1]
+        epoch = np.cumsum(step, dtype=np.int32)
+        block_epoch[bi] = epoch
+        if epoch[-1] > 0:
+            good = bi[epoch == 0]
+            cut = min(cut, int(blocks["slot"][good[-1]]) + 1 if good.size else 0)
+    spe_epoch = block_epoch[dump.spe["block"]] if dump.spe.size else np.zeros(0, np.int32)
+    return ppe_epoch, spe_epoch, cut
 
 
 def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndarray:

@@ -20,6 +20,13 @@ receiver, tag); MPI pairs between nodes are returned separately (``node_pairs``)
 clocks drift. Collectives: the k-th collective of a communicator on each member is one
 instance. Unmatched items are counted in the damage log, never dropped silently.
 
+Around lost records (``Decoded.loss_epoch``, FORMAT 3.7) pairing by count is no longer
+certain: a lost write or send would shift every later pair onto the wrong partner and invent
+an order. So only records before the first possible loss of their stream are paired (for MPI
+also before a record whose communicator or peer is undefined; for a collective instance, the
+members must also agree on its operation and root); the rest are counted as unmatched ("after
+lost slots"), and a DMA is completed only by a tag wait with no possible loss in between.
+
 It does not look at time (except to report value mismatches) and does not build constraints.
 """
 
@@ -109,8 +116,15 @@ class _Builder:
         sel = sel[np.lexsort((self.rec["slot"][sel], self.rec["code"][sel]))]
         codes = self.rec["code"][sel]
         self.ppe_by_code = {int(c): sel[codes == c] for c in np.unique(codes).tolist()}
+        self.epoch = (dec.loss_epoch if dec.loss_epoch is not None
+                      else np.zeros(self.rec.size, dtype=np.int32))
 
     # -- helpers
+    def sound(self, idx: np.ndarray) -> int:
+        """How many leading entries of ``idx`` (one stream, in order) no loss precedes."""
+        late = np.flatnonzero(self.epoch[idx] != 0)
+        return int(late[0]) if late.size else int(idx.size)
+
     def file_of(self, rec_idx: int) -> str:
         return self.dec.dump_names[int(self.loc_rank[rec_idx])]
 
@@ -184,8 +198,15 @@ def _mailboxes(b: _Builder, rank: int, ctx: int, loc: int) -> None:
         se = b.spe_ctx_records(loc, spe_end)
         if not (pb.size or pe.size or sb.size or se.size):
             continue
-        pb, pe = _pair_begin_end(pb, pe)
-        sb, se = _pair_begin_end(sb, se)
+        # after a possible loss the k-th BEGIN, END or value may belong to another partner
+        cp = min(b.sound(pb), b.sound(pe))
+        cs = min(b.sound(sb), b.sound(se))
+        late_w, late_r = (pb[cp:], sb[cs:]) if ppe_writes else (sb[cs:], pb[cp:])
+        b.lost(DamageKind.unmatched_mailbox, np.concatenate([late_w, late_r]),
+               f"mailbox value after lost slots (SPE context {ctx}): pairing by count is no "
+               "longer certain, not matched")
+        pb, pe = _pair_begin_end(pb[:cp], pe[:cp])
+        sb, se = _pair_begin_end(sb[:cs], se[:cs])
         wb, we, rb, re_ = (pb, pe, sb, se) if ppe_writes else (sb, se, pb, pe)
         n = min(wb.size, rb.size)
         b.lost(DamageKind.unmatched_mailbox, np.concatenate([wb[n:], rb[n:]]),
@@ -214,9 +235,9 @@ def _runs(b: _Builder, rank: int, ctx: int, loc: int) -> None:
     ends = b.ppe_ctx_records(rank, ctx, P.CTX_RUN_END)
     starts = b.spe_ctx_records(loc, S.START)
     exits = b.spe_ctx_records(loc, S.EXIT)
-    n = min(begins.size, starts.size)
+    n = min(b.sound(begins), b.sound(starts))
     b.add_pairs(begins[:n], starts[:n])
-    n = min(exits.size, ends.size)
+    n = min(b.sound(exits), b.sound(ends))
     b.add_pairs(exits[:n], ends[:n])
     if begins.size > ends.size:
         b.lost(DamageKind.no_run_end, begins[ends.size:],
@@ -259,7 +280,18 @@ def _signals(b: _Builder) -> None:
             if not (writes.size or reads.size):
                 continue
             # order writes by their slot-order position (an SPE write's block comes later)
-            writes = writes[np.argsort(dec.anchors["slot"][rec["anchor"][writes]], kind="stable")]
+            w_slot = dec.anchors["slot"][rec["anchor"][writes]]
+            po = np.argsort(w_slot, kind="stable")
+            writes, w_slot = writes[po], w_slot[po]
+            # writes come from several streams: certain only before the process's first loss
+            cut = dec.loss_cut[rank] if dec.loss_cut is not None else np.iinfo(np.int64).max
+            cw = min(b.sound(writes), int(np.searchsorted(w_slot, cut)))
+            cr = b.sound(reads)
+            if cw < writes.size or cr < reads.size:
+                b.lost(DamageKind.unmatched_mailbox, np.concatenate([writes[cw:], reads[cr:]]),
+                       f"signal after lost slots (context {ctx}, register {reg}): pairing by "
+                       "count is no longer certain, not matched")
+            writes, reads = writes[:cw], reads[:cr]
             n = min(writes.size, reads.size)
             if reads.size > writes.size:
                 b.lost(DamageKind.unmatched_mailbox, reads[n:],
@@ -293,6 +325,8 @@ def _dma(b: _Builder) -> np.ndarray:
             sel = np.flatnonzero(tag == t)
             pos = np.searchsorted(w, issue[sel], side="right")
             ok = pos < w.size
+            # a tag wait in a lost block between them may have been the completing one
+            ok[ok] = b.epoch[w[pos[ok]]] == b.epoch[issue[sel[ok]]]
             complete[sel[ok]] = w[pos[ok]]
         # target: another context's Local Store / problem-state area of this process, or memory
         ea = rec["b"][issue]
@@ -349,6 +383,13 @@ def _mpi(b: _Builder) -> tuple[int, int]:
     r_src, r_ok = world(r_idx, r_peer)
     b.lost(DamageKind.undefined_id, np.concatenate([s_idx[~s_ok], r_idx[~r_ok]]),
            "MPI record naming an undefined communicator or a peer outside it")
+    # such a record belonged to some channel of its process: channels of that process are
+    # paired by count only before it, as before a lost slot
+    mpi_epoch = b.epoch.copy()
+    for bad in (s_idx[~s_ok], r_idx[~r_ok]):
+        for r in np.unique(b.loc_rank[bad]).tolist():
+            first = int(rec["slot"][bad[b.loc_rank[bad] == r]].min())
+            mpi_epoch[(b.loc_rank == r) & (rec["slot"] >= first)] += 1
     s_idx, s_dst = s_idx[s_ok], s_dst[s_ok]
     r_idx, r_src = r_idx[r_ok], r_src[r_ok]
     s_src = b.loc_rank[s_idx].astype(np.int64)
@@ -371,7 +412,9 @@ def _mpi(b: _Builder) -> tuple[int, int]:
     for ch in range(len(s_ch)):
         ss = s_idx[s_lab == ch]
         rr = r_idx[r_lab == ch]
-        n = min(ss.size, rr.size)
+        late = np.flatnonzero(np.concatenate([mpi_epoch[ss] != 0, [True]]))[0], np.flatnonzero(
+            np.concatenate([mpi_epoch[rr] != 0, [True]]))[0]
+        n = min(ss.size, rr.size, *late)
         sends.append(ss[:n])
         recvs.append(rr[:n])
         unmatched += [ss[n:], rr[n:]]
@@ -385,11 +428,11 @@ def _mpi(b: _Builder) -> tuple[int, int]:
         cross = node_of[b.loc_rank[sends_a]] != node_of[b.loc_rank[recvs_a]]
         b.add_pairs(sends_a[~cross], recvs_a[~cross])
         b.add_pairs(sends_a[cross], recvs_a[cross], cross_node=True)
-    n_coll = _collectives(b, node_of)
+    n_coll = _collectives(b, node_of, mpi_epoch)
     return n_msgs, n_coll
 
 
-def _collectives(b: _Builder, node_of: np.ndarray) -> int:
+def _collectives(b: _Builder, node_of: np.ndarray, epoch: np.ndarray) -> int:
     """Instances of collectives; pairs BEGIN -> END by the operation's kind."""
     dec, rec = b.dec, b.rec
     ends = np.flatnonzero(rec["code"] == P.MPI_COLL_END)
@@ -407,10 +450,20 @@ def _collectives(b: _Builder, node_of: np.ndarray) -> int:
             continue
         per_rank = {r: sel[b.loc_rank[sel] == r] for r in comm.ranks}
         n = min(v.size for v in per_rank.values())
+        # the k-th END of every member is one instance only before a possible loss, and only
+        # while the members agree on what the instance was (operation and root)
+        late = [np.flatnonzero(np.concatenate([epoch[v] != 0, [True]]))[0]
+                for v in per_rank.values()]
+        n = min(n, *late)
+        if n:
+            fields = np.stack([rec["b"][per_rank[r][:n]] for r in comm.ranks])
+            differ = np.flatnonzero((fields != fields[0]).any(axis=0))
+            n = int(differ[0]) if differ.size else n
         for v in per_rank.values():
             if v.size > n:
                 b.lost(DamageKind.unmatched_mpi, v[n:],
-                       f"collective on communicator {cid} not joined by every member")
+                       f"collective on communicator {cid} not joined by every member, after "
+                       "lost slots, or not agreeing on its operation and root")
         instances += n
         if n == 0:
             continue
@@ -433,7 +486,8 @@ def _collectives(b: _Builder, node_of: np.ndarray) -> int:
             if src is None:
                 bb = [(bg[i, j], e[k, j]) for k in range(members) for i in range(k + 1)]
             else:
-                bb = [(bg[i, j], e[k, j]) for i in src for k in dst if i < members]
+                bb = [(bg[i, j], e[k, j]) for i in src for k in dst
+                      if i < members and k < members]  # a root outside: emit counts it
             bb = [(x, y) for x, y in bb if x >= 0 and x != y]
             if not bb:
                 continue
