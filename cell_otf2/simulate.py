@@ -230,7 +230,8 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         })
     messages = _messages(world, recs_by_rank, uid_slot)
     manifest = build_manifest(f"{o.workload}_sim", hz, o.decrementer_restore, o.nodes,
-                              processes, f"{o.workload}_spu")
+                              processes, f"{o.workload}_spu",
+                              world.communicators if world is not None else None)
     (out_dir / "run.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
     t_all = np.concatenate([v[np.isfinite(v)] for v in slot_time.values()])

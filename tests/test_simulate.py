@@ -517,6 +517,8 @@ def test_mpi_matching_and_order(runs: dict[str, Path]) -> None:
     manifest, dumps = load(runs["hybrid"])
     truth = load_truth(runs["hybrid"])
     mpi_regions = {r["id"] for r in manifest["regions"] if r["kind"] == "mpi"}
+    comms = {c["id"]: c["ranks"] for c in manifest["communicators"]}
+    assert len(comms) == 3, "world plus one communicator per node"
     sends: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
     recvs: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
     for rank, d in dumps.items():
@@ -530,13 +532,17 @@ def test_mpi_matching_and_order(runs: dict[str, Path]) -> None:
                 region = 0
             elif 0x0130 <= code <= 0x0137:
                 assert region in mpi_regions
-            if code in (P.MPI_SEND, P.MPI_ISEND):
+            if code in (P.MPI_SEND, P.MPI_ISEND, P.MPI_RECV, P.MPI_IRECV):
+                comm = int(d.ppe["a"][s])
                 peer, tag = divmod(int(d.ppe["b"][s]), TWO32)
-                sends.setdefault((int(d.ppe["a"][s]), rank, peer, tag), []).append((rank, s))
-            if code in (P.MPI_RECV, P.MPI_IRECV):
-                peer, tag = divmod(int(d.ppe["b"][s]), TWO32)
-                recvs.setdefault((int(d.ppe["a"][s]), peer, rank, tag), []).append((rank, s))
+                assert rank in comms[comm]
+                other = comms[comm][peer]  # peers are ranks in the communicator
+                if code in (P.MPI_SEND, P.MPI_ISEND):
+                    sends.setdefault((comm, rank, other, tag), []).append((rank, s))
+                else:
+                    recvs.setdefault((comm, other, rank, tag), []).append((rank, s))
     assert sends.keys() == recvs.keys()
+    assert any(k[0] != 0 for k in sends), "messages on a node communicator"
     truth_pairs = {(int(m["send_rank"]), int(m["send_slot"])):
                    (int(m["recv_rank"]), int(m["recv_slot"])) for m in truth.messages}
     arrive = {(int(m["send_rank"]), int(m["send_slot"])): float(m["t_arrive"])
@@ -565,19 +571,29 @@ def test_mpi_matching_and_order(runs: dict[str, Path]) -> None:
                                          & (np.arange(dumps[rk].n) < r))[-1]
                 eager += truth.slot_time[sr][leave] < truth.slot_time[rk][enter_r]
     assert eager > 0
-    # collectives: every END after every BEGIN of the same instance
+    # collectives: the k-th COLL_BEGIN/END of every rank are one instance
     ends = {r: d.ppe_sel(P.MPI_COLL_END) for r, d in dumps.items()}
     begins = {r: d.ppe_sel(P.MPI_COLL_BEGIN) for r, d in dumps.items()}
     k_max = len(ends[0])
-    assert all(len(e) == k_max for e in ends.values())
+    assert all(len(e) == k_max == len(begins[r]) for r, e in ends.items())
+    seen = set()
     for k in range(k_max):
-        op = int(dumps[0].ppe["b"][ends[0][k]] >> np.uint64(32))
-        latest_begin = max(truth.slot_time[r][begins[r][k]] for r in dumps)
-        first_end = min(truth.slot_time[r][ends[r][k]] for r in dumps)
-        if op == fmt.CollOp.ALLREDUCE:
-            assert latest_begin < first_end
+        ops = {divmod(int(dumps[r].ppe["b"][ends[r][k]]), TWO32) for r in dumps}
+        assert len(ops) == 1
+        op, root = ops.pop()
+        seen.add(op)
+        tb = {r: truth.slot_time[r][begins[r][k]] for r in dumps}
+        te = {r: truth.slot_time[r][ends[r][k]] for r in dumps}
+        if op in (fmt.CollOp.BARRIER, fmt.CollOp.ALLREDUCE, fmt.CollOp.ALLTOALL):
+            assert root == fmt.ROOTLESS and max(tb.values()) < min(te.values())
         elif op == fmt.CollOp.BCAST:
-            assert truth.slot_time[0][begins[0][k]] < first_end
+            assert tb[root] < min(te.values())
+        elif op == fmt.CollOp.REDUCE:
+            assert max(tb.values()) < te[root]
+        else:
+            raise AssertionError(f"unexpected op {op}")
+    assert seen == {fmt.CollOp.BARRIER, fmt.CollOp.ALLREDUCE, fmt.CollOp.ALLTOALL,
+                    fmt.CollOp.BCAST, fmt.CollOp.REDUCE}
 
 
 def test_nodes_drift(runs: dict[str, Path]) -> None:

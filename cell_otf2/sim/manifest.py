@@ -1,4 +1,8 @@
-"""run.json of a simulated run (FORMAT.md section 2). Builds the dict; does not write files."""
+"""run.json of a simulated run (FORMAT.md section 2). Builds the dict; does not write files.
+
+``communicators`` defaults to MPI_COMM_WORLD alone; the MPI part passes its own list (world
+plus one communicator per node with two or more ranks).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ def build_manifest(
     n_nodes: int,
     processes: list[dict],
     program_name: str,
+    communicators: list[dict] | None = None,
 ) -> dict:
     """The manifest dict; ``processes`` rows already carry rank, node, path, pid, starts."""
     return {
@@ -34,6 +39,6 @@ def build_manifest(
         "regions": REGIONS,
         "programs": [{"id": PROGRAM_ID, "name": program_name}],
         "counters": COUNTERS,
-        "communicators": [{"id": 0, "name": "MPI_COMM_WORLD",
-                           "ranks": [p["rank"] for p in processes]}],
+        "communicators": communicators or [{"id": 0, "name": "MPI_COMM_WORLD",
+                                            "ranks": [p["rank"] for p in processes]}],
     }

@@ -9,8 +9,12 @@ Per phase, in true time, on MPI_COMM_WORLD (comm id 0, peers are world ranks):
 2. nonblocking exchange, rendezvous: MPI_Isend right, MPI_Irecv left, MPI_Waitall; a large
    send completes only once the receiver posted its receive; ISEND_COMPLETE / IRECV are
    recorded when the wait finds them complete;
-3. MPI_Allreduce every phase (every END after every BEGIN), MPI_Bcast from rank 0 every other
-   phase (root's BEGIN before every END).
+3. a ring inside each node's communicator (ids 1, 2, ...: the ranks of one node, when it has
+   two or more) with peers given as ranks *in that communicator*;
+4. MPI_Barrier and MPI_Allreduce every phase, MPI_Alltoall every third (every END after every
+   BEGIN), MPI_Bcast from rank 0 every other phase (root's BEGIN before every END),
+   MPI_Reduce to rank 0 on odd phases (every BEGIN before the root's END; the others may leave
+   as soon as their contribution is sent).
 
 Every MPI record sits inside the ENTER/LEAVE of its call's region (kind ``mpi``). Latencies:
 intra-node 1-2 us + bytes / 2 GB/s, inter-node 5-10 us + bytes / 1 GB/s. Sends carry the true
@@ -43,6 +47,13 @@ class MpiWorld:
         self.us = procs[0].us
         self.next_req = [1] * len(procs)
         self.messages: list[tuple[int, int, int, int]] = []
+        world = list(range(len(procs)))
+        self.communicators = [{"id": 0, "name": "MPI_COMM_WORLD", "ranks": world}]
+        for node in sorted(set(node_of_rank)):
+            members = [r for r in world if node_of_rank[r] == node]
+            if len(members) >= 2:
+                self.communicators.append({"id": len(self.communicators),
+                                           "name": f"NODE_COMM_{node}", "ranks": members})
 
     def latency(self, src: int, dst: int, nbytes: int) -> float:
         if self.node_of[src] == self.node_of[dst]:
@@ -68,11 +79,18 @@ class MpiWorld:
         if n < 2:
             return
         t = [pr.t_main for pr in self.procs]
+        t = self._rootless(t, fmt.CollOp.BARRIER, "barrier", 0)
         t = self._ring(t, p)
         t = self._exchange(t, p)
-        t = self._allreduce(t)
+        for comm in self.communicators[1:]:
+            t = self._node_ring(t, comm)
+        t = self._rootless(t, fmt.CollOp.ALLREDUCE, "allreduce", 8)
+        if p % 3 == 0:
+            t = self._rootless(t, fmt.CollOp.ALLTOALL, "alltoall", 1024)
         if p % 2 == 0:
             t = self._bcast(t)
+        else:
+            t = self._reduce(t)
         for r, pr in enumerate(self.procs):
             pr.t_main = t[r]
 
@@ -149,20 +167,66 @@ class MpiWorld:
             t[r] = self._leave(r, R_MPI["waitall"], last)
         return t
 
-    def _allreduce(self, t: list[float]) -> list[float]:
+    def _node_ring(self, t: list[float], comm: dict) -> list[float]:
+        """Eager ring inside one node communicator; peers are communicator ranks."""
+        members, cid, tag, nbytes = comm["ranks"], comm["id"], 30, 256
+        size = len(members)
+        sent: dict[int, tuple[float, int]] = {}
+        for i, r in enumerate(members):
+            right = (i + 1) % size
+            te = self._call(r, R_MPI["send"], t[r])
+            arrival = te + self.latency(r, members[right], nbytes)
+            uid = self.procs[r].ppe(0, te, P.MPI_SEND, cid, (right << 32) | tag, nbytes,
+                                    done=arrival)
+            sent[i] = (arrival, uid)
+            t[r] = self._leave(r, R_MPI["send"], te + self.u(0.5, 1.5))
+        for i, r in enumerate(members):
+            left = (i - 1) % size
+            arrival, send_uid = sent[left]
+            te = self._call(r, R_MPI["recv"], t[r])
+            tr = max(te, arrival) + self.u(0.1, 0.5)
+            uid = self.procs[r].ppe(0, tr, P.MPI_RECV, cid, (left << 32) | tag, nbytes)
+            self.messages.append((members[left], send_uid, r, uid))
+            t[r] = self._leave(r, R_MPI["recv"], tr)
+        return t
+
+    def _rootless(self, t: list[float], op: int, name: str, nbytes: int) -> list[float]:
+        """A collective where every END follows every BEGIN (barrier, allreduce, alltoall)."""
         n = len(self.procs)
         begins = []
         for r in range(n):
-            te = self._call(r, R_MPI["allreduce"], t[r])
+            te = self._call(r, R_MPI[name], t[r])
             self.procs[r].ppe(0, te, P.MPI_COLL_BEGIN)
             begins.append(te)
         steps = int(np.ceil(np.log2(n)))
-        done = max(begins) + steps * self.latency(0, n - 1, 8)
+        done = max(begins) + steps * self.latency(0, n - 1, nbytes)
+        sent = nbytes * (n - 1) if op == fmt.CollOp.ALLTOALL else nbytes
         for r in range(n):
             te = max(done + self.u(0.1, 1.0), begins[r] + 1.0)
-            self.procs[r].ppe(0, te, P.MPI_COLL_END, 0,
-                              (int(fmt.CollOp.ALLREDUCE) << 32) | fmt.ROOTLESS, (8 << 32) | 8)
-            t[r] = self._leave(r, R_MPI["allreduce"], te)
+            self.procs[r].ppe(0, te, P.MPI_COLL_END, 0, (int(op) << 32) | fmt.ROOTLESS,
+                              (sent << 32) | sent)
+            t[r] = self._leave(r, R_MPI[name], te)
+        return t
+
+    def _reduce(self, t: list[float]) -> list[float]:
+        """MPI_Reduce to rank 0: the root ends after every contribution arrived."""
+        n = len(self.procs)
+        begins = []
+        for r in range(n):
+            te = self._call(r, R_MPI["reduce"], t[r])
+            self.procs[r].ppe(0, te, P.MPI_COLL_BEGIN)
+            begins.append(te)
+        arrivals = [begins[r] + self.latency(r, 0, 64) for r in range(1, n)]
+        for r in range(n):
+            if r == 0:
+                te = max([begins[0], *arrivals]) + self.u(0.5, 2.0)
+                sent, recv = 0, 64 * (n - 1)
+            else:
+                te = begins[r] + self.u(1.0, 3.0)
+                sent, recv = 64, 0
+            self.procs[r].ppe(0, te, P.MPI_COLL_END, 0, (int(fmt.CollOp.REDUCE) << 32) | 0,
+                              (sent << 32) | recv)
+            t[r] = self._leave(r, R_MPI["reduce"], te)
         return t
 
     def _bcast(self, t: list[float]) -> list[float]:

@@ -16,7 +16,7 @@ from .bodies import LoopSpec
 # manifest ids (one table for every workload)
 R_MAIN, R_SPE_RUN, R_SPE_MAIN, R_COMPUTE = 1, 2, 10, 11
 R_MPI = {"send": 20, "recv": 21, "isend": 22, "irecv": 23, "waitall": 24,
-         "allreduce": 25, "barrier": 26, "bcast": 27}
+         "allreduce": 25, "barrier": 26, "bcast": 27, "reduce": 28, "alltoall": 29}
 REGIONS = [
     {"id": R_MAIN, "name": "main", "core": "ppe", "kind": "function"},
     {"id": R_SPE_RUN, "name": "spe_context_run", "core": "ppe", "kind": "spe_runtime"},
