@@ -105,6 +105,8 @@ def _resolve(o: SimOptions) -> SimOptions:
         (o.ranks >= o.nodes >= 1, "need at least one rank per node"),
         (o.spes >= 1 and o.phases >= 1 and o.chunks >= 1, "spes, phases, chunks must be >= 1"),
         (o.spus >= o.ranks // o.nodes + (o.ranks % o.nodes > 0), "need one SPU per rank"),
+        (o.spus <= CELL_CHIPS * SPES_PER_CHIP,
+         f"a node has {CELL_CHIPS * SPES_PER_CHIP} SPUs ({CELL_CHIPS} Cell chips)"),
         (0 <= o.max_ppm <= 100, "max_ppm must be within 0..100"),
         (o.timebase_hz > 0, "timebase_hz must be positive"),
     ]

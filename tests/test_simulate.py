@@ -724,6 +724,8 @@ def test_duration_picks_phases(tmp_path: Path) -> None:
         simulate_run(tmp_path / "bad", "fft", 4, byte_order="X")
     with pytest.raises(ValueError):
         simulate_run(tmp_path / "bad2", "nosuch", 4)
+    with pytest.raises(ValueError):
+        simulate_run(tmp_path / "bad3", "fft", 4, spus=17)
 
 
 @pytest.mark.parametrize("name", ["fft_switch_comp", "fft_switch_rest", "julia"])
