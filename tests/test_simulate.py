@@ -262,6 +262,7 @@ def test_interval_offsets_reproduce_every_reading(runs: dict[str, Path], name: s
             iv_rows = truth.intervals
             rows = iv_rows[(iv_rows["rank"] == rank) & (iv_rows["ctx"] == c)]
             assert np.array_equal(rows["interval"], np.arange(n_iv))
+            assert np.array_equal(truth.slot_interval[rank][readings], iv)
             for i in range(n_iv):
                 sel = readings[iv == i]
                 assert rows["readings"][i] == len(sel)
@@ -743,3 +744,19 @@ def test_preemption_mid_body(runs: dict[str, Path], name: str) -> None:
         if len(before) and d.code[before[-1]] != S.IN_MBOX_READ_BEGIN:
             mid_body += 1
     assert mid_body > 0
+
+
+def test_truth_round_trip_and_clock_maps(runs: dict[str, Path]) -> None:
+    truth = load_truth(runs["hybrid"])
+    assert truth.options["workload"] == "hybrid" and truth.options["seed"] == RUNS["hybrid"][1]
+    assert truth.timebase_hz == 14_318_000
+    assert set(truth.slot_time) == {0, 1, 2, 3}
+    for name in truth.node_names:
+        n = truth.nodes[name]
+        t = np.array([n.ref_knots[0] - 1e12, n.ref_knots[1], n.ref_knots[-1] + 1e12])
+        back = truth.node_to_reference(name, truth.reference_to_node(name, t))
+        assert np.allclose(back, t, rtol=0, atol=1e-2)  # linear beyond the knots, invertible
+        x = truth.reference_to_node(name, t)
+        assert np.all(np.diff(x) > 0)
+    assert len(truth.dma) > 0 and np.all(truth.dma["done"] > truth.dma["issue"])
+    assert truth.damage == [] and all(len(v) == 0 for v in truth.damaged_slots.values())
