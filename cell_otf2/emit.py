@@ -283,6 +283,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     loc = rec["loc"]
     seq = np.arange(rec.size, dtype=np.uint64) * np.uint64(8)
     written = np.zeros(rec.size, dtype=bool)
+    counted = np.zeros(rec.size, dtype=bool)  # not written, already in the damage log
     rank_of = dec.locations["rank"][loc]
 
     def sel(*codes) -> np.ndarray:
@@ -290,6 +291,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
 
     def undefined(idx: np.ndarray, what: str) -> None:
         if idx.size:
+            counted[idx] = True
             i = int(idx[0])
             damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[i])],
                        int(rec["slot"][i]), int(idx.size), f"{what} never defined: "
@@ -365,7 +367,12 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     snd = snd[np.isin(rec["a"][snd], [0xA0, 0xA1, 0xA2])]
     written[snd] = True
     # ---- MPI
-    _emit_mpi(ev, rec, loc, t, seq, sel, lk, written)
+    mpi = matches.messages[matches.messages["kind"] == MsgKind.MPI]
+    mpi = mpi[good[mpi["send"]] & good[mpi["recv"]]]
+    paired = np.zeros(rec.size, dtype=bool)
+    paired[mpi["send"]] = paired[mpi["recv"]] = True
+    _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined,
+              np.array([len(c.members) for c in defs.communicators], dtype=np.uint64), paired)
     mm = matches.messages
     stats.messages += int((mm["kind"] == MsgKind.MPI).sum())
     # ---- DMA
@@ -413,7 +420,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     stats.records_written = int(written.sum())
     stats.by_type = {Ev(k).name: int(v) for k, v in
                      zip(*np.unique(table["type"], return_counts=True), strict=True)}
-    left = np.flatnonzero(good & ~written)
+    left = np.flatnonzero(good & ~written & ~counted)
     if left.size:
         undefined_codes = sorted({int(x) for x in code[left][:1000]})
         damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[left[0]])],
@@ -422,8 +429,17 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     return defs, table, stats
 
 
-def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written) -> None:
+def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_size,
+              paired) -> None:
+    """MPI records. A point-to-point record is written only when ``match`` paired it with its
+    partner (``paired``) and both have a time: OTF2 readers pair sends and receives by order,
+    so one without its partner would shift every later message of its channel onto the wrong
+    partner. The others were counted by ``match`` (unmatched_mpi, undefined_id) or have no
+    time; their call regions are still written; an ISEND's ISEND_COMPLETE and an IRECV's
+    IRECV_REQUEST go with it. A collective whose root is outside its communicator is counted
+    here and not written."""
     comm = _lookup(lk["comm"], rec["a"].astype(np.int64))
+    size = np.where(comm >= 0, comm_size[np.maximum(comm, 0)], 0)
     peer = rec["b"] >> np.uint64(32)
     tag = rec["b"] & np.uint64(0xFFFFFFFF)
     req = rec["c"] >> np.uint64(32)
@@ -431,18 +447,33 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written) -> None:
     one = np.uint64(1)
     for c, typ in ((P.MPI_SEND, Ev.MPI_SEND), (P.MPI_RECV, Ev.MPI_RECV)):
         i = sel(c)
-        i = i[comm[i] >= 0]
+        ok = (comm[i] >= 0) & (peer[i] < size[i]) & paired[i]
+        counted[i[~ok]] = True
+        i = i[ok]
         ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=rec["c"][i])
         written[i] = True
+    dropped_requests = []
     for c, typ in ((P.MPI_ISEND, Ev.MPI_ISEND), (P.MPI_IRECV, Ev.MPI_IRECV)):
         i = sel(c)
-        i = i[comm[i] >= 0]
+        ok = (comm[i] >= 0) & (peer[i] < size[i]) & paired[i]
+        counted[i[~ok]] = True
+        dropped_requests.append(i[~ok])
+        i = i[ok]
         ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=low[i],
                p4=req[i])
         written[i] = True
-    for c, typ in ((P.MPI_ISEND_COMPLETE, Ev.MPI_ISEND_COMPLETE),
-                   (P.MPI_IRECV_REQUEST, Ev.MPI_IRECV_REQUEST)):
+    for (c, typ), gone, later in zip(((P.MPI_ISEND_COMPLETE, Ev.MPI_ISEND_COMPLETE),
+                                      (P.MPI_IRECV_REQUEST, Ev.MPI_IRECV_REQUEST)),
+                                     dropped_requests, (True, False), strict=True):
         i = sel(c)
+        # the first later ISEND_COMPLETE (last earlier IRECV_REQUEST) with the request of
+        # a dropped ISEND (IRECV) on its location goes with it
+        for g in gone.tolist():
+            same = i[(loc[i] == loc[g]) & (req[i] == req[g])]
+            same = same[same > g] if later else same[same < g][::-1]
+            if same.size:
+                counted[same[0]] = True
+        i = i[~counted[i]]
         ev.add(loc[i], typ, 0, t[i], seq[i] + one, p4=req[i])
         written[i] = True
     i = sel(P.MPI_COLL_BEGIN)
@@ -450,6 +481,9 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written) -> None:
     written[i] = True
     i = sel(P.MPI_COLL_END)
     i = i[comm[i] >= 0]
+    bad_root = (tag[i] >= size[i]) & (tag[i] != np.uint64(0xFFFFFFFF))
+    undefined(i[bad_root], "collective root (a rank outside its communicator)")
+    i = i[~bad_root]
     op = np.minimum(peer[i], np.uint64(9)).astype(np.int64)
     ev.add(loc[i], Ev.MPI_COLL_END, comm[i], t[i], seq[i] + one, p1=OTF2_COLL_OP[op],
            p2=tag[i], p3=req[i], p4=low[i])

@@ -207,3 +207,56 @@ def test_lost_mpi_send_pairs_no_wrong_partner(bases, tmp_path):
                   strict=True))
     assert got and got <= true_pairs, sorted(got - true_pairs)
     assert "unmatched_mpi" in {line.split(":")[0] for line in pipe.damage.summary_lines()}
+
+
+# ------------------------------------------------------------------------------------------
+# undefined ids: counted once, never written, never refused by the writer
+# ------------------------------------------------------------------------------------------
+
+
+def test_mpi_peer_outside_communicator(bases, tmp_path, capsys):
+    """An MPI_IRECV naming peer 2^31 + 1 of a 2-rank communicator was written as it was and
+    the writer refused the table (internal error). Now it is counted once and not written."""
+    run = copy_run(bases["hybrid"], tmp_path / "run")
+    slot = first_ppe(run, 1, P.MPI_IRECV)
+    edit_slot(run, 1, slot, "ppe", b=(0x80000001 << 32) | 7)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got["undefined_id"] == (1, f"rank00001.cbt slot {slot}")
+    assert_archive_valid(tmp_path / "a.otf2")
+
+
+def test_mpi_undefined_communicator_counted_once(bases, tmp_path, capsys):
+    """An MPI_SEND on communicator 77 was counted by match and again by emit ("records not
+    written"): two lines' worth for one record."""
+    run = copy_run(bases["hybrid"], tmp_path / "run")
+    slot = first_ppe(run, 0, P.MPI_SEND)
+    edit_slot(run, 0, slot, "ppe", a=77)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got["undefined_id"] == (1, f"rank00000.cbt slot {slot}")
+    assert_archive_valid(tmp_path / "a.otf2")
+
+
+def test_undefined_region_counted_once(bases, tmp_path, capsys):
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    slot = first_ppe(run, 0, P.ENTER)
+    edit_slot(run, 0, slot, "ppe", a=999)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got == {"undefined_id": (1, f"rank00000.cbt slot {slot}")}
+    assert_archive_valid(tmp_path / "a.otf2")
+
+
+@pytest.mark.parametrize("op", [fmt.CollOp.GATHER, fmt.CollOp.BCAST])
+def test_collective_root_outside_communicator(bases, tmp_path, capsys, op):
+    """Both members agree on a rooted collective whose root (5) is no rank of the 2-rank
+    communicator: gather crashed in match (IndexError), bcast was refused by the writer."""
+    run = copy_run(bases["hybrid"], tmp_path / "run")
+    slots = [first_ppe(run, r, P.MPI_COLL_END) for r in (0, 1)]
+    for r, slot in enumerate(slots):
+        edit_slot(run, r, slot, "ppe", b=(int(op) << 32) | 5)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got["undefined_id"] == (2, f"rank00000.cbt slot {slots[0]}")
+    assert_archive_valid(tmp_path / "a.otf2")
