@@ -29,6 +29,11 @@ app = typer.Typer(
 
 
 def _register() -> None:
+    from .check import check_command
+
+    if not any(c.name == "check" for c in app.registered_commands):
+        app.command("check", help="Report every problem of RUN_DIR without converting it "
+                    "(exit 0 clean, 1 contained damage, 3 refused).")(check_command)
     try:
         from . import cli_simulate
     except ImportError:  # the simulator is optional for conversion
