@@ -52,6 +52,7 @@ def split_intervals(
     start_values: np.ndarray,
     split_big_steps: bool = False,
     force_split: np.ndarray | None = None,
+    certain_before: np.ndarray | None = None,
 ) -> IntervalSplit:
     """Assign readings to live intervals.
 
@@ -82,12 +83,20 @@ def split_intervals(
         seg_end = int(writes[w_ptr]) if w_ptr < writes.size else n - 1
         j = seg_end + 1
         if s < n_switch:
-            d_stop = (p - int(stop_values[s])) % MOD
-            base = (p - int(raw[i0])) % MOD
-            limit = d_stop - base + int(cum[i0])
-            j = int(np.searchsorted(cum[i0 : seg_end + 1], limit, side="right")) + i0
-            if base > d_stop:
-                j = i0
+            stop = int(stop_values[s])
+            known = int(certain_before[s]) if certain_before is not None else 0
+            r = min(known, seg_end + 1) - 1  # last reading certainly before the STOP
+            if r >= i0:
+                # the first pass of the STOP value after reading r
+                limit = int(cum[r]) + (int(raw[r]) - stop) % MOD
+                j = int(np.searchsorted(cum[i0 : seg_end + 1], limit, side="right")) + i0
+            else:
+                d_stop = (p - stop) % MOD
+                base = (p - int(raw[i0])) % MOD
+                limit = d_stop - base + int(cum[i0])
+                j = int(np.searchsorted(cum[i0 : seg_end + 1], limit, side="right")) + i0
+                if base > d_stop:
+                    j = i0
         if j <= seg_end:
             # readings i0..j-1 are before switch s; the next reading starts a new interval
             interval[i0:j] = k

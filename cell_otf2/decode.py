@@ -227,8 +227,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                                "time window reaches 2^31 ticks: steps there may hide whole "
                                "wraps, so each is decided from the order constraints or left "
                                "open, never assumed")
+            # readings of blocks whose header precedes a STOP in slot order were certainly
+            # made before it: the STOP value is the first pass after them (an interval can
+            # span several wraps before its STOP)
+            head_slot = np.where(is_rec, blocks["slot"][spe["block"][np.where(is_rec, which, 0)]],
+                                 blocks["slot"][np.where(is_rec, 0, which)])
+            stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
+            before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
             split = split_intervals(raw, write_new, sw_stop[:, 0], sw_start[:, 0],
-                                    split_big_steps=split_ambiguous_wraps, force_split=force)
+                                    split_big_steps=split_ambiguous_wraps, force_split=force,
+                                    certain_before=before)
             if split.big_steps.size:
                 i = int(split.big_steps[0])
                 slot = int(spe["slot"][which[i]] if is_rec[i] else blocks["slot"][which[i]])

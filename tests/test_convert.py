@@ -307,3 +307,19 @@ def test_missing_heartbeat_wrap_decided_from_order(tmp_path, jump):
 def _spe_true_times(jump: int) -> list[int]:
     times = [150, 160, 170, 260, 270, 280, 500, 510, 600]
     return [t + jump if t >= 490 else t for t in times]
+
+
+def test_interval_spanning_wraps_before_a_switch(tmp_path):
+    """An interval that wraps several times before its STOP is cut at the right pass of the
+    STOP value (the readings of blocks flushed before the STOP are certainly before it)."""
+    sim = pytest.importorskip("cell_otf2.simulate")
+    truth_mod = pytest.importorskip("cell_otf2.truth")
+    run = tmp_path / "run"
+    sim.simulate_run(run, "blackscholes", 5, spes=5, phases=2, chunks=4, spus=3)
+    truth = truth_mod.load_truth(run)
+    d = analyze(run).decoded.domains
+    want = {(int(i["rank"]), int(i["ctx"]), int(i["interval"])): int(i["readings"])
+            for i in truth.intervals}
+    got = {(int(r["rank"]), int(r["ctx"]), int(r["interval"])): int(r["readings"])
+           for r in d[d["kind"] == 1]}
+    assert got == want
