@@ -393,28 +393,59 @@ def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndar
     return suspect[pos]
 
 
+#: passes of the outlier rule in ``_check_backwards`` before the running-maximum fallback
+_BACKWARDS_PASSES = 32
+
+
 def _check_backwards(prec: np.ndarray, name: str, damage: DamageLog) -> None:
-    """A PPE timebase running backwards within a thread: no clock domain for that record."""
+    """A PPE timebase running backwards within a thread: no clock domain for that record.
+
+    Which reading of a descending pair is wrong? The one farther from the median of the
+    thread's readings around the pair (two before, two after): a reading pushed down (the
+    record after it is fine) as well as one pushed up (a flipped high bit would otherwise
+    turn every later record of the thread into a backwards one, and its own false time would
+    constrain clocks). Repeated until the kept readings never decrease (after
+    ``_BACKWARDS_PASSES`` passes, every reading below the running maximum goes). Readings are
+    compared as the unsigned values they are.
+    """
     if prec.size < 2:
         return
     order = np.lexsort((prec["slot"], prec["loc"]))
-    loc = prec["loc"][order]
-    tb = prec["local"][order]
-    same = loc[1:] == loc[:-1]
-    # compare with the running maximum of the thread so far
-    run_max = tb.copy()
-    starts = np.flatnonzero(np.concatenate([[True], ~same]))
-    for s, e in zip(starts, np.append(starts[1:], tb.size), strict=True):
-        run_max[s:e] = np.maximum.accumulate(tb[s:e])
-    back = np.zeros(tb.size, dtype=bool)
-    back[1:] = same & (tb[1:] < run_max[:-1])
+    loc = prec["loc"][order].astype(np.int64)
+    tb = prec["local"][order].astype(np.float64)
+    tb[prec["local"][order] < 0] += 2.0**64  # u64 readings of 2^63 and more
+    drop = np.zeros(tb.size, dtype=bool)
+    for _ in range(_BACKWARDS_PASSES):
+        kept = np.flatnonzero(~drop)
+        v, lk = tb[kept], loc[kept]
+        same = lk[1:] == lk[:-1]
+        desc = np.flatnonzero(same & (v[1:] < v[:-1]))
+        if not desc.size:
+            break
+        # the median of the kept readings desc-2 .. desc+3 within the same thread
+        first = np.searchsorted(lk, lk[desc], "left")
+        last = np.searchsorted(lk, lk[desc], "right") - 1
+        pos = desc[:, None] + np.arange(-2, 4)
+        inside = (pos >= first[:, None]) & (pos <= last[:, None])
+        med = np.nanmedian(np.where(inside, v[np.clip(pos, 0, v.size - 1)], np.nan), axis=1)
+        blame = np.where(np.abs(v[desc] - med) > np.abs(v[desc + 1] - med), desc, desc + 1)
+        drop[kept[blame]] = True
+    else:
+        kept = np.flatnonzero(~drop)
+        v, lk = tb[kept], loc[kept]
+        starts = np.flatnonzero(np.concatenate([[True], lk[1:] != lk[:-1]]))
+        run_max = v.copy()
+        for s, e in zip(starts, np.append(starts[1:], v.size), strict=True):
+            run_max[s:e] = np.maximum.accumulate(v[s:e])
+        drop[kept[1:][(lk[1:] == lk[:-1]) & (v[1:] < run_max[:-1])]] = True
+    back = drop
     if back.any():
         idx = order[back]
         prec["domain"][idx] = -1
         damage.add(DamageKind.backwards_timebase, name, int(prec["slot"][idx].min()),
-                   int(idx.size), "PPE timebase lower than an earlier reading of the same "
-                   "thread: the record keeps its place in program order but constrains no "
-                   "clock and is placed at its predecessor's time")
+                   int(idx.size), "PPE timebase out of order with the readings around it in "
+                   "its thread: the record keeps its place in program order but constrains "
+                   "no clock and is placed at its predecessor's time")
 
 
 def _check_ctx_refs(prec, ppe, rank, ctx_loc, name, damage) -> None:

@@ -190,10 +190,14 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
         damage.add(DamageKind.unusable_time, dec.dump_names[rank], int(rec["slot"][first]),
                    int(unbounded.sum()), "records of a live interval that no order "
                    "constraint bounds: no offset is made up, the records are not written")
-    usable = ~unbounded
-    t = np.where(np.isnan(ref_t), -(2**62), np.rint(np.nan_to_num(ref_t, nan=0.0)))
+    # OTF2 time is unsigned: a time before the reference's zero (or past 2^63) comes from a
+    # corrupt reading and cannot be written
+    outside = has & ~unbounded & ((ref_t < 0) | (ref_t >= 2.0**63))
+    usable = ~unbounded & ~outside
+    t = np.where(usable & has, np.rint(np.nan_to_num(ref_t, nan=0.0)), -(2**62))
     t = t.astype(np.int64)
-    # per location: records without a clock take the predecessor's time; never decrease
+    # per location: records without a clock take the predecessor's time (the successor's when
+    # there is none, no time at all when the location has none); never decrease
     loc = rec["loc"]
     starts = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]])) if rec.size else []
     ends = np.append(starts[1:], rec.size) if rec.size else []
@@ -201,10 +205,21 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     for s, e in zip(starts, ends, strict=True):
         seg = t[s:e]
         ok = usable[s:e]
-        run = np.maximum.accumulate(np.where(ok, seg, -(2**62)))
-        violations += int((ok & has[s:e] & (seg < run)).sum())
+        timed = ok & has[s:e]
+        run = np.maximum.accumulate(np.where(timed, seg, -(2**62)))
+        violations += int((timed & (seg < run)).sum())
         clamped += int((ok & ~has[s:e]).sum())
-        seg[:] = np.where(ok, run, seg)
+        first = np.minimum.accumulate(np.where(timed, seg, 2**62)[::-1])[::-1]
+        run = np.where(run < 0, first, run)
+        usable[s:e] &= run < 2**62
+        seg[:] = np.where(usable[s:e], run, seg)
+    lost = outside | (~usable & ~unbounded & ~outside)
+    if lost.any():
+        first = int(np.flatnonzero(lost)[0])
+        rank = int(dec.locations["rank"][rec["loc"][first]])
+        damage.add(DamageKind.unusable_time, dec.dump_names[rank], int(rec["slot"][first]),
+                   int(lost.sum()), "records whose time falls outside 0..2^63 ticks (a corrupt "
+                   "reading), or without a clock on a location that has none: not written")
     rec["time"] = t
     result.usable = usable
     result.order_violations = violations

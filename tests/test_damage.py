@@ -260,3 +260,32 @@ def test_collective_root_outside_communicator(bases, tmp_path, capsys, op):
     assert status == 1
     assert got["undefined_id"] == (2, f"rank00000.cbt slot {slots[0]}")
     assert_archive_valid(tmp_path / "a.otf2")
+
+
+# ------------------------------------------------------------------------------------------
+# PPE timebase out of order
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where,bit", [("middle", 62), ("first", 63), ("middle", 40)])
+def test_timebase_spike_costs_one_record(bases, tmp_path, capsys, where, bit):
+    """A flipped high timebase bit. Before: the spike was kept (its false time constrained the
+    clocks) and every later record of the thread counted as running backwards; a flipped bit
+    63 read as a negative time reached the writer (internal error). Now exactly the spiked
+    record loses its clock, and the rest synchronizes as in the undamaged run."""
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    d = dump_of(run)
+    main = d.ppe[d.ppe["thread"] == 0]
+    k = 0 if where == "first" else main.size // 2
+    slot = int(main["slot"][k])
+    edit_slot(run, 0, slot, "ppe", timebase=int(main["timebase"][k]) | (1 << bit))
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got == {"backwards_timebase": (1, f"rank00000.cbt slot {slot}")}
+    assert_archive_valid(tmp_path / "a.otf2")
+    clean, damaged = analyze(bases["unbuffered"]), analyze(run)
+    assert damaged.sync.relaxation == clean.sync.relaxation
+    assert not truth_offsets_inside(run, damaged)
+    same = damaged.decoded.records["slot"] != slot
+    assert np.array_equal(damaged.decoded.records["time"][same],
+                          clean.decoded.records["time"][same])
