@@ -230,8 +230,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
-            head_slot = np.where(is_rec, blocks["slot"][spe["block"][np.where(is_rec, which, 0)]],
-                                 blocks["slot"][np.where(is_rec, 0, which)])
+            reading_block = which.copy()  # not spe[...][which]: which indexes blocks too
+            reading_block[is_rec] = spe["block"][which[is_rec]]
+            head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
             split = split_intervals(raw, write_new, sw_stop[:, 0], sw_start[:, 0],
@@ -388,7 +389,8 @@ def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndar
     suspect = window >= (1 << 31)
     # block of each reading, in the same program order as ``keys``
     # block of each reading (a record's block, or the header's own), then its position
-    reading_block = np.where(is_rec, spe["block"][np.where(is_rec, which, 0)], which)
+    reading_block = which.copy()
+    reading_block[is_rec] = spe["block"][which[is_rec]]
     pos = np.clip(np.searchsorted(blk_idx, reading_block), 0, blk_idx.size - 1)
     return suspect[pos]
 

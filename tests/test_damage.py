@@ -289,3 +289,17 @@ def test_timebase_spike_costs_one_record(bases, tmp_path, capsys, where, bit):
     same = damaged.decoded.records["slot"] != slot
     assert np.array_equal(damaged.decoded.records["time"][same],
                           clean.decoded.records["time"][same])
+
+
+def test_every_spe_record_unreadable(bases, tmp_path, capsys):
+    """Blocks but not one readable SPE record in the dump: the wrap check indexed the empty
+    SPE record array (IndexError). Now the block headers alone are the contexts' readings."""
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    d = dump_of(run)
+    for slot in d.spe["slot"].tolist():
+        edit_slot(run, 0, slot, "spe", code=0x02EE)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    assert got["unknown_code"] == (d.spe.size, f"rank00000.cbt slot {int(d.spe['slot'][0])}")
+    assert_archive_valid(tmp_path / "a.otf2")
+
