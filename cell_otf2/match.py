@@ -334,11 +334,12 @@ def _dma(b: _Builder) -> np.ndarray:
         tkind = np.zeros(issue.size, dtype=np.uint8)
         for o in ctxs[ctxs["rank"] == rank].tolist():
             ls, ps = np.uint64(o[4]), np.uint64(o[5])
+            # ea - base, not base + size: a base near 2^64 must not wrap (nor warn)
             if o[4]:
-                hit = (ea >= ls) & (ea < ls + np.uint64(fmt.LS_SIZE))
+                hit = (ea >= ls) & (ea - ls < np.uint64(fmt.LS_SIZE))
                 target[hit], tkind[hit] = o[2], 1
             if o[5]:
-                hit = (ea >= ps) & (ea < ps + np.uint64(fmt.PS_SIZE))
+                hit = (ea >= ps) & (ea - ps < np.uint64(fmt.PS_SIZE))
                 target[hit], tkind[hit] = o[2], 2
         d = np.zeros(issue.size, DMA_DTYPE)
         d["issue"], d["complete"], d["loc"] = issue, complete, loc

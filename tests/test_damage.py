@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -303,3 +304,14 @@ def test_every_spe_record_unreadable(bases, tmp_path, capsys):
     assert got["unknown_code"] == (d.spe.size, f"rank00000.cbt slot {int(d.spe['slot'][0])}")
     assert_archive_valid(tmp_path / "a.otf2")
 
+
+def test_local_store_address_near_2_64_gives_no_warning(bases, tmp_path):
+    """A CTX_CREATE whose Local Store EA is 2^64 - 16: base + size wrapped around with a
+    RuntimeWarning on the user's terminal, and the wrapped range matched no DMA."""
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    slot = first_ppe(run, 0, P.CTX_CREATE)
+    edit_slot(run, 0, slot, "ppe", b=(1 << 64) - 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipe = analyze(run)
+    assert not pipe.damage.summary_lines()
