@@ -27,6 +27,7 @@ from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.convert import analyze  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
+from cell_otf2.model import LocKind  # noqa: E402
 from cell_otf2.reader import read_dump  # noqa: E402
 
 P, S = fmt.PpeCode, fmt.SpeCode
@@ -315,3 +316,181 @@ def test_local_store_address_near_2_64_gives_no_warning(bases, tmp_path):
         warnings.simplefilter("error")
         pipe = analyze(run)
     assert not pipe.damage.summary_lines()
+
+
+# ------------------------------------------------------------------------------------------
+# every damage kind of the simulator: exit status, exact counts, undamaged records unchanged
+# ------------------------------------------------------------------------------------------
+
+SIM_SPE = dict(workload="fft", spes=3, phases=3, chunks=5)
+SIM_MPI = dict(workload="hybrid", spes=1, ranks=2, nodes=1, phases=2, chunks=3)
+
+#: consequences a kind may have besides itself (records its loss leaves without partner)
+LOSS_FOLLOWS = {"no_exit", "no_run_end", "unmatched_mailbox", "unmatched_dma", "unmatched_mpi"}
+#: ... and a cut end: the last blocks of a context without heartbeats have no PPE record
+#: after them to show that no wrap hides in their steps (decode's wrap check)
+CUT_FOLLOWS = LOSS_FOLLOWS | {"slot_count_mismatch", "missing_heartbeat", "unresolved_wrap"}
+
+#: scenario -> (simulator options, damage option, kinds beyond the named one it may cause)
+SIM_SCENARIOS = {
+    "truncated-dump": (SIM_SPE, "truncate", CUT_FOLLOWS),
+    "gap-lost-block": (SIM_SPE, "gap", LOSS_FOLLOWS | {"missing_block"}),
+    "block-past-end-of-file": (SIM_SPE, "block-overrun", CUT_FOLLOWS),
+    "unknown-slot-code": (SIM_SPE, "unknown-code", LOSS_FOLLOWS),
+    "undefined-counter-id": (SIM_SPE, "undefined-id", set()),
+    "context-without-exit": (SIM_SPE, "no-exit", set()),
+    "run-begin-without-run-end": (SIM_SPE, "no-run-end", set()),
+    "mailbox-value-never-read": (SIM_SPE, "unmatched-mailbox", set()),
+    "mpi-send-never-received": (SIM_MPI, "unmatched-mpi", set()),
+    "timebase-runs-backwards": (SIM_SPE, "backwards-timebase", set()),
+}
+
+#: codes whose OTF2 event needs a partner (written only when paired) or that are not written
+PARTNERED = {P.MPI_SEND, P.MPI_RECV, P.MPI_ISEND, P.MPI_IRECV, P.MPI_ISEND_COMPLETE,
+             P.MPI_IRECV_REQUEST, S.HEARTBEAT, S.DMA}
+
+
+@pytest.fixture(scope="module")
+def clean_runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("clean")
+    return {"spe": simulate(root / "spe", seed=11, **SIM_SPE),
+            "mpi": simulate(root / "mpi", seed=11, **SIM_MPI)}
+
+
+def expected_primary(kind: str, log: dict, truth, clean: Path) -> tuple[str, int, str | None]:
+    """(summary kind, count, first place) the damage log of the simulator implies."""
+    rank = log["rank"]
+    file = f"rank{rank:05d}.cbt"
+    touched = sorted(truth.damaged_slots[rank].tolist())
+    if kind == "truncate":
+        return "truncated_file", 1, f"{file} slot {log['partial_slot']}"
+    if kind == "gap":
+        return "gap", log["lost_slots"], f"{file} slot {log['gap_slot']}"
+    if kind == "block-overrun":
+        return "block_overrun", log["missing_records"], f"{file} slot {log['header_slot']}"
+    if kind == "backwards-timebase":
+        return "backwards_timebase", 1, f"{file} slot {log['slot']}"
+    name = {"unknown-code": "unknown_code", "undefined-id": "undefined_id",
+            "no-exit": "no_exit", "no-run-end": "no_run_end",
+            "unmatched-mailbox": "unmatched_mailbox", "unmatched-mpi": "unmatched_mpi"}[kind]
+    if kind in ("no-exit", "no-run-end"):
+        return name, 1, None  # counted at the context run's first record, not a touched slot
+    if kind == "unmatched-mpi":
+        return name, 1, f"{file} slot {touched[1]}"  # ENTER, MPI_SEND, LEAVE were added
+    return name, 1, f"{file} slot {touched[0]}"
+
+
+def record_keys(pipe, truth) -> dict[tuple, int]:
+    """Records by (rank, location kind, thread or ctx, code, true time): index; ambiguous
+    keys (two records alike) are left out. The true time of a record's own reading does not
+    depend on damage elsewhere, unlike its slot index."""
+    rec, locs = pipe.decoded.records, pipe.decoded.locations
+    keys: dict[tuple, int] = {}
+    seen = set()
+    for i, (loc, code, slot) in enumerate(zip(rec["loc"].tolist(), rec["code"].tolist(),
+                                              rec["slot"].tolist(), strict=True)):
+        r, kind, idx = locs[loc].tolist()
+        key = (r, kind, idx, code, round(float(truth.slot_time[r][slot]), 3))
+        if key in keys:
+            seen.add(key)
+        keys[key] = i
+    return {k: v for k, v in keys.items() if k not in seen}
+
+
+def records_removed(kind: str, log: dict, clean_pipe, truth) -> int:
+    """How many records of the undamaged run the damage takes away (slot kinds edit the very
+    slots the undamaged run has, so its slot indices say which)."""
+    rank = log["rank"]
+    rec, locs = clean_pipe.decoded.records, clean_pipe.decoded.locations
+    slots = rec["slot"][locs["rank"][rec["loc"]] == rank]
+    if kind in ("truncate", "block-overrun"):  # everything from the first slot not written
+        return int((slots >= truth.summary["per_rank_slots"][rank]).sum())
+    if kind == "gap":
+        return int(((slots >= log["gap_slot"])
+                    & (slots < log["gap_slot"] + log["lost_slots"])).sum())
+    return {"no-exit": 2, "no-run-end": 1, "unmatched-mailbox": 2, "unknown-code": 1}.get(
+        kind, 0)
+
+
+@pytest.mark.parametrize("scenario", sorted(SIM_SCENARIOS))
+def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
+    opts, kind, may_follow = SIM_SCENARIOS[scenario]
+    clean = clean_runs["mpi" if opts is SIM_MPI else "spe"]
+    run = simulate(tmp_path / scenario, seed=11, damage=[kind], **opts)
+    truth_mod = pytest.importorskip("cell_otf2.truth")
+    truth, clean_truth = truth_mod.load_truth(run), truth_mod.load_truth(clean)
+    (log,) = [e for e in truth.damage if e["kind"] == kind]
+    rank = log["rank"]
+
+    # --- exit status and the summary's counts
+    anchor = tmp_path / "out" / "a.otf2"
+    status, got = convert_cli(run, anchor, capsys)
+    assert status == 1
+    name, count, first = expected_primary(kind, log, truth, clean)
+    assert got[name][0] == count, got
+    if first is not None:
+        assert got[name][1] == first, got
+    assert set(got) - {name} <= may_follow, got
+    cut = clean_truth.summary["per_rank_slots"][rank] - truth.summary["per_rank_slots"][rank]
+    if "slot_count_mismatch" in may_follow:  # every slot the cut took (header count)
+        assert got["slot_count_mismatch"][0] == cut
+    if kind == "gap":  # blocks whose header the GAP swallowed
+        d = dump_of(clean, rank)
+        lo, hi = log["gap_slot"], log["gap_slot"] + log["lost_slots"]
+        lost_blocks = int(((d.blocks["slot"] >= lo) & (d.blocks["slot"] < hi)).sum())
+        assert got.get("missing_block", (0, ""))[0] == lost_blocks
+    assert_archive_valid(anchor)
+
+    # --- the records: only the damaged ones are gone
+    pipe, clean_pipe = analyze(run), analyze(clean)
+    keys, clean_keys = record_keys(pipe, truth), record_keys(clean_pipe, clean_truth)
+    gone, added = set(clean_keys) - set(keys), set(keys) - set(clean_keys)
+    assert len(gone) == records_removed(kind, log, clean_pipe, truth)
+    assert len(added) == (3 if kind == "unmatched-mpi" else 0)
+
+    # --- no invented order: losing constraints never needs more loosening than none lost
+    assert pipe.sync.relaxation <= clean_pipe.sync.relaxation
+    # --- every undamaged record: time unchanged within the bounds, and in the archive
+    both = sorted(set(keys) & set(clean_keys))
+    i = np.array([keys[k] for k in both])
+    c = np.array([clean_keys[k] for k in both])
+    rec, crec, res, cres = pipe.decoded.records, clean_pipe.decoded.records, pipe.sync, \
+        clean_pipe.sync
+    r_of = pipe.decoded.locations["rank"][rec["loc"][i]]
+    touched = np.array([rec["slot"][j] in set(truth.damaged_slots[int(r)].tolist())
+                        for j, r in zip(i.tolist(), r_of.tolist(), strict=True)], dtype=bool)
+    timed = (rec["domain"][i] >= 0) & (crec["domain"][c] >= 0) & res.usable[i] & ~touched
+    assert timed.sum() > 0.9 * i.size
+    i, c, r_of = i[timed], c[timed], r_of[timed]
+    width = (res.upper - res.lower)[rec["domain"][i]]
+    cwidth = (cres.upper - cres.lower)[crec["domain"][c]]
+    one_sided = ~np.isfinite(width)  # within an unbounded side, any time is within bounds
+    assert not one_sided.any() or "unresolved_wrap" in got
+    arrive = i
+    i, c, r_of, width, cwidth = (x[~one_sided] for x in (i, c, r_of, width, cwidth))
+    t, ct = rec["time"][i], crec["time"][c]
+    slack = width + cwidth + 2 * (res.relaxation + cres.relaxation) + 2
+    assert np.all(np.abs(t - ct) <= slack), np.abs(t - ct).max()
+    true_t = np.array([truth.slot_time[int(r)][s] for r, s in
+                       zip(r_of.tolist(), rec["slot"][i].tolist(), strict=True)])
+    assert np.all(np.abs(t - true_t) <= width + 2 * res.relaxation + 1)
+    node_level = rec["domain"][i] < pipe.decoded.n_nodes
+    assert np.array_equal(t[node_level], ct[node_level])  # PPE times are the raw timebase
+    # ... and arrive in the archive: an event at that time on that location
+    rb = read_events(anchor)
+    locs, ctx_loc = pipe.decoded.locations, pipe.decoded.ctx_loc
+    missing = []
+    for j in arrive.tolist():
+        code = int(rec["code"][j])
+        if code in PARTNERED and not (code == S.DMA and int(rec["a"][j]) not in (0xA0, 0xA1,
+                                                                                 0xA2)):
+            continue
+        r, lkind, idx = locs[rec["loc"][j]].tolist()
+        if code == P.CTX_SWITCH:  # the "off SPU" region is on the SPE location
+            lkind, idx = LocKind.SPE_CONTEXT, int(rec["a"][j])
+        where = (f"PPE thread {idx} (rank {r})" if lkind == LocKind.PPE_THREAD
+                 else f"SPE ctx {idx} (rank {r})")
+        if int(rec["time"][j]) not in rb.times[where]:
+            missing.append((where, code, int(rec["slot"][j])))
+    assert not missing, missing[:10]
+    assert ctx_loc  # the scenario has SPE contexts
