@@ -494,3 +494,17 @@ def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
             missing.append((where, code, int(rec["slot"][j])))
     assert not missing, missing[:10]
     assert ctx_loc  # the scenario has SPE contexts
+
+
+def test_program_id_beyond_int64(bases, tmp_path, capsys):
+    """A CTX_LOAD naming program 2^63 + 1 overflowed the context table (OverflowError). Now
+    the context's program is undefined: its START and EXIT are counted and not written."""
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    d = dump_of(run)
+    load = int(d.ppe["slot"][(d.ppe["code"] == P.CTX_LOAD) & (d.ppe["a"] == 0)][0])
+    edit_slot(run, 0, load, "ppe", b=(1 << 63) + 1)
+    status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
+    assert status == 1
+    runs = d.spe[(d.spe["ctx"] == 0) & np.isin(d.spe["code"], [S.START, S.EXIT])]
+    assert got == {"undefined_id": (runs.size, f"rank00000.cbt slot {int(runs['slot'][0])}")}
+    assert_archive_valid(tmp_path / "a.otf2")
