@@ -173,12 +173,31 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
             dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
             report: str | Path | None = None, order_options: OrderOptions | None = None,
             progress: Progress | None = None) -> Summary:
-    """Convert one run directory into an OTF2 archive; returns the summary."""
-    from .otf2_writer import write_archive  # the only importer of otf2
+    """Convert one run directory into an OTF2 archive; returns the summary.
 
+    On any failure or interruption the output path is left as it was: ``ArchiveTarget``
+    removes its staging directory, and the directories ``prepare`` created are removed again.
+    """
     wall0 = time.perf_counter()
     target = ArchiveTarget(archive)
-    target.prepare(force)
+    made = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
+    target.prepare(force)  # creates the missing directories ``made``, deepest first
+    try:
+        return _convert(run_dir, target, str(archive), wall0, dma_style, alpha, report,
+                        order_options, progress)
+    except BaseException:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_style, alpha,
+             report, order_options, progress) -> Summary:
+    from .otf2_writer import write_archive  # the only importer of otf2
+
     timings: dict[str, float] = {}
     pipe = analyze(Path(run_dir), alpha, order_options, progress, timings)
     t0 = time.perf_counter()

@@ -508,3 +508,111 @@ def test_program_id_beyond_int64(bases, tmp_path, capsys):
     runs = d.spe[(d.spe["ctx"] == 0) & np.isin(d.spe["code"], [S.START, S.EXIT])]
     assert got == {"undefined_id": (runs.size, f"rank00000.cbt slot {int(runs['slot'][0])}")}
     assert_archive_valid(tmp_path / "a.otf2")
+
+
+# ------------------------------------------------------------------------------------------
+# damage that cannot be contained: refused with exit status 3 and one precise message
+# ------------------------------------------------------------------------------------------
+
+
+def _manifest_edit(run: Path, fn) -> None:
+    import json
+
+    doc = json.loads((run / "run.json").read_text())
+    fn(doc)
+    (run / "run.json").write_text(json.dumps(doc))
+
+
+REFUSALS = {
+    # scenario: (edit of the minirun, words the one message must hold)
+    "not-cbt-magic": (lambda run: _poke(run, 0, b"ELF\x7f"), ["rank00000.cbt", "'magic'",
+                                                            "not a CBT dump"]),
+    "unsupported-version": (lambda run: _poke(run, 5, b"\x02"), ["rank00000.cbt", "'version'",
+                                                                "expected 1, found 2"]),
+    "rank-disagrees-with-manifest": (lambda run: _poke(run, 16, (7).to_bytes(4, "big")),
+                                     ["rank00000.cbt", "'rank'", "expected 0, found 7"]),
+    "timebase-disagrees-with-manifest": (
+        lambda run: _poke(run, 24, (79_800_000).to_bytes(8, "big")),
+        ["rank00000.cbt", "'timebase_hz'", "found 79800000"]),
+    "manifest-not-json": (lambda run: (run / "run.json").write_text('{"format": "cbt",'),
+                          ["run.json", "line 1"]),
+    "manifest-missing-key": (lambda run: _manifest_edit(run, lambda d: d.pop("timebase_hz")),
+                             ["run.json", "timebase_hz"]),
+    "manifest-rank-gap": (lambda run: _manifest_edit(
+        run, lambda d: d["processes"][0].update(rank=1)), ["run.json", "processes[0].rank"]),
+    "dump-missing": (lambda run: (run / "rank00000.cbt").unlink(),
+                     ["run.json", "processes[0].path", "rank00000.cbt"]),
+    "dump-shorter-than-header": (lambda run: (run / "rank00000.cbt").write_bytes(b"CBT1B"),
+                                 ["rank00000.cbt", "too short"]),
+}
+
+
+def _poke(run: Path, offset: int, data: bytes) -> None:
+    path = run / "rank00000.cbt"
+    raw = bytearray(path.read_bytes())
+    raw[offset:offset + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("scenario", sorted(REFUSALS))
+def test_refused_with_one_precise_message(scenario, tmp_path, capsys):
+    import minirun
+
+    run = tmp_path / "run"
+    minirun.build(run)  # big-endian
+    edit, words = REFUSALS[scenario]
+    edit(run)
+    for args in ([str(run), "-o", str(tmp_path / "out" / "a.otf2")], ["check", str(run)]):
+        assert cli(args) == 3
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("cell2otf2: error: ")
+        assert "Traceback" not in err and "internal error" not in err
+        for w in words:
+            assert w in err, (w, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # nothing written
+
+
+# ------------------------------------------------------------------------------------------
+# no half-written archive: on failure or Ctrl-C the output path is as it was
+# ------------------------------------------------------------------------------------------
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for p in sorted(directory.rglob("*")):
+        out[str(p.relative_to(directory))] = None if p.is_dir() else p.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("when", ["analyze", "write"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, monkeypatch,
+                                                            when, existing):
+    import minirun
+
+    from cell_otf2 import convert as convert_mod
+    from cell_otf2 import otf2_writer
+
+    run = tmp_path / "run"
+    minirun.build(run)
+    out = tmp_path / "out"
+    anchor = out / "deeper" / "a.otf2"
+    if existing:
+        assert cli([str(run), "-o", str(anchor), "--quiet"]) == 0
+    before = snapshot(tmp_path)
+
+    def interrupt(*args, **kwargs):
+        if when == "write":  # half an archive in the staging directory, then Ctrl-C
+            directory, name = Path(args[2]), args[3]
+            (directory / f"{name}.otf2").write_text("partial")
+            (directory / name).mkdir()
+        raise KeyboardInterrupt
+
+    if when == "analyze":
+        monkeypatch.setattr(convert_mod, "emit", interrupt)
+    else:
+        monkeypatch.setattr(otf2_writer, "write_archive", interrupt)
+    status = cli([str(run), "-o", str(anchor), "--force"])
+    err = capsys.readouterr().err
+    assert status != 0 and "Traceback" not in err
+    assert snapshot(tmp_path) == before
