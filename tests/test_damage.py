@@ -616,3 +616,26 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert status != 0 and "Traceback" not in err
     assert snapshot(tmp_path) == before
+
+
+def test_interval_that_loses_every_constraint_is_unbounded(bases, tmp_path, capsys):
+    """Every PPE record lost in GAPs: nothing ties the SPE intervals to the node timebase any
+    more. They are reported unbounded (null bounds) and their records counted, not written
+    at a made-up offset."""
+    import json
+
+    run = copy_run(bases["unbuffered"], tmp_path / "run")
+    d = dump_of(run)
+    for slot in d.ppe["slot"].tolist():
+        gap_in_place(run, 0, slot)
+    report = tmp_path / "sync.json"
+    status = cli([str(run), "-o", str(tmp_path / "a.otf2"), "--report", str(report)])
+    got = damage_counts(capsys.readouterr().out)
+    assert status == 1
+    assert got["gap"][0] == d.ppe.size
+    assert got["unusable_time"][0] == d.spe.size  # every SPE record, none written
+    rep = json.loads(report.read_text())
+    assert rep["intervals"] and all(iv["lower_ticks"] is None and iv["upper_ticks"] is None
+                                    and iv["offset_ticks"] is None for iv in rep["intervals"])
+    rb = read_events(tmp_path / "a.otf2")
+    assert not [k for (loc, k) in rb.counts if loc.startswith("SPE")]
