@@ -452,27 +452,30 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_s
         i = i[ok]
         ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=rec["c"][i])
         written[i] = True
-    dropped_requests = []
+    dropped = np.zeros(rec.size, dtype=bool)
+    issued = []
     for c, typ in ((P.MPI_ISEND, Ev.MPI_ISEND), (P.MPI_IRECV, Ev.MPI_IRECV)):
         i = sel(c)
+        issued.append(i)
         ok = (comm[i] >= 0) & (peer[i] < size[i]) & paired[i]
-        counted[i[~ok]] = True
-        dropped_requests.append(i[~ok])
+        counted[i[~ok]] = dropped[i[~ok]] = True
         i = i[ok]
         ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=low[i],
                p4=req[i])
         written[i] = True
-    for (c, typ), gone, later in zip(((P.MPI_ISEND_COMPLETE, Ev.MPI_ISEND_COMPLETE),
-                                      (P.MPI_IRECV_REQUEST, Ev.MPI_IRECV_REQUEST)),
-                                     dropped_requests, (True, False), strict=True):
+    for (c, typ), requests, later in zip(((P.MPI_ISEND_COMPLETE, Ev.MPI_ISEND_COMPLETE),
+                                          (P.MPI_IRECV_REQUEST, Ev.MPI_IRECV_REQUEST)),
+                                         issued, (True, False), strict=True):
         i = sel(c)
-        # the first later ISEND_COMPLETE (last earlier IRECV_REQUEST) with the request of
-        # a dropped ISEND (IRECV) on its location goes with it
-        for g in gone.tolist():
-            same = i[(loc[i] == loc[g]) & (req[i] == req[g])]
-            same = same[same > g] if later else same[same < g][::-1]
-            if same.size:
-                counted[same[0]] = True
+        # a request is pending from its ISEND to its ISEND_COMPLETE (from its IRECV_REQUEST
+        # to its IRECV) on one location: in (location, request, program order) order the
+        # partner of a dropped ISEND is the next entry, of a dropped IRECV the previous one
+        both = np.concatenate([requests, i])
+        key = (loc[both].astype(np.uint64) << np.uint64(32)) | (req[both] & np.uint64(2**32 - 1))
+        both, key = both[np.lexsort((both, key))], np.sort(key)
+        first, second = (both[:-1], both[1:]) if later else (both[1:], both[:-1])
+        go = (key[1:] == key[:-1]) & dropped[first] & (rec["code"][second] == c)
+        counted[second[go]] = True
         i = i[~counted[i]]
         ev.add(loc[i], typ, 0, t[i], seq[i] + one, p4=req[i])
         written[i] = True

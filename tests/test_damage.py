@@ -220,12 +220,17 @@ def test_mpi_peer_outside_communicator(bases, tmp_path, capsys):
     """An MPI_IRECV naming peer 2^31 + 1 of a 2-rank communicator was written as it was and
     the writer refused the table (internal error). Now it is counted once and not written."""
     run = copy_run(bases["hybrid"], tmp_path / "run")
-    slot = first_ppe(run, 1, P.MPI_IRECV)
+    d = dump_of(run, 1)
+    slot = int(d.ppe["slot"][d.ppe["code"] == P.MPI_IRECV][-1])  # the earlier ones pair
     edit_slot(run, 1, slot, "ppe", b=(0x80000001 << 32) | 7)
     status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
     assert status == 1
     assert got["undefined_id"] == (1, f"rank00001.cbt slot {slot}")
     assert_archive_valid(tmp_path / "a.otf2")
+    kinds = read_events(tmp_path / "a.otf2").kinds("PPE thread 0 (rank 1)")
+    assert kinds["MpiIrecv"] > 0  # the dropped IRECV's IRECV_REQUEST went with it
+    assert kinds["MpiIrecvRequest"] == kinds["MpiIrecv"]
+    assert kinds["MpiIsendComplete"] == kinds["MpiIsend"]
 
 
 def test_mpi_undefined_communicator_counted_once(bases, tmp_path, capsys):
