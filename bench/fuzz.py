@@ -34,6 +34,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import resource
 import shutil
 import subprocess
@@ -486,6 +487,13 @@ def fuzz(runs: int, seed: int, workers: int, timeout: float, mem_gb: float,
     return report(results, time.monotonic() - t0)
 
 
+def _refusal_kind(message: str) -> str:
+    """A refusal message without its file, numbers and found values: what it names."""
+    text = re.sub(r"^\S*?(rank\d+\.cbt|run\.json)", r"\1", message)
+    text = re.sub(r"\(expected .*?, found .*\)$", "(expected ..., found ...)", text)
+    return re.sub(r"\d+", "N", text)[:140]
+
+
 def report(results: list[dict], seconds: float) -> int:
     kinds = Counter(r["kind"] for r in results)
     statuses = Counter(r.get("status") for r in results if r["kind"] in ("ok", "refused"))
@@ -501,6 +509,11 @@ def report(results: list[dict], seconds: float) -> int:
     verified = sum(1 for r in results if r.get("verified"))
     print(f"  archives checked with otf2-print -Werror {verified}, rejected "
           f"{kinds.get('invalid', 0)}")
+    refusals = Counter(_refusal_kind(r["message"]) for r in results
+                       if r["kind"] == "refused" and r.get("status") == 3)
+    print(f"  refusals by what they name ({len(refusals)} kinds), most frequent first:")
+    for text, n in refusals.most_common(12):
+        print(f"    x{n} {text}")
     warned = Counter(r["warning"] for r in results if r.get("warning"))
     print(f"  runs that printed a Python warning {sum(warned.values())}")
     for text, n in warned.most_common(8):
