@@ -1,0 +1,143 @@
+"""Node clock fit (cell_otf2.nodefit) against known clocks.
+
+Synthetic message points are made from exact node clocks (known offsets, drifts and wander);
+the fit must recover them, keep the truth inside its reported bound, reverse no message, and
+its reduction must never drop a point that can bind. A small simulated hybrid run must come
+out of the converter with no MPI message received before it was sent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cell_otf2 import nodefit as nf
+from cell_otf2.sim.clocks import NodeClock, make_node_clock
+
+HZ = 14_318_000
+T0 = 2.0e11
+
+
+def linear_clock(name: str, start_tb: float, ppm: float, span_s: float) -> NodeClock:
+    """Node timebase = start_tb + (1 + ppm) * (t - T0): one rate over the whole run."""
+    ref = np.array([T0 - 1e12, T0 + span_s * HZ + 1e12])
+    return NodeClock(name, ref, start_tb + (ref - T0) * (1 + ppm * 1e-6))
+
+
+def make_points(clocks: list[NodeClock], pairs: list[tuple[int, int]], n: int, span_s: float,
+                seed: int = 0) -> np.ndarray:
+    """Messages on the given directed pairs, 5-10 us latency, read as integer timebases."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, len(pairs), n)
+    a = np.array([p[0] for p in pairs])[k]
+    b = np.array([p[1] for p in pairs])[k]
+    ts = rng.uniform(T0, T0 + span_s * HZ, n)
+    tr = ts + rng.uniform(5.0, 10.0, n) * HZ / 1e6
+    pts = np.zeros(n, nf.POINT_DTYPE)
+    pts["a"], pts["b"] = a, b
+    for i, c in enumerate(clocks):
+        pts["ta"][a == i] = np.floor(c.to_node(ts[a == i]))
+        pts["tb"][b == i] = np.floor(c.to_node(tr[b == i]))
+    pts["before"] = pts["after"] = np.arange(n)
+    return pts
+
+
+def map_errors(fit: nf.NodeFit, clocks: list[NodeClock], span_s: float) -> list[np.ndarray]:
+    """Per non-reference node: fitted - true reference ticks over the run."""
+    t = np.linspace(T0, T0 + span_s * HZ, 2001)
+    return [nf.map_to_reference(fit.maps[i], c.to_node(t)) - t
+            for i, c in enumerate(clocks) if i > 0]
+
+
+def test_recovers_linear_drifts_with_truth_inside_bound():
+    span = 60.0
+    clocks = [linear_clock("ref", T0, 0.0, span), linear_clock("b", 3.1e11, 42.0, span),
+              linear_clock("c", 9.7e10, -37.5, span)]
+    pairs = [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)]
+    fit = nf.fit_points(make_points(clocks, pairs, 30_000, span), 3, 0, HZ)
+    assert fit.reversed == 0 and fit.min_slack > 0
+    assert fit.maps[0].method == "reference" and fit.maps[0].rate == 1.0
+    for i, err in enumerate(map_errors(fit, clocks, span), start=1):
+        m = fit.maps[i]
+        true_rate = 1 / (1 + [0.0, 42.0, -37.5][i] * 1e-6)  # reference ticks per node tick
+        assert abs(m.rate - true_rate) < 0.05e-6, (i, (m.rate - true_rate) * 1e6)
+        assert np.abs(err).max() < 0.5e-6 * HZ, (i, np.abs(err).max())
+        assert m.bound is not None and np.abs(err).max() <= m.bound, (i, m.bound)
+        # the midpoint map is a tangent of the piecewise map
+        x = clocks[i].to_node(T0 + span / 2 * HZ)
+        assert abs(m.offset + m.rate * x - nf.map_to_reference(m, x)) < 1.0
+
+
+def test_follows_wander_without_reversing_a_message():
+    span = 120.0
+    rng = np.random.default_rng(5)
+    clocks = [make_node_clock(rng, f"n{i}", is_reference=i == 0, t_begin=T0,
+                              t_end=T0 + span * HZ, start_timebase=int(rng.integers(1e10, 1e11)),
+                              max_ppm=50.0) for i in range(4)]
+    ring = [(i, (i + 1) % 4) for i in range(4)] + [((i + 1) % 4, i) for i in range(4)]
+    pts = make_points(clocks, ring, 60_000, span, seed=1)
+    fit = nf.fit_points(pts, 4, 0, HZ)
+    assert fit.reversed == 0
+    err = np.concatenate(map_errors(fit, clocks, span))
+    assert np.sqrt(np.mean(err ** 2)) < 0.3e-6 * HZ
+    assert np.abs(err).max() < 2e-6 * HZ
+    assert max(fit.segments) > 4  # the wander's knots were found
+    # the baselines are worse by far: no rate (constant) and no wander (linear interpolation)
+    const = nf.fit_points(pts, 4, 0, HZ, method="constant")
+    assert all(m.rate == 1.0 for m in const.maps if m is not None)
+    assert np.abs(np.concatenate(map_errors(const, clocks, span))).max() > 20 * np.abs(err).max()
+    lin = nf.fit_linear_interpolation(pts, 4, 0, HZ)
+    assert np.abs(np.concatenate(map_errors(lin, clocks, span))).max() > 5 * np.abs(err).max()
+
+
+def test_hull_keeps_every_point_that_can_bind():
+    rng = np.random.default_rng(3)
+    n = 5000
+    cell = rng.integers(0, 40, n)
+    x = np.round(rng.uniform(0, 1e7, n))
+    y = rng.exponential(100.0, n) + 1e-4 * x * (cell % 3 - 1)
+    x[:50] = x[50:100]  # equal x values in one cell
+    smax = 3e-4
+    keep = nf._hull(cell, x, y, smax)
+    assert keep.size < n / 10
+    for s in np.linspace(-smax, smax, 41):
+        v = y - s * x
+        best = np.full(40, np.inf)
+        np.minimum.at(best, cell, v)
+        kept = np.full(40, np.inf)
+        np.minimum.at(kept, cell[keep], v[keep])
+        assert np.allclose(best, kept, rtol=0, atol=1e-9), s
+
+
+def test_nodes_without_messages_both_ways_are_not_fitted():
+    span = 10.0
+    clocks = [linear_clock(str(i), 1e11 * (i + 1), 10.0 * i, span) for i in range(4)]
+    # node 2 only sends, node 3 has no messages
+    pts = make_points(clocks, [(0, 1), (1, 0), (2, 0)], 3000, span)
+    fit = nf.fit_points(pts, 4, 0, HZ)
+    assert fit.maps[1] is not None and fit.maps[2] is None and fit.maps[3] is None
+
+
+@pytest.fixture(scope="module")
+def hybrid_run(tmp_path_factory):
+    sim = pytest.importorskip("cell_otf2.simulate")
+    out = tmp_path_factory.mktemp("two-nodes-drift") / "run"
+    sim.simulate_run(out, "hybrid", seed=4, nodes=2, ranks=4, spes=1, chunks=1, phases=120,
+                     max_ppm=50.0)
+    return out
+
+
+def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
+    from cell_otf2.convert import analyze
+    from cell_otf2.truth import load_truth
+
+    pipe = analyze(hybrid_run)
+    truth = load_truth(hybrid_run)
+    fit = nf.fit_nodes(pipe.decoded, pipe.matches)
+    assert fit.points == pipe.matches.node_pairs.size > 500
+    assert fit.reversed == 0
+    name = truth.node_names[1]
+    x = pipe.decoded.records["local"][pipe.decoded.records["domain"] == 1]
+    err = nf.map_to_reference(fit.maps[1], x) - truth.node_to_reference(name, x)
+    assert np.abs(err).max() < 2e-6 * HZ
+    assert np.abs(err).max() <= fit.maps[1].bound
