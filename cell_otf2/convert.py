@@ -24,6 +24,7 @@ from .emit import DmaStyle, emit
 from .manifest import load_manifest
 from .match import Matches, match
 from .model import DomainKind
+from .nodefit import fitted_node_maps
 from .order import Constraints, OrderOptions, build_constraints
 from .output import ArchiveTarget
 from .reader import read_dump
@@ -120,7 +121,8 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
     t3 = time.perf_counter()
     if progress:
         progress("sync", 0.0)
-    result = synchronize(dec, cons, alpha=alpha, damage=damage)
+    result = synchronize(dec, cons, alpha=alpha, damage=damage,
+                         node_maps=fitted_node_maps(dec, matches))
     apply_times(dec, result, damage)
     t4 = time.perf_counter()
     timings.update(read=t1 - t0, decode=t2 - t1, order=t3 - t2, sync=t4 - t3)

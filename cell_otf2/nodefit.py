@@ -54,7 +54,7 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 from .decode import Decoded
 from .match import Matches
 from .model import DomainKind
-from .timing import NodeMap
+from .timing import NodeMap, start_time_maps
 
 _LP_METHOD = "highs-ipm"
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
@@ -106,9 +106,7 @@ class NodeFit:
 
 def map_to_reference(m: NodeMap, x: np.ndarray | float) -> np.ndarray:
     """Reference ticks of node timebase ``x`` under any node map."""
-    if isinstance(m, PiecewiseMap):
-        return m.to_reference(x)
-    return m.offset + m.rate * np.asarray(x, dtype=np.float64)
+    return m.to_reference(np.asarray(x, dtype=np.float64))
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,6 +129,20 @@ def points_from_trace(dec: Decoded, matches: Matches) -> np.ndarray:
     pts["ta"], pts["tb"] = rec["local"][bef[ok]], rec["local"][aft[ok]]
     pts["before"], pts["after"] = bef[ok], aft[ok]
     return pts[pts["a"] != pts["b"]]
+
+
+def fitted_node_maps(dec: Decoded, matches: Matches,
+                     options: FitOptions | None = None) -> list[NodeMap]:
+    """The converter's node maps: the fit where the messages reach a node both ways, the
+    manifest's start times (``timing.start_time_maps``) for the other nodes."""
+    maps = start_time_maps(dec)
+    if dec.n_nodes < 2:
+        return maps
+    try:
+        fit = fit_nodes(dec, matches, options)
+    except RuntimeError:  # HiGHS found no solution: the report says "start-times"
+        return maps
+    return [m if m is not None else s for m, s in zip(fit.maps, maps, strict=True)]
 
 
 def fit_nodes(dec: Decoded, matches: Matches, options: FitOptions | None = None,

@@ -2,8 +2,9 @@
 
 Per node, the node's timebase domain is the reference (tau, offset 0) for the SPE intervals of
 that node (``sync.solve`` with alpha, default 1/2). Each node's timebase then maps to the
-reference node's (the node hosting rank 0, CONTRACT.md 2) as ``offset + rate * timebase``: the
-reference node is the identity; other nodes use the fit of ``nodefit.py`` when it is available,
+reference node's (the node hosting rank 0, CONTRACT.md 2) through its ``NodeMap``
+(``offset + rate * timebase``, or piecewise linear: ``nodefit.PiecewiseMap``): the reference
+node is the identity; other nodes use the fit of ``nodefit.py`` when the caller passes it,
 otherwise the start-time baseline from the manifest (wall clocks read with each process's start
 timebase; NTP-accurate only, said in the report).
 
@@ -36,6 +37,10 @@ class NodeMap:
     rate: float
     bound: float | None  # largest uncertainty in reference ticks, None if unknown
     method: str  # "reference", "start-times", "fit"
+
+    def to_reference(self, x: np.ndarray) -> np.ndarray:
+        """Reference ticks of node timebase ``x``."""
+        return self.offset + self.rate * np.asarray(x, dtype=np.float64)
 
 
 @dataclass
@@ -182,7 +187,7 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     ref_t = np.full(rec.size, np.nan)
     for i, m in enumerate(result.node_maps):
         sel = node == i
-        ref_t[sel] = m.offset + m.rate * node_t[sel]
+        ref_t[sel] = m.to_reference(node_t[sel])
     unbounded = has & np.isnan(ref_t)
     if unbounded.any():
         first = int(np.flatnonzero(unbounded)[0])

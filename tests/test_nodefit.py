@@ -141,3 +141,34 @@ def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
     err = nf.map_to_reference(fit.maps[1], x) - truth.node_to_reference(name, x)
     assert np.abs(err).max() < 2e-6 * HZ
     assert np.abs(err).max() <= fit.maps[1].bound
+
+
+def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    from cell_otf2.convert import analyze, convert
+    from cell_otf2.timing import start_time_maps
+    from cell_otf2.truth import load_truth
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_convert import check_archive
+
+    pipe = analyze(hybrid_run)
+    pts = nf.points_from_trace(pipe.decoded, pipe.matches)
+    # the manifest's start times alone (NTP-grade) would reverse messages in this run
+    assert (nf._slacks(pts, start_time_maps(pipe.decoded)) < 0).sum() > 10
+    anchor = tmp_path / "a.otf2"
+    summary = convert(hybrid_run, anchor, report=tmp_path / "rep.json")
+    assert not summary.lossy and summary.order_violations == 0
+    check_archive(anchor, hybrid_run)  # includes: no receive before its send
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    truth = load_truth(hybrid_run)
+    ref, other = rep["nodes"]
+    assert ref["method"] == "reference" and other["method"] == "fit"
+    x = pipe.decoded.records["local"][pipe.decoded.records["domain"] == 1]
+    mid = 0.5 * (x.min() + x.max())
+    err = other["offset_ticks"] + other["rate"] * mid - truth.node_to_reference(other["node"],
+                                                                                mid)
+    assert abs(err) <= min(other["bound_ticks"], 2e-6 * HZ)
