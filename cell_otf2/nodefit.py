@@ -10,28 +10,37 @@ HiGHS):
 - **Objective**: every segment of every node (the reference's too) has a variable ``t``
   bounded by the slack ``f_b(tb) - f_a(ta)`` of every pair with an end in it; the program
   maximizes the sum of the ``t`` (each segment's smallest slack) minus ``smooth`` times the
-  rate changes at the knots (in ticks: change of rate times segment length). On a cycle of
-  nodes the smallest slacks even out (a ring's edges all get its mean); one global smallest
-  slack would pin only the bottleneck and leave the rest wherever the solver stops.
+  rate changes at the knots (in ticks: change of rate times the mean length of the two
+  segments, at most 2 s). On a cycle of nodes the smallest slacks even out (a ring's edges
+  all get its mean); one global smallest slack would pin only the bottleneck and leave the
+  rest wherever the solver stops.
 - **Segments: as many as the messages support** (``_initial_knots``, ``_refine``). A node
-  starts with segments holding ``min_points`` messages in and ``min_points`` out; after each
-  solve, a segment next to a knot where the rate bends by more than the model can hide
-  (bend * length / 8 > ``tolerance_us``) is cut in half, while both halves keep
-  ``split_points`` messages and ``min_seconds``; then it solves again. Wander is followed where
-  it happens, straight stretches stay long.
-- **Reduction** (``_hull``): within one cell (a segment of a and one of b) both maps are
-  linear, so a pair's slack is linear in its point (ta, tb) and only the lower convex hull of
-  the cell's points can bind; rates stay within ``1 +- max_ppm``, so only hull vertices whose
-  supporting slopes meet that range are kept. Exact and vectorized.
-- **Row generation** (``_Program``): each solve starts from the pool point with the smallest
-  slack per cell (under the previous solution), adds every pool row and rate limit the
-  solution violates, and solves again until none is violated: the result solves the whole
-  program with a fraction of its rows.
+  starts with segments holding ``min_points`` messages in and ``min_points`` out. After each
+  solve a segment is cut in half when the rate bends at one of its knots by more than it can
+  hide (bend * length / 8 > ``tolerance_us``) or when its smallest slack is strained (below
+  zero or ``strain_us`` under the node's median), while each half keeps ``split_points``
+  messages in and out and ``min_seconds``; then it solves again. Wander is followed where it
+  happens, straight stretches stay long.
+- **Reduction**: a pair is implied by another of the same node pair sent no earlier and
+  received no later (``_undominated``: every collective instance keeps one pair per node
+  pair); within one cell (a segment of a and one of b) both maps are linear, so a pair's slack
+  is linear in its point (ta, tb) and only the lower convex hull of the cell's points can bind;
+  rates stay within ``1 +- max_ppm``, so only hull vertices whose supporting slopes meet that
+  range are kept (``_hull``). Both exact and vectorized.
+- **Row generation** (``_Program``): each solve starts from a few rows per segment (the pool
+  points with the smallest slack under the previous solution, at first under an NTP-style
+  rough map, ``_rough_slack``), adds every pool row and rate limit the solution violates (and
+  those within 2 ticks), and solves again until none is violated: the result solves the
+  whole program with a fraction of its rows.
 - **Bound** (``_bounds``): per time window, with the fitted maps, a node may move by no more
   than the shortest path of fitted slacks to and from the reference (a message's slack is
   never negative in truth); ``bound`` is the largest such shift over the run, in reference
   ticks. It takes the fitted rates as right within a window; a node never bounded from both
   sides gets ``None``.
+
+Cost: one HiGHS solve per refinement round and row-generation round (typically 10-20 in
+all); each is a few thousand rows for a few nodes, tens of thousands for tens of nodes with
+sparse messages, where the interior-point solver takes seconds per solve.
 
 Baselines for the benchmark: ``method="constant"`` (one offset per node, rate 1: the published
 algorithm's model) and ``fit_linear_interpolation`` (offsets measured over the first and the
@@ -49,7 +58,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
-from scipy.sparse.csgraph import connected_components, dijkstra
+from scipy.sparse.csgraph import breadth_first_order, connected_components, dijkstra
 
 from .decode import Decoded
 from .match import Matches
@@ -57,6 +66,7 @@ from .model import DomainKind
 from .timing import NodeMap, start_time_maps
 
 _LP_METHOD = "highs-ipm"
+_SPLIT = 2  # a cut segment becomes this many parts
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
 #: record ``after`` on node b at ``tb`` (record ids count distinct messages per node)
 POINT_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("ta", "<f8"), ("tb", "<f8"),
@@ -66,11 +76,12 @@ POINT_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("ta", "<f8"), ("tb", "<f8")
 @dataclass(frozen=True)
 class FitOptions:
     min_points: int = 256  # messages in and out per starting segment of a node
-    split_points: int = 8  # messages in and out each half of a cut segment keeps
-    min_seconds: float = 0.25  # shortest segment
+    split_points: int = 8  # messages in and out each part of a cut segment keeps
+    min_seconds: float = 0.1  # shortest segment
     tolerance_us: float = 0.15  # cut while bend * segment length / 8 exceeds this
+    strain_us: float = 1.0  # or while a segment's smallest slack is this far below the median
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
-    smooth: float = 3.0  # cost of a rate change: smooth * |change of rate| * segment length
+    smooth: float = 3.0  # cost of a rate change: smooth * |change of rate| * length (<= 2 s)
     max_refine: int = 12  # solves (each followed by cutting segments)
     window_s: float = 0.0  # windows of the bound; 0: the median starting segment
 
@@ -175,9 +186,15 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     pts = pts[fitted[pts["a"]] & fitted[pts["b"]]]
     if pts.size == 0:
         return fit
-    c = _rough_offsets(pts, n_nodes, ref)
     events = _events(pts, n_nodes, fitted)
+    every = pts
+    pts = pts[_undominated(pts, n_nodes)]
+    c = _rough_offsets(pts, n_nodes, ref)
     knots = _initial_knots(pts, events, c, o, hz)
+    if method == "fit":
+        rough = _rough_slack(pts, n_nodes, ref, c, hz)
+    else:
+        rough = pts["tb"] - pts["ta"] + (c[pts["b"]] - c[pts["a"]])
     start_knots = knots
     secs["prepare"] = time.perf_counter() - t0
     t_mid = 0.5 * float((pts["ta"] + c[pts["a"]]).min() + (pts["ta"] + c[pts["a"]]).max())
@@ -196,12 +213,8 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         in_pool[todo[_hull(cell[todo], pts["ta"][todo], y[todo], smax)]] = True
         keep = np.flatnonzero(in_pool)
         pool, cell = pts[keep], np.unique(cell[keep], return_inverse=True)[1].ravel()
-        if fit.solves:  # the smallest slack per cell under the previous solution
-            score = _slacks(pool, maps)
-        else:
-            score = pool["tb"] - pool["ta"] + (c[pool["b"]] - c[pool["a"]])
-        order = np.lexsort((score, cell))
-        start = order[np.r_[True, cell[order][1:] != cell[order][:-1]]]
+        # the smallest slack under the previous solution (first: under the rough map)
+        start = _start_rows(pool, _slacks(pool, maps) if fit.solves else rough[keep], knots)
         secs["reduce"] += time.perf_counter() - t1
         t2 = time.perf_counter()
         prog = _Program(ref, knots, c, o, hz)
@@ -213,19 +226,19 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
                 kr = kn + c[n] + z[prog.zoff[n]: prog.zoff[n] + kn.size]
                 maps[n] = _midpoint_map(kn, kr, t_mid - c[n], label)
         secs["lp"] += time.perf_counter() - t2
-        cut = _refine(knots, maps, events, ref, o, hz)
+        tseg = [z[prog.toff[n]: prog.toff[n] + kn.size - 1] if kn is not None else None
+                for n, kn in enumerate(knots)]
+        cut = _refine(knots, maps, tseg, events, ref, o, hz)
         if not any(m is not None and m.any() for m in cut):
             break
         changed = _in_cut(a, pts["ta"], knots, cut) | _in_cut(b, pts["tb"], knots, cut)
-        knots = [kn if m is None or not m.any() else
-                 np.sort(np.r_[kn, 0.5 * (kn[:-1] + kn[1:])[m]])
-                 for kn, m in zip(knots, cut, strict=True)]
+        knots = _cut_knots(knots, cut)
     fit.segments = [k.size - 1 if k is not None and i != ref else 0
                     for i, k in enumerate(knots)]
     t3 = time.perf_counter()
+    fit.reversed = int((_slacks(every, maps) < 0).sum())
     slack = _slacks(pts, maps)
     fit.min_slack = float(slack.min())
-    fit.reversed = int((slack < 0).sum())
     bounds = _bounds(pts, slack, n_nodes, ref, c, start_knots, o, hz)
     for n, m in enumerate(maps):
         if m is not None and n != ref:
@@ -315,19 +328,90 @@ def _rough_offsets(pts: np.ndarray, n_nodes: int, ref: int) -> np.ndarray:
     return c
 
 
+def _rough_slack(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray,
+                 hz: float) -> np.ndarray:
+    """A rough map that follows drift and wander (NTP-style): per node pair and time window,
+    the offset between them is the mean of the smallest forward and backward differences;
+    windows compose along a spanning tree from the reference, twice (the second pass on what
+    the first left). Microseconds good where messages are dense; it only picks the rows the
+    program starts with. Returns the slack of every point under it."""
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    big = (pts["ta"] + c[a]).min()
+    tr = pts["ta"] + c[a] - big
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    pair = lo * n_nodes + hi
+    upair, pinv, pcount = np.unique(pair, return_inverse=True, return_counts=True)
+    width = max(float(tr.max()) * 16 / max(float(np.median(pcount)), 1.0), 0.25 * hz, 1.0)
+    n_win = int(tr.max() // width) + 1
+    win = (tr // width).astype(np.int64)
+    fwd = (a == lo).astype(np.int64)
+    delta = np.zeros((n_nodes, n_win))  # rough map: timebase + c + delta(window)
+    centers = (np.arange(n_win) + 0.5) * width
+    slack = pts["tb"] - pts["ta"] + c[b] - c[a]
+    for _ in range(2):
+        key = (pinv * n_win + win) * 2 + fwd
+        best = np.full(upair.size * n_win * 2, np.inf)
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+        best[ks[first]] = np.minimum.reduceat(slack[order], first)
+        best = best.reshape(upair.size, n_win, 2)
+        both = np.isfinite(best).all(axis=2)
+        with np.errstate(invalid="ignore"):
+            step = np.where(both, (best[:, :, 0] - best[:, :, 1]) / 2, 0.0)  # error of hi - lo
+        usable = both.any(axis=1)
+        g = sparse.coo_matrix((np.ones(int(usable.sum())), (upair[usable] // n_nodes,
+                                                             upair[usable] % n_nodes)),
+                              shape=(n_nodes, n_nodes)).tocsr()
+        order, pred = breadth_first_order(g, ref, directed=False)
+        corr = np.zeros((n_nodes, n_win))
+        for q in order[1:].tolist():
+            p = int(pred[q])
+            j = int(np.searchsorted(upair, min(p, q) * n_nodes + max(p, q)))
+            ok = both[j]
+            d = np.interp(np.arange(n_win), np.flatnonzero(ok), step[j][ok])
+            corr[q] = corr[p] + (d if q > p else -d)
+        delta += corr
+        da, db = np.empty(a.size), np.empty(b.size)
+        tb_r = pts["tb"] + c[b] - big
+        for n in np.unique(np.r_[a, b]).tolist():
+            sa, sb = a == n, b == n
+            da[sa] = np.interp(tr[sa], centers, delta[n])
+            db[sb] = np.interp(tb_r[sb], centers, delta[n])
+        slack = pts["tb"] - pts["ta"] + c[b] - c[a] + db - da
+    return slack
+
+
 def _events(pts: np.ndarray, n_nodes: int, fitted: np.ndarray) -> list:
     """Per fitted node: sorted times of its distinct sending and receiving records."""
-    out: list = [None] * n_nodes
-    for n in np.flatnonzero(fitted).tolist():
-        out[n] = (_distinct_times(pts["before"], pts["ta"], pts["a"] == n),
-                  _distinct_times(pts["after"], pts["tb"], pts["b"] == n))
-    return out
+    sides = []
+    for ids, node, t in (("before", "a", "ta"), ("after", "b", "tb")):
+        _, first = np.unique(pts[ids], return_index=True)
+        nd, tt = pts[node][first], pts[t][first]
+        order = np.lexsort((tt, nd))
+        nd, tt = nd[order], tt[order]
+        edges = np.searchsorted(nd, np.arange(n_nodes + 1))
+        sides.append([tt[edges[n]:edges[n + 1]] for n in range(n_nodes)])
+    return [(sides[0][n], sides[1][n]) if fitted[n] else None for n in range(n_nodes)]
 
 
-def _distinct_times(ids: np.ndarray, t: np.ndarray, sel: np.ndarray) -> np.ndarray:
-    """Sorted times of the distinct records among ``ids[sel]``."""
-    _, first = np.unique(ids[sel], return_index=True)
-    return np.sort(t[sel][first])
+def _undominated(pts: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Indexes of the points no other point of the same node pair dominates: a later send
+    with an earlier or equal receive implies the pair (maps increase), whatever the model."""
+    pair = pts["a"].astype(np.int64) * n_nodes + pts["b"]
+    order = np.lexsort((pts["tb"], -pts["ta"], -pair))  # pairs descending, ta descending
+    pr, tb = pair[order], pts["tb"][order]
+    start = np.r_[True, pr[1:] != pr[:-1]]
+    lo = np.minimum.reduceat(tb, np.flatnonzero(start))
+    rank = np.cumsum(start) - 1
+    # per pair: tb - its minimum lies in [0, span]; stacking pairs from the highest offset
+    # down makes one running minimum restart at every pair
+    v = tb - lo[rank]
+    span = float(v.max()) + 1.0
+    v = v + (rank.max() - rank) * span
+    prev = np.r_[np.inf, np.minimum.accumulate(v)[:-1]]
+    prev[start] = np.inf
+    return np.sort(order[v < prev])
 
 
 def _initial_knots(pts: np.ndarray, events: list, c: np.ndarray, o: FitOptions,
@@ -366,6 +450,35 @@ def _thin(x: np.ndarray, gap: float) -> np.ndarray:
     return x[keep]
 
 
+def _cut_knots(knots: list[np.ndarray | None],
+               cut: list[np.ndarray | None]) -> list[np.ndarray | None]:
+    """Cut each marked segment in the middle."""
+    return [kn if m is None or not m.any() else np.unique(np.r_[kn, 0.5 * (kn[:-1] + kn[1:])[m]])
+            for kn, m in zip(knots, cut, strict=True)]
+
+
+def _start_rows(pool: np.ndarray, score: np.ndarray,
+                knots: list[np.ndarray | None]) -> np.ndarray:
+    """Per half of every segment of every node, the pool point touching it with the smallest
+    score: few rows, and both ends of every segment held."""
+    groups = []
+    for side, t in (("a", "ta"), ("b", "tb")):
+        node = pool[side].astype(np.int64)
+        k = _piece_of(node, pool[t], knots)
+        half = np.zeros(node.size, np.int64)
+        for n in np.unique(node).tolist():
+            sel = node == n
+            kn = knots[n]
+            half[sel] = pool[t][sel] > 0.5 * (kn[k[sel]] + kn[k[sel] + 1])
+        groups.append(_argmin_per_cell((node * (1 << 32) + k) * 2 + half, score))
+    return np.unique(np.concatenate(groups))
+
+
+def _argmin_per_cell(cell: np.ndarray, score: np.ndarray) -> np.ndarray:
+    order = np.lexsort((score, cell))
+    return order[np.r_[True, cell[order][1:] != cell[order][:-1]]]
+
+
 def _in_cut(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None],
             cut: list[np.ndarray | None]) -> np.ndarray:
     """Points whose segment (on ``node``) is about to be cut."""
@@ -379,32 +492,35 @@ def _in_cut(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None],
     return out
 
 
-def _refine(knots: list[np.ndarray | None], maps: list[NodeMap | None], events: list,
-            ref: int, o: FitOptions, hz: float) -> list[np.ndarray | None]:
-    """Per node, the segments to cut in half: those next to a knot whose bend they would hide
-    badly (bend * length / 8 > tolerance), while both halves keep enough messages."""
+def _refine(knots: list[np.ndarray | None], maps: list[NodeMap | None],
+            tseg: list[np.ndarray | None], events: list, ref: int, o: FitOptions,
+            hz: float) -> list[np.ndarray | None]:
+    """Per node, the segments to cut: those next to a knot whose bend they would hide badly
+    (bend * length / 8 > tolerance) or whose smallest slack is strained (below zero, or well
+    below the node's median; everyone's for a node with few segments), while every part keeps
+    enough messages and length."""
     tol = o.tolerance_us * 1e-6 * hz
     min_len = max(o.min_seconds * hz, 1.0)
     out: list[np.ndarray | None] = [None] * len(knots)
+    everyone = float(np.median(np.concatenate([t for t in tseg if t is not None])))
     for n, kn in enumerate(knots):
         m = maps[n]
-        if kn is None or n == ref or kn.size < 3 or not isinstance(m, PiecewiseMap):
+        if kn is None or n == ref or not isinstance(m, PiecewiseMap):
             continue
         slope = np.diff(m.knots_ref) / np.diff(kn)
         bend = np.abs(np.diff(slope))  # at interior knots 1..K-1
         seg_bend = np.maximum(np.r_[0.0, bend], np.r_[bend, 0.0])
         length = np.diff(kn)
-        mid = kn[:-1] + length / 2
-        out_t, in_t = events[n]
-
-        def count(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-            return np.searchsorted(t, hi) - np.searchsorted(t, lo)
-
-        halves_ok = np.ones(length.size, dtype=bool)
-        for t in (out_t, in_t):
-            halves_ok &= count(t, kn[:-1], mid) >= o.split_points
-            halves_ok &= count(t, mid, kn[1:]) >= o.split_points
-        out[n] = (seg_bend * length / 8 > tol) & (length >= 2 * min_len) & halves_ok
+        parts_ok = np.ones(length.size, dtype=bool)
+        for t in events[n]:
+            for j in range(_SPLIT):
+                lo = kn[:-1] + length * j / _SPLIT
+                hi = kn[:-1] + length * (j + 1) / _SPLIT
+                parts_ok &= np.searchsorted(t, hi) - np.searchsorted(t, lo) >= o.split_points
+        usual = float(np.median(tseg[n])) if tseg[n].size >= 4 else everyone
+        strained = (tseg[n] < usual - o.strain_us * 1e-6 * hz) | (tseg[n] < 0)
+        out[n] = (((seg_bend * length / 8 > tol) | strained) & (length >= _SPLIT * min_len)
+                  & parts_ok)
     return out
 
 
@@ -474,7 +590,7 @@ class _Program:
     reference node), one ``t`` per segment of every node, one ``w`` per interior knot (the
     rate change there). Rows: ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for each end's
     segment (the pool: hull vertices per cell), ``|rate - 1| <= max_ppm`` per segment, and
-    ``w >= |rate change| * mean segment length``. Maximizes ``sum t - smooth * sum w``. It
+    ``w >= |rate change| * min(mean segment length, 2 s)``. Maximizes ``sum t - smooth * sum w``. It
     starts from the given pool points, solves, adds every pool row and rate row the solution
     violates, and repeats: the result solves the whole program.
     """
@@ -547,7 +663,7 @@ class _Program:
         active = np.zeros((pool.size, 2), dtype=bool)
         active[start] = True
         rate_on = np.zeros((seg_col.size, 2), dtype=bool)
-        tol = 1e-3
+        tol, margin = 0.05, 2.0  # ticks: violations below tol are rounding; add near ones too
         for self.rounds in range(1, 101):
             parts = [smooth_rows]
             rhs = [smooth_rhs]
@@ -574,7 +690,7 @@ class _Program:
             a_ub = sparse.csr_matrix((vv, (rr, cc)), shape=(row0, n_cols))
             res = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds,
                           method=_LP_METHOD)
-            if res.x is None:
+            if res.x is None or res.status != 0:
                 raise RuntimeError(f"node fit: HiGHS found no solution ({res.message})")
             sol = res.x
             self.rows = row0
@@ -582,18 +698,19 @@ class _Program:
             za = wa0 * zz[ca0] + wa1 * zz[ca1]
             zb = wb0 * zz[cb0] + wb1 * zz[cb1]
             slack = d + zb - za
-            bad = np.c_[slack < sol[ta_col] - tol, slack < sol[tb_col] - tol] & ~active
+            low = np.c_[slack - sol[ta_col], slack - sol[tb_col]]
+            bad = (low < -tol) & ~active
             dz = zz[seg_col + 1] - zz[seg_col]
-            lim = eps * seg_len + tol
-            bad_rate = np.c_[dz > lim, -dz > lim] & ~rate_on
+            lim = eps * seg_len
+            bad_rate = np.c_[dz > lim + tol, -dz > lim + tol] & ~rate_on
             if not bad.any() and not bad_rate.any():
                 break
-            active |= bad
-            rate_on |= bad_rate
+            active |= low < margin
+            rate_on |= np.c_[dz > lim - margin, -dz > lim - margin] | bad_rate
         return sol
 
     def _smoothing(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray, int]:
-        """Rows ``+-(rate change * mean length) - w <= 0`` at every interior knot."""
+        """Rows ``+-(rate change * length) - w <= 0`` at every interior knot."""
         rows, cols, vals = [], [], []
         n_w = row0 = 0
         if self.o.smooth > 0:
@@ -601,7 +718,7 @@ class _Program:
                 if kn is None or n == self.ref or kn.size < 3:
                     continue
                 dx = np.diff(kn)
-                lbar = 0.5 * (dx[:-1] + dx[1:])
+                lbar = np.minimum(0.5 * (dx[:-1] + dx[1:]), 2.0 * self.hz)
                 m = lbar.size
                 z0 = self.zoff[n] + np.arange(m)
                 cw = self.n_zt + n_w + np.arange(m)

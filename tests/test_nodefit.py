@@ -172,3 +172,28 @@ def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tm
     err = other["offset_ticks"] + other["rate"] * mid - truth.node_to_reference(other["node"],
                                                                                 mid)
     assert abs(err) <= min(other["bound_ticks"], 2e-6 * HZ)
+
+
+def test_dominated_points_are_dropped_and_only_those():
+    rng = np.random.default_rng(9)
+    n = 3000
+    pts = np.zeros(n, nf.POINT_DTYPE)
+    pts["a"], pts["b"] = rng.integers(0, 3, n), rng.integers(3, 5, n)
+    pts["ta"] = rng.integers(0, 200, n)
+    pts["tb"] = pts["ta"] + rng.integers(0, 50, n)
+    keep = nf._undominated(pts, 5)
+    kept = np.zeros(n, dtype=bool)
+    kept[keep] = True
+    same = (pts["a"][:, None] == pts["a"][None, :]) & (pts["b"][:, None] == pts["b"][None, :])
+    # j dominates i: same pair, sent no earlier, received no later, and not the same point
+    dom = same & (pts["ta"][None, :] >= pts["ta"][:, None]) & (pts["tb"][None, :]
+                                                               <= pts["tb"][:, None])
+    dom &= (pts["ta"][None, :] != pts["ta"][:, None]) | (pts["tb"][None, :]
+                                                         != pts["tb"][:, None])
+    dominated = dom.any(axis=1)
+    assert not (kept & dominated).any()
+    # of identical points one is kept
+    key = pts["a"].astype(np.int64) * 10**9 + pts["b"] * 10**6 + pts["ta"] * 1000 + pts["tb"]
+    undominated_keys = np.unique(key[~dominated])
+    assert np.array_equal(np.unique(key[kept]), undominated_keys)
+    assert kept.sum() == undominated_keys.size
