@@ -1,0 +1,239 @@
+"""Benchmark of the node clock fit (cell_otf2.nodefit) against ground truth and its baselines.
+
+Rows:
+- hybrid runs of the simulator over ``--duration-s`` seconds (default 600) on 2, 4 and 16 nodes
+  (2 ranks per node) with drift up to +-50 ppm plus wander, through the whole pipeline: RMS and
+  max error against the truth of the node maps the converter used, of constant offsets (the
+  published algorithm's model) and of linear interpolation between offsets measured at the
+  start and the end (Score-P, VampirTrace); cross-node pairs each leaves reversed; MPI
+  messages received before their send in the times handed to the writer, and for runs under
+  ``--read-back-below`` records also read back from the written archive;
+- a synthetic 256-node run with a million messages (points made directly from the simulator's
+  clock model, since simulating that many processes takes far longer than fitting them): the
+  fit's time per step and its error.
+
+Long simulated runs stay cheap with a variant of the ``hybrid`` workload registered here at run
+time (one SPE context per rank, one chunk per phase, ``--phase-ms`` of SPE compute per phase),
+so a 10-minute run has a few MPI phases per second, not thousands.
+
+    .venv/bin/python bench/nodes.py [--nodes 2,4,16] [--duration-s 600] [--phase-ms 100]
+        [--big-nodes 256] [--big-messages 1000000] [--big-duration-s 600] [--skip-sim]
+        [--skip-big] [--keep DIR] [--read-back-below 3000000]
+
+The 16-node row simulates ~13 M records and analyzes them: expect about 15 minutes.
+
+It prints numbers; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cell_otf2 import nodefit as nf
+from cell_otf2.sim.clocks import make_node_clock
+
+HZ = 14_318_000
+
+
+def errors_us(maps: list, truth_maps: list, grid: list[np.ndarray], hz: float) -> np.ndarray:
+    """Map error (us) of every non-reference node over a grid of its own timebase values."""
+    out = []
+    for m, (to_ref, x) in zip(maps[1:], zip(truth_maps[1:], grid[1:], strict=True), strict=True):
+        if m is None:
+            continue
+        out.append((nf.map_to_reference(m, x) - to_ref(x)) / hz * 1e6)
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def _stats(e: np.ndarray) -> str:
+    if not e.size:
+        return "      n/a"
+    return f"RMS {np.sqrt(np.mean(e ** 2)):9.3f} us  max {np.abs(e).max():9.3f} us"
+
+
+# --------------------------------------------------------------------------------------------
+# simulated hybrid runs through the whole pipeline
+# --------------------------------------------------------------------------------------------
+
+
+def _long_hybrid(phase_ms: float) -> str:
+    """Register a cheap long-run variant of the hybrid workload; returns its name."""
+    from cell_otf2.sim import workloads as wl
+
+    name = f"hybrid_{phase_ms:g}ms"
+    if name not in wl.WORKLOADS:
+        h = wl.WORKLOADS["hybrid"]
+        loop = dataclasses.replace(h.loop, compute_us=(phase_ms * 1000.0, 0.2))
+        wl.WORKLOADS[name] = dataclasses.replace(h, name=name, loop=loop)
+    return name
+
+
+def sim_row(nodes: int, duration_s: float, phase_ms: float, seed: int, work: Path,
+            read_back_below: int) -> None:
+    from cell_otf2.convert import analyze, convert
+    from cell_otf2.match import MsgKind
+    from cell_otf2.simulate import simulate_run
+    from cell_otf2.truth import load_truth
+
+    run = work / f"hybrid-{nodes}"
+    if not (run / "run.json").exists():
+        t0 = time.perf_counter()
+        s = simulate_run(run, _long_hybrid(phase_ms), seed, nodes=nodes, ranks=2 * nodes,
+                         spes=1, chunks=1, duration_s=duration_s, max_ppm=50.0)
+        print(f"  simulated {s.records} records, {s.phases} phases in "
+              f"{time.perf_counter() - t0:.1f} s")
+    truth = load_truth(run)
+    hz = truth.timebase_hz
+    stages: dict[str, float] = {}
+    t0 = time.perf_counter()
+    pipe = analyze(run, timings=stages)
+    t_an = time.perf_counter() - t0
+    dec = pipe.decoded
+    pts = nf.points_from_trace(dec, pipe.matches)
+    t_all = np.concatenate([v[np.isfinite(v)] for v in truth.slot_time.values()])
+    span = np.linspace(t_all.min(), t_all.max(), 20001)
+    grid = [truth.reference_to_node(n, span) for n in truth.node_names]
+    tmaps = [lambda x, n=n: truth.node_to_reference(n, x) for n in truth.node_names]
+    dur = (t_all.max() - t_all.min()) / hz
+    print(f"  {nodes} nodes, {dec.manifest.n_ranks} ranks, {dur:.0f} s, {dec.records.size} "
+          f"records, {pts.size} cross-node pairs; analyze {t_an:.1f} s (sync stage incl. "
+          f"node fit {stages.get('sync', 0):.1f} s)")
+    # ours: the maps the converter used; reversed = MPI messages received before their send
+    # in the record times handed to the writer
+    rec, msgs = dec.records, pipe.matches.messages
+    mpi = msgs[msgs["kind"] == MsgKind.MPI]
+    rev_mpi = int((rec["time"][mpi["recv"]] < rec["time"][mpi["send"]]).sum())
+    e = errors_us(pipe.sync.node_maps, tmaps, grid, hz)
+    rev_pairs = int((nf._slacks(pts, pipe.sync.node_maps) < 0).sum())
+    print(f"    {'ours (piecewise LP)':22s} {_stats(e)}  reversed pairs {rev_pairs:7d}  "
+          f"reversed MPI messages {rev_mpi}")
+    ref = dec.manifest.node_of_rank(0)
+    rms = {"ours": float(np.sqrt(np.mean(e ** 2)))}
+    for label, method in (("constant offsets", "constant"), ("linear interpolation", "linear")):
+        t0 = time.perf_counter()
+        if method == "linear":
+            fit = nf.fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
+        else:
+            fit = nf.fit_points(pts, dec.n_nodes, ref, hz, method=method)
+        el = time.perf_counter() - t0
+        eb = errors_us(fit.maps, tmaps, grid, hz)
+        rms[method] = float(np.sqrt(np.mean(eb ** 2)))
+        print(f"    {label:22s} {_stats(eb)}  reversed pairs {fit.reversed:7d}  "
+              f"fit {el:6.2f} s")
+    print(f"    RMS ratio linear interpolation / ours: {rms['linear'] / rms['ours']:.0f}x")
+    if dec.records.size <= read_back_below:
+        archive = work / f"hybrid-{nodes}.otf2"
+        t0 = time.perf_counter()
+        summary = convert(run, archive, force=True)
+        print(f"    archive: order violations {summary.order_violations}, reversed MPI "
+              f"messages read back {_reversed_in_archive(archive)}; convert "
+              f"{time.perf_counter() - t0:.1f} s")
+
+
+def _reversed_in_archive(archive: Path) -> int:
+    """MPI messages whose receive is earlier than its send, read back from the archive."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from otf2check import read_events
+
+    rb = read_events(archive)
+    return sum(m.recv_time < m.send_time for m in rb.messages)
+
+
+# --------------------------------------------------------------------------------------------
+# synthetic message points (the 256-node row)
+# --------------------------------------------------------------------------------------------
+
+
+def synthetic_points(n_nodes: int, n_messages: int, duration_s: float, seed: int = 0,
+                     max_ppm: float = 50.0, hz: float = HZ):
+    """Message points on a 2D torus of nodes (both directions to 4 neighbours), send times
+    uniform over the run, latency 6-11 us plus a receive delay of 0.1-0.5 us, clocks from the
+    simulator's model. Returns (points, true node->reference maps, grids of node times)."""
+    rng = np.random.default_rng(seed)
+    t0 = 1e11
+    t1 = t0 + duration_s * hz
+    clocks = [make_node_clock(rng, f"n{i}", is_reference=i == 0, t_begin=t0, t_end=t1,
+                              start_timebase=int(rng.integers(5e10, 5e11)), max_ppm=max_ppm)
+              for i in range(n_nodes)]
+    side = int(np.ceil(np.sqrt(n_nodes)))
+    pairs = set()
+    for i in range(n_nodes):
+        r, c = divmod(i, side)
+        for dr, dc in ((0, 1), (1, 0), (0, -1), (-1, 0)):
+            j = ((r + dr) % side) * side + (c + dc) % side
+            if j < n_nodes and j != i:
+                pairs.add((i, j))
+    pairs_a = np.array(sorted(pairs), dtype=np.int64)
+    k = rng.integers(0, len(pairs_a), n_messages)
+    a, b = pairs_a[k, 0], pairs_a[k, 1]
+    ts = rng.uniform(t0, t1, n_messages)
+    tr = ts + (rng.uniform(6.0, 11.0, n_messages) + rng.uniform(0.1, 0.5, n_messages)) * hz / 1e6
+    pts = np.zeros(n_messages, nf.POINT_DTYPE)
+    pts["a"], pts["b"] = a, b
+    for i, c in enumerate(clocks):
+        sa, sb = a == i, b == i
+        pts["ta"][sa] = np.floor(c.to_node(ts[sa]))
+        pts["tb"][sb] = np.floor(c.to_node(tr[sb]))
+    pts["before"] = np.arange(n_messages)
+    pts["after"] = np.arange(n_messages)
+    span = np.linspace(t0, t1, 20001)
+    return pts, [c.to_ref for c in clocks], [c.to_node(span) for c in clocks]
+
+
+def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> None:
+    t0 = time.perf_counter()
+    pts, tmaps, grid = synthetic_points(n_nodes, n_messages, duration_s, seed)
+    print(f"  {n_nodes} nodes, {n_messages} messages over {duration_s:.0f} s "
+          f"(made in {time.perf_counter() - t0:.1f} s)")
+    t0 = time.perf_counter()
+    fit = nf.fit_points(pts, n_nodes, 0, HZ)
+    el = time.perf_counter() - t0
+    steps = ", ".join(f"{k} {v:.2f} s" for k, v in fit.seconds.items())
+    print(f"    fit {el:.2f} s ({steps}); pool {fit.pool} of {fit.points} points, "
+          f"{fit.rows} rows, {fit.solves} solves, {sum(fit.segments)} segments")
+    print(f"    ours {_stats(errors_us(fit.maps, tmaps, grid, HZ))}  reversed pairs "
+          f"{fit.reversed}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="2,4,16")
+    ap.add_argument("--duration-s", type=float, default=600.0)
+    ap.add_argument("--phase-ms", type=float, default=100.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--big-nodes", type=int, default=256)
+    ap.add_argument("--big-messages", type=int, default=1_000_000)
+    ap.add_argument("--big-duration-s", type=float, default=600.0)
+    ap.add_argument("--skip-sim", action="store_true")
+    ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--keep", type=Path, help="keep simulated runs here (reused if present)")
+    ap.add_argument("--read-back-below", type=int, default=3_000_000,
+                    help="write and read back the archive of runs with fewer records")
+    args = ap.parse_args()
+    if not args.skip_sim:
+        work = args.keep or Path(tempfile.mkdtemp(prefix="nodes-bench-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            for n in [int(x) for x in args.nodes.split(",") if x]:
+                print(f"hybrid, {n} nodes, drift up to +-50 ppm with wander:")
+                sim_row(n, args.duration_s, args.phase_ms, args.seed, work,
+                        args.read_back_below)
+        finally:
+            if args.keep is None:
+                shutil.rmtree(work, ignore_errors=True)
+    if not args.skip_big:
+        print("synthetic:")
+        big_row(args.big_nodes, args.big_messages, args.big_duration_s, args.seed)
+
+
+if __name__ == "__main__":
+    main()
