@@ -79,10 +79,10 @@ class FitOptions:
     split_points: int = 8  # messages in and out each part of a cut segment keeps
     min_seconds: float = 0.1  # shortest segment
     tolerance_us: float = 0.15  # cut while bend * segment length / 8 exceeds this
-    strain_us: float = 1.0  # or while a segment's smallest slack is this far below the median
+    strain_us: float = 0.5  # or while a segment's smallest slack is this far below the median
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
     smooth: float = 3.0  # cost of a rate change: smooth * |change of rate| * length (<= 2 s)
-    max_refine: int = 12  # solves (each followed by cutting segments)
+    max_refine: int = 12  # refinement rounds (each: solve, then cut segments)
     window_s: float = 0.0  # windows of the bound; 0: the median starting segment
 
 
