@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -252,7 +252,3 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
     s.damage = pipe.damage.summary_lines()
     s.stage_seconds = dict(timings)
     return s
-
-
-def summary_dict(s: Summary) -> dict:
-    return asdict(s)
