@@ -25,7 +25,14 @@ demo: $(STAMP)
 		--report $(DEMO_OUT)/fft-16spe.sync.json
 	@echo "archive: $(DEMO_OUT)/fft-16spe.otf2 (open it in Vampir, or: otf2-print $(DEMO_OUT)/fft-16spe.otf2)"
 
-test: $(STAMP) tools
+# The tests also exercise the optional extras: report (matplotlib) and mpi (mpi4py, which
+# needs Debian's OpenMPI from `tools` first, since it may build against mpicc).
+TEST_STAMP := $(VENV)/.installed-test
+$(TEST_STAMP): $(STAMP) pyproject.toml | tools
+	$(PY) -m pip install --quiet -e '.[dev,report,mpi]'
+	touch $(TEST_STAMP)
+
+test: $(STAMP) tools $(TEST_STAMP)
 	$(PY) -m ruff check cell_otf2 tests bench
 	$(PY) -m pytest -q
 
