@@ -14,7 +14,13 @@ Choices where the contract leaves room (README "Mapping details"):
 - the SPE program run is the region named after the program (START..EXIT);
 - the accelerator group of a process hangs below chip 0's SPE complex of its node (a context
   can run on any SPU of the node; the physical SPU is on each "off SPU" region);
-- a node named "0" is written as "node 0" (a free viewer aborts on a node named "0").
+- a node named "0" is written as "node 0" (a free viewer aborts on a node named "0");
+- each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound) and
+  ``cell2otf2::sync_intervals``: one ``FIRST:WIDTH`` entry per live interval of the context in
+  interval order, joined by ``;``. FIRST is the archive timestamp (ticks) of the interval's
+  first record that has a time, ``-`` when none has; WIDTH is upper - lower of its offset in
+  ticks with one decimal (the worst over its segments when undecidable wraps split it), or
+  ``unbounded``. Example: ``"81234567:9.0;81299001:12.5"``.
 
 It neither matches nor synchronizes; it reads ``records['time']`` as final.
 """
@@ -37,6 +43,7 @@ from .model import (
     ArchiveDefs,
     ClockProps,
     Communicator,
+    DomainKind,
     Ev,
     GroupType,
     Location,
@@ -121,6 +128,7 @@ _POINTS = (
 
 PROP_SYNC_BOUND = "cell2otf2::sync_bound_ticks"
 PROP_PSEUDO = "cell2otf2::pseudo_location"
+PROP_SYNC_INTERVALS = "cell2otf2::sync_intervals"
 
 
 @dataclass
@@ -215,6 +223,8 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
         w = w[np.isfinite(w)]
         value = f"{float(w.max()):.1f}" if w.size else "unbounded"
         defs.location_properties.append(LocationProperty(int(loc), PROP_SYNC_BOUND, value))
+    for loc, value in _sync_intervals(dec, result).items():
+        defs.location_properties.append(LocationProperty(loc, PROP_SYNC_INTERVALS, value))
     # regions: manifest regions, programs, Cell regions
     region_ref: dict[int, int] = {}
     for reg in man.regions:
@@ -257,6 +267,31 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
     lookups = dict(region=region_ref, program=program_ref, cell=cell_ref, metric=metric_ref,
                    comm=comm_ref, mbox_comm=mbox_comm, dma_comm=dma_comm, window=0)
     return defs, lookups
+
+
+def _sync_intervals(dec: Decoded, result: SyncResult) -> dict[int, str]:
+    """SPE location -> its ``cell2otf2::sync_intervals`` value (format: module docstring)."""
+    doms = dec.domains
+    rec = dec.records
+    usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
+    has_time = usable & (rec["code"] != 0) & (rec["domain"] >= 0)
+    first = np.full(doms.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, rec["domain"][has_time], rec["time"][has_time])
+    width = result.upper - result.lower
+    iv = np.flatnonzero((doms["kind"] == DomainKind.SPE_INTERVAL) & (doms["loc"] >= 0))
+    # one entry per (location, interval): the segments after undecidable wraps are merged
+    per: dict[tuple[int, int], list[int]] = {}
+    for k in iv.tolist():
+        per.setdefault((int(doms["loc"][k]), int(doms["interval"][k])), []).append(k)
+    out: dict[int, list[str]] = {}
+    for (loc, _), ks in sorted(per.items()):
+        t = int(first[ks].min())
+        w = width[ks]
+        w = w[np.isfinite(w)]
+        out.setdefault(loc, []).append(
+            f"{t if t != np.iinfo(np.int64).max else '-'}:"
+            f"{f'{float(w.max()):.1f}' if w.size else 'unbounded'}")
+    return {loc: ";".join(parts) for loc, parts in out.items()}
 
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
