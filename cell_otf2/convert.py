@@ -65,6 +65,14 @@ class Summary:
     def lossy(self) -> bool:
         return bool(self.damage)
 
+    def to_dict(self) -> dict:
+        """Every field (JSON-ready) plus ``lossy``; ``damage`` holds the summary's lines."""
+        from dataclasses import asdict
+
+        out = asdict(self)
+        out["lossy"] = self.lossy
+        return out
+
     def lines(self) -> list[str]:
         out = [
             f"cell2otf2: {self.run_dir} -> {self.archive}",
