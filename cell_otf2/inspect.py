@@ -165,7 +165,8 @@ def inspect(run_dir: str | Path) -> RunInfo:
         damage.extend(dumps[-1].damage)
     dec = decode(man, dumps, damage)
     hz = man.timebase_hz
-    procs = [_process(man, dec, d, hz) for d in dumps]
+    index = _Index(dec)
+    procs = [_process(man, dec, index, d, hz) for d in dumps]
     nodes = []
     for i, n in enumerate(man.nodes):
         mine = [p for p in procs if man.node_of_rank(p.rank) == i]
@@ -202,21 +203,40 @@ def _per_kind(codes: np.ndarray, enum: type[fmt.IntEnum]) -> dict[str, int]:
     return {c.name: int(found.get(int(c), 0)) for c in enum}
 
 
-def _process(man, dec: Decoded, dump: Dump, hz: int) -> ProcessInfo:
+class _Index:
+    """Where each location's records and each rank's anchors sit in the decoded arrays
+    (both sorted by it), found once so that per-process work touches only its own rows."""
+
+    def __init__(self, dec: Decoded) -> None:
+        self.dec = dec
+        locs = np.arange(dec.locations.size + 1, dtype=dec.records["loc"].dtype)
+        self.rec_at = np.searchsorted(np.ascontiguousarray(dec.records["loc"]), locs)
+        ranks = np.arange(dec.manifest.n_ranks + 1, dtype=dec.anchors["rank"].dtype)
+        self.anc_at = np.searchsorted(np.ascontiguousarray(dec.anchors["rank"]), ranks)
+
+    def records(self, locs: np.ndarray) -> np.ndarray:
+        """Records of ``locs`` (ascending), in (location, slot) order."""
+        parts = [self.dec.records[self.rec_at[x]:self.rec_at[x + 1]] for x in locs.tolist()]
+        return np.concatenate(parts) if parts else self.dec.records[:0]
+
+    def anchors(self, rank: int) -> np.ndarray:
+        """Anchors of ``rank``, in slot order."""
+        return self.dec.anchors[self.anc_at[rank]:self.anc_at[rank + 1]]
+
+
+def _process(man, dec: Decoded, index: _Index, dump: Dump, hz: int) -> ProcessInfo:
     r = dump.rank
     ppe, blocks, spe = dump.ppe, dump.blocks, dump.spe
     # node timebase: PPE records of this rank that kept their clock (not running backwards)
     loc = dec.locations
-    rec = dec.records
-    rec_kind = loc["kind"][rec["loc"]]
-    rec_rank = loc["rank"][rec["loc"]]
-    mine = (rec_rank == r) & (rec_kind == LocKind.PPE_THREAD) & (rec["domain"] >= 0)
-    tb = rec["local"][mine].astype(np.uint64)  # raw u64 readings (stored as int64)
+    threads = np.flatnonzero((loc["rank"] == r) & (loc["kind"] == LocKind.PPE_THREAD))
+    rec = index.records(threads)
+    tb = rec["local"][rec["domain"] >= 0].astype(np.uint64)  # raw u64 readings, kept as i8
     first = int(tb.min()) if tb.size else None
     last = int(tb.max()) if tb.size else None
     n_blocks = int(blocks.size)
     size = os.stat(dump.path).st_size
-    contexts = _contexts(man, dec, dump)
+    contexts = _contexts(man, dec, index, dump)
     return ProcessInfo(
         rank=r,
         node=man.processes[r].node,
@@ -246,7 +266,7 @@ def _process(man, dec: Decoded, dump: Dump, hz: int) -> ProcessInfo:
     )
 
 
-def _contexts(man, dec: Decoded, dump: Dump) -> list[ContextInfo]:
+def _contexts(man, dec: Decoded, index: _Index, dump: Dump) -> list[ContextInfo]:
     r = dump.rank
     ppe, blocks, spe = dump.ppe, dump.blocks, dump.spe
     ctxs = dec.contexts[dec.contexts["rank"] == r]
@@ -268,14 +288,17 @@ def _contexts(man, dec: Decoded, dump: Dump) -> list[ContextInfo]:
     beats = per_ctx(spe["ctx"][spe["code"] == S.HEARTBEAT])
     n_blocks = per_ctx(blocks["ctx"])
     partial = per_ctx(blocks["ctx"][blocks["count"] < dump.spe_buffer_records])
-    missing = np.zeros(n, dtype=np.int64)
-    for i, c in enumerate(ctx_ids.tolist()):  # per context, not per block
-        seq = blocks["seq"][blocks["ctx"] == c].astype(np.int64)
-        if seq.size:
-            missing[i] = np.clip(np.diff(np.concatenate([[-1], seq])) - 1, 0, None).sum()
+    # blocks absent from each context's seq: the skips between its consecutive blocks (slot
+    # order is seq order) and before its first one
+    by_ctx = np.lexsort((blocks["slot"], blocks["ctx"]))
+    b_ctx = blocks["ctx"][by_ctx].astype(np.int64)
+    seq = blocks["seq"][by_ctx].astype(np.int64)
+    prev = np.concatenate([[-1], seq[:-1]])
+    prev[np.concatenate([[True], b_ctx[1:] != b_ctx[:-1]])] = -1  # a context's first block
+    missing = per_ctx(b_ctx, weights=np.clip(seq - prev - 1, 0, None))
 
     # decrementer readings with their interval and local time, in program order per interval
-    dom, local, raw = _readings(dec, dump)
+    dom, local, raw = _readings(dec, dump, index)
     d = dec.domains
     order = np.lexsort((np.arange(dom.size), dom))  # readings already in program order
     dom, local, raw = dom[order], local[order], raw[order]
@@ -332,7 +355,8 @@ def _contexts(man, dec: Decoded, dump: Dump) -> list[ContextInfo]:
     return out
 
 
-def _readings(dec: Decoded, dump: Dump) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _readings(dec: Decoded, dump: Dump,
+              index: _Index | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every decrementer reading of one process: (domain, local, raw), in program order.
 
     SPE records come from ``dec.records`` (sorted by location, then slot) beside the dump's
@@ -341,6 +365,7 @@ def _readings(dec: Decoded, dump: Dump) -> tuple[np.ndarray, np.ndarray, np.ndar
     """
     r = dump.rank
     spe, blocks = dump.spe, dump.blocks
+    index = index or _Index(dec)
     loc_of_ctx = {c: loc for (rr, c), loc in dec.ctx_loc.items() if rr == r}
     if not spe.size and not blocks.size:
         z = np.zeros(0, dtype=np.int64)
@@ -349,15 +374,13 @@ def _readings(dec: Decoded, dump: Dump) -> tuple[np.ndarray, np.ndarray, np.ndar
     loc_list = np.array([loc_of_ctx[c] for c in ctx_list.tolist()], dtype=np.int64)
     spe_loc = loc_list[np.searchsorted(ctx_list, spe["ctx"].astype(np.int64))]
     by_loc = np.lexsort((spe["slot"], spe_loc))
-    rec = dec.records
-    rec_sel = np.isin(rec["loc"].astype(np.int64), loc_list)
-    rec_sub = rec[rec_sel]  # sorted by (loc, slot): the same order as ``by_loc``
+    rec_sub = index.records(np.sort(loc_list))  # by (loc, slot): the order of ``by_loc``
     r_dom = rec_sub["domain"].astype(np.int64)
     r_loc = rec_sub["local"]
     r_raw = spe["decr"][by_loc].astype(np.int64)
     r_key = 2 * spe["slot"][by_loc]
     r_ctx_loc = spe_loc[by_loc]
-    anc = dec.anchors[dec.anchors["rank"] == r]  # sorted by slot
+    anc = index.anchors(r)  # sorted by slot
     at = np.searchsorted(anc["slot"], blocks["slot"])
     h_dom = anc["domain"][at].astype(np.int64)
     h_loc = anc["local"][at]
