@@ -142,7 +142,7 @@ def convert_command(
                           order_options=OrderOptions(read_delay_ticks=read_delay_ticks))
     finally:
         progress.close()
-    if not quiet:
+    if not quiet and summary.rank == 0:  # a parallel conversion prints once
         typer.echo("\n".join(summary.lines()))
     raise SystemExit(EXIT_LOSSY if summary.lossy else 0)
 
@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=args, prog_name="cell2otf2", standalone_mode=True)
     except CellOtf2Error as exc:
+        if getattr(exc, "secondary", False):  # another converter process printed it
+            raise SystemExit(exc.exit_status) from None
         _fail(str(exc), exc.exit_status)
     except KeyboardInterrupt:  # outside a command, e.g. while typer parses
         _interrupted()

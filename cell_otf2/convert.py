@@ -60,6 +60,8 @@ class Summary:
     damage: list[str] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    converter_processes: int = 1  # MPI processes that converted (``parallel.py``)
+    rank: int = 0  # the converter process this copy was returned to; only rank 0 prints
 
     @property
     def lossy(self) -> bool:
@@ -92,7 +94,9 @@ class Summary:
         else:
             out.append("  lost or unusable records: none")
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
-        out.append(f"  wall time {self.wall_seconds:.2f}s ({stages})")
+        on = (f" on {self.converter_processes} converter processes"
+              if self.converter_processes > 1 else "")
+        out.append(f"  wall time {self.wall_seconds:.2f}s{on} ({stages})")
         return out
 
 
@@ -187,7 +191,20 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
 
     On any failure or interruption the output path is left as it was: ``ArchiveTarget``
     removes its staging directory, and the directories ``prepare`` created are removed again.
+
+    Started by an MPI launcher with more than one process (``mpiexec -n P``, ``srun``), every
+    process converts its share of the run (``parallel.convert_parallel``) into the same
+    archive; without one nothing here touches MPI.
     """
+    from .parallel import launched_world
+
+    world = launched_world()
+    if world is not None:
+        from .parallel import convert_parallel
+
+        return convert_parallel(world, run_dir, archive, force=force, dma_style=dma_style,
+                                alpha=alpha, report=report, order_options=order_options,
+                                progress=progress)
     wall0 = time.perf_counter()
     target = ArchiveTarget(archive)
     made = [d for d in (target.parent, *target.parent.parents) if not d.exists()]

@@ -143,15 +143,41 @@ def _build_locations(
     return locations, contexts, ctx_loc
 
 
+@dataclass
+class RunLayout:
+    """What decoding some of a run's dumps needs to know of all of them (parallel conversion):
+    every location and context in the run's numbering (as ``_build_locations`` numbers them
+    from every dump), and per rank its dump's name and SPE buffer size."""
+
+    locations: np.ndarray  # LOCATION_DTYPE
+    contexts: np.ndarray  # CONTEXT_DTYPE
+    dump_names: list[str]
+    spe_buffer_records: list[int]
+
+
 def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
-           split_ambiguous_wraps: bool = True) -> Decoded:
-    """Decode every dump (one per rank, in rank order) of a run."""
-    locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
+           split_ambiguous_wraps: bool = True, layout: RunLayout | None = None) -> Decoded:
+    """Decode every dump (one per rank, in rank order) of a run.
+
+    With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
+    contexts and the per-rank lists are the whole run's, records, anchors and interval domains
+    those of the given dumps (node domains are always every node's). The location damage of
+    ``_build_locations`` is then the caller's to record.
+    """
+    if layout is None:
+        locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
+        dump_names = [d.name for d in dumps]
+        buffer_records = [d.spe_buffer_records for d in dumps]
+    else:
+        locations, contexts = layout.locations, layout.contexts
+        ctx_loc = {(int(c["rank"]), int(c["ctx"])): int(c["loc"]) for c in contexts}
+        dump_names, buffer_records = layout.dump_names, layout.spe_buffer_records
     loc_key = {(int(r), int(k), int(i)): n for n, (r, k, i) in enumerate(locations.tolist())}
     n_nodes = len(manifest.nodes)
     domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
                             for i in range(n_nodes)]
-    rec_parts, anchor_parts, link_rows, epoch_parts, cuts = [], [], [], [], []
+    rec_parts, anchor_parts, link_rows, epoch_parts = [], [], [], []
+    cuts = np.full(manifest.n_ranks if layout is not None else len(dumps), NO_LOSS)
     anchor_base = 0
     slots_lost = blocks_missing = records_total = 0
     for dump in dumps:
@@ -176,7 +202,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
         ppe_epoch, spe_epoch, cut = _losses(dump, prec)
         epoch_parts.append(np.concatenate([ppe_epoch, spe_epoch]))
-        cuts.append(cut)
+        cuts[r if layout is not None else len(epoch_parts) - 1] = cut
 
         # ---- anchors: PPE records and block headers in slot order
         n_anchor = ppe.size + blocks.size
@@ -301,8 +327,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             links[i][key] = v
     return Decoded(
         manifest=manifest,
-        dump_names=[d.name for d in dumps],
-        spe_buffer_records=[d.spe_buffer_records for d in dumps],
+        dump_names=dump_names,
+        spe_buffer_records=buffer_records,
         locations=locations,
         contexts=contexts,
         records=records,
@@ -315,7 +341,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         records_total=records_total,
         ctx_loc=ctx_loc,
         loss_epoch=loss_epoch,
-        loss_cut=np.array(cuts, dtype=np.int64),
+        loss_cut=cuts.astype(np.int64),
     )
 
 

@@ -303,8 +303,13 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
 
 
 def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
-         dma_style: DmaStyle = DmaStyle.RMA) -> tuple[ArchiveDefs, np.ndarray, EmitStats]:
-    """Build the definitions and the sorted event table."""
+         dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None
+         ) -> tuple[ArchiveDefs, np.ndarray, EmitStats]:
+    """Build the definitions and the sorted event table.
+
+    ``mpi_paired`` (bool per record): the MPI point-to-point records whose message has both
+    ends usable, when a parallel conversion decided it across processes; None: from
+    ``matches.messages``."""
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
     good = usable & (rec["code"] != 0)
@@ -406,6 +411,8 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     mpi = mpi[good[mpi["send"]] & good[mpi["recv"]]]
     paired = np.zeros(rec.size, dtype=bool)
     paired[mpi["send"]] = paired[mpi["recv"]] = True
+    if mpi_paired is not None:
+        paired |= mpi_paired & good
     _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined,
               np.array([len(c.members) for c in defs.communicators], dtype=np.uint64), paired)
     mm = matches.messages

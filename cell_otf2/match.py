@@ -167,8 +167,11 @@ def _pair_begin_end(begins: np.ndarray, ends: np.ndarray):
     return begins[:n], ends[:n]
 
 
-def match(dec: Decoded, damage: DamageLog) -> Matches:
-    """Pair every matchable record of the decoded trace."""
+def match(dec: Decoded, damage: DamageLog, mpi: bool = True) -> Matches:
+    """Pair every matchable record of the decoded trace.
+
+    ``mpi=False`` leaves MPI records unpaired (a parallel conversion holds only some processes'
+    records and pairs MPI over every process's MPI records, ``parallel.py``)."""
     b = _Builder(dec, damage)
     for c in dec.contexts.tolist():
         rank, ctx, loc = int(c[0]), int(c[1]), int(c[2])
@@ -176,7 +179,7 @@ def match(dec: Decoded, damage: DamageLog) -> Matches:
         _runs(b, rank, ctx, loc)
     _signals(b)
     dma = _dma(b)
-    n_mpi, n_coll = _mpi(b)
+    n_mpi, n_coll = _mpi(b) if mpi else (0, 0)
     def cat(parts: list[np.ndarray], dt: np.dtype) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dt)
 

@@ -302,10 +302,13 @@ def _pre_flush(*_args: object) -> object:
 class _Archive:
     """An OTF2 archive open for writing, closed exactly once."""
 
-    def __init__(self, archive_dir: Path, archive_name: str) -> None:
+    def __init__(self, archive_dir: Path, archive_name: str, collectives=None) -> None:
+        """``collectives``: an ``otf2_mpi.MpiCollectives`` for parallel writing (every process
+        of its communicator opens the same archive), None for one writing process."""
         archive_dir = Path(archive_dir)
+        self.collectives = collectives
         for entry in (archive_dir / f"{archive_name}.otf2", archive_dir / archive_name):
-            if entry.exists():
+            if entry.exists() and (collectives is None or collectives.is_master):
                 raise OutputError(f"{entry}: already exists (the OTF2 library will not "
                                   f"overwrite an archive)")
         try:
@@ -317,7 +320,10 @@ class _Archive:
             # the callbacks must stay referenced as long as the archive is open
             self._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
             _otf2.Archive_SetFlushCallbacks(self.handle, self._flush_callbacks, None)
-            _otf2.Archive_SetSerialCollectiveCallbacks(self.handle)
+            if collectives is None:
+                _otf2.Archive_SetSerialCollectiveCallbacks(self.handle)
+            else:
+                collectives.install(self.handle)
             _otf2.Archive_OpenEvtFiles(self.handle)
             _otf2.Archive_OpenDefFiles(self.handle)
         except (_otf2.Error, OSError) as exc:
@@ -440,21 +446,22 @@ def _other_event_writers(
 def _write_events(
     archive: _Archive,
     events: np.ndarray,
-    n_locations: int,
+    locations: list[int],
     progress: Callable[[int], None] | None,
 ) -> None:
+    """Open, fill and close the event writer of every location in ``locations`` (ascending)."""
     api = _api()
     attr_list = _otf2.AttributeList_New()
     attrs = _address(attr_list)
     if not attrs:
         raise OutputError("OTF2 could not allocate an attribute list")
-    bounds = np.searchsorted(events["loc"], np.arange(n_locations + 1), side="left")
+    lows = np.searchsorted(events["loc"], locations, side="left").tolist()
+    highs = np.searchsorted(events["loc"], locations, side="right").tolist()
     done = reported = 0
     try:
-        for loc in range(n_locations):
+        for loc, lo, hi in zip(locations, lows, highs, strict=True):
             writer, writer_at = archive.location_writer(loc)
             try:
-                lo, hi = int(bounds[loc]), int(bounds[loc + 1])
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
                     _write_location_events(api, writer_at, attrs, events[start:stop])
@@ -640,6 +647,10 @@ def write_archive(
     archive_dir: Path,
     archive_name: str,
     progress: Callable[[int], None] | None = None,
+    *,
+    collectives=None,
+    locations: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
 ) -> WriteStats:
     """Write ``archive_dir/archive_name.otf2``, ``.def`` and the event folder.
 
@@ -647,29 +658,53 @@ def write_archive(
     with the number of events written so far, every ``PROGRESS_EVENTS`` events and at the end.
     Raises ``WriterInputError`` for a table that breaks its contract (before writing anything)
     and ``OutputError`` when the archive cannot be written.
+
+    Parallel writing (``collectives``, an ``otf2_mpi.MpiCollectives``): every process of its
+    communicator calls this with the same ``archive_dir`` and its own events; ``locations``
+    (ascending) are the location refs whose event files this process writes, each location by
+    exactly one process, and ``events`` hold only those locations; ``counts`` are the events
+    per location of the whole archive. Only the master (rank 0) writes the global definitions
+    (``defs``, with ``counts``); a failure while writing events is agreed on, so every process
+    closes the archive and raises. Without ``collectives``: every location, counts from
+    ``events``.
     """
     t_start = time.perf_counter()
     _check_events(defs, events)
     _check_defs(defs)
     n_loc = len(defs.locations)
-    counts = np.bincount(events["loc"], minlength=n_loc).astype(np.int64)
+    own = np.bincount(events["loc"], minlength=n_loc).astype(np.int64)
+    locs = list(range(n_loc)) if locations is None else [int(x) for x in locations]
+    if events.size and locations is not None and not np.isin(events["loc"], locs).all():
+        bad = int(events["loc"][~np.isin(events["loc"], locs)][0])
+        raise WriterInputError(f"an event of location {bad}, which this process does not write")
+    counts = own if counts is None else np.asarray(counts, dtype=np.int64)
     per_type = np.bincount(events["type"], minlength=max(Ev) + 1)
-    archive = _Archive(Path(archive_dir), archive_name)
+    master = collectives is None or collectives.is_master
     try:
+        archive = _Archive(Path(archive_dir), archive_name, collectives)
         try:
             _otf2.Archive_SetCreator(archive.handle, defs.creator)
             if defs.system_nodes:
                 _otf2.Archive_SetMachineName(archive.handle, defs.system_nodes[0].name)
-            _write_events(archive, events, n_loc, progress)
+            failure: Exception | None = None
+            try:
+                _write_events(archive, events, locs, progress)
+            except (OutputError, _otf2.Error) as exc:
+                if collectives is None:
+                    raise
+                failure = exc
+            if collectives is not None:
+                collectives.agree(failure)  # raises on every process if one failed
             archive.close_event_files()
-            _write_definitions(archive, defs, counts)
+            if master:
+                _write_definitions(archive, defs, counts)
         finally:
             archive.close()
     except _otf2.Error as exc:
         raise OutputError(f"{Path(archive_dir) / archive_name}.otf2: the OTF2 library failed: "
                           f"{exc.name}: {exc.description}") from exc
     return WriteStats(
-        events_per_location=counts,
+        events_per_location=own,
         events_per_type={e: int(per_type[e]) for e in Ev if per_type[e]},
         seconds=time.perf_counter() - t_start,
     )

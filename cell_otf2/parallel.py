@@ -1,0 +1,580 @@
+"""Parallel conversion under ``mpiexec -n P`` (or ``srun``): each process converts whole nodes.
+
+``convert.convert`` hands a conversion here when ``launched_world`` finds an MPI launch of more
+than one process. Every converter process ("process" below; "rank" is an MPI rank of the
+traced run) does:
+
+1. plan: rank 0 of the converter assigns whole nodes to processes, largest dumps first onto
+   the least loaded process (``partition``), so each node's SPE synchronization runs on one
+   process exactly as in a serial conversion;
+2. read its dumps; the run's location layout is assembled from every process's location rows
+   (allgather, ``decode.RunLayout``), so location refs are the serial conversion's;
+3. decode and match its dumps, MPI excepted (``match(..., mpi=False)``);
+4. MPI: every process's MPI records (a small subset) are gathered to process 0, which pairs
+   them with ``match`` on an MPI-only trace in the serial record order, fits the node clocks
+   from the cross-node pairs (``nodefit.fitted_node_maps``) and sends each process its
+   within-node MPI pairs; the node maps are broadcast;
+5. order, synchronize its nodes, give its records their times; the usable flags of the MPI
+   records go to process 0, which tells each process which of its MPI records belong to a
+   message whose both ends are usable (``emit``'s ``mpi_paired``);
+6. emit its records; RMA matching ids are shifted to the serial numbering; events per location
+   and the time span are reduced; process 0 builds the definitions from the gathered interval
+   bounds (``emit.build_definitions``), the summary and the report;
+7. write: process 0 stages the output (``output.ArchiveTarget``), every process writes its
+   locations' event files through OTF2's collective callbacks (``otf2_mpi``), process 0 the
+   definitions and the anchor file, then moves the archive into place.
+
+The archive equals the serial conversion's: same definitions, events per location and
+timestamps (``tests/test_parallel.py`` compares them event by event). The summary's numbers
+are the serial ones; its damage lines too, except that kinds first found in the same stage
+may be listed in another order.
+
+Errors: every step ends in an agreement (``_Steps.run``): a ``CellOtf2Error`` on any process is
+raised on every process (the lowest failing process's message; the others are ``secondary``
+and print nothing), so all exit with one status; anything else, a bug, aborts the MPI job
+(``comm.Abort``) rather than leave a process waiting in a collective.
+
+It imports mpi4py only when launched under MPI with more than one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import format as fmt
+from .damage import Damage, DamageLog
+from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode
+from .emit import DmaStyle, EmitStats, build_definitions, emit
+from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
+from .manifest import Manifest, load_manifest
+from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
+from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, Ev, LocKind
+from .order import Constraints, OrderOptions, build_constraints
+from .output import ArchiveTarget
+from .reader import read_dump
+from .timing import SyncResult, apply_times, synchronize
+
+P = fmt.PpeCode
+Progress = Callable[[str, float], None]
+
+#: the records MPI matching reads (``match._mpi``)
+MPI_CODES = np.array([P.MPI_SEND, P.MPI_ISEND, P.MPI_RECV, P.MPI_IRECV, P.MPI_COLL_BEGIN,
+                      P.MPI_COLL_END], dtype=np.uint16)
+
+#: damage stages in the order the serial pipeline finds damage
+_STAGES = ("read", "layout", "decode", "match", "mpi", "sync", "emit")
+
+#: environment variables in which MPI launchers give the number of processes
+_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+#: set (to anything but "" or "0") to convert serially even under an MPI launcher
+SERIAL_VAR = "CELL2OTF2_SERIAL"
+
+
+# --------------------------------------------------------------------------------------------
+# launch detection
+# --------------------------------------------------------------------------------------------
+
+
+def launched_size(env: dict[str, str] | os._Environ = os.environ) -> int | None:
+    """Processes of the MPI launch this process belongs to, by the launcher's environment
+    (Open MPI, MPICH/Hydra, Slurm with PMI2: a number; PMIx without a size: -1); None when no
+    MPI launcher started it."""
+    for var in _SIZE_VARS:
+        value = env.get(var, "")
+        if value.isdigit():
+            return int(value)
+    if "PMIX_RANK" in env:
+        return -1
+    return None
+
+
+def launched_world() -> Any | None:
+    """The communicator to convert with, or None for the serial path (no MPI launch, one
+    process, or ``CELL2OTF2_SERIAL`` set). Imports mpi4py only under a launch of several."""
+    if os.environ.get(SERIAL_VAR, "") not in ("", "0"):
+        return None
+    size = launched_size()
+    if size is None or size == 1:
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        what = f"one of {size} MPI processes" if size > 0 else "an MPI process"
+        raise UsageError(f"started as {what}, but mpi4py is not installed: install the "
+                         "extra (pip install 'cell2otf2[mpi]') to convert in parallel, or run "
+                         f"without mpiexec (or with {SERIAL_VAR}=1)") from exc
+    comm = MPI.COMM_WORLD
+    return comm if comm.Get_size() > 1 else None
+
+
+# --------------------------------------------------------------------------------------------
+# agreement
+# --------------------------------------------------------------------------------------------
+
+
+class AgreedError(CellOtf2Error):
+    """Another converter process failed; raised on every process but that one."""
+
+    secondary = True
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+class _Steps:
+    """Runs each step on every process and agrees on its outcome."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.seconds: dict[str, float] = {}
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        failure = None
+        value = raised = None
+        try:
+            value = fn()
+        except CellOtf2Error as exc:
+            failure = (exc.exit_status, str(exc))
+            raised = exc
+        except Exception as exc:  # noqa: BLE001 - a bug: nobody may wait for this process
+            self.abort(name, exc)
+        failures = self.comm.allgather(failure)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+        first = next((r for r, f in enumerate(failures) if f is not None), None)
+        if first is None:
+            return value
+        if first == self.rank and raised is not None:
+            raise raised
+        status, message = failures[first]
+        raise AgreedError(message, status)
+
+    def abort(self, step: str, exc: BaseException) -> None:
+        sys.stderr.write(f"cell2otf2: error: internal error on converter process {self.rank} "
+                         f"({step}): {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        self.comm.Abort(EXIT_INPUT)
+
+
+# --------------------------------------------------------------------------------------------
+# plan and layout
+# --------------------------------------------------------------------------------------------
+
+
+def partition(man: Manifest, dump_bytes: list[int], n_proc: int) -> np.ndarray:
+    """Converter process of each node: whole nodes, the heaviest (sum of its dumps' bytes)
+    first onto the least loaded process (ties: the lower process)."""
+    weight = np.zeros(len(man.nodes), dtype=np.int64)
+    for p in man.processes:
+        weight[man.node_of_rank(p.rank)] += dump_bytes[p.rank] + 1
+    owner = np.zeros(len(man.nodes), dtype=np.int64)
+    load = np.zeros(n_proc, dtype=np.int64)
+    for node in np.argsort(-weight, kind="stable").tolist():
+        q = int(np.argmin(load))
+        owner[node] = q
+        load[q] += weight[node]
+    return owner
+
+
+def _dump_bytes(man: Manifest) -> list[int]:
+    sizes = []
+    for p in man.processes:
+        try:
+            sizes.append(os.path.getsize(man.dump_path(p.rank)))
+        except OSError:
+            sizes.append(0)  # reading it fails later, with the reader's message
+    return sizes
+
+
+def _layout_part(man: Manifest, dumps: list, damage: DamageLog) -> dict:
+    """This process's location rows (its ranks, in rank order) and contexts, with context
+    locations counted from the start of each rank's rows."""
+    locations, contexts, _ = _build_locations(man, dumps, damage)
+    n = man.n_ranks
+    rows = locations[n:]
+    ranks = [d.rank for d in dumps]
+    per_rank = []
+    for r in ranks:
+        idx = np.flatnonzero(rows["rank"] == r)
+        ctx = contexts[contexts["rank"] == r].copy()
+        ctx["loc"] -= n + int(idx[0])
+        per_rank.append((r, rows[idx], ctx))
+    return {"ranks": per_rank, "names": {d.rank: d.name for d in dumps},
+            "buffers": {d.rank: d.spe_buffer_records for d in dumps}}
+
+
+def _assemble_layout(man: Manifest, parts: list[dict]) -> RunLayout:
+    """The whole run's layout as ``decode._build_locations`` numbers it from every dump."""
+    n = man.n_ranks
+    by_rank = {r: (rows, ctx) for part in parts for r, rows, ctx in part["ranks"]}
+    names = {r: v for part in parts for r, v in part["names"].items()}
+    buffers = {r: v for part in parts for r, v in part["buffers"].items()}
+    main = np.zeros(n, LOCATION_DTYPE)
+    main["rank"] = np.arange(n)
+    main["kind"] = LocKind.PPE_THREAD
+    rows_all, ctx_all = [main], []
+    base = n
+    for r in range(n):
+        rows, ctx = by_rank[r]
+        ctx = ctx.copy()
+        ctx["loc"] += base
+        rows_all.append(rows)
+        ctx_all.append(ctx)
+        base += rows.size
+    return RunLayout(
+        locations=np.concatenate(rows_all),
+        contexts=np.concatenate(ctx_all) if ctx_all else np.zeros(0, CONTEXT_DTYPE),
+        dump_names=[names[r] for r in range(n)],
+        spe_buffer_records=[buffers[r] for r in range(n)],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# MPI across processes
+# --------------------------------------------------------------------------------------------
+
+
+class _MpiState:
+    """Process 0's view of every MPI record (serial record order) between steps 4 and 5."""
+
+    def __init__(self, owner: np.ndarray, local: np.ndarray, order: np.ndarray,
+                 messages: np.ndarray, n_proc: int) -> None:
+        self.owner = owner  # per MPI record (serial order): converter process
+        self.local = local  # its record index there
+        self.order = order  # serial order -> position in the gathered concatenation
+        self.messages = messages  # MSG_DTYPE over serial-order indexes
+        self.n_proc = n_proc
+
+
+def _mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    sel = np.flatnonzero(np.isin(dec.records["code"], MPI_CODES))
+    epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
+             else np.zeros(sel.size, np.int32))
+    return dec.records[sel], epoch, sel
+
+
+def _match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
+               parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], damage: DamageLog):
+    """Process 0: pair every MPI record and fit the node clocks, as the serial pipeline does
+    on the whole trace (records in (location, slot) order, so pairs and points come out in
+    the serial order). Returns the node maps, the per-process within-node pairs (local record
+    indexes) and the state step 5 needs."""
+    from .nodefit import fitted_node_maps
+
+    recs = np.concatenate([p[0] for p in parts])
+    epoch = np.concatenate([p[1] for p in parts])
+    local = np.concatenate([p[2] for p in parts])
+    owner = np.repeat(np.arange(len(parts)), [p[0].size for p in parts])
+    order = np.lexsort((recs["slot"], recs["loc"]))
+    mini = Decoded(
+        manifest=man, dump_names=layout.dump_names,
+        spe_buffer_records=layout.spe_buffer_records, locations=layout.locations,
+        contexts=np.zeros(0, CONTEXT_DTYPE), records=recs[order],
+        anchors=np.zeros(0, ANCHOR_DTYPE), domains=node_domains,
+        links=np.zeros(0, LINK_DTYPE), n_nodes=len(man.nodes), loss_epoch=epoch[order],
+    )
+    found = match(mini, damage)
+    node_maps = fitted_node_maps(mini, found)
+    own, loc = owner[order], local[order]
+    pairs = []
+    for q in range(len(parts)):
+        p = found.pairs[own[found.pairs["before"]] == q]
+        mine = np.zeros(p.size, PAIR_DTYPE)
+        mine["before"], mine["after"] = loc[p["before"]], loc[p["after"]]
+        pairs.append(mine)
+    return node_maps, pairs, _MpiState(own, loc, order, found.messages, len(parts))
+
+
+def _paired(state: _MpiState, good_parts: list[np.ndarray]) -> list[np.ndarray]:
+    """Process 0: per process, its MPI records whose message has both ends usable."""
+    good = np.concatenate(good_parts)[state.order]
+    m = state.messages
+    both = good[m["send"]] & good[m["recv"]]
+    flag = np.zeros(good.size, dtype=bool)
+    flag[m["send"][both]] = flag[m["recv"][both]] = True
+    return [state.local[flag & (state.owner == q)] for q in range(state.n_proc)]
+
+
+def _rma_shift(events: np.ndarray, dec: Decoded, comm: Any) -> None:
+    """RMA matching ids count DMA transfers over the whole run in rank order (``emit``): add
+    to each rank's ids the transfers of lower ranks held by other processes."""
+    n = dec.manifest.n_ranks
+    rank_of = dec.locations["rank"].astype(np.int64)[events["loc"]]
+    issue = np.isin(events["type"], [Ev.RMA_GET, Ev.RMA_PUT])
+    mine = np.bincount(rank_of[issue], minlength=n)
+    every = comm.allreduce(mine)
+    shift = (np.cumsum(every) - every) - (np.cumsum(mine) - mine)
+    sel = issue | (events["type"] == Ev.RMA_OP_COMPLETE_BLOCKING)
+    events["p3"][sel] += shift[rank_of[sel]].astype(np.uint64)
+
+
+# --------------------------------------------------------------------------------------------
+# the conversion
+# --------------------------------------------------------------------------------------------
+
+
+def convert_parallel(comm: Any, run_dir: str | Path, archive: str | Path, *, force: bool = False,
+                     dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
+                     report: str | Path | None = None,
+                     order_options: OrderOptions | None = None,
+                     progress: Progress | None = None):
+    """``convert.convert`` on every process of ``comm``; returns the run's summary on each
+    (with ``rank`` set to the process's rank)."""
+    wall0 = time.perf_counter()
+    steps = _Steps(comm)
+    root = steps.rank == 0
+    target = steps.run("output", lambda: ArchiveTarget(archive))
+    made = [d for d in (target.parent, *target.parent.parents) if not d.exists()] if root else []
+    try:
+        steps.run("output", lambda: target.prepare(force) if root else None)
+        summary = _convert(steps, Path(run_dir), target, str(archive), DmaStyle(dma_style),
+                           alpha, report, order_options, progress if root else None, wall0)
+    except KeyboardInterrupt:
+        _remove_made(made)
+        sys.stderr.write("cell2otf2: error: interrupted\n")
+        comm.Abort(EXIT_USAGE)
+        raise
+    except BaseException:
+        _remove_made(made)
+        raise
+    summary.rank = steps.rank
+    return summary
+
+
+def _remove_made(made: list[Path]) -> None:
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
+             dma_style: DmaStyle, alpha: float, report, order_options, progress, wall0: float):
+    from .convert import _summary, sync_report
+
+    comm, root = steps.comm, steps.rank == 0
+    n_proc = comm.Get_size()
+    logs = {s: DamageLog() for s in _STAGES}
+
+    # 1. plan
+    man = steps.run("read", lambda: load_manifest(run_dir))
+    sizes = comm.bcast(_dump_bytes(man) if root else None, root=0)
+    owner = partition(man, sizes, n_proc)
+    my_ranks = [p.rank for p in man.processes if owner[man.node_of_rank(p.rank)] == steps.rank]
+
+    # 2. read, layout
+    def read() -> list:
+        dumps = []
+        for i, r in enumerate(my_ranks):
+            dumps.append(read_dump(man.dump_path(r), man, r))
+            logs["read"].extend(dumps[-1].damage)
+            if progress:
+                progress("read", (i + 1) / max(1, len(my_ranks)))
+        return dumps
+
+    dumps = steps.run("read", read)
+    part = steps.run("decode", lambda: _layout_part(man, dumps, logs["layout"]))
+    layout = _assemble_layout(man, comm.allgather(part))
+
+    # 3. decode, match all but MPI
+    def local() -> tuple[Decoded, Matches]:
+        dec = decode(man, dumps, logs["decode"], layout=layout)
+        return dec, match(dec, logs["match"], mpi=False)
+
+    dec, matches = steps.run("decode", local)
+    dumps = []  # the decoded trace holds what is needed
+
+    # 4. MPI across processes, node fit on process 0
+    subsets = comm.gather(_mpi_subset(dec), root=0)
+    if progress:
+        progress("sync", 0.0)
+    fit = steps.run("mpi", lambda: _match_mpi(man, layout, dec.domains[: dec.n_nodes], subsets,
+                                              logs["mpi"]) if root else None)
+    subsets = None
+    node_maps = comm.bcast(fit[0] if root else None, root=0)
+    my_pairs = comm.scatter(fit[1] if root else None, root=0)
+    state = fit[2] if root else None
+    matches.pairs = np.concatenate([matches.pairs, my_pairs])
+
+    # 5. order, sync, times
+    cons = steps.run("order", lambda: build_constraints(dec, matches, order_options))
+
+    def sync() -> SyncResult:
+        result = synchronize(dec, cons, alpha=alpha, damage=logs["sync"], node_maps=node_maps)
+        apply_times(dec, result, logs["sync"])
+        return result
+
+    result = steps.run("sync", sync)
+    sel = _mpi_subset(dec)[2]
+    good = result.usable[sel] & (dec.records["code"][sel] != 0)
+    good_parts = comm.gather(good, root=0)
+    paired_parts = steps.run("mpi", lambda: _paired(state, good_parts) if root else None)
+    mpi_paired = np.zeros(dec.records.size, dtype=bool)
+    mpi_paired[comm.scatter(paired_parts, root=0)] = True
+
+    # 6. emit; global counts, span, definitions
+    defs, events, estats = steps.run("emit", lambda: emit(
+        dec, matches, result, logs["emit"], dma_style, mpi_paired=mpi_paired))
+    if dma_style == DmaStyle.RMA:
+        _rma_shift(events, dec, comm)
+    n_loc = int(dec.locations.size)
+    counts = comm.allreduce(np.bincount(events["loc"], minlength=n_loc).astype(np.int64))
+    usable = result.usable & (dec.records["code"] != 0)
+    t = dec.records["time"][usable]
+    spans = comm.allgather((int(t.min()), int(t.max())) if t.size else None)
+    spans = [s for s in spans if s is not None]
+    first = min(s[0] for s in spans) if spans else 0
+    last = max(s[1] for s in spans) if spans else 0
+    iv = slice(dec.n_nodes, None)
+    gathered = comm.gather({
+        "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
+        "upper": result.upper[iv], "bounded": result.bounded[iv],
+        "relaxation": result.relaxation, "violations": result.order_violations,
+        "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
+        "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
+        "events": int(events.size), "dma": estats.dma, "dma_completed": estats.dma_completed,
+        "heartbeats": estats.heartbeats, "counts": cons.counts, "assumed": cons.assumed,
+        "damage": {s: log.entries() for s, log in logs.items()}, "seconds": steps.seconds,
+    }, root=0)
+    if root:
+        whole = _whole_run(man, layout, dec, gathered, node_maps, state)
+        defs, _ = build_definitions(whole.decoded, whole.sync, first, last)
+    my_locs = np.flatnonzero(np.isin(layout.locations["rank"], my_ranks))
+
+    # 7. write
+    n_events = max(1, int(counts.sum()))
+
+    def on_write(done: int) -> None:
+        if progress:
+            progress("write", done / n_events)
+
+    _write(steps, target, defs, events, my_locs, counts, on_write)
+
+    summary = None
+    if root:
+        timings = {}
+        for part_seconds in [g["seconds"] for g in gathered] + [steps.seconds]:
+            for k, v in part_seconds.items():
+                timings[k] = max(timings.get(k, 0.0), v)
+        timings.pop("output", None)
+        estats_all = EmitStats(dma=sum(g["dma"] for g in gathered),
+                               dma_completed=sum(g["dma_completed"] for g in gathered),
+                               heartbeats=sum(g["heartbeats"] for g in gathered))
+        summary = _summary(whole, str(run_dir), archive, int(counts.sum()), estats_all, timings)
+        summary.messages_matched = (sum(g["messages"] for g in gathered)
+                                    + int(state.messages.size))
+        summary.converter_processes = n_proc
+        summary.wall_seconds = time.perf_counter() - wall0
+        if report is not None:
+            text = json.dumps(sync_report(whole), indent=1) + "\n"
+            steps.run("report", lambda: _write_report(report, text))
+        else:
+            steps.run("report", lambda: None)
+    else:
+        steps.run("report", lambda: None)
+    return comm.bcast(summary, root=0)
+
+
+def _write_report(path, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
+
+
+def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],
+               node_maps, state: _MpiState):
+    """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
+    ``emit.build_definitions``, ``convert._summary`` and ``convert.sync_report`` (no
+    records)."""
+    from .convert import Pipeline
+
+    nn = dec.n_nodes
+    doms = np.concatenate([dec.domains[:nn]] + [g["domains"] for g in gathered])
+    order = np.concatenate([np.arange(nn), nn + np.argsort(doms["rank"][nn:], kind="stable")])
+
+    def cat(key: str, node_value) -> np.ndarray:
+        parts = [np.full(nn, node_value, dtype=gathered[0][key].dtype)]
+        return np.concatenate(parts + [g[key] for g in gathered])[order]
+
+    sync = SyncResult(
+        offset=cat("offset", 0.0), lower=cat("lower", 0.0), upper=cat("upper", 0.0),
+        bounded=cat("bounded", "both"),
+        relaxation=max(g["relaxation"] for g in gathered), node_maps=node_maps,
+        order_violations=sum(g["violations"] for g in gathered),
+        clamped=sum(g["clamped"] for g in gathered),
+    )
+    decoded = Decoded(
+        manifest=man, dump_names=layout.dump_names,
+        spe_buffer_records=layout.spe_buffer_records, locations=layout.locations,
+        contexts=layout.contexts, records=dec.records[:0], anchors=dec.anchors[:0],
+        domains=doms[order], links=dec.links[:0], n_nodes=nn,
+        slots_lost=sum(g["slots_lost"] for g in gathered),
+        blocks_missing=sum(g["blocks_missing"] for g in gathered),
+        records_total=sum(g["records"] for g in gathered),
+    )
+    counts: dict[str, int] = {}
+    assumed: dict[str, float] = {}
+    for g in gathered:
+        for k, v in g["counts"].items():
+            counts[k] = counts.get(k, 0) + v
+        assumed.update(g["assumed"])
+    empty = np.zeros(0, dtype=np.int64)
+    cons = Constraints(empty, empty, np.zeros(0), counts, assumed)
+    matches = Matches(np.zeros(0, MSG_DTYPE), np.zeros(0, DMA_DTYPE),
+                      np.zeros(0, PAIR_DTYPE), np.zeros(0, PAIR_DTYPE))
+    return Pipeline(decoded, matches, cons, sync, _merge_damage(man, layout, gathered))
+
+
+def _merge_damage(man: Manifest, layout: RunLayout, gathered: list[dict]) -> DamageLog:
+    """One log as the serial pipeline fills it: stage by stage, within a stage by rank."""
+    rank_of = {name: r for r, name in enumerate(layout.dump_names)}
+    log = DamageLog()
+    for stage in _STAGES:
+        entries: list[tuple[int, int, int, Damage]] = []
+        for q, g in enumerate(gathered):
+            for i, d in enumerate(g["damage"][stage]):
+                entries.append((rank_of.get(d.file, -1), q, i, d))
+        for *_, d in sorted(entries, key=lambda e: e[:3]):
+            log.add_damage(d)
+    return log
+
+
+def _write(steps: _Steps, target: ArchiveTarget, defs, events: np.ndarray,
+           my_locs: np.ndarray, counts: np.ndarray, on_write) -> None:
+    """Step 7: process 0 stages the output and commits it; every process writes its
+    locations into the staging directory through OTF2's collective callbacks."""
+    from .otf2_mpi import MpiCollectives
+    from .otf2_writer import write_archive
+
+    comm, root = steps.comm, steps.rank == 0
+    staging = target.staged() if root else None
+    tmp = steps.run("write", lambda: str(staging.__enter__()) if root else None)
+    entered = root
+    try:
+        tmp = comm.bcast(tmp, root=0)
+        dup = comm.Dup()
+        try:
+            collectives = MpiCollectives(dup)
+            steps.run("write", lambda: write_archive(
+                defs, events, Path(tmp), target.name, on_write, collectives=collectives,
+                locations=my_locs, counts=counts))
+        finally:
+            dup.Free()
+        entered = False
+        steps.run("write", lambda: staging.__exit__(None, None, None) if root else None)
+    except BaseException:
+        if entered:
+            staging.__exit__(*sys.exc_info())
+        raise
