@@ -16,11 +16,12 @@ Choices where the contract leaves room (README "Mapping details"):
   can run on any SPU of the node; the physical SPU is on each "off SPU" region);
 - a node named "0" is written as "node 0" (a free viewer aborts on a node named "0");
 - each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound) and
-  ``cell2otf2::sync_intervals``: one ``FIRST:WIDTH`` entry per live interval of the context in
-  interval order, joined by ``;``. FIRST is the archive timestamp (ticks) of the interval's
-  first record that has a time, ``-`` when none has; WIDTH is upper - lower of its offset in
-  ticks with one decimal (the worst over its segments when undecidable wraps split it), or
-  ``unbounded``. Example: ``"81234567:9.0;81299001:12.5"``.
+  ``cell2otf2::sync_intervals``: one ``FIRST:LAST:WIDTH`` entry per live interval of the
+  context in interval order, joined by ``;``. FIRST and LAST are the archive timestamps
+  (ticks) of the interval's first and last record that has a time (``-:-`` when none has);
+  WIDTH is upper - lower of its offset in ticks with one decimal (the worst over its
+  segments when undecidable wraps split it), or ``unbounded``.
+  Example: ``"81234567:81290000:9.0;81299001:81350000:12.5"``.
 
 It neither matches nor synchronizes; it reads ``records['time']`` as final.
 """
@@ -275,8 +276,11 @@ def _sync_intervals(dec: Decoded, result: SyncResult) -> dict[int, str]:
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
     has_time = usable & (rec["code"] != 0) & (rec["domain"] >= 0)
-    first = np.full(doms.size, np.iinfo(np.int64).max, dtype=np.int64)
+    none = np.iinfo(np.int64).max
+    first = np.full(doms.size, none, dtype=np.int64)
     np.minimum.at(first, rec["domain"][has_time], rec["time"][has_time])
+    last = np.full(doms.size, -1, dtype=np.int64)
+    np.maximum.at(last, rec["domain"][has_time], rec["time"][has_time])
     width = result.upper - result.lower
     iv = np.flatnonzero((doms["kind"] == DomainKind.SPE_INTERVAL) & (doms["loc"] >= 0))
     # one entry per (location, interval): the segments after undecidable wraps are merged
@@ -285,12 +289,12 @@ def _sync_intervals(dec: Decoded, result: SyncResult) -> dict[int, str]:
         per.setdefault((int(doms["loc"][k]), int(doms["interval"][k])), []).append(k)
     out: dict[int, list[str]] = {}
     for (loc, _), ks in sorted(per.items()):
-        t = int(first[ks].min())
+        t0, t1 = int(first[ks].min()), int(last[ks].max())
         w = width[ks]
         w = w[np.isfinite(w)]
         out.setdefault(loc, []).append(
-            f"{t if t != np.iinfo(np.int64).max else '-'}:"
-            f"{f'{float(w.max()):.1f}' if w.size else 'unbounded'}")
+            (f"{t0}:{t1}:" if t0 != none else "-:-:")
+            + (f"{float(w.max()):.1f}" if w.size else "unbounded"))
     return {loc: ";".join(parts) for loc, parts in out.items()}
 
 

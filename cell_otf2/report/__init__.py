@@ -1,0 +1,100 @@
+"""``cell2otf2 report``: figures and an index.html from a converted OTF2 archive.
+
+``render_report(archive, out_dir)`` reads the archive back with the ``otf2`` reader (so it
+shows what a viewer will show; ``load``), derives segments, lines and shares with numpy
+(``derive``, ``axis``) and draws with matplotlib's Agg canvas (no pyplot, no global backend):
+
+- ``timeline.png`` (``timeline``): a row per location, innermost regions as colored bars,
+  DMA transfers and mailbox / MPI messages as lines;
+- ``dma_bandwidth.png`` (``dma``): DMA bytes per second per SPE over time and on average;
+- ``waits.png`` (``waits``): share of each SPE's running time computing, waiting on tag
+  groups, on mailboxes / signals, switched out;
+- ``sync_bounds.png`` (``bounds``): the bound of every live interval, from the archive's
+  location properties;
+- ``index.html`` (``html``): the figures and a summary computed from the archive, plus the
+  headline numbers of the synchronization report when one is given.
+
+An archive with more than ``max_events`` events is drawn from a sample (``load``): the
+figures and the page say so. matplotlib is the optional extra ``cell2otf2[report]``; only
+this package imports it, and only when a report is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import FormatError, OutputError, UsageError
+
+FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
+
+
+@dataclass
+class ReportResult:
+    index_html: Path
+    figures: list[Path] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)  # figure name -> rows drawn
+    events: dict[str, int] = field(default_factory=dict)  # figure name -> events drawn
+    sampled: bool = False
+    total_events: int = 0  # events in the archive
+
+
+def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
+                  sync_report: Path | None = None) -> ReportResult:
+    """Write the four figures and index.html into ``out_dir`` (created when missing).
+
+    Raises UsageError without matplotlib or with ``max_events`` < 1, FormatError when the
+    archive or the sync report cannot be read, OutputError when ``out_dir`` is not writable.
+    """
+    try:
+        import matplotlib  # noqa: F401  (the figure modules import its parts)
+    except ImportError:
+        raise UsageError("cell2otf2 report needs matplotlib: pip install 'cell2otf2[report]'"
+                         ) from None
+    if max_events < 1:
+        raise UsageError(f"--max-events must be at least 1 (found {max_events})")
+    from . import bounds, dma, timeline, waits
+    from .axis import make_axis
+    from .derive import segments
+    from .html import sync_summary, write_index
+    from .load import load_archive
+
+    archive, out_dir = Path(archive), Path(out_dir)
+    report = None
+    if sync_report is not None:
+        try:
+            report = json.loads(Path(sync_report).read_text())
+            sync_summary(report)
+        except OSError as exc:
+            raise FormatError(sync_report, f"cannot read the sync report: {exc.strerror}"
+                              ) from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise FormatError(sync_report, "not a cell2otf2 synchronization report "
+                              f"(CONTRACT.md section 4): {exc}") from None
+    loaded = load_archive(archive, max_events=max_events)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot create the report directory: {exc.strerror}"
+                          ) from None
+    seg = segments(loaded)
+    result = ReportResult(index_html=out_dir / "index.html", sampled=loaded.sampled,
+                          total_events=loaded.total_events)
+    draws = {
+        "timeline.png": lambda p: timeline.draw(loaded, seg, make_axis(loaded.window_bounds),
+                                                p),
+        "dma_bandwidth.png": lambda p: dma.draw(loaded, seg, p),
+        "waits.png": lambda p: waits.draw(loaded, seg, p),
+        "sync_bounds.png": lambda p: bounds.draw(loaded, p),
+    }
+    try:
+        for name in FIGURES:
+            path = out_dir / name
+            result.rows[name], result.events[name] = draws[name](path)
+            result.figures.append(path)
+        write_index(result.index_html, loaded, result.figures, report,
+                    Path(sync_report).name if sync_report is not None else "")
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot write the report: {exc}") from None
+    return result

@@ -1,0 +1,106 @@
+"""sync_bounds.png: the synchronization bound of every live interval, from the archive's own
+location properties (``cell2otf2::sync_intervals``, ``cell2otf2::sync_bound_ticks``).
+
+Left: a row per SPE context, each interval a bar from its first to its last record
+(the gaps between bars are context switches), colored by its bound width (upper - lower of
+its offset); unbounded intervals hatched red. Right: the worst and mean
+width per context in ticks, with microseconds on the top axis. Drawn from definitions only,
+so never sampled. An interval none of whose records was written (first time ``-``) cannot be
+placed on the time axis and is only counted in the title.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+
+from . import style
+from .derive import sync_intervals
+from .load import PROP_SYNC_BOUND, Loaded, LocClass
+
+
+def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
+    """Write the figure; returns (rows drawn = SPE locations with a bound property, events
+    drawn = intervals placed on the time axis)."""
+    per = sync_intervals(loaded)
+    rows = [r for r in style.row_order(loaded).tolist()
+            if loaded.loc_class[r] == LocClass.SPE
+            and (r in per or PROP_SYNC_BOUND in loaded.props.get(r, {}))]
+    hz = loaded.timer_resolution
+    span = loaded.trace_length / hz
+    unit, scale = style.time_unit(span)
+    min_width = span * scale / 1500  # an interval of one record stays visible
+    verts, widths, hatched = [], [], []
+    worst = np.full(len(rows), np.nan)
+    mean = np.full(len(rows), np.nan)
+    placed = unplaced = unbounded = 0
+    all_w = []
+    for y, loc in enumerate(rows):
+        iv = per.get(loc, np.zeros((0, 3)))
+        prop = loaded.props.get(loc, {}).get(PROP_SYNC_BOUND)
+        fin = iv[np.isfinite(iv[:, 2]), 2]
+        if fin.size:
+            worst[y], mean[y] = fin.max(), fin.mean()
+            all_w.append(fin)
+        elif prop not in (None, "unbounded"):
+            try:
+                worst[y] = float(prop)
+            except ValueError:
+                pass
+        unbounded += int(np.isinf(iv[:, 2]).sum())
+        has_t = np.isfinite(iv[:, 0])
+        unplaced += int((~has_t).sum())
+        for a, b, width in iv[has_t].tolist():
+            x0 = float(loaded.seconds(a)) * scale
+            x1 = max(float(loaded.seconds(b)) * scale, x0 + min_width)
+            quad = [(x0, y - 0.4), (x1, y - 0.4), (x1, y + 0.4), (x0, y + 0.4)]
+            if np.isinf(width):
+                hatched.append(quad)
+            else:
+                verts.append(quad)
+                widths.append(width)
+            placed += 1
+    fig = Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+    ax = fig.add_axes((0.14, 0.12, 0.52, 0.76))
+    bars = fig.add_axes((0.76, 0.12, 0.21, 0.76), sharey=ax)
+    wmax = max(widths, default=1.0)
+    norm = Normalize(vmin=0, vmax=wmax if wmax > 0 else 1.0)
+    coll = PolyCollection(verts, array=np.asarray(widths, float), cmap="plasma", norm=norm,
+                          edgecolors="white", linewidths=0.3)
+    ax.add_collection(coll)
+    if hatched:
+        ax.add_collection(PolyCollection(hatched, facecolors="none", edgecolors="#d62728",
+                                         hatch="xxx", linewidths=0.5))
+    cb = fig.colorbar(coll, ax=ax, pad=0.01, fraction=0.04)
+    cb.set_label(f"bound width [ticks]  (1 tick = {1e6 / hz:.4g} us)")
+    ax.set_xlim(0, span * scale)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_yticks(np.arange(len(rows)))
+    ax.set_yticklabels([loaded.loc_names[r] for r in rows], fontsize=style.label_size(len(rows)))
+    ax.set_xlabel(f"time since the trace start [{unit}]")
+    flat = np.concatenate(all_w) if all_w else np.zeros(0)
+    head = (f"worst {flat.max():.1f} ticks ({flat.max() / hz * 1e6:.3g} us), "
+            f"mean {flat.mean():.1f} ticks ({flat.mean() / hz * 1e6:.3g} us)"
+            if flat.size else "no bounded interval")
+    extra = []
+    if unbounded:
+        extra.append(f"{unbounded} unbounded (hatched red)")
+    if unplaced:
+        extra.append(f"{unplaced} without a written record (not drawn)")
+    ax.set_title(f"Synchronization bound of every live interval ({placed} drawn; {head}"
+                 + ("; " + ", ".join(extra) if extra else "") + ")", fontsize=10)
+    y = np.arange(len(rows))
+    bars.barh(y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
+    bars.barh(y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
+    bars.set_xlabel("bound width [ticks]")
+    top = bars.secondary_xaxis("top", functions=(lambda v: v / hz * 1e6,
+                                                 lambda v: v * hz / 1e6))
+    top.set_xlabel("[us]")
+    bars.tick_params(axis="y", labelleft=False)
+    bars.legend(loc="lower right", fontsize=8)
+    fig.savefig(path, dpi=style.DPI)
+    return len(rows), placed

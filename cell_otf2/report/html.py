@@ -1,0 +1,137 @@
+"""index.html: the figures and a summary table computed from the archive (and, when given,
+the headline numbers of the conversion's synchronization report).
+
+Every number in the archive table comes from ``load.Loaded``: counts over all events (never
+the sample), definitions and location properties. The page is static, with relative links
+to the PNGs beside it; nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+
+from .derive import sync_intervals
+from .load import PROP_SYNC_BOUND, Loaded, LocClass
+from .style import process_of, sample_note
+
+CAPTIONS = {
+    "timeline.png": "Timeline: a row per PPE thread, main-memory pseudo-location and SPE "
+                    "context; bars show the innermost region, lines DMA transfers and "
+                    "mailbox / MPI messages.",
+    "dma_bandwidth.png": "DMA bandwidth per SPE context over time, and its mean over the "
+                         "context's running time.",
+    "waits.png": "Share of each SPE context's running time spent computing, waiting on tag "
+                 "groups, on mailboxes or signals, and switched out.",
+    "sync_bounds.png": "Synchronization bound of every live interval of every SPE context "
+                       "(from the archive's location properties).",
+}
+
+
+def _fmt_ticks(ticks: float, hz: int) -> str:
+    return f"{ticks:,.1f} ticks ({ticks / hz * 1e6:.3g} us)"
+
+
+def archive_summary(loaded: Loaded) -> list[tuple[str, str]]:
+    hz = loaded.timer_resolution
+    cls = loaded.loc_class
+    rows = [
+        ("archive", str(loaded.path)),
+        ("written by", loaded.creator or "unknown"),
+        ("timer resolution", f"{hz:,} Hz"),
+        ("time span", f"{loaded.trace_length:,} ticks "
+                      f"({loaded.trace_length / hz * 1e3:.6g} ms)"),
+        ("processes", str(len({process_of(g) for g in loaded.loc_group}))),
+        ("locations", f"{loaded.n_locs} ({int((cls == LocClass.PPE).sum())} PPE threads, "
+                      f"{int((cls == LocClass.SPE).sum())} SPE contexts, "
+                      f"{int((cls == LocClass.MEMORY).sum())} main-memory pseudo-locations)"),
+        ("events", f"{loaded.total_events:,}"),
+    ]
+    rows += [(f"events: {k}", f"{v:,}") for k, v in loaded.counts.items() if v]
+    s = loaded.sends_by_class
+    rows += [
+        ("mailbox and signal messages", f"{s.get('MAILBOX', 0):,}"),
+        ("MPI messages", f"{s.get('MPI', 0):,}"),
+        ("DMA transfers as messages", f"{s.get('DMA', 0):,}"),
+        ("RMA operations (DMA)", f"{loaded.counts['RmaGet'] + loaded.counts['RmaPut']:,} "
+                                 f"({loaded.counts['RmaGet']:,} get, "
+                                 f"{loaded.counts['RmaPut']:,} put, "
+                                 f"{loaded.counts['RmaOpCompleteBlocking']:,} completed)"),
+    ]
+    per = sync_intervals(loaded)
+    widths = np.concatenate([v[:, 2] for v in per.values()]) if per else np.zeros(0)
+    fin = widths[np.isfinite(widths)]
+    if per:
+        rows.append(("live intervals", f"{widths.size:,} ({fin.size:,} bounded)"))
+    if fin.size:
+        rows.append(("worst bound", _fmt_ticks(float(fin.max()), hz)))
+        rows.append(("mean bound", _fmt_ticks(float(fin.mean()), hz)))
+    elif not per:
+        worst = [float(p[PROP_SYNC_BOUND]) for p in loaded.props.values()
+                 if p.get(PROP_SYNC_BOUND, "unbounded") != "unbounded"]
+        if worst:
+            rows.append(("worst bound", _fmt_ticks(max(worst), hz)))
+    rows.append(("figures drawn from", sample_note(loaded)))
+    return rows
+
+
+def sync_summary(report: dict) -> list[tuple[str, str]]:
+    """Headline numbers of a CONTRACT.md section 4 report."""
+    hz = report.get("timebase_hz") or 1
+    rows = []
+    ref = report.get("reference", {})
+    rows.append(("reference clock", f"rank {ref.get('rank')} on node {ref.get('node')}"))
+    rows.append(("relaxation", _fmt_ticks(float(report.get("relaxation_ticks", 0.0)), hz)))
+    iv = report.get("intervals", [])
+    bounded = [x["upper_ticks"] - x["lower_ticks"] for x in iv
+               if x.get("upper_ticks") is not None and x.get("lower_ticks") is not None]
+    rows.append(("intervals synchronized", f"{len(bounded)} of {len(iv)}"))
+    if bounded:
+        rows.append(("worst bound (report)", _fmt_ticks(max(bounded), hz)))
+        rows.append(("mean bound (report)", _fmt_ticks(sum(bounded) / len(bounded), hz)))
+    for node in report.get("nodes", []):
+        rows.append((f"node {node.get('node')}",
+                     f"offset {node.get('offset_ticks', 0):,.1f} ticks, rate "
+                     f"{node.get('rate', 1):.9g}, bound {node.get('bound_ticks')}, "
+                     f"{node.get('method', '')}"))
+    rows.append(("order violations", str(report.get("order_violations"))))
+    lost = report.get("lost", {})
+    rows.append(("lost", ", ".join(f"{k} {v}" for k, v in lost.items()) or "none"))
+    return rows
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    body = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                     for k, v in rows)
+    return f"<table>\n{body}\n</table>"
+
+
+def write_index(path: Path, loaded: Loaded, figures: list[Path],
+                report: dict | None = None, report_name: str = "") -> None:
+    parts = [
+        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>cell2otf2 report: {html.escape(loaded.path.name)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1700px;margin:1em auto;padding:0 1em}"
+        "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:2px 8px;"
+        "text-align:left}th{background:#f4f4f4}img{max-width:100%;border:1px solid #ddd}"
+        ".note{color:#a00}</style></head><body>",
+        f"<h1>cell2otf2 report: {html.escape(loaded.path.name)}</h1>",
+    ]
+    if loaded.sampled:
+        parts.append(f"<p class='note'>The figures are drawn from a sample: "
+                     f"{html.escape(sample_note(loaded))}. Counts in the table are over "
+                     "all events.</p>")
+    parts += ["<h2>Archive</h2>", _table(archive_summary(loaded))]
+    if report is not None:
+        parts += [f"<h2>Synchronization report ({html.escape(report_name)})</h2>",
+                  _table(sync_summary(report))]
+    for fig in figures:
+        name = fig.name
+        parts += [f"<h2>{html.escape(name)}</h2>",
+                  f"<p>{html.escape(CAPTIONS.get(name, ''))}</p>",
+                  f"<a href='{html.escape(name)}'><img src='{html.escape(name)}' "
+                  f"alt='{html.escape(CAPTIONS.get(name, name))}'></a>"]
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts) + "\n")

@@ -1,0 +1,138 @@
+"""Shared figure conventions: size, colors per region, row order, time-axis labels.
+
+Colors follow what a Cell user looks for: tag-group waits red, mailbox and signal waits
+orange, a switched-out context dark gray, MPI purple, ``spe_context_run`` light blue; SPE
+programs and user regions take the remaining qualitative colors. No matplotlib here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .axis import TimeAxis
+from .derive import MBOX_WAIT_NAMES, OFF_SPU_NAMES, TAG_WAIT_NAMES, base_name
+from .load import Loaded, LocClass
+
+FIGSIZE = (16, 9)  # inches at DPI -> 1600 x 900 pixels
+DPI = 100
+
+TAG_WAIT = "#d62728"
+MBOX_WAIT = "#ff7f0e"
+SIGNAL_WAIT = "#ffbb78"
+PPE_MBOX = "#fdae6b"
+OFF_SPU = "#3b3b3b"
+CONTEXT_RUN = "#aec7e8"
+MPI = "#9467bd"
+OTHER_REGIONS = "#c7c7c7"
+QUALITATIVE = ["#2ca02c", "#8c6d31", "#8c564b", "#17becf", "#bcbd22", "#e377c2", "#98df8a",
+               "#c49c94", "#9edae5", "#dbdb8d", "#f7b6d2", "#7f7f7f", "#637939", "#393b79"]
+PPE_MBOX_NAMES = {"spe_in_mbox_write", "spe_out_mbox_read", "spe_out_intr_mbox_read",
+                  "spe_signal_write"}
+LINE_COLORS = {0: "#1f77b4", 1: "#000000", 2: MPI}  # LineClass DMA, MAILBOX, MPI
+LINE_LABELS = {0: "DMA transfer", 1: "mailbox / signal message", 2: "MPI message"}
+
+
+def region_colors(loaded: Loaded, order: list[int]) -> dict[int, str]:
+    """Region ref -> color for the regions in ``order`` (most time first)."""
+    colors: dict[int, str] = {}
+    free = iter(QUALITATIVE)
+    for r in order:
+        name = base_name(loaded.region_names[r])
+        if name in TAG_WAIT_NAMES:
+            colors[r] = TAG_WAIT
+        elif name == "spu_read_signal":
+            colors[r] = SIGNAL_WAIT
+        elif name in MBOX_WAIT_NAMES:
+            colors[r] = MBOX_WAIT
+        elif name in PPE_MBOX_NAMES:
+            colors[r] = PPE_MBOX
+        elif name in OFF_SPU_NAMES:
+            colors[r] = OFF_SPU
+        elif name == "spe_context_run":
+            colors[r] = CONTEXT_RUN
+        elif loaded.region_paradigms[r] == "MPI":
+            colors[r] = MPI
+        else:
+            colors[r] = next(free, OTHER_REGIONS)
+    return colors
+
+
+def row_order(loaded: Loaded) -> np.ndarray:
+    """Location refs top to bottom: per location group in definition order, PPE threads,
+    then main memory, then SPE contexts (an SPE's accelerator group follows its process)."""
+    rank = {LocClass.PPE: 0, LocClass.MEMORY: 1, LocClass.OTHER: 2, LocClass.SPE: 3}
+    group_of = {}
+    for name in loaded.loc_group:
+        group_of.setdefault(process_of(name), len(group_of))
+    key = [(group_of[process_of(g)], rank[LocClass(c)], i)
+           for i, (g, c) in enumerate(zip(loaded.loc_group, loaded.loc_class.tolist(),
+                                          strict=True))]
+    return np.array([k[2] for k in sorted(key)], np.int64)
+
+
+def process_of(group_name: str) -> str:
+    """'SPEs (rank 3)' and 'MPI rank 3' -> '3'; anything else as it is."""
+    for prefix, suffix in (("SPEs (rank ", ")"), ("MPI rank ", "")):
+        if group_name.startswith(prefix) and group_name.endswith(suffix):
+            return group_name[len(prefix): len(group_name) - len(suffix)]
+    return group_name
+
+
+def label_size(rows: int) -> float:
+    return float(np.clip(560 / max(rows, 1), 3.5, 9))
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    if seconds >= 2:
+        return "s", 1.0
+    if seconds >= 2e-3:
+        return "ms", 1e3
+    return "us", 1e6
+
+
+def set_time_ticks(ax, loaded: Loaded, axis: TimeAxis) -> None:
+    """Ticks in time since the archive's start: linear for one window, each window's start
+    for a sample (its gaps shaded by the caller)."""
+    span = loaded.trace_length / loaded.timer_resolution
+    unit, scale = time_unit(span)
+    if not axis.sampled:
+        t0, t1 = axis.windows[0]
+        lo, hi = loaded.seconds(t0) * scale, loaded.seconds(t1) * scale
+        ticks = _nice_ticks(lo, hi, 10)
+        ax.set_xticks([float(axis.to_x(np.array([loaded.global_offset + v / scale *
+                                                  loaded.timer_resolution]))[0])
+                       for v in ticks])
+        ax.set_xticklabels([f"{v:g}" for v in ticks])
+        ax.set_xlabel(f"time since the trace start [{unit}]")
+    else:
+        ax.set_xticks(axis.x0.astype(float))
+        ax.set_xticklabels([f"{loaded.seconds(t) * scale:.4g}" for t in axis.windows[:, 0]],
+                           rotation=45, ha="right", fontsize=8)
+        ax.set_xlabel(f"time since the trace start [{unit}] at the start of each sampled "
+                      "window (gray bars: skipped time)")
+
+
+def _nice_ticks(lo: float, hi: float, n: int) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / n
+    mag = 10 ** np.floor(np.log10(raw))
+    step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=raw)
+    first = np.ceil(lo / step) * step
+    return [float(v) for v in np.arange(first, hi + step * 1e-9, step)]
+
+
+def shade_gaps(ax, axis: TimeAxis) -> None:
+    for k in range(1, len(axis.x0)):
+        ax.axvspan(axis.x1[k - 1], axis.x0[k], color="#bbbbbb", alpha=0.8, lw=0, zorder=3)
+
+
+def sample_note(loaded: Loaded) -> str:
+    """One honest sentence about what was drawn."""
+    n = loaded.events.size
+    if not loaded.sampled:
+        return f"all {loaded.total_events:,} events of the archive"
+    w = len(loaded.window_bounds)
+    return (f"SAMPLE: {n:,} of {loaded.total_events:,} events, {w} windows of "
+            f"~{n // w:,} consecutive events evenly spread over the run")

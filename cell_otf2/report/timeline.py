@@ -1,0 +1,99 @@
+"""timeline.png: the master-timeline overview (a row per location, regions as colored bars,
+DMA transfers and mailbox / MPI messages as lines).
+
+Each row is rasterized to the figure's columns: a column shows the region that covers most
+of its time (``axis.dominant``), so no region disappears below a pixel and the drawing cost
+does not grow with the number of events. Lines join a kept send to its kept receive, and a
+kept DMA issue to its kept completion (data from the source row to the destination row).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+from matplotlib.collections import LineCollection
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from . import style
+from .axis import TimeAxis, coverage, dominant
+from .derive import message_lines, rma_lines
+from .load import Loaded
+
+MAX_LEGEND_REGIONS = 16
+
+
+def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[int, int]:
+    """Write the figure; returns (rows drawn, events drawn)."""
+    rows = style.row_order(loaded)
+    row_of = np.empty(loaded.n_locs, np.int64)
+    row_of[rows] = np.arange(rows.size)
+    # colors: regions by time drawn, the tail merged into "other regions"
+    dur = np.bincount(seg["region"], weights=(seg["t1"] - seg["t0"]).astype(float),
+                      minlength=len(loaded.region_names))
+    by_time = [int(r) for r in np.argsort(-dur, kind="stable") if dur[r] > 0]
+    shown = by_time[:MAX_LEGEND_REGIONS]
+    colors = style.region_colors(loaded, shown)
+    palette = [colors[r] for r in shown]
+    index = np.full(len(loaded.region_names), len(shown), np.int64)  # tail -> "other"
+    index[shown] = np.arange(len(shown))
+    if len(by_time) > len(shown):
+        palette.append(style.OTHER_REGIONS)
+    image = np.full((rows.size, axis.columns), np.nan)
+    n_states = len(palette)
+    starts = np.searchsorted(seg["loc"], np.arange(loaded.n_locs + 1))
+    for loc in range(loaded.n_locs):
+        s = seg[starts[loc]: starts[loc + 1]]
+        if s.size:
+            best = dominant(coverage(axis.edges, s["t0"], s["t1"], index[s["region"]],
+                                     n_states))
+            image[row_of[loc]] = np.where(best >= 0, best, np.nan)
+    fig = Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+    ax = fig.add_axes((0.15, 0.12, 0.64, 0.80))
+    cmap = ListedColormap(palette or ["#ffffff"]).with_extremes(bad="#ffffff")
+    ax.imshow(np.ma.masked_invalid(image), aspect="auto", interpolation="nearest", cmap=cmap,
+              vmin=-0.5, vmax=max(n_states, 1) - 0.5,
+              extent=(0, axis.columns, rows.size - 0.5, -0.5))
+    lines = np.concatenate([message_lines(loaded), rma_lines(loaded)])
+    handles = []
+    for cls in (0, 1, 2):  # DMA under the messages
+        ln = lines[lines["cls"] == cls]
+        if ln.size == 0:
+            continue
+        x0, x1 = axis.to_x(ln["t0"]), axis.to_x(ln["t1"])
+        y0, y1 = row_of[ln["src"]], row_of[ln["dst"]]
+        segs = np.stack([np.column_stack([x0, y0]), np.column_stack([x1, y1])], axis=1)
+        # many lines fade so that the region colors under them stay readable
+        alpha = float(np.clip((8 if cls == 0 else 6) / np.sqrt(ln.size), 0.08, 0.8))
+        width = 0.3 if cls == 0 else 0.5
+        ax.add_collection(LineCollection(segs, colors=style.LINE_COLORS[cls], linewidths=width,
+                                         alpha=alpha, zorder=4))
+        handles.append(Patch(color=style.LINE_COLORS[cls],
+                             label=f"{style.LINE_LABELS[cls]} ({ln.size:,})"))
+    style.shade_gaps(ax, axis)
+    ax.set_xlim(0, axis.columns)
+    ax.set_ylim(rows.size - 0.5, -0.5)
+    ax.set_yticks(np.arange(rows.size))
+    ax.set_yticklabels([loaded.loc_names[r] for r in rows], fontsize=style.label_size(rows.size))
+    style.set_time_ticks(ax, loaded, axis)
+    for y in np.flatnonzero(np.diff(loaded.loc_class[rows]) != 0):
+        ax.axhline(y + 0.5, color="#888888", lw=0.6, zorder=5)
+    ax.set_title(f"Timeline of {loaded.path.name}: innermost region per location, "
+                 f"{style.sample_note(loaded)}", fontsize=11)
+    legend = []  # one entry per color: the regions that share it, most time first
+    for color in dict.fromkeys(colors[r] for r in shown):
+        names = [loaded.region_names[r] for r in shown if colors[r] == color]
+        label = ", ".join(names[:4]) + (f" +{len(names) - 4} more" if len(names) > 4 else "")
+        label = "\n".join(textwrap.wrap(label, 34))
+        legend.append(Patch(color=color, label=label))
+    if len(by_time) > len(shown):
+        legend.append(Patch(color=style.OTHER_REGIONS,
+                            label=f"{len(by_time) - len(shown)} other regions"))
+    ax.legend(handles=legend + handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=8, frameon=False, title="regions (most time first) and lines",
+              title_fontsize=9)
+    fig.savefig(path, dpi=style.DPI)
+    return int(rows.size), int(loaded.events.size)

@@ -1,0 +1,69 @@
+"""waits.png: the share of its running time each SPE context spends computing, waiting on
+tag groups, waiting on mailboxes or signals, and switched out ("off SPU").
+
+Running time is the time some region is open on the SPE location (its program runs from
+START to EXIT); the shares come from the same innermost-region segments as the timeline, so
+with a sample they are the shares within the sampled windows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from . import style
+from .derive import CAT_LABELS, Cat, category_time, spe_locations
+from .load import K, Loaded
+
+SHOWN = (Cat.COMPUTE, Cat.TAG_WAIT, Cat.MBOX_WAIT, Cat.OFF_SPU)
+COLORS = {Cat.COMPUTE: "#2ca02c", Cat.TAG_WAIT: style.TAG_WAIT, Cat.MBOX_WAIT: style.MBOX_WAIT,
+          Cat.OFF_SPU: style.OFF_SPU}
+
+
+def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
+    """Write the figure; returns (rows drawn = SPE locations, events drawn = the kept
+    Enter/Leave events of SPE locations)."""
+    is_spe = set(spe_locations(loaded).tolist())
+    spes = np.array([r for r in style.row_order(loaded).tolist() if r in is_spe], np.int64)
+    ticks = category_time(loaded, seg)[spes] if spes.size else np.zeros((0, len(Cat)))
+    running = ticks[:, list(SHOWN)].sum(axis=1)
+    share = np.divide(ticks[:, list(SHOWN)], running[:, None],
+                      out=np.zeros((spes.size, len(SHOWN))), where=running[:, None] > 0)
+    fig = Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+    ax = fig.add_axes((0.16, 0.09, 0.76, 0.78))
+    y = np.arange(spes.size)
+    left = np.zeros(spes.size)
+    for j, cat in enumerate(SHOWN):
+        ax.barh(y, share[:, j] * 100, left=left * 100, color=COLORS[cat], height=0.8,
+                label=f"{CAT_LABELS[cat]} ({_mean(share[:, j], running):.1f}% overall)")
+        for i in np.flatnonzero(share[:, j] >= 0.06):
+            ax.text((left[i] + share[i, j] / 2) * 100, y[i], f"{share[i, j] * 100:.0f}%",
+                    ha="center", va="center", fontsize=min(8, style.label_size(spes.size)),
+                    color="white" if cat in (Cat.TAG_WAIT, Cat.OFF_SPU, Cat.COMPUTE)
+                    else "black")
+        left += share[:, j]
+    unit, scale = style.time_unit(float(running.max(initial=0)) / loaded.timer_resolution)
+    for i in range(spes.size):
+        ax.text(101, y[i], f"{running[i] / loaded.timer_resolution * scale:.3g} {unit}",
+                va="center", fontsize=min(8, style.label_size(spes.size)))
+    ax.set_yticks(y)
+    ax.set_yticklabels([loaded.loc_names[r] for r in spes],
+                       fontsize=style.label_size(spes.size))
+    ax.set_ylim(spes.size - 0.5, -0.5)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the context's running time [%]  (right: running time)")
+    ax.set_title("Where each SPE context spends its running time: "
+                 f"{style.sample_note(loaded)}", fontsize=11, pad=28)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SHOWN), fontsize=9,
+              frameon=False)
+    fig.savefig(path, dpi=style.DPI)
+    e = loaded.events
+    events = int((np.isin(e["loc"], spes) & np.isin(e["kind"], (K.ENTER, K.LEAVE))).sum())
+    return int(spes.size), events
+
+
+def _mean(share: np.ndarray, running: np.ndarray) -> float:
+    total = running.sum()
+    return float((share * running).sum() / total * 100) if total > 0 else 0.0

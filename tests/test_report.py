@@ -1,0 +1,328 @@
+"""cell2otf2 report: figures drawn from what the otf2 reader reads back (cell_otf2.report).
+
+Each expectation is counted independently of the report code, with ``otf2check.read_events``
+(one Python object per event, the otf2 reader's own API): the rows and events each figure was
+drawn from, the exact events a sample keeps (the windows of ``sample_plan`` applied to the
+reader's global order), and the time every location spends in each region category,
+integrated with a plain Python stack over all events. The archive's own bound property is
+checked against the conversion's JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from otf2check import read_events  # noqa: E402
+
+from cell_otf2.convert import convert  # noqa: E402
+from cell_otf2.errors import FormatError, UsageError  # noqa: E402
+from cell_otf2.report.derive import (  # noqa: E402
+    Cat,
+    base_name,
+    category_time,
+    segments,
+    sync_intervals,
+)
+from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling plan
+# ---------------------------------------------------------------------------------------------
+
+
+@given(st.integers(0, 10**9), st.integers(1, 10**6), st.integers(1, 20))
+def test_sample_plan_keeps_exactly_max_events_in_disjoint_spread_windows(total, cap, n):
+    starts, sizes = sample_plan(total, cap, n)
+    assert sizes.sum() == min(total, cap)
+    ends = starts + sizes
+    assert starts[0] >= 0 and ends[-1] <= total
+    assert np.all(starts[1:] >= ends[:-1])  # disjoint, in order
+    if total > cap:
+        assert len(starts) == min(n, cap)
+        assert sizes.max() - sizes.min() <= 1
+        skipped_before = starts - (np.cumsum(sizes) - sizes)  # events skipped before window k
+        between = np.diff(skipped_before)
+        skip = total - cap
+        k = len(starts)
+        # the same number skipped between any two windows (up to rounding), half of it
+        # before the first window and after the last
+        if between.size:
+            assert between.max() - between.min() <= 1
+        assert abs(skipped_before[0] - skip / (2 * k)) <= 1
+        assert abs((skip - skipped_before[-1]) - skip / (2 * k)) <= 1
+
+
+def test_sample_plan_rejects_no_events():
+    with pytest.raises(ValueError):
+        sample_plan(10, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the archive's own bound of every live interval
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def restored(tmp_path_factory):
+    out = tmp_path_factory.mktemp("restored")
+    convert(SAMPLES / "context-switch-restored", out / "a.otf2", report=out / "sync.json")
+    return out / "a.otf2", json.loads((out / "sync.json").read_text())
+
+
+def test_sync_intervals_property_matches_the_sync_report(restored):
+    anchor, report = restored
+    rb = read_events(anchor)
+    props = rb.defs.location_properties
+    spe_names = [n for n, t, *_ in rb.defs.locations if t == "ACCELERATOR_STREAM"]
+    assert len(spe_names) == 8
+    listed = 0
+    for name in spe_names:
+        ctx = int(name.split()[2])
+        want = [iv for iv in report["intervals"] if iv["ctx"] == ctx and iv["rank"] == 0]
+        entries = props[name]["cell2otf2::sync_intervals"].split(";")
+        assert len(entries) == len(want) == 6  # 3 STOP/START pairs and 2 DECR_WRITEs
+        times = rb.times[name]
+        prev_last = -1
+        for entry, iv in zip(entries, want, strict=True):
+            first, last, width = entry.split(":")
+            assert float(width) == pytest.approx(iv["upper_ticks"] - iv["lower_ticks"],
+                                                 abs=0.051)
+            first, last = int(first), int(last)
+            assert times[0] <= first <= last <= times[-1]
+            assert first >= prev_last  # intervals follow each other on the context
+            assert first in times and last in times  # timestamps of events of that context
+            prev_last = last
+        worst = max(float(e.split(":")[2]) for e in entries)
+        assert float(props[name]["cell2otf2::sync_bound_ticks"]) == pytest.approx(worst)
+        listed += len(entries)
+    assert listed == len(report["intervals"])
+
+
+# ---------------------------------------------------------------------------------------------
+# loading and segments against a plain reading of every event
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_category_time(rb, windows, categories) -> dict[str, np.ndarray]:
+    """Per location name, ticks per category inside the windows, by replaying every event's
+    Enter/Leave on a Python stack (the innermost region is the state)."""
+    out = {}
+    for name in rb.times:
+        acc = np.zeros(len(Cat))
+        stack: list[str] = []
+        t_prev = None
+        evs = [e for e in rb.events if e.loc == name]
+
+        for e in evs:
+            if t_prev is not None and stack:
+                for w0, w1 in windows:
+                    lo, hi = max(t_prev, w0), min(e.time, w1)
+                    if hi > lo:
+                        acc[categories(stack[-1])] += hi - lo
+            if e.kind == "Enter":
+                stack.append(e.fields["region"])
+            elif e.kind == "Leave":
+                stack.pop()
+            t_prev = e.time
+        acc[Cat.NOT_RUNNING] = sum(w1 - w0 for w0, w1 in windows) - acc.sum()
+        out[name] = acc
+    return out
+
+
+def category_of(name: str) -> Cat:
+    b = base_name(name)
+    if b == "mfc_read_tag_status":
+        return Cat.TAG_WAIT
+    if b in ("spu_read_in_mbox", "spu_write_out_mbox", "spu_write_out_intr_mbox",
+             "spu_read_signal"):
+        return Cat.MBOX_WAIT
+    if b == "off SPU":
+        return Cat.OFF_SPU
+    return Cat.COMPUTE
+
+
+@pytest.mark.parametrize("max_events", [10**9, 1500, 7])
+def test_sample_keeps_the_planned_events_and_exact_region_times(restored, max_events):
+    anchor, _ = restored
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=max_events)
+    total = len(rb.events)
+    assert loaded.total_events == total
+    assert loaded.sampled == (total > max_events)
+    starts, sizes = sample_plan(total, max_events)
+    keep = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, sizes, strict=True)])
+    assert loaded.events.size == min(total, max_events) == keep.size
+    names = loaded.loc_names
+    kinds = {1: "Enter", 2: "Leave", 5: "RmaGet", 6: "RmaPut", 7: "RmaOpCompleteBlocking",
+             10: "Metric"}
+    for row, i in zip(loaded.events.tolist(), keep.tolist(), strict=True):
+        ev = rb.events[i]
+        assert (names[row[0]], row[1]) == (ev.loc, ev.time)
+        assert kinds.get(row[2], ev.kind) == ev.kind
+    assert Counter(loaded.counts) == Counter({
+        "Enter": rb_count(rb, "Enter"), "Leave": rb_count(rb, "Leave"),
+        "MpiSend/MpiIsend": rb_count(rb, "MpiSend", "MpiIsend"),
+        "MpiRecv/MpiIrecv": rb_count(rb, "MpiRecv", "MpiIrecv"),
+        "RmaGet": rb_count(rb, "RmaGet"), "RmaPut": rb_count(rb, "RmaPut"),
+        "RmaOpCompleteBlocking": rb_count(rb, "RmaOpCompleteBlocking"),
+        "MpiCollectiveBegin": 0, "MpiCollectiveEnd": 0, "Metric": rb_count(rb, "Metric"),
+        "other": 0})
+    # windows: from the first to the last kept event (the whole trace when not sampled)
+    windows = [(int(a), int(b)) for a, b in loaded.window_bounds]
+    if loaded.sampled:
+        for (s, n), (a, b) in zip(zip(starts, sizes, strict=True), windows, strict=True):
+            assert (a, b) == (rb.events[s].time, rb.events[s + n - 1].time)
+    got = category_time(loaded, segments(loaded))
+    want = reference_category_time(rb, windows, category_of)
+    for ref, name in enumerate(names):
+        np.testing.assert_array_equal(got[ref], want[name], err_msg=name)
+    if not loaded.sampled:  # the restored run switches every context out 3 times
+        spe = [i for i, n in enumerate(names) if n.startswith("SPE ctx")]
+        assert np.all(got[spe, Cat.OFF_SPU] > 0) and np.all(got[spe, Cat.TAG_WAIT] > 0)
+
+
+def rb_count(rb, *kinds: str) -> int:
+    return sum(n for (_, k), n in rb.counts.items() if k in kinds)
+
+
+def test_unreadable_archive_is_a_format_error(tmp_path):
+    with pytest.raises(FormatError, match="no OTF2 anchor file"):
+        load_archive(tmp_path / "missing.otf2")
+    bad = tmp_path / "bad.otf2"
+    bad.write_text("not an archive\n")
+    with pytest.raises(FormatError, match="otf2 reader cannot open it"):
+        load_archive(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+# ---------------------------------------------------------------------------------------------
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def check_figures(result, out: Path) -> None:
+    import matplotlib.image
+
+    assert [p.name for p in result.figures] == list(FIGURES)
+    html = result.index_html.read_text()
+    for name in FIGURES:
+        path = out / name
+        w, h = png_size(path)
+        assert 1200 <= w <= 2400 and 700 <= h <= 1400, (name, w, h)
+        img = matplotlib.image.imread(path)
+        assert img.shape[:2] == (h, w)
+        assert img[..., :3].std() > 0.05, f"{name} is (nearly) blank"
+        assert f"src='{name}'" in html
+
+
+@pytest.fixture(scope="module")
+def fft_archives(tmp_path_factory):
+    pytest.importorskip("matplotlib")
+    out = tmp_path_factory.mktemp("fft")
+    convert(SAMPLES / "fft-16spe", out / "rma.otf2", report=out / "sync.json")
+    convert(SAMPLES / "fft-16spe", out / "msg.otf2", dma_style="messages")
+    return out
+
+
+def test_report_of_the_fft_sample(fft_archives, tmp_path):
+    from cell_otf2.report import render_report
+
+    anchor = fft_archives / "rma.otf2"
+    sync = fft_archives / "sync.json"
+    result = render_report(anchor, tmp_path / "rep", sync_report=sync)
+    check_figures(result, tmp_path / "rep")
+    rb = read_events(anchor)
+    locs = rb.defs.locations
+    spes = {n for n, t, *_ in locs if t == "ACCELERATOR_STREAM"}
+    assert len(locs) == 34 and len(spes) == 16
+    assert not result.sampled and result.total_events == len(rb.events) == 22342
+    assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16, "waits.png": 16,
+                           "sync_bounds.png": 16}
+    report = json.loads(sync.read_text())
+    assert result.events == {
+        "timeline.png": len(rb.events),
+        "dma_bandwidth.png": rb_count(rb, "RmaGet", "RmaPut"),
+        "waits.png": sum(n for (loc, k), n in rb.counts.items()
+                         if loc in spes and k in ("Enter", "Leave")),
+        "sync_bounds.png": len(report["intervals"]),
+    }
+    html = result.index_html.read_text()
+    assert "Synchronization report" in html and "sample" not in html.lower()
+    assert f"<th>events</th><td>{len(rb.events):,}</td>" in html
+
+
+def test_sampled_report_with_dma_as_messages(fft_archives, tmp_path):
+    from cell_otf2.report import render_report
+
+    anchor = fft_archives / "msg.otf2"
+    result = render_report(anchor, tmp_path / "rep", max_events=5000)
+    check_figures(result, tmp_path / "rep")
+    rb = read_events(anchor)
+    assert result.sampled and result.total_events == len(rb.events) > 5000
+    assert result.events["timeline.png"] == 5000
+    assert result.rows["timeline.png"] == len(rb.defs.locations)
+    # the DMA figure draws the kept sends on the "DMA" communicator: count them in the
+    # reader's order within the planned windows
+    starts, sizes = sample_plan(len(rb.events), 5000)
+    kept = [rb.events[i] for s, n in zip(starts, sizes, strict=True) for i in range(s, s + n)]
+    dma_sends = sum(1 for e in kept if e.kind == "MpiSend" and e.fields["communicator"] == "DMA")
+    assert dma_sends > 0 and result.events["dma_bandwidth.png"] == dma_sends
+    assert rb_count(rb, "RmaGet", "RmaPut") == 0
+    html = result.index_html.read_text()
+    assert "drawn from a sample" in html and "5,000 of 22,342 events" in html
+
+
+def test_report_refuses_bad_inputs(fft_archives, tmp_path):
+    from cell_otf2.report import render_report
+
+    bad = tmp_path / "sync.json"
+    bad.write_text("{ not json")
+    with pytest.raises(FormatError, match="not a cell2otf2 synchronization report"):
+        render_report(fft_archives / "rma.otf2", tmp_path / "r", sync_report=bad)
+    with pytest.raises(UsageError, match="at least 1"):
+        render_report(fft_archives / "rma.otf2", tmp_path / "r", max_events=0)
+    assert not (tmp_path / "r").exists()
+
+
+def test_bounds_parse_of_unplaced_and_unbounded_entries():
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(props={3: {"cell2otf2::sync_intervals": "10:20:1.5;-:-:unbounded"}})
+    per = sync_intervals(fake)
+    assert per[3].shape == (2, 3)
+    assert per[3][0].tolist() == [10.0, 20.0, 1.5]
+    assert np.isnan(per[3][1, 0]) and np.isinf(per[3][1, 2])
+
+
+def test_converter_and_report_package_do_not_import_matplotlib(tmp_path):
+    import subprocess
+
+    code = ("import sys\nfrom cell_otf2.convert import convert\nimport cell_otf2.report\n"
+            f"convert({str(SAMPLES / 'wraps-heartbeats')!r}, {str(tmp_path / 'a.otf2')!r})\n"
+            "print('matplotlib' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"
