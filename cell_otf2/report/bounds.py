@@ -91,8 +91,8 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
         extra.append(f"{unbounded} unbounded (hatched red)")
     if unplaced:
         extra.append(f"{unplaced} without a written record (not drawn)")
-    ax.set_title(f"Synchronization bound of every live interval ({placed} drawn; {head}"
-                 + ("; " + ", ".join(extra) if extra else "") + ")", fontsize=10)
+    ax.set_title(f"Synchronization bound of every live interval ({placed} drawn)\n{head}"
+                 + ("; " + ", ".join(extra) if extra else ""), fontsize=10)
     y = np.arange(len(rows))
     bars.barh(y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
     bars.barh(y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
@@ -101,6 +101,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
                                                  lambda v: v * hz / 1e6))
     top.set_xlabel("[us]")
     bars.tick_params(axis="y", labelleft=False)
-    bars.legend(loc="lower right", fontsize=8)
+    bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.07), ncol=2, fontsize=8,
+                frameon=False)
     fig.savefig(path, dpi=style.DPI)
     return len(rows), placed

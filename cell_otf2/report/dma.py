@@ -77,8 +77,8 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_yticklabels([loaded.loc_names[r] for r in spes],
                        fontsize=style.label_size(spes.size))
     style.set_time_ticks(ax, loaded, axis)
-    ax.set_title(f"DMA bandwidth per SPE over time ({tr.size:,} transfers; "
-                 f"{style.sample_note(loaded)})", fontsize=10)
+    ax.set_title(f"DMA bandwidth per SPE over time ({tr.size:,} transfers)\n"
+                 f"{style.sample_note(loaded)}", fontsize=10)
     bunit, bscale = _rate_unit(float(max(mean_in.max(initial=0), mean_out.max(initial=0))))
     y = np.arange(spes.size)
     bars.barh(y - 0.2, mean_in * bscale, height=0.4, color="#1f77b4",
@@ -88,7 +88,8 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     bars.set_xlabel(f"mean over the running time [{bunit}]")
     bars.tick_params(axis="y", labelleft=False)
     bars.set_ylim(spes.size - 0.5, -0.5)
-    bars.legend(loc="lower right", fontsize=8)
-    bars.set_title("average DMA bandwidth per SPE", fontsize=10)
+    bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=8,
+                frameon=False)
+    bars.set_title("average DMA bandwidth per SPE", fontsize=10, pad=36)
     fig.savefig(path, dpi=style.DPI)
     return int(spes.size), int(tr.size)
