@@ -78,7 +78,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     cb = fig.colorbar(coll, ax=ax, pad=0.01, fraction=0.04)
     cb.set_label(f"bound width [ticks]  (1 tick = {1e6 / hz:.4g} us)")
     ax.set_xlim(0, span * scale)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
     ax.set_yticks(np.arange(len(rows)))
     ax.set_yticklabels([loaded.loc_names[r] for r in rows], fontsize=style.label_size(len(rows)))
     ax.set_xlabel(f"time since the trace start [{unit}]")

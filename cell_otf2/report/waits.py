@@ -51,7 +51,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_yticks(y)
     ax.set_yticklabels([loaded.loc_names[r] for r in spes],
                        fontsize=style.label_size(spes.size))
-    ax.set_ylim(spes.size - 0.5, -0.5)
+    ax.set_ylim(max(spes.size, 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the context's running time [%]  (right: running time)")
     ax.set_title("Where each SPE context spends its running time (START to EXIT)\n"
