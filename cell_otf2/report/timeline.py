@@ -73,7 +73,7 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
         y0, y1 = row_of[ln["src"]], row_of[ln["dst"]]
         segs = np.stack([np.column_stack([x0, y0]), np.column_stack([x1, y1])], axis=1)
         # many lines fade so that the region colors under them stay readable
-        alpha = float(np.clip((8 if cls == 0 else 6) / np.sqrt(ln.size), 0.08, 0.8))
+        alpha = float(np.clip((5 if cls == 0 else 6) / np.sqrt(ln.size), 0.08, 0.8))
         width = 0.3 if cls == 0 else 0.5
         ax.add_collection(LineCollection(segs, colors=style.LINE_COLORS[cls], linewidths=width,
                                          alpha=alpha, zorder=4))
