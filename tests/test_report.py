@@ -326,3 +326,21 @@ def test_converter_and_report_package_do_not_import_matplotlib(tmp_path):
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "False"
+
+
+@pytest.mark.filterwarnings("error")
+def test_figures_of_an_archive_without_spe_contexts(restored, tmp_path):
+    """No SPE rows: the SPE figures are drawn empty, without warnings, from zero rows."""
+    pytest.importorskip("matplotlib")
+    from cell_otf2.report import bounds, dma, waits
+    from cell_otf2.report.load import LocClass
+
+    loaded = load_archive(restored[0])
+    loaded.loc_class[:] = LocClass.PPE
+    loaded.props = {}
+    seg = segments(loaded)
+    assert dma.draw(loaded, seg, tmp_path / "d.png") == (0, 0)
+    assert waits.draw(loaded, seg, tmp_path / "w.png") == (0, 0)
+    assert bounds.draw(loaded, tmp_path / "b.png") == (0, 0)
+    for name in ("d.png", "w.png", "b.png"):
+        assert png_size(tmp_path / name) == (1600, 900)

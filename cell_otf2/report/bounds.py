@@ -78,7 +78,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     cb = fig.colorbar(coll, ax=ax, pad=0.01, fraction=0.04)
     cb.set_label(f"bound width [ticks]  (1 tick = {1e6 / hz:.4g} us)")
     ax.set_xlim(0, span * scale)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
     ax.set_yticks(np.arange(len(rows)))
     ax.set_yticklabels([loaded.loc_names[r] for r in rows], fontsize=style.label_size(len(rows)))
     ax.set_xlabel(f"time since the trace start [{unit}]")
@@ -91,8 +91,8 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
         extra.append(f"{unbounded} unbounded (hatched red)")
     if unplaced:
         extra.append(f"{unplaced} without a written record (not drawn)")
-    ax.set_title(f"Synchronization bound of every live interval ({placed} drawn; {head}"
-                 + ("; " + ", ".join(extra) if extra else "") + ")", fontsize=10)
+    ax.set_title(f"Synchronization bound of every live interval ({placed} drawn)\n{head}"
+                 + ("; " + ", ".join(extra) if extra else ""), fontsize=10)
     y = np.arange(len(rows))
     bars.barh(y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
     bars.barh(y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
@@ -101,6 +101,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
                                                  lambda v: v * hz / 1e6))
     top.set_xlabel("[us]")
     bars.tick_params(axis="y", labelleft=False)
-    bars.legend(loc="lower right", fontsize=8)
+    bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.07), ncol=2, fontsize=8,
+                frameon=False)
     fig.savefig(path, dpi=style.DPI)
     return len(rows), placed

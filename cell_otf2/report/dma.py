@@ -32,7 +32,8 @@ def _rate_unit(value: float) -> tuple[str, float]:
 
 
 def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
-    """Write the figure; returns (rows drawn = SPE locations, events drawn = DMA issues)."""
+    """Write the figure; returns (rows drawn = SPE locations, events drawn = kept DMA issues
+    with an SPE at one end)."""
     is_spe = set(spe_locations(loaded).tolist())
     spes = np.array([r for r in style.row_order(loaded).tolist() if r in is_spe], np.int64)
     row_of = np.full(loaded.n_locs, -1, np.int64)
@@ -44,11 +45,13 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     grid = np.zeros((spes.size, axis.columns))
     into = np.zeros(spes.size)
     out = np.zeros(spes.size)
+    drawn = np.zeros(tr.size, bool)  # transfers with an SPE at one end at least
     for end, total in (("dst", into), ("src", out)):
         r = row_of[np.clip(tr[end], 0, None)]
         ok = (tr[end] >= 0) & (r >= 0)
         np.add.at(grid, (r[ok], col[ok]), nbytes[ok])
         np.add.at(total, r[ok], nbytes[ok])
+        drawn |= ok
     seconds = np.diff(axis.edges) / loaded.timer_resolution
     in_gap = np.ones(axis.columns, bool)
     for a, b in zip(axis.x0.tolist(), axis.x1.tolist(), strict=True):
@@ -69,7 +72,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
     im = ax.imshow(rate * scale, aspect="auto", interpolation="nearest", cmap=cmap,
                    vmin=0, vmax=max(peak * scale, 1e-12),
-                   extent=(0, axis.columns, spes.size - 0.5, -0.5))
+                   extent=(0, axis.columns, max(spes.size, 1) - 0.5, -0.5))
     cb = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
     cb.set_label(f"DMA in + out [{unit}] per column")
     ax.set_xlim(0, axis.columns)
@@ -77,8 +80,8 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_yticklabels([loaded.loc_names[r] for r in spes],
                        fontsize=style.label_size(spes.size))
     style.set_time_ticks(ax, loaded, axis)
-    ax.set_title(f"DMA bandwidth per SPE over time ({tr.size:,} transfers; "
-                 f"{style.sample_note(loaded)})", fontsize=10)
+    ax.set_title(f"DMA bandwidth per SPE over time ({int(drawn.sum()):,} transfers)\n"
+                 f"{style.sample_note(loaded)}", fontsize=10)
     bunit, bscale = _rate_unit(float(max(mean_in.max(initial=0), mean_out.max(initial=0))))
     y = np.arange(spes.size)
     bars.barh(y - 0.2, mean_in * bscale, height=0.4, color="#1f77b4",
@@ -87,8 +90,9 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
               label="out of the local store (put)")
     bars.set_xlabel(f"mean over the running time [{bunit}]")
     bars.tick_params(axis="y", labelleft=False)
-    bars.set_ylim(spes.size - 0.5, -0.5)
-    bars.legend(loc="lower right", fontsize=8)
-    bars.set_title("average DMA bandwidth per SPE", fontsize=10)
+    bars.set_ylim(max(spes.size, 1) - 0.5, -0.5)
+    bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=8,
+                frameon=False)
+    bars.set_title("average DMA bandwidth per SPE", fontsize=10, pad=36)
     fig.savefig(path, dpi=style.DPI)
-    return int(spes.size), int(tr.size)
+    return int(spes.size), int(drawn.sum())

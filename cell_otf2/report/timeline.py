@@ -4,7 +4,9 @@ DMA transfers and mailbox / MPI messages as lines).
 Each row is rasterized to the figure's columns: a column shows the region that covers most
 of its time (``axis.dominant``), so no region disappears below a pixel and the drawing cost
 does not grow with the number of events. Lines join a kept send to its kept receive, and a
-kept DMA issue to its kept completion (data from the source row to the destination row).
+kept DMA issue to its kept completion (data from the source row to the destination row);
+beyond ``MAX_LINES`` of a kind, an evenly spread subset in time is drawn and the legend says
+how many of how many.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .derive import message_lines, rma_lines
 from .load import Loaded
 
 MAX_LEGEND_REGIONS = 16
+MAX_LINES = 1500  # per line class
 
 
 def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[int, int]:
@@ -63,16 +66,20 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
         ln = lines[lines["cls"] == cls]
         if ln.size == 0:
             continue
+        total = ln.size
+        if total > MAX_LINES:  # past about one line per pixel column they only hide the bars
+            ln = np.sort(ln, order="t0")[np.linspace(0, total - 1, MAX_LINES).astype(np.int64)]
         x0, x1 = axis.to_x(ln["t0"]), axis.to_x(ln["t1"])
         y0, y1 = row_of[ln["src"]], row_of[ln["dst"]]
         segs = np.stack([np.column_stack([x0, y0]), np.column_stack([x1, y1])], axis=1)
         # many lines fade so that the region colors under them stay readable
-        alpha = float(np.clip((8 if cls == 0 else 6) / np.sqrt(ln.size), 0.08, 0.8))
+        alpha = float(np.clip((5 if cls == 0 else 6) / np.sqrt(ln.size), 0.08, 0.8))
         width = 0.3 if cls == 0 else 0.5
         ax.add_collection(LineCollection(segs, colors=style.LINE_COLORS[cls], linewidths=width,
                                          alpha=alpha, zorder=4))
-        handles.append(Patch(color=style.LINE_COLORS[cls],
-                             label=f"{style.LINE_LABELS[cls]} ({ln.size:,})"))
+        drawn = f"{total:,}" if total == ln.size else f"{ln.size:,} of {total:,} drawn"
+        handles.append(Patch(color=style.LINE_COLORS[cls], label="\n".join(
+            textwrap.wrap(f"{style.LINE_LABELS[cls]} ({drawn})", 34))))
     style.shade_gaps(ax, axis)
     ax.set_xlim(0, axis.columns)
     ax.set_ylim(rows.size - 0.5, -0.5)
@@ -81,7 +88,7 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
     style.set_time_ticks(ax, loaded, axis)
     for y in np.flatnonzero(np.diff(loaded.loc_class[rows]) != 0):
         ax.axhline(y + 0.5, color="#888888", lw=0.6, zorder=5)
-    ax.set_title(f"Timeline of {loaded.path.name}: innermost region per location, "
+    ax.set_title(f"Timeline of {loaded.path.name}: innermost region per location\n"
                  f"{style.sample_note(loaded)}", fontsize=11)
     legend = []  # one entry per color: the regions that share it, most time first
     for color in dict.fromkeys(colors[r] for r in shown):

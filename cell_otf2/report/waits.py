@@ -51,10 +51,10 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_yticks(y)
     ax.set_yticklabels([loaded.loc_names[r] for r in spes],
                        fontsize=style.label_size(spes.size))
-    ax.set_ylim(spes.size - 0.5, -0.5)
+    ax.set_ylim(max(spes.size, 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the context's running time [%]  (right: running time)")
-    ax.set_title("Where each SPE context spends its running time: "
+    ax.set_title("Where each SPE context spends its running time (START to EXIT)\n"
                  f"{style.sample_note(loaded)}", fontsize=11, pad=28)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SHOWN), fontsize=9,
               frameon=False)
