@@ -10,7 +10,7 @@ DEMO_OUT ?= demo-out
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,report]'
 	touch $(STAMP)
 
 # Debian tools the tests use as real clients: otf2-print (otf2-tools) and ViTE (vite).
@@ -23,7 +23,10 @@ DEMO_RUN ?= sample_traces/fft-16spe
 demo: $(STAMP)
 	$(VENV)/bin/cell2otf2 $(DEMO_RUN) -o $(DEMO_OUT)/fft-16spe.otf2 --force \
 		--report $(DEMO_OUT)/fft-16spe.sync.json
+	$(VENV)/bin/cell2otf2 report $(DEMO_OUT)/fft-16spe.otf2 -o $(DEMO_OUT)/report \
+		--sync-report $(DEMO_OUT)/fft-16spe.sync.json
 	@echo "archive: $(DEMO_OUT)/fft-16spe.otf2 (open it in Vampir, or: otf2-print $(DEMO_OUT)/fft-16spe.otf2)"
+	@echo "report:  $(DEMO_OUT)/report/index.html"
 
 # The tests also exercise the optional extras: report (matplotlib) and mpi (mpi4py, which
 # needs Debian's OpenMPI from `tools` first, since it may build against mpicc).
