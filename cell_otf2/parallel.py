@@ -534,11 +534,12 @@ def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[di
     cons = Constraints(empty, empty, np.zeros(0), counts, assumed)
     matches = Matches(np.zeros(0, MSG_DTYPE), np.zeros(0, DMA_DTYPE),
                       np.zeros(0, PAIR_DTYPE), np.zeros(0, PAIR_DTYPE))
-    return Pipeline(decoded, matches, cons, sync, _merge_damage(man, layout, gathered))
+    return Pipeline(decoded, matches, cons, sync, _merge_damage(layout, gathered))
 
 
-def _merge_damage(man: Manifest, layout: RunLayout, gathered: list[dict]) -> DamageLog:
-    """One log as the serial pipeline fills it: stage by stage, within a stage by rank."""
+def _merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
+    """One log as the serial pipeline fills it: stage by stage; within a stage by the rank
+    of the file, or as added when one process found all of it (MPI pairing, process 0)."""
     rank_of = {name: r for r, name in enumerate(layout.dump_names)}
     log = DamageLog()
     for stage in _STAGES:
@@ -546,7 +547,9 @@ def _merge_damage(man: Manifest, layout: RunLayout, gathered: list[dict]) -> Dam
         for q, g in enumerate(gathered):
             for i, d in enumerate(g["damage"][stage]):
                 entries.append((rank_of.get(d.file, -1), q, i, d))
-        for *_, d in sorted(entries, key=lambda e: e[:3]):
+        if len({e[1] for e in entries}) > 1:
+            entries.sort(key=lambda e: e[:3])
+        for *_, d in entries:
             log.add_damage(d)
     return log
 

@@ -1,0 +1,219 @@
+"""Parallel conversion under mpiexec equals the serial conversion, event by event.
+
+The serial conversion runs in this process; the parallel one as ``mpiexec -n P python -m
+cell_otf2.cli ...`` with 2 or 3 processes (Open MPI from Debian, mpi4py from the ``mpi``
+extra; on a loaded 2-core machine each launch takes seconds). Compared: the definitions and
+every event as the otf2 reader reads them back, ``otf2-print`` output (all but the random
+trace identifier), the definition and event files byte for byte, the sync report, the
+summary (all but the wall-time line) and the exit status. Also: a damaged run converted by
+more processes than it has nodes, a refused dump (every process exits 3, the message is
+printed once, the output path stays as it was), an existing archive, and the launch
+detection and node partition without MPI.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from otf2check import otf2_print_ok, read_events
+
+from cell_otf2 import cli
+from cell_otf2.manifest import load_manifest
+from cell_otf2.parallel import SERIAL_VAR, launched_size, launched_world, partition
+from cell_otf2.simulate import simulate_run
+
+ROOT = Path(__file__).resolve().parents[1]
+MPIEXEC = shutil.which("mpiexec")
+try:
+    import mpi4py  # noqa: F401
+
+    HAVE_MPI4PY = True
+except ImportError:
+    HAVE_MPI4PY = False
+
+needs_mpi = pytest.mark.skipif(
+    MPIEXEC is None or not HAVE_MPI4PY,
+    reason="needs mpiexec (Debian openmpi-bin) and mpi4py (pip install 'cell2otf2[mpi]')",
+)
+
+
+def _mpiexec(n: int, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(SERIAL_VAR, None)
+    cmd = [MPIEXEC, "-n", str(n)]
+    version = subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version:
+        cmd += ["--oversubscribe", "-x", "PYTHONPATH"]
+        if os.geteuid() == 0:
+            cmd += ["--allow-run-as-root"]
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd += [sys.executable, "-m", "cell_otf2.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _serial(args: list[str], capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        cli.main(args)
+        status = 0
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def _sim(out: Path, seed: int, **kw) -> Path:
+    simulate_run(out, "hybrid", seed, **kw)
+    return out
+
+
+def _summary_body(stdout: str) -> list[str]:
+    """The summary without its first line (names the output) and its wall-time line."""
+    lines = stdout.strip().splitlines()
+    return [ln for ln in lines[1:] if not ln.lstrip().startswith("wall time")]
+
+
+def _plain(ev) -> tuple:
+    """An event read back, definitions without names (metric classes) by their repr."""
+    return (ev.loc, ev.kind, ev.time, sorted((k, repr(v)) for k, v in ev.fields.items()),
+            sorted((k, repr(v)) for k, v in ev.attrs.items()))
+
+
+def _same_archive(a: Path, b: Path) -> None:
+    """Definitions, events per location, timestamps: through the reader, otf2-print, bytes."""
+    otf2_print_ok(b)
+    ra, rb = read_events(a), read_events(b)
+    assert ra.defs == rb.defs
+    assert len(ra.events) == len(rb.events)
+    for i, (x, y) in enumerate(zip(ra.events, rb.events, strict=True)):
+        assert _plain(x) == _plain(y), f"event {i} differs: {x} != {y}"
+
+    def printed(anchor: Path) -> list[str]:
+        text = subprocess.run(["otf2-print", "-A", "-G", str(anchor)], capture_output=True,
+                              text=True, check=True).stdout
+        return [ln for ln in text.splitlines() if not ln.startswith("Trace identifier")]
+
+    assert printed(a) == printed(b)
+    name_a, name_b = a.with_suffix(""), b.with_suffix("")
+    assert filecmp.cmp(name_a.with_suffix(".def"), name_b.with_suffix(".def"), shallow=False)
+    files = sorted(p.name for p in name_a.iterdir())
+    assert files == sorted(p.name for p in name_b.iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(name_a, name_b, files, shallow=False)
+    assert not mismatch and not errors
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    return {
+        "four_nodes": _sim(base / "four", 11, ranks=8, nodes=4, spes=2, phases=3, chunks=4),
+        "damaged": _sim(base / "damaged", 5, ranks=4, nodes=2, spes=2, phases=4, chunks=4,
+                        damage=["gap", "unmatched-mpi", "undefined-id", "backwards-timebase",
+                                "no-exit", "unknown-code"]),
+    }
+
+
+@needs_mpi
+def test_two_processes_write_the_serial_archive(runs, tmp_path, capsys):
+    run = runs["four_nodes"]
+    s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
+    status, out, _ = _serial([str(run), "-o", str(s_anchor), "--report",
+                              str(tmp_path / "s.json")], capsys)
+    par = _mpiexec(2, [str(run), "-o", str(p_anchor), "--report", str(tmp_path / "p.json")])
+    assert (status, par.returncode) == (0, 0), par.stderr
+    assert "on 2 converter processes" in par.stdout
+    assert par.stdout.count("cell2otf2:") == 1  # one summary, from process 0
+    assert _summary_body(par.stdout) == _summary_body(out)
+    assert json.loads((tmp_path / "p.json").read_text()) == json.loads(
+        (tmp_path / "s.json").read_text())
+    _same_archive(s_anchor, p_anchor)
+    back = read_events(p_anchor)
+    assert back.rma and all(op.complete_time is not None for op in back.rma)
+    assert not back.unmatched_sends and not back.unmatched_recvs
+
+
+@needs_mpi
+def test_damaged_run_idle_process_dma_as_messages(runs, tmp_path, capsys):
+    """A damaged run on two nodes converted by three processes (one converts nothing but
+    still opens the archive): same archive, same damage lines, both exit 1."""
+    run = runs["damaged"]
+    s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
+    args = ["--dma-style", "messages", "--alpha", "0.25"]
+    status, out, _ = _serial([str(run), "-o", str(s_anchor), *args], capsys)
+    par = _mpiexec(3, [str(run), "-o", str(p_anchor), *args])
+    assert status == par.returncode == 1, par.stderr  # converted, with lost input
+    body = _summary_body(par.stdout)
+    assert "on 3 converter processes" in par.stdout
+    assert sum("unmatched_mpi" in ln or "gap" in ln for ln in body) == 2
+    assert body == _summary_body(out)
+    _same_archive(s_anchor, p_anchor)
+
+
+@needs_mpi
+def test_refused_dump_every_process_exits_3_output_untouched(runs, tmp_path):
+    """The dump of the last rank (converted by process 1) is not CBT 1: process 1 prints the
+    reader's message, process 0 stays silent, both exit 3 and nothing is left behind."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["four_nodes"], run)
+    man = load_manifest(run)
+    dump = man.dump_path(man.n_ranks - 1)
+    data = bytearray(dump.read_bytes())
+    data[0:4] = b"XXXX"
+    dump.write_bytes(bytes(data))
+    out_dir = tmp_path / "out" / "deeper"
+    par = _mpiexec(2, [str(run), "-o", str(out_dir / "a.otf2")])
+    assert par.returncode == 3, par.stderr
+    errors = [ln for ln in par.stderr.splitlines() if ln.startswith("cell2otf2: error:")]
+    assert len(errors) == 1 and dump.name in errors[0] and "magic" in errors[0]
+    assert par.stdout == ""
+    assert not (tmp_path / "out").exists()  # the directories -o would have created: gone
+
+
+@needs_mpi
+def test_existing_archive_refused_by_every_process(runs, tmp_path):
+    anchor = tmp_path / "a.otf2"
+    anchor.write_text("not an archive")
+    par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(anchor)])
+    assert par.returncode == 4, par.stderr
+    assert par.stderr.count("already exists") == 1
+    assert anchor.read_text() == "not an archive"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.otf2"]
+
+
+def test_launch_detection_from_the_environment(monkeypatch):
+    assert launched_size({}) is None
+    assert launched_size({"OMPI_COMM_WORLD_SIZE": "4"}) == 4
+    assert launched_size({"PMI_SIZE": "1"}) == 1  # MPICH/Hydra, srun --mpi=pmi2
+    assert launched_size({"PMIX_RANK": "0"}) == -1  # srun --mpi=pmix: size from MPI itself
+    assert launched_size({"SLURM_NTASKS": "8"}) is None  # a batch script is no launch
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert launched_world() is None  # no launcher: the serial path, mpi4py not imported
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    assert launched_world() is None
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv(SERIAL_VAR, "1")
+    assert launched_world() is None
+
+
+def test_partition_gives_whole_nodes_balanced_by_bytes(tmp_path):
+    run = _sim(tmp_path / "run", 2, ranks=8, nodes=4, spes=1, phases=1, chunks=1)
+    man = load_manifest(run)
+    sizes = [100] * man.n_ranks
+    sizes[0] = sizes[1] = 1000  # node 0 is the heaviest
+    owner = partition(man, sizes, 2)
+    load = np.zeros(2)
+    for p in man.processes:
+        load[owner[man.node_of_rank(p.rank)]] += sizes[p.rank]
+    assert owner[0] == 0 and set(owner[1:].tolist()) == {1}  # 2000 vs 3 x 200
+    assert load.tolist() == [2000, 600]
+    assert partition(man, sizes, 8).tolist() == [0, 1, 2, 3]  # more processes than nodes
+    assert partition(man, [5] * man.n_ranks, 1).tolist() == [0, 0, 0, 0]
