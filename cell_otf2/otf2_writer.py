@@ -296,6 +296,31 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
             raise WriterInputError(f"event {i} ({kind.name}): ref {int(events['ref'][i])} "
                                   f"is not one of the {n_defs} {list_name}")
     _check_ranks(defs, events)
+    _check_widths(events)
+
+
+#: (kinds, column, limit): parameters the C functions take as uint32_t / uint8_t
+_NARROW = (
+    ((Ev.MPI_SEND, Ev.MPI_RECV, Ev.MPI_ISEND, Ev.MPI_IRECV), "p1", 1 << 32),
+    ((Ev.MPI_SEND, Ev.MPI_RECV, Ev.MPI_ISEND, Ev.MPI_IRECV, Ev.MPI_COLL_END), "p2", 1 << 32),
+    ((Ev.RMA_GET, Ev.RMA_PUT), "p1", 1 << 32),
+    ((Ev.MPI_COLL_END,), "p1", 1 << 8),
+)
+
+
+def _check_widths(events: np.ndarray) -> None:
+    """Values passed as uint32_t or uint8_t must fit (ctypes would cut them silently)."""
+    types = events["type"]
+    for kinds, column, limit in _NARROW:
+        sel = np.isin(types, np.array([int(k) for k in kinds], dtype=types.dtype))
+        if not sel.any():
+            continue
+        big = events[column][sel] >= np.uint64(limit)
+        if big.any():
+            i = int(np.flatnonzero(sel)[int(np.argmax(big))])
+            raise WriterInputError(
+                f"event {i} ({Ev(int(types[i])).name}): {column} = {int(events[column][i])} does "
+                f"not fit its {'uint8_t' if limit == 256 else 'uint32_t'} parameter")
 
 
 def _check_ranks(defs: ArchiveDefs, events: np.ndarray) -> None:
