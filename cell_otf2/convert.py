@@ -58,6 +58,7 @@ class Summary:
     lost_slots: int = 0
     lost_blocks: int = 0
     damage: list[str] = field(default_factory=list)
+    events_by_type: dict[str, int] = field(default_factory=dict)  # Ev name -> events written
     stage_seconds: dict[str, float] = field(default_factory=dict)
     wall_seconds: float = 0.0
     converter_processes: int = 1  # MPI processes that converted (``parallel.py``)
@@ -272,6 +273,7 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
     s.relaxation_ticks = res.relaxation
     s.order_violations = res.order_violations
     s.heartbeats = estats.heartbeats
+    s.events_by_type = dict(estats.by_type)
     s.lost_slots = dec.slots_lost
     s.lost_blocks = dec.blocks_missing
     s.damage = pipe.damage.summary_lines()

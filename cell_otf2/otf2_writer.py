@@ -46,11 +46,13 @@ The writer never sorts and never changes a timestamp.
 from __future__ import annotations
 
 import ctypes
+import operator
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 import _otf2
@@ -162,39 +164,71 @@ class WriteStats:
 # --------------------------------------------------------------------------------------------
 
 
+#: C signatures of the event writer calls, after (writer, attribute list, time): "I" uint32_t,
+#: "B" uint8_t, "Q" uint64_t, "p" pointer. Used to bind nothing and check everything: see _CApi
+_SIGNATURES = {
+    "OTF2_EvtWriter_Enter": "I",  # region
+    "OTF2_EvtWriter_Leave": "I",
+    "OTF2_EvtWriter_MpiSend": "IIIQ",  # receiver, comm, tag, length
+    "OTF2_EvtWriter_MpiRecv": "IIIQ",  # sender, comm, tag, length
+    "OTF2_EvtWriter_MpiIsend": "IIIQQ",  # ... request id
+    "OTF2_EvtWriter_MpiIrecv": "IIIQQ",
+    "OTF2_EvtWriter_MpiIsendComplete": "Q",
+    "OTF2_EvtWriter_MpiIrecvRequest": "Q",
+    "OTF2_EvtWriter_MpiCollectiveBegin": "",
+    "OTF2_EvtWriter_MpiCollectiveEnd": "BIIQQ",  # op, comm, root, sent, received
+    "OTF2_EvtWriter_RmaGet": "IIQQ",  # window, remote, bytes, matching id
+    "OTF2_EvtWriter_RmaPut": "IIQQ",
+    "OTF2_EvtWriter_RmaOpCompleteBlocking": "IQ",  # window, matching id
+    "OTF2_EvtWriter_Metric": "IBpp",  # metric, number of values, type ids, values
+}
+
+
 class _CApi:
-    """ctypes function objects of the event writer with argument types set once."""
+    """The event writer's C functions as ctypes function objects, fetched once.
+
+    The hot loop is what a conversion spends most of its time in, and most of a ctypes call's
+    cost is converting its arguments. So the functions are loaded through ``ctypes.PyDLL`` (a
+    call keeps the GIL instead of releasing and re-acquiring it around a C function that runs
+    for tens of nanoseconds; the OTF2 library calls back into Python only for its flush
+    callback, which takes the GIL it already has) and are called *without* ``argtypes``, with
+    arguments that need no conversion object: pointers and uint64_t values as ready ``c_void_p``
+    / ``c_uint64`` objects (times are made in C by ``map(c_uint64, ...)`` as the calls consume
+    them), uint32_t and uint8_t values as Python ints (ctypes passes an int as a C int, which
+    has the bit pattern of any value below 2^32; ``_check_events`` refuses larger ones). That
+    is about twice as fast per call as ``argtypes`` converting every argument.
+    ``_SIGNATURES`` records each function's parameters.
+    """
 
     def __init__(self) -> None:
-        lib = _otf2.conf.lib
-        vp, u8, u32, u64 = ctypes.c_void_p, ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64
+        lib = ctypes.PyDLL(_otf2.conf.lib._name)  # the library the bindings loaded
 
-        def bind(name: str, *argtypes: type) -> ctypes._CFuncPtr:
+        def fetch(name: str) -> ctypes._CFuncPtr:
             fn = lib[name]  # item access returns a private function object, not the shared one
-            fn.argtypes = list(argtypes)
             fn.restype = ctypes.c_int
             return fn
 
-        head = (vp, vp, u64)  # writer, attribute list, time
-        self.enter = bind("OTF2_EvtWriter_Enter", *head, u32)
-        self.leave = bind("OTF2_EvtWriter_Leave", *head, u32)
-        # receiver/sender, comm, tag, length
-        self.mpi_send = bind("OTF2_EvtWriter_MpiSend", *head, u32, u32, u32, u64)
-        self.mpi_recv = bind("OTF2_EvtWriter_MpiRecv", *head, u32, u32, u32, u64)
-        self.mpi_isend = bind("OTF2_EvtWriter_MpiIsend", *head, u32, u32, u32, u64, u64)
-        self.mpi_irecv = bind("OTF2_EvtWriter_MpiIrecv", *head, u32, u32, u32, u64, u64)
-        self.mpi_isend_complete = bind("OTF2_EvtWriter_MpiIsendComplete", *head, u64)
-        self.mpi_irecv_request = bind("OTF2_EvtWriter_MpiIrecvRequest", *head, u64)
-        self.mpi_coll_begin = bind("OTF2_EvtWriter_MpiCollectiveBegin", *head)
-        # collective op, comm, root, sent, received
-        self.mpi_coll_end = bind("OTF2_EvtWriter_MpiCollectiveEnd", *head, u8, u32, u32, u64, u64)
-        # window, remote, bytes, matching id
-        self.rma_get = bind("OTF2_EvtWriter_RmaGet", *head, u32, u32, u64, u64)
-        self.rma_put = bind("OTF2_EvtWriter_RmaPut", *head, u32, u32, u64, u64)
-        self.rma_complete = bind("OTF2_EvtWriter_RmaOpCompleteBlocking", *head, u32, u64)
-        # metric, number of values, type ids, values
-        self.metric = bind("OTF2_EvtWriter_Metric", *head, u32, u8, vp, vp)
-        self.attr_add_u64 = bind("OTF2_AttributeList_AddUint64", vp, u32, u64)
+        self.enter = fetch("OTF2_EvtWriter_Enter")
+        self.leave = fetch("OTF2_EvtWriter_Leave")
+        self.mpi_send = fetch("OTF2_EvtWriter_MpiSend")
+        self.mpi_recv = fetch("OTF2_EvtWriter_MpiRecv")
+        self.mpi_isend = fetch("OTF2_EvtWriter_MpiIsend")
+        self.mpi_irecv = fetch("OTF2_EvtWriter_MpiIrecv")
+        self.mpi_isend_complete = fetch("OTF2_EvtWriter_MpiIsendComplete")
+        self.mpi_irecv_request = fetch("OTF2_EvtWriter_MpiIrecvRequest")
+        self.mpi_coll_begin = fetch("OTF2_EvtWriter_MpiCollectiveBegin")
+        self.mpi_coll_end = fetch("OTF2_EvtWriter_MpiCollectiveEnd")
+        self.rma_get = fetch("OTF2_EvtWriter_RmaGet")
+        self.rma_put = fetch("OTF2_EvtWriter_RmaPut")
+        self.rma_complete = fetch("OTF2_EvtWriter_RmaOpCompleteBlocking")
+        self.metric = fetch("OTF2_EvtWriter_Metric")
+        self.attr_add_u64 = fetch("OTF2_AttributeList_AddUint64")  # list, attribute (I), Q
+        #: Ev -> its C function for the kinds called as f(writer, None, time, ref)
+        self.region_fns = np.empty(max(Ev) + 1, dtype=object)
+        self.region_fns[Ev.ENTER] = self.enter
+        self.region_fns[Ev.LEAVE] = self.leave
+        self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
+        self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
 
 
 _API: _CApi | None = None
@@ -262,6 +296,31 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
             raise WriterInputError(f"event {i} ({kind.name}): ref {int(events['ref'][i])} "
                                   f"is not one of the {n_defs} {list_name}")
     _check_ranks(defs, events)
+    _check_widths(events)
+
+
+#: (kinds, column, limit): parameters the C functions take as uint32_t / uint8_t
+_NARROW = (
+    ((Ev.MPI_SEND, Ev.MPI_RECV, Ev.MPI_ISEND, Ev.MPI_IRECV), "p1", 1 << 32),
+    ((Ev.MPI_SEND, Ev.MPI_RECV, Ev.MPI_ISEND, Ev.MPI_IRECV, Ev.MPI_COLL_END), "p2", 1 << 32),
+    ((Ev.RMA_GET, Ev.RMA_PUT), "p1", 1 << 32),
+    ((Ev.MPI_COLL_END,), "p1", 1 << 8),
+)
+
+
+def _check_widths(events: np.ndarray) -> None:
+    """Values passed as uint32_t or uint8_t must fit (ctypes would cut them silently)."""
+    types = events["type"]
+    for kinds, column, limit in _NARROW:
+        sel = np.isin(types, np.array([int(k) for k in kinds], dtype=types.dtype))
+        if not sel.any():
+            continue
+        big = events[column][sel] >= np.uint64(limit)
+        if big.any():
+            i = int(np.flatnonzero(sel)[int(np.argmax(big))])
+            raise WriterInputError(
+                f"event {i} ({Ev(int(types[i])).name}): {column} = {int(events[column][i])} does "
+                f"not fit its {'uint8_t' if limit == 256 else 'uint32_t'} parameter")
 
 
 def _check_ranks(defs: ArchiveDefs, events: np.ndarray) -> None:
@@ -367,80 +426,109 @@ class _Archive:
 def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray) -> None:
     """Write one location's rows, in order. The per-event hot loop of the converter.
 
-    Enter and Leave (most events) go straight to their C function through a table indexed by
-    the type; every other kind goes through a small closure that picks its parameters from the
-    columns. Return codes are OR-ed together and checked once at the end.
+    Every event is one ``fn(writer, None, time, ref)`` call made by ``map`` in C (no Python
+    bytecode per event; arguments as ``_CApi`` explains): ``fn`` is the C function itself for
+    Enter and Leave (most events); for every other kind a small function of this chunk that
+    takes that kind's further parameters from iterators over their columns (events of one
+    kind are consumed in order) and makes the C call(s). The first non-zero return code stops
+    the writing.
     """
-    types = rows["type"].tolist()
-    refs = rows["ref"].tolist()
-    times = rows["time"].tolist()
-    region_events = (None, api.enter, api.leave)  # indexed by Ev.ENTER = 1, Ev.LEAVE = 2
-    bad = 0
-    if max(types, default=0) <= Ev.LEAVE:  # Enter/Leave only: nothing else to look at
-        for ty, ref, t in zip(types, refs, times, strict=True):
-            bad |= region_events[ty](writer, None, t, ref)
-    else:
-        other = _other_event_writers(api, writer, attrs, rows)
-        last_region_type = int(Ev.LEAVE)  # a plain int: comparing with the enum is slower
-        for i, (ty, ref, t) in enumerate(zip(types, refs, times, strict=True)):
-            if ty <= last_region_type:
-                bad |= region_events[ty](writer, None, t, ref)
-            else:
-                bad |= other[ty](i, t, ref)
-    if bad:
+    types = rows["type"]
+    fns = api.region_fns[types]
+    if types.size and int(types.max()) > Ev.LEAVE:
+        _add_other_event_writers(api, ctypes.c_void_p(attrs), rows, fns)
+    times = map(ctypes.c_uint64, rows["time"].tolist())
+    if any(map(operator.call, fns.tolist(), repeat(ctypes.c_void_p(writer)), repeat(None), times,
+               rows["ref"].tolist())):
         raise OutputError("the OTF2 library refused events (its messages are above)")
 
 
-def _other_event_writers(
-    api: _CApi, w: int, attrs: int, rows: np.ndarray
-) -> list[Callable[[int, int, int], int] | None]:
-    """Per Ev value, a function (row index, time, ref) -> return code for the non-region kinds."""
-    p1, p2, p3, p4, p5, p6 = (rows[f"p{k}"].tolist() for k in range(1, 7))
+def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
+                             fns: np.ndarray) -> None:
+    """Fill ``fns`` at the non-region events with functions (writer, _, time, ref) -> code."""
+    types = rows["type"]
+    present = np.unique(types[types > Ev.LEAVE]).tolist()
     add = api.attr_add_u64
-    metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
-    metric_values = (ctypes.c_uint64 * 1)()  # OTF2_MetricValue[1], the unsigned member
-    enter, get, put, complete = api.enter, api.rma_get, api.rma_put, api.rma_complete
+    u64 = ctypes.c_uint64
 
-    def dma_attributes(i: int) -> int:
-        packed = p4[i]  # tag | opcode << 8 | list elements << 16 (model.Ev)
-        return (
-            add(attrs, ATTR_DMA_TAG, packed & 0xFF)
-            | add(attrs, ATTR_MFC_OPCODE, (packed >> 8) & 0xFF)
-            | add(attrs, ATTR_LIST_ELEMENTS, packed >> 16)
-            | add(attrs, ATTR_EA, p5[i])
-            | add(attrs, ATTR_LS_ADDRESS, p6[i])
-        )
+    def ints(values: np.ndarray) -> Callable[[], int]:  # uint32_t / uint8_t parameters
+        return iter(values.tolist()).__next__
 
-    def metric(i: int, t: int, ref: int) -> int:
-        metric_values[0] = p1[i]
-        return api.metric(w, None, t, ref, 1, metric_types, metric_values)
+    def longs(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t parameters
+        return map(u64, values.tolist()).__next__
 
-    # OTF2 empties the attribute list after every event written with it
-    by_type: dict[Ev, Callable[[int, int, int], int]] = {
-        Ev.MPI_SEND: lambda i, t, ref: api.mpi_send(w, None, t, p1[i], ref, p2[i], p3[i]),
-        Ev.MPI_RECV: lambda i, t, ref: api.mpi_recv(w, None, t, p1[i], ref, p2[i], p3[i]),
-        Ev.MPI_ISEND: lambda i, t, ref: api.mpi_isend(w, None, t, p1[i], ref, p2[i], p3[i],
-                                                      p4[i]),
-        Ev.MPI_ISEND_COMPLETE: lambda i, t, ref: api.mpi_isend_complete(w, None, t, p4[i]),
-        Ev.MPI_IRECV_REQUEST: lambda i, t, ref: api.mpi_irecv_request(w, None, t, p4[i]),
-        Ev.MPI_IRECV: lambda i, t, ref: api.mpi_irecv(w, None, t, p1[i], ref, p2[i], p3[i],
-                                                      p4[i]),
-        Ev.MPI_COLL_BEGIN: lambda i, t, ref: api.mpi_coll_begin(w, None, t),
-        Ev.MPI_COLL_END: lambda i, t, ref: api.mpi_coll_end(w, None, t, p1[i], ref, p2[i],
-                                                            p3[i], p4[i]),
-        Ev.RMA_GET: lambda i, t, ref: dma_attributes(i) | get(w, attrs, t, ref, p1[i], p2[i],
-                                                              p3[i]),
-        Ev.RMA_PUT: lambda i, t, ref: dma_attributes(i) | put(w, attrs, t, ref, p1[i], p2[i],
-                                                              p3[i]),
-        Ev.RMA_OP_COMPLETE_BLOCKING: lambda i, t, ref: complete(w, None, t, ref, p3[i]),
-        Ev.METRIC: metric,
-        Ev.ENTER_OFF_SPU: lambda i, t, ref: (add(attrs, ATTR_PHYSICAL_SPU, p1[i])
-                                             | enter(w, attrs, t, ref)),
-    }
-    table: list[Callable[[int, int, int], int] | None] = [None] * (max(Ev) + 1)
-    for kind, fn in by_type.items():
-        table[kind] = fn
-    return table
+    for kind in present:
+        sel = types == kind
+        p1, p2, p3, p4 = (rows[f"p{k}"][sel] for k in range(1, 5))
+        if kind == Ev.ENTER_OFF_SPU:
+            spu, enter = longs(p1), api.enter
+
+            def fn(w, _, t, ref, spu=spu, enter=enter):
+                return add(attrs, ATTR_PHYSICAL_SPU, spu()) | enter(w, attrs, t, ref)
+        elif kind in (Ev.RMA_GET, Ev.RMA_PUT):
+            # p4 = tag | opcode << 8 | list elements << 16 (model.Ev)
+            tag, opcode, elements = longs(p4 & 0xFF), longs((p4 >> 8) & 0xFF), longs(p4 >> 16)
+            ea, ls = longs(rows["p5"][sel]), longs(rows["p6"][sel])
+            remote, size, match = ints(p1), longs(p2), longs(p3)
+            rma = api.rma_get if kind == Ev.RMA_GET else api.rma_put
+
+            # OTF2 empties the attribute list after every event written with it
+            def fn(w, _, t, ref, tag=tag, opcode=opcode, elements=elements, ea=ea, ls=ls,
+                   remote=remote, size=size, match=match, rma=rma):
+                return (add(attrs, ATTR_DMA_TAG, tag())
+                        | add(attrs, ATTR_MFC_OPCODE, opcode())
+                        | add(attrs, ATTR_LIST_ELEMENTS, elements())
+                        | add(attrs, ATTR_EA, ea())
+                        | add(attrs, ATTR_LS_ADDRESS, ls())
+                        | rma(w, attrs, t, ref, remote(), size(), match()))
+        elif kind == Ev.METRIC:
+            values = np.ascontiguousarray(p1, dtype=np.uint64)
+            # OTF2_MetricValue[1] of each event: its value's address in ``values``
+            address = map(ctypes.c_void_p,
+                          (values.ctypes.data + 8 * np.arange(values.size)).tolist()).__next__
+            metric, types_at = api.metric, api.metric_types_at
+
+            def fn(w, _, t, ref, address=address, metric=metric, values=values,
+                   types_at=types_at):
+                return metric(w, None, t, ref, 1, types_at, address())
+        elif kind == Ev.RMA_OP_COMPLETE_BLOCKING:
+            match, complete = longs(p3), api.rma_complete
+
+            def fn(w, _, t, ref, match=match, complete=complete):
+                return complete(w, None, t, ref, match())
+        elif kind in (Ev.MPI_SEND, Ev.MPI_RECV):
+            peer, tag, size = ints(p1), ints(p2), longs(p3)
+            call = api.mpi_send if kind == Ev.MPI_SEND else api.mpi_recv
+
+            def fn(w, _, t, ref, peer=peer, tag=tag, size=size, call=call):
+                return call(w, None, t, peer(), ref, tag(), size())
+        elif kind in (Ev.MPI_ISEND, Ev.MPI_IRECV):
+            peer, tag, size, request = ints(p1), ints(p2), longs(p3), longs(p4)
+            call = api.mpi_isend if kind == Ev.MPI_ISEND else api.mpi_irecv
+
+            def fn(w, _, t, ref, peer=peer, tag=tag, size=size, request=request, call=call):
+                return call(w, None, t, peer(), ref, tag(), size(), request())
+        elif kind in (Ev.MPI_ISEND_COMPLETE, Ev.MPI_IRECV_REQUEST):
+            request = longs(p4)
+            call = (api.mpi_isend_complete if kind == Ev.MPI_ISEND_COMPLETE
+                    else api.mpi_irecv_request)
+
+            def fn(w, _, t, ref, request=request, call=call):
+                return call(w, None, t, request())
+        elif kind == Ev.MPI_COLL_BEGIN:
+            begin = api.mpi_coll_begin
+
+            def fn(w, _, t, ref, begin=begin):
+                return begin(w, None, t)
+        elif kind == Ev.MPI_COLL_END:
+            op, root, sent, received = ints(p1), ints(p2), longs(p3), longs(p4)
+            end = api.mpi_coll_end
+
+            def fn(w, _, t, ref, op=op, root=root, sent=sent, received=received, end=end):
+                return end(w, None, t, op(), ref, root(), sent(), received())
+        else:  # _check_events refuses unknown kinds before anything is written
+            raise WriterInputError(f"event type {kind} has no writer")
+        fns[sel] = fn
 
 
 def _write_events(
@@ -714,31 +802,68 @@ def write_ceiling(n_events: int, tmpdir: Path) -> float:
     """Events per second for Enter/Leave pairs pushed through the same C entry points.
 
     Writes ``n_events`` (rounded up to even) to one location of a scratch archive in a fresh
-    directory under ``tmpdir`` with nothing else to do per event, the ceiling of
-    ``write_archive``'s hot loop, and removes the scratch archive again.
+    directory under ``tmpdir`` with nothing else to do per event: the calls are made exactly
+    as ``write_archive``'s hot loop makes them (``map`` over prepared lists), only the calls
+    are timed. The scratch archive is removed again.
     """
     n_pairs = max(1, (n_events + 1) // 2)
+    rows = np.zeros(2 * n_pairs, EVENT_DTYPE)
+    rows["type"][0::2], rows["type"][1::2] = Ev.ENTER, Ev.LEAVE
+    rows["time"] = np.arange(rows.size) // 2
+    return _timed_calls(rows, tmpdir)
+
+
+def write_mix_ceiling(per_type: dict[str, int], tmpdir: Path) -> float:
+    """Events per second for a given mix of event kinds (``Ev`` name -> count), as
+    ``write_ceiling`` but with every kind's C calls (RMA events with their five attributes).
+
+    The kinds are interleaved evenly in one location; parameters are zeros (ref 0: the
+    scratch archive has no definitions, which only a reader would notice). Only the calls are
+    timed, so this is what writing that mix costs with nothing else to do.
+    """
+    counts = {Ev[name]: int(n) for name, n in per_type.items() if int(n) > 0}
+    total = sum(counts.values())
+    if not total:
+        return float("inf")
+    types = np.concatenate([np.full(n, int(kind), dtype=np.uint8) for kind, n in counts.items()])
+    # even interleaving: event k of a kind with n events sits at (k + 0.5) / n of the run
+    frac = np.concatenate([(np.arange(n) + 0.5) / n for n in counts.values()])
+    rows = np.zeros(total, EVENT_DTYPE)
+    rows["type"] = types[np.argsort(frac, kind="stable")]
+    rows["time"] = np.arange(total)
+    return _timed_calls(rows, tmpdir)
+
+
+#: CPU seconds of the last ceiling measurement (for benchmarks on a shared machine)
+LAST_CEILING_CPU_SECONDS = [0.0]
+
+
+def _timed_calls(rows: np.ndarray, tmpdir: Path) -> float:
     scratch = Path(tempfile.mkdtemp(prefix="write-ceiling-", dir=tmpdir))
     try:
         archive = _Archive(scratch, "ceiling")
         api = _api()
-        enter, leave = api.enter, api.leave
-        times = list(range(n_pairs))
+        attr_list = _otf2.AttributeList_New()
         try:
             writer, w = archive.location_writer(0)
             try:
-                bad = 0
-                t0 = time.perf_counter()
-                for t in times:
-                    bad |= enter(w, None, t, 0)
-                    bad |= leave(w, None, t, 0)
+                fns = api.region_fns[rows["type"]]
+                if rows.size and int(rows["type"].max()) > Ev.LEAVE:
+                    _add_other_event_writers(api, ctypes.c_void_p(_address(attr_list)), rows,
+                                             fns)
+                fns_list, times, refs = fns.tolist(), rows["time"].tolist(), rows["ref"].tolist()
+                t0, c0 = time.perf_counter(), time.process_time()
+                bad = any(map(operator.call, fns_list, repeat(ctypes.c_void_p(w)),
+                              repeat(None), map(ctypes.c_uint64, times), refs))
                 seconds = time.perf_counter() - t0
+                LAST_CEILING_CPU_SECONDS[0] = time.process_time() - c0
             finally:
                 archive.close_location_writer(writer)
             if bad:
                 raise OutputError("the OTF2 library refused events (its messages are above)")
         finally:
+            _otf2.AttributeList_Delete(attr_list)
             archive.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return 2 * n_pairs / seconds if seconds > 0 else float("inf")
+    return rows.size / seconds if seconds > 0 else float("inf")

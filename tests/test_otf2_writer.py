@@ -409,6 +409,18 @@ def test_ranks_outside_the_communicator_are_refused(tmp_path, kind, column, valu
     _refused(tmp_path, events, f"event {i} \\({kind.name}\\): {what} is not a rank")
 
 
+@pytest.mark.parametrize("kind, column, value, what", [
+    (Ev.MPI_SEND, "p2", 1 << 32, "uint32_t"),  # tag
+    (Ev.MPI_COLL_END, "p1", 256, "uint8_t"),  # collective operation
+])
+def test_values_wider_than_their_c_parameter_are_refused(tmp_path, kind, column, value, what):
+    events = sample_events()
+    i = int(np.flatnonzero(events["type"] == kind)[-1])
+    events[column][i] = value
+    _refused(tmp_path, events, f"event {i} \\({kind.name}\\): {column} = {value} does not fit "
+             f"its {what} parameter")
+
+
 def test_existing_archive_is_refused(written):
     anchor = written[3]
     with pytest.raises(OutputError, match="already exists"):
