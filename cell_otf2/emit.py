@@ -168,9 +168,15 @@ class _Events:
         return ev[order]
 
 
-def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
+def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
+                      sync_intervals: dict[int, str] | None = None
                       ) -> tuple[ArchiveDefs, dict]:
-    """All definitions; returns them and the lookups emit needs (region refs etc.)."""
+    """All definitions; returns them and the lookups emit needs (region refs etc.).
+
+    ``sync_intervals`` (location -> property value, as ``sync_intervals_property`` makes it)
+    is given by a caller whose ``dec`` holds no records (the parallel converter's process 0,
+    which gathers the values from the processes that hold them); else it is computed here.
+    """
     man = dec.manifest
     p0 = man.processes[0]
     hz = man.timebase_hz
@@ -224,7 +230,9 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
         w = w[np.isfinite(w)]
         value = f"{float(w.max()):.1f}" if w.size else "unbounded"
         defs.location_properties.append(LocationProperty(int(loc), PROP_SYNC_BOUND, value))
-    for loc, value in _sync_intervals(dec, result).items():
+    if sync_intervals is None:
+        sync_intervals = sync_intervals_property(dec, result)
+    for loc, value in sorted(sync_intervals.items()):
         defs.location_properties.append(LocationProperty(loc, PROP_SYNC_INTERVALS, value))
     # regions: manifest regions, programs, Cell regions
     region_ref: dict[int, int] = {}
@@ -270,7 +278,7 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
     return defs, lookups
 
 
-def _sync_intervals(dec: Decoded, result: SyncResult) -> dict[int, str]:
+def sync_intervals_property(dec: Decoded, result: SyncResult) -> dict[int, str]:
     """SPE location -> its ``cell2otf2::sync_intervals`` value (format: module docstring)."""
     doms = dec.domains
     rec = dec.records

@@ -52,7 +52,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode
-from .emit import DmaStyle, EmitStats, build_definitions, emit
+from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
 from .manifest import Manifest, load_manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
@@ -446,10 +446,12 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         "events": int(events.size), "dma": estats.dma, "dma_completed": estats.dma_completed,
         "heartbeats": estats.heartbeats, "counts": cons.counts, "assumed": cons.assumed,
         "damage": {s: log.entries() for s, log in logs.items()}, "seconds": steps.seconds,
+        "sync_intervals": sync_intervals_property(dec, result),
     }, root=0)
     if root:
         whole = _whole_run(man, layout, dec, gathered, node_maps, state)
-        defs, _ = build_definitions(whole.decoded, whole.sync, first, last)
+        intervals = {loc: v for g in gathered for loc, v in g["sync_intervals"].items()}
+        defs, _ = build_definitions(whole.decoded, whole.sync, first, last, intervals)
     my_locs = np.flatnonzero(np.isin(layout.locations["rank"], my_ranks))
 
     # 7. write
