@@ -50,7 +50,7 @@ import operator
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -525,37 +525,70 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
         fns[sel] = fn
 
 
-def _write_events(
-    archive: _Archive,
-    events: np.ndarray,
-    n_locations: int,
-    progress: Callable[[int], None] | None,
-) -> None:
-    api = _api()
-    attr_list = _otf2.AttributeList_New()
-    attrs = _address(attr_list)
-    if not attrs:
-        raise OutputError("OTF2 could not allocate an attribute list")
-    bounds = np.searchsorted(events["loc"], np.arange(n_locations + 1), side="left")
-    done = reported = 0
-    try:
-        for loc in range(n_locations):
-            writer, writer_at = archive.location_writer(loc)
+class _EventStream:
+    """Writes the event table piece by piece: pieces cover consecutive location ranges in
+    order; each location is written in one go (the C library's writer of a location is
+    opened once), locations no piece has get an empty event file."""
+
+    def __init__(self, archive: _Archive, defs: ArchiveDefs,
+                 progress: Callable[[int], None] | None) -> None:
+        self.archive = archive
+        self.defs = defs
+        self.n_locations = len(defs.locations)
+        self.progress = progress
+        self.api = _api()
+        self.next_loc = 0  # locations before it are written
+        self.done = self.reported = 0
+        self.counts = np.zeros(self.n_locations, dtype=np.int64)
+        self.per_type = np.zeros(max(Ev) + 1, dtype=np.int64)
+        self.attr_list = _otf2.AttributeList_New()
+        self.attrs = _address(self.attr_list)
+        if not self.attrs:
+            raise OutputError("OTF2 could not allocate an attribute list")
+
+    def write(self, events: np.ndarray, checked: bool = False) -> None:
+        if not events.size:
+            return
+        if not checked:
+            _check_events(self.defs, events)
+        first, last = int(events["loc"][0]), int(events["loc"][-1])
+        if first < self.next_loc:
+            raise WriterInputError(f"events of location {first} come after those of location "
+                                   f"{self.next_loc - 1} (pieces must follow location order)")
+        self.counts += np.bincount(events["loc"], minlength=self.n_locations)
+        self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
+        bounds = np.searchsorted(events["loc"], np.arange(first, last + 2), side="left")
+        self._empty_until(first)
+        for loc in range(first, last + 1):
+            lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
+            writer, writer_at = self.archive.location_writer(loc)
             try:
-                lo, hi = int(bounds[loc]), int(bounds[loc + 1])
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
-                    _write_location_events(api, writer_at, attrs, events[start:stop])
-                    done += stop - start
-                    if progress is not None and done - reported >= PROGRESS_EVENTS:
-                        progress(done)
-                        reported = done
+                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop])
+                    self.done += stop - start
+                    if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
+                        self.progress(self.done)
+                        self.reported = self.done
             finally:
-                archive.close_location_writer(writer)
-    finally:
-        _otf2.AttributeList_Delete(attr_list)
-    if progress is not None and (reported != done or done == 0):
-        progress(done)
+                self.archive.close_location_writer(writer)
+        self.next_loc = last + 1
+
+    def _empty_until(self, stop: int) -> None:
+        for loc in range(self.next_loc, stop):
+            writer, _ = self.archive.location_writer(loc)
+            self.archive.close_location_writer(writer)
+        self.next_loc = max(self.next_loc, stop)
+
+    def finish(self) -> None:
+        self._empty_until(self.n_locations)
+        if self.progress is not None and (self.reported != self.done or self.done == 0):
+            self.progress(self.done)
+
+    def close(self) -> None:
+        if self.attr_list is not None:
+            _otf2.AttributeList_Delete(self.attr_list)
+            self.attr_list = None
 
 
 class _Strings:
@@ -724,40 +757,49 @@ def _write_definitions(archive: _Archive, defs: ArchiveDefs, counts: np.ndarray)
 
 def write_archive(
     defs: ArchiveDefs,
-    events: np.ndarray,
+    events: np.ndarray | Iterable[np.ndarray],
     archive_dir: Path,
     archive_name: str,
     progress: Callable[[int], None] | None = None,
 ) -> WriteStats:
     """Write ``archive_dir/archive_name.otf2``, ``.def`` and the event folder.
 
-    ``events`` is an ``EVENT_DTYPE`` array sorted by (loc, time, seq). ``progress`` is called
-    with the number of events written so far, every ``PROGRESS_EVENTS`` events and at the end.
-    Raises ``WriterInputError`` for a table that breaks its contract (before writing anything)
-    and ``OutputError`` when the archive cannot be written.
+    ``events`` is an ``EVENT_DTYPE`` array sorted by (loc, time, seq), or an iterable of such
+    arrays covering consecutive location ranges in location order (``emit.EventChunks``, so
+    the whole table never has to exist at once). ``progress`` is called with the number of
+    events written so far, every ``PROGRESS_EVENTS`` events and at the end. Raises
+    ``WriterInputError`` for a table that breaks its contract (a single array: before writing
+    anything; pieces: before writing that piece, into the archive being written, which the
+    caller then discards) and ``OutputError`` when the archive cannot be written.
     """
     t_start = time.perf_counter()
-    _check_events(defs, events)
+    whole = isinstance(events, np.ndarray)
+    if whole:
+        _check_events(defs, events)
     _check_defs(defs)
-    n_loc = len(defs.locations)
-    counts = np.bincount(events["loc"], minlength=n_loc).astype(np.int64)
-    per_type = np.bincount(events["type"], minlength=max(Ev) + 1)
     archive = _Archive(Path(archive_dir), archive_name)
+    stream: _EventStream | None = None
     try:
         try:
             _otf2.Archive_SetCreator(archive.handle, defs.creator)
             if defs.system_nodes:
                 _otf2.Archive_SetMachineName(archive.handle, defs.system_nodes[0].name)
-            _write_events(archive, events, n_loc, progress)
+            stream = _EventStream(archive, defs, progress)
+            for piece in ([events] if whole else events):
+                stream.write(piece, checked=whole)
+            stream.finish()
             archive.close_event_files()
-            _write_definitions(archive, defs, counts)
+            _write_definitions(archive, defs, stream.counts)
         finally:
+            if stream is not None:
+                stream.close()
             archive.close()
     except _otf2.Error as exc:
         raise OutputError(f"{Path(archive_dir) / archive_name}.otf2: the OTF2 library failed: "
                           f"{exc.name}: {exc.description}") from exc
+    per_type = stream.per_type
     return WriteStats(
-        events_per_location=counts,
+        events_per_location=stream.counts,
         events_per_type={e: int(per_type[e]) for e in Ev if per_type[e]},
         seconds=time.perf_counter() - t_start,
     )
