@@ -369,9 +369,12 @@ class _Archive:
                                   f"overwrite an archive)")
         try:
             archive_dir.mkdir(parents=True, exist_ok=True)
+            # chunk sizes: 1 MiB per event buffer; 256 KiB (OTF2's smallest) per definition
+            # buffer, which grows by chunks as needed: a 4 MiB chunk per location's (empty)
+            # local definition writer cost 2-3 ms each to set up and tear down
             self.handle = _otf2.Archive_Open(
                 str(archive_dir), archive_name, _otf2.FILEMODE_WRITE, 1024 * 1024,
-                4 * 1024 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
+                256 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
             )
             # the callbacks must stay referenced as long as the archive is open
             self._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
@@ -437,19 +440,31 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
         raise OutputError("the OTF2 library refused events (its messages are above)")
 
 
+def _u64_objects(values: np.ndarray) -> list[ctypes.c_uint64]:
+    """``c_uint64`` objects of ``values``; one shared object per distinct value when values
+    repeat (tags, opcodes, sizes, Local Store addresses): ctypes passes an object as it is,
+    while making one per event costs about as much as the call's own argument handling."""
+    if values.size >= 64:
+        distinct, inverse = np.unique(values, return_inverse=True)
+        if 4 * distinct.size <= values.size:
+            objects = np.empty(distinct.size, dtype=object)
+            objects[:] = list(map(ctypes.c_uint64, distinct.tolist()))
+            return objects[inverse].tolist()
+    return list(map(ctypes.c_uint64, values.tolist()))
+
+
 def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
                              fns: np.ndarray) -> None:
     """Fill ``fns`` at the non-region events with functions (writer, _, time, ref) -> code."""
     types = rows["type"]
     present = np.unique(types[types > Ev.LEAVE]).tolist()
     add = api.attr_add_u64
-    u64 = ctypes.c_uint64
 
     def ints(values: np.ndarray) -> Callable[[], int]:  # uint32_t / uint8_t parameters
         return iter(values.tolist()).__next__
 
     def longs(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t parameters
-        return map(u64, values.tolist()).__next__
+        return iter(_u64_objects(values)).__next__
 
     for kind in present:
         sel = types == kind
