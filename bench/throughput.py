@@ -110,6 +110,7 @@ def child_convert(run: str, archive: str) -> dict:
     s = convert(run, archive, force=True)
     wall = time.perf_counter() - t0
     return {"wall": wall, "cpu": time.process_time() - c0, "stages": s.stage_seconds,
+            "stages_cpu": s.stage_cpu_seconds,
             "records": s.records_in, "events": s.events_written, "maxrss": _maxrss_bytes(),
             "by_type": getattr(s, "events_by_type", None), "damage": s.damage}
 
@@ -178,16 +179,25 @@ def main() -> None:
     n, n_ev, wall = conv["records"], conv["events"], conv["wall"]
     stages = conv["stages"]
     print(f"run {run}: {n:,} records, {size / 1e6:.1f} MB on disk; {n_ev:,} events written")
-    print(f"{'stage':<8} {'seconds':>8} {'M records/s':>12} {'share':>6}")
+    cpu_stages = conv.get("stages_cpu") or {}
+    cpu = conv["cpu"]
+
+    def rate(seconds: float) -> float:
+        return n / seconds / 1e6 if seconds else float("inf")
+
+    print(f"{'stage':<8} {'seconds':>8} {'M records/s':>12} {'share':>6}   "
+          f"{'CPU s':>7} {'M rec/CPU s':>12}")
     for k, v in stages.items():
-        print(f"{k:<8} {v:8.2f} {n / v / 1e6 if v else float('inf'):12.2f} {v / wall:6.1%}")
-    print(f"{'total':<8} {wall:8.2f} {n / wall / 1e6:12.2f}   (CPU {conv['cpu']:.2f} s)")
+        c = cpu_stages.get(k, float("nan"))
+        print(f"{k:<8} {v:8.2f} {rate(v):12.2f} {v / wall:6.1%}   {c:7.2f} {rate(c):12.2f}")
+    print(f"{'total':<8} {wall:8.2f} {rate(wall):12.2f} {1:6.0%}   {cpu:7.2f} {rate(cpu):12.2f}")
     rss = conv["maxrss"]
     print(f"peak RSS {rss / 1e6:.0f} MB (a child importing the same modules: "
           f"{idle['maxrss'] / 1e6:.0f} MB); input {size / 1e6:.0f} MB; "
           f"peak RSS / input size = {rss / size:.2f}")
     sync_share = stages.get("sync", 0.0) / wall
-    print(f"synchronization share of the total: {sync_share:.1%}")
+    print(f"synchronization share of the total: {sync_share:.1%} (CPU: "
+          f"{cpu_stages.get('sync', 0.0) / cpu:.1%})")
     ceiling_s = n_ev / ceil["rate"]
     print(f"write ceiling: {ceil['rate'] / 1e6:.2f} M events/s (Enter/Leave, same C entry "
           f"points, nothing else to do): {n_ev:,} events in {ceiling_s:.2f} s")
@@ -198,7 +208,6 @@ def main() -> None:
         print(f"write ceiling for the conversion's own event mix: "
               f"{ceil['mix_rate'] / 1e6:.2f} M events/s; ratio {mix_s:.2f} / {wall:.2f} = "
               f"{mix_s / wall:.2f}")
-    cpu = conv["cpu"]
     print(f"the same ratios in CPU seconds (less sensitive to a shared machine): "
           f"{ceil['cpu']:.2f} / {cpu:.2f} = {ceil['cpu'] / cpu:.2f}"
           + (f"; own mix {ceil['mix_cpu']:.2f} / {cpu:.2f} = {ceil['mix_cpu'] / cpu:.2f}"

@@ -32,6 +32,9 @@ from .timing import SyncResult, apply_times, synchronize
 
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
+#: events per piece of the event table handed to the writer (bounds emit's memory)
+CHUNK_EVENTS = 1 << 20
+
 
 @dataclass
 class Summary:
@@ -60,6 +63,7 @@ class Summary:
     damage: list[str] = field(default_factory=list)
     events_by_type: dict[str, int] = field(default_factory=dict)  # Ev name -> events written
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_cpu_seconds: dict[str, float] = field(default_factory=dict)  # CPU time per stage
     wall_seconds: float = 0.0
     converter_processes: int = 1  # MPI processes that converted (``parallel.py``)
     rank: int = 0  # the converter process this copy was returned to; only rank 0 prints
@@ -113,9 +117,14 @@ class Pipeline:
 
 
 def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | None = None,
-            progress: Progress | None = None, timings: dict | None = None) -> Pipeline:
-    """Read, decode, match and synchronize a run (everything but writing)."""
+            progress: Progress | None = None, timings: dict | None = None,
+            cpu_timings: dict | None = None) -> Pipeline:
+    """Read, decode, match and synchronize a run (everything but writing).
+
+    ``timings`` / ``cpu_timings`` receive wall / CPU seconds per stage."""
     timings = {} if timings is None else timings
+    cpu_timings = {} if cpu_timings is None else cpu_timings
+    c0 = time.process_time()
     damage = DamageLog()
     t0 = time.perf_counter()
     man = load_manifest(Path(run_dir))
@@ -125,20 +134,21 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
         damage.extend(dumps[-1].damage)
         if progress:
             progress("read", (p.rank + 1) / man.n_ranks)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     dec = decode(man, dumps, damage)
     del dumps
     matches = match(dec, damage)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     cons = build_constraints(dec, matches, order_options)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     if progress:
         progress("sync", 0.0)
     result = synchronize(dec, cons, alpha=alpha, damage=damage,
                          node_maps=fitted_node_maps(dec, matches))
     apply_times(dec, result, damage)
-    t4 = time.perf_counter()
+    t4, c4 = time.perf_counter(), time.process_time()
     timings.update(read=t1 - t0, decode=t2 - t1, order=t3 - t2, sync=t4 - t3)
+    cpu_timings.update(read=c1 - c0, decode=c2 - c1, order=c3 - c2, sync=c4 - c3)
     return Pipeline(dec, matches, cons, result, damage)
 
 
@@ -227,12 +237,13 @@ def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_sty
     from .otf2_writer import write_archive  # the only importer of otf2
 
     timings: dict[str, float] = {}
-    pipe = analyze(Path(run_dir), alpha, order_options, progress, timings)
-    t0 = time.perf_counter()
+    cpu: dict[str, float] = {}
+    pipe = analyze(Path(run_dir), alpha, order_options, progress, timings, cpu)
+    t0, c0 = time.perf_counter(), time.process_time()
+    # the event table in pieces of whole locations, built as the writer takes them
     defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
-                                DmaStyle(dma_style))
-    t1 = time.perf_counter()
-    timings["emit"] = t1 - t0
+                                DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
+    t1, c1 = time.perf_counter(), time.process_time()
     n_events = max(1, events.size)
 
     def on_write(done: int) -> None:
@@ -241,8 +252,14 @@ def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_sty
 
     with target.staged() as tmp:
         write_archive(defs, events, tmp, target.name, progress=on_write)
-    timings["write"] = time.perf_counter() - t1
+    built = getattr(events, "seconds", 0.0)  # building the pieces is emit's work
+    built_cpu = getattr(events, "cpu_seconds", 0.0)
+    timings["emit"] = t1 - t0 + built
+    timings["write"] = time.perf_counter() - t1 - built
+    cpu["emit"] = c1 - c0 + built_cpu
+    cpu["write"] = time.process_time() - c1 - built_cpu
     summary = _summary(pipe, str(run_dir), str(archive), events.size, estats, timings)
+    summary.stage_cpu_seconds = cpu
     summary.wall_seconds = time.perf_counter() - wall0
     if report is not None:
         Path(report).write_text(json.dumps(sync_report(pipe), indent=1) + "\n")

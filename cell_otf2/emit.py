@@ -28,6 +28,7 @@ It neither matches nor synchronizes; it reads ``records['time']`` as final.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -143,29 +144,213 @@ class EmitStats:
     by_type: dict[str, int] = field(default_factory=dict)
 
 
-class _Events:
-    """Accumulates event columns; one ``add`` call per record kind, never per event."""
+class _Part:
+    """One ``_Events.add`` call: events of one kind, each tied to the record that makes it."""
 
-    def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
+    __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time")
+
+    def __init__(self, rec, offset, typ, ref, params, loc=None, time=None) -> None:
+        self.rec = rec  # int64 record index per event, ascending (own) or as given (foreign)
+        self.pos = None  # own events: index in the sequence of all own events, in order
+        self.offset = offset  # seq offset within the record (0..7)
+        self.typ = typ
+        self.ref = ref  # scalar or array per event
+        self.params = params  # name -> scalar or array per event
+        self.loc = loc  # foreign events only: destination location per event
+        self.time = time  # foreign events only: time per event
+
+    @property
+    def size(self) -> int:
+        return int(self.rec.size)
+
+    def take(self, sel) -> _Part:
+        """The events ``sel`` (a slice or index array) of this part."""
+        def cut(v):
+            return v[sel] if isinstance(v, np.ndarray) and v.ndim else v
+        part = _Part(self.rec[sel], self.offset, self.typ, cut(self.ref),
+                     {k: cut(v) for k, v in self.params.items()}, cut(self.loc), cut(self.time))
+        part.pos = cut(self.pos)
+        return part
+
+
+class _Events:
+    """Accumulates event columns, one ``add`` call per record kind (never per event), and lays
+    them out in (location, time, seq) order without sorting the table.
+
+    Every event belongs to a record ``seq // 8`` (its tie-break ``seq``). An *own* event is on
+    its record's location at its record's time; records of one location are in program order
+    with non-decreasing times (``timing.apply_times``), so a location's own events in (time,
+    seq) order are simply its records' events in record order, each record's by seq offset
+    and then in ``add`` order (what a stable sort by (loc, time, seq) gives too). They are
+    placed by counting: events per record, then a running fill per record. A *foreign* event
+    (a context switch's "off SPU" on the SPE location, a DMA message on its target) is
+    inserted where (time, seq) puts it among its location's events: before the equal-time
+    ones when its record precedes the location's records, after them otherwise.
+    """
+
+    def __init__(self, rec_loc: np.ndarray, rec_time: np.ndarray, n_locations: int) -> None:
+        self.rec_loc = rec_loc
+        self.rec_time = rec_time
+        self.n_locations = n_locations
+        self.own: list[_Part] = []
+        self.foreign: list[_Part] = []
+        self.laid_out = False
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
         loc = np.asarray(loc)
         n = loc.size
         if n == 0:
             return
-        e = np.zeros(n, EVENT_DTYPE)
-        e["loc"], e["type"], e["ref"], e["time"], e["seq"] = loc, typ, ref, time, seq
-        for k, v in p.items():
-            e[k] = v
-        self.parts.append(e)
+        seq = np.broadcast_to(np.asarray(seq, dtype=np.uint64), (n,))
+        rec = (seq >> np.uint64(3)).astype(np.int64)
+        offsets = seq & np.uint64(7)
+        time = np.broadcast_to(np.asarray(time), (n,))
+        own = (self.rec_loc[rec] == loc) & (self.rec_time[rec] == time)
+        ref = np.asarray(ref)
+        params = {k: np.asarray(v) for k, v in p.items()}
 
-    def table(self) -> np.ndarray:
-        if not self.parts:
-            return np.zeros(0, EVENT_DTYPE)
-        ev = np.concatenate(self.parts)
-        order = np.lexsort((ev["seq"], ev["time"], ev["loc"]))
-        return ev[order]
+        def cut(v, sel):
+            return v[sel] if v.ndim else v
+
+        for k in np.unique(offsets).tolist():
+            for is_own in (True, False):
+                sel = (offsets == k) & (own if is_own else ~own)
+                if not sel.any():
+                    continue
+                idx = np.flatnonzero(sel) if not sel.all() else slice(None)
+                part = _Part(rec[idx], int(k), int(typ), cut(ref, idx),
+                             {name: cut(v, idx) for name, v in params.items()})
+                if is_own:
+                    self.own.append(part)
+                else:
+                    part.loc = loc[idx].astype(np.int64)
+                    part.time = time[idx].astype(np.int64)
+                    self.foreign.append(part)
+
+    # -- layout
+
+    def _layout(self) -> None:
+        """Own positions by counting; foreign insertion points; location starts."""
+        if self.laid_out:
+            return
+        self.laid_out = True
+        n_rec = self.rec_loc.size
+        # parts with records out of order (messages, completions) are sorted by record once
+        for i, part in enumerate(self.own):
+            r = part.rec
+            if r.size > 1 and not (r[1:] > r[:-1]).all():
+                self.own[i] = part.take(np.argsort(r, kind="stable"))
+        counts = np.zeros(n_rec, dtype=np.int64)  # own events per record
+        for part in self.own:
+            if part.size > n_rec // 64:
+                counts += np.bincount(part.rec, minlength=n_rec)
+            else:
+                np.add.at(counts, part.rec, 1)
+        base = np.zeros(n_rec + 1, dtype=np.int64)
+        np.cumsum(counts, out=base[1:])
+        del counts
+        fill = np.zeros(n_rec, dtype=np.int64)
+        for part in sorted(self.own, key=lambda q: q.offset):  # stable: add order kept
+            r = part.rec
+            dup = r.size > 1 and not (r[1:] > r[:-1]).all()
+            if dup:  # several events of one record in one part (one wait completes many)
+                first = np.concatenate([[True], r[1:] != r[:-1]])
+                start = np.flatnonzero(first)
+                occ = np.arange(r.size) - np.repeat(start, np.diff(np.append(start, r.size)))
+                part.pos = base[r] + fill[r] + occ
+                np.add.at(fill, r, 1)
+            else:
+                part.pos = base[r] + fill[r]
+                fill[r] += 1
+        self.n_own = int(base[-1])
+        # own events of location L: own positions [own_start[L], own_start[L + 1])
+        rec_loc = self.rec_loc
+        loc_first_rec = np.searchsorted(rec_loc, np.arange(self.n_locations + 1))
+        self.own_start = base[loc_first_rec]
+        # foreign events: destination location, insertion point among its own events
+        if self.foreign:
+            f_loc = np.concatenate([p.loc for p in self.foreign])
+            f_time = np.concatenate([p.time for p in self.foreign])
+            f_seq = np.concatenate([p.rec * 8 + p.offset for p in self.foreign])
+            own_time = np.zeros(self.n_own, dtype=np.int64)
+            for part in self.own:
+                own_time[part.pos] = self.rec_time[part.rec]
+            insert = np.zeros(f_loc.size, dtype=np.int64)
+            for loc in np.unique(f_loc).tolist():
+                sel = np.flatnonzero(f_loc == loc)
+                lo, hi = int(self.own_start[loc]), int(self.own_start[loc + 1])
+                times = own_time[lo:hi]
+                before = f_seq[sel] < 8 * int(loc_first_rec[loc])
+                left = np.searchsorted(times, f_time[sel], side="left")
+                right = np.searchsorted(times, f_time[sel], side="right")
+                insert[sel] = lo + np.where(before, left, right)
+            order = np.lexsort((f_seq, f_time, insert, f_loc))
+            self.f_order = order
+            self.f_loc = f_loc[order]
+            self.f_insert = insert[order]
+        else:
+            self.f_order = np.zeros(0, dtype=np.int64)
+            self.f_loc = np.zeros(0, dtype=np.int64)
+            self.f_insert = np.zeros(0, dtype=np.int64)
+        n_before = np.searchsorted(self.f_loc, np.arange(self.n_locations + 1), side="left")
+        #: final index of location L's first event
+        self.loc_start = self.own_start + n_before
+        self.size = self.n_own + int(self.f_loc.size)
+
+    def counts_per_type(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for part in (*self.own, *self.foreign):
+            out[part.typ] = out.get(part.typ, 0) + part.size
+        return out
+
+    def table(self, loc_lo: int = 0, loc_hi: int | None = None) -> np.ndarray:
+        """The events of locations ``loc_lo .. loc_hi - 1``, sorted by (loc, time, seq)."""
+        self._layout()
+        loc_hi = self.n_locations if loc_hi is None else loc_hi
+        start, stop = int(self.loc_start[loc_lo]), int(self.loc_start[loc_hi])
+        own_lo, own_hi = int(self.own_start[loc_lo]), int(self.own_start[loc_hi])
+        e = np.zeros(stop - start, EVENT_DTYPE)
+        # foreign events of the range and where they go
+        f_lo, f_hi = np.searchsorted(self.f_loc, [loc_lo, loc_hi], side="left")
+        f_ins = self.f_insert[f_lo:f_hi]
+        f_final = f_ins + np.arange(f_lo, f_hi) - start
+        # an own event at own position q moves by the foreign events inserted at or before it
+        shift_all = self.f_insert  # sorted by (loc, insert): also sorted by insert
+
+        def own_final(pos: np.ndarray) -> np.ndarray:
+            return pos + np.searchsorted(shift_all, pos, side="right") - start
+
+        for part in self.own:
+            lo, hi = np.searchsorted(part.pos, [own_lo, own_hi], side="left")
+            if hi <= lo:
+                continue
+            q = part.take(slice(lo, hi))
+            at = own_final(q.pos)
+            e["loc"][at] = self.rec_loc[q.rec]
+            e["time"][at] = self.rec_time[q.rec]
+            self._fill(e, at, q)
+        if f_hi > f_lo:
+            sources = np.concatenate([np.full(p.size, i) for i, p in enumerate(self.foreign)])
+            within = np.concatenate([np.arange(p.size) for p in self.foreign])
+            idx = self.f_order[f_lo:f_hi]
+            for i, part in enumerate(self.foreign):
+                mine = sources[idx] == i
+                if not mine.any():
+                    continue
+                q = part.take(within[idx[mine]])
+                at = f_final[mine]
+                e["loc"][at] = q.loc
+                e["time"][at] = q.time
+                self._fill(e, at, q)
+        return e
+
+    @staticmethod
+    def _fill(e: np.ndarray, at: np.ndarray, q: _Part) -> None:
+        e["type"][at] = q.typ
+        e["ref"][at] = q.ref
+        e["seq"][at] = q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
+        for name, v in q.params.items():
+            e[name][at] = v
 
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
@@ -308,20 +493,27 @@ def sync_intervals_property(dec: Decoded, result: SyncResult) -> dict[int, str]:
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     """Map ids through ``table``; -1 where undefined."""
-    out = np.full(keys.size, -1, dtype=np.int64)
-    for k, v in table.items():
-        out[keys == k] = v
-    return out
+    keys = np.asarray(keys, dtype=np.int64)
+    if not table:
+        return np.full(keys.size, -1, dtype=np.int64)
+    ids = np.array(sorted(table), dtype=np.int64)
+    refs = np.array([table[int(k)] for k in ids], dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, keys), ids.size - 1)
+    return np.where(ids[at] == keys, refs[at], -1)
 
 
 def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
-         dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None
-         ) -> tuple[ArchiveDefs, np.ndarray, EmitStats]:
+         dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None,
+         chunk_events: int | None = None
+         ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 
     ``mpi_paired`` (bool per record): the MPI point-to-point records whose message has both
     ends usable, when a parallel conversion decided it across processes; None: from
-    ``matches.messages``."""
+    ``matches.messages``. With ``chunk_events``, the table comes as ``EventChunks``: pieces of
+    whole locations of about that many events each, built one at a time as they are iterated
+    (for streaming into the writer with bounded memory).
+    """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
     good = usable & (rec["code"] != 0)
@@ -329,7 +521,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     first = int(t[good].min()) if good.any() else 0
     last = int(t[good].max()) if good.any() else 0
     defs, lk = build_definitions(dec, result, first, last)
-    ev = _Events()
+    ev = _Events(rec["loc"], rec["time"], dec.locations.size)
     stats = EmitStats()
     code = rec["code"]
     loc = rec["loc"]
@@ -338,8 +530,14 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     counted = np.zeros(rec.size, dtype=bool)  # not written, already in the damage log
     rank_of = dec.locations["rank"][loc]
 
+    # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
+    by_code = np.argsort(code, kind="stable")
+    code_bounds = np.searchsorted(code[by_code], np.arange((1 << 16) + 1, dtype=np.int64))
+
     def sel(*codes) -> np.ndarray:
-        return np.flatnonzero(np.isin(code, codes) & good)
+        idx = [by_code[code_bounds[c]:code_bounds[c + 1]] for c in codes]
+        i = idx[0] if len(idx) == 1 else np.sort(np.concatenate(idx))
+        return i[good[i]]
 
     def undefined(idx: np.ndarray, what: str) -> None:
         if idx.size:
@@ -469,18 +667,46 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     hb = sel(S.HEARTBEAT)
     stats.heartbeats = int(hb.size)
     written[hb] = True
-    table = ev.table()
-    stats.events = int(table.size)
+    ev._layout()
+    stats.events = int(ev.size)
     stats.records_written = int(written.sum())
-    stats.by_type = {Ev(k).name: int(v) for k, v in
-                     zip(*np.unique(table["type"], return_counts=True), strict=True)}
+    stats.by_type = {Ev(k).name: v for k, v in sorted(ev.counts_per_type().items()) if v}
     left = np.flatnonzero(good & ~written & ~counted)
     if left.size:
         undefined_codes = sorted({int(x) for x in code[left][:1000]})
         damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[left[0]])],
                    int(rec["slot"][left[0]]), int(left.size),
                    f"records not written (codes {[hex(x) for x in undefined_codes]})")
-    return defs, table, stats
+    if chunk_events is None:
+        return defs, ev.table(), stats
+    return defs, EventChunks(ev, chunk_events), stats
+
+
+class EventChunks:
+    """The event table in pieces of whole locations, each sorted by (loc, time, seq), built
+    when iterated (so the whole table never exists at once). ``size`` = events in all
+    pieces; ``seconds`` / ``cpu_seconds`` = wall / CPU time spent building them so far."""
+
+    def __init__(self, events: _Events, chunk_events: int) -> None:
+        self._events = events
+        self.size = events.size
+        self.seconds = self.cpu_seconds = 0.0
+        starts = events.loc_start
+        # cut after the location where the running count passes each multiple of the chunk
+        cuts = [0]
+        for loc in range(1, events.n_locations):
+            if starts[loc] - starts[cuts[-1]] >= chunk_events:
+                cuts.append(loc)
+        cuts.append(events.n_locations)
+        self.ranges = list(zip(cuts[:-1], cuts[1:], strict=True))
+
+    def __iter__(self):
+        for lo, hi in self.ranges:
+            t0, c0 = time.perf_counter(), time.process_time()
+            table = self._events.table(lo, hi)
+            self.seconds += time.perf_counter() - t0
+            self.cpu_seconds += time.process_time() - c0
+            yield table
 
 
 def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_size,

@@ -50,7 +50,7 @@ import operator
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -372,9 +372,12 @@ class _Archive:
                                   f"overwrite an archive)")
         try:
             archive_dir.mkdir(parents=True, exist_ok=True)
+            # chunk sizes: 1 MiB per event buffer; 256 KiB (OTF2's smallest) per definition
+            # buffer, which grows by chunks as needed: a 4 MiB chunk per location's (empty)
+            # local definition writer cost 2-3 ms each to set up and tear down
             self.handle = _otf2.Archive_Open(
                 str(archive_dir), archive_name, _otf2.FILEMODE_WRITE, 1024 * 1024,
-                4 * 1024 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
+                256 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
             )
             # the callbacks must stay referenced as long as the archive is open
             self._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
@@ -443,19 +446,31 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
         raise OutputError("the OTF2 library refused events (its messages are above)")
 
 
+def _u64_objects(values: np.ndarray) -> list[ctypes.c_uint64]:
+    """``c_uint64`` objects of ``values``; one shared object per distinct value when values
+    repeat (tags, opcodes, sizes, Local Store addresses): ctypes passes an object as it is,
+    while making one per event costs about as much as the call's own argument handling."""
+    if values.size >= 64:
+        distinct, inverse = np.unique(values, return_inverse=True)
+        if 4 * distinct.size <= values.size:
+            objects = np.empty(distinct.size, dtype=object)
+            objects[:] = list(map(ctypes.c_uint64, distinct.tolist()))
+            return objects[inverse].tolist()
+    return list(map(ctypes.c_uint64, values.tolist()))
+
+
 def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
                              fns: np.ndarray) -> None:
     """Fill ``fns`` at the non-region events with functions (writer, _, time, ref) -> code."""
     types = rows["type"]
     present = np.unique(types[types > Ev.LEAVE]).tolist()
     add = api.attr_add_u64
-    u64 = ctypes.c_uint64
 
     def ints(values: np.ndarray) -> Callable[[], int]:  # uint32_t / uint8_t parameters
         return iter(values.tolist()).__next__
 
     def longs(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t parameters
-        return map(u64, values.tolist()).__next__
+        return iter(_u64_objects(values)).__next__
 
     for kind in present:
         sel = types == kind
@@ -531,38 +546,84 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
         fns[sel] = fn
 
 
-def _write_events(
-    archive: _Archive,
-    events: np.ndarray,
-    locations: list[int],
-    progress: Callable[[int], None] | None,
-) -> None:
-    """Open, fill and close the event writer of every location in ``locations`` (ascending)."""
-    api = _api()
-    attr_list = _otf2.AttributeList_New()
-    attrs = _address(attr_list)
-    if not attrs:
-        raise OutputError("OTF2 could not allocate an attribute list")
-    lows = np.searchsorted(events["loc"], locations, side="left").tolist()
-    highs = np.searchsorted(events["loc"], locations, side="right").tolist()
-    done = reported = 0
-    try:
-        for loc, lo, hi in zip(locations, lows, highs, strict=True):
-            writer, writer_at = archive.location_writer(loc)
+class _EventStream:
+    """Writes the event table piece by piece: pieces cover consecutive location ranges in
+    order; each location is written in one go (the C library's writer of a location is
+    opened once), locations no piece has get an empty event file."""
+
+    def __init__(self, archive: _Archive, defs: ArchiveDefs,
+                 progress: Callable[[int], None] | None,
+                 locations: np.ndarray | None = None) -> None:
+        self.archive = archive
+        self.defs = defs
+        self.n_locations = len(defs.locations)
+        #: the locations whose event files this process writes (all, unless writing in parallel)
+        self.mine = np.ones(self.n_locations, dtype=bool)
+        if locations is not None:
+            self.mine[:] = False
+            self.mine[np.asarray(locations, dtype=np.int64)] = True
+        self.progress = progress
+        self.api = _api()
+        self.next_loc = 0  # locations before it are written
+        self.done = self.reported = 0
+        self.counts = np.zeros(self.n_locations, dtype=np.int64)
+        self.per_type = np.zeros(max(Ev) + 1, dtype=np.int64)
+        self.attr_list = _otf2.AttributeList_New()
+        self.attrs = _address(self.attr_list)
+        if not self.attrs:
+            raise OutputError("OTF2 could not allocate an attribute list")
+
+    def write(self, events: np.ndarray, checked: bool = False) -> None:
+        if not events.size:
+            return
+        if not checked:
+            _check_events(self.defs, events)
+        first, last = int(events["loc"][0]), int(events["loc"][-1])
+        if not self.mine[events["loc"]].all():
+            bad = int(events["loc"][~self.mine[events["loc"]]][0])
+            raise WriterInputError(f"an event of location {bad}, which this process does not "
+                                   "write")
+        if first < self.next_loc:
+            raise WriterInputError(f"events of location {first} come after those of location "
+                                   f"{self.next_loc - 1} (pieces must follow location order)")
+        self.counts += np.bincount(events["loc"], minlength=self.n_locations)
+        self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
+        bounds = np.searchsorted(events["loc"], np.arange(first, last + 2), side="left")
+        self._empty_until(first)
+        for loc in range(first, last + 1):
+            lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
+            if not self.mine[loc]:
+                continue  # no events (checked above): another process writes its file
+            writer, writer_at = self.archive.location_writer(loc)
             try:
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
-                    _write_location_events(api, writer_at, attrs, events[start:stop])
-                    done += stop - start
-                    if progress is not None and done - reported >= PROGRESS_EVENTS:
-                        progress(done)
-                        reported = done
+                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop])
+                    self.done += stop - start
+                    if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
+                        self.progress(self.done)
+                        self.reported = self.done
             finally:
-                archive.close_location_writer(writer)
-    finally:
-        _otf2.AttributeList_Delete(attr_list)
-    if progress is not None and (reported != done or done == 0):
-        progress(done)
+                self.archive.close_location_writer(writer)
+        self.next_loc = last + 1
+
+    def _empty_until(self, stop: int) -> None:
+        for loc in range(self.next_loc, stop):
+            if not self.mine[loc]:
+                continue
+            writer, _ = self.archive.location_writer(loc)
+            self.archive.close_location_writer(writer)
+        self.next_loc = max(self.next_loc, stop)
+
+    def finish(self) -> None:
+        self._empty_until(self.n_locations)
+        if self.progress is not None and (self.reported != self.done or self.done == 0):
+            self.progress(self.done)
+
+    def close(self) -> None:
+        if self.attr_list is not None:
+            _otf2.AttributeList_Delete(self.attr_list)
+            self.attr_list = None
 
 
 class _Strings:
@@ -731,7 +792,7 @@ def _write_definitions(archive: _Archive, defs: ArchiveDefs, counts: np.ndarray)
 
 def write_archive(
     defs: ArchiveDefs,
-    events: np.ndarray,
+    events: np.ndarray | Iterable[np.ndarray],
     archive_dir: Path,
     archive_name: str,
     progress: Callable[[int], None] | None = None,
@@ -742,32 +803,34 @@ def write_archive(
 ) -> WriteStats:
     """Write ``archive_dir/archive_name.otf2``, ``.def`` and the event folder.
 
-    ``events`` is an ``EVENT_DTYPE`` array sorted by (loc, time, seq). ``progress`` is called
-    with the number of events written so far, every ``PROGRESS_EVENTS`` events and at the end.
-    Raises ``WriterInputError`` for a table that breaks its contract (before writing anything)
-    and ``OutputError`` when the archive cannot be written.
+    ``events`` is an ``EVENT_DTYPE`` array sorted by (loc, time, seq), or an iterable of such
+    arrays covering consecutive location ranges in location order (``emit.EventChunks``, so
+    the whole table never has to exist at once). ``progress`` is called with the number of
+    events written so far, every ``PROGRESS_EVENTS`` events and at the end. Raises
+    ``WriterInputError`` for a table that breaks its contract (a single array: before writing
+    anything; pieces: before writing that piece, into the archive being written, which the
+    caller then discards) and ``OutputError`` when the archive cannot be written.
 
     Parallel writing (``collectives``, an ``otf2_mpi.MpiCollectives``): every process of its
     communicator calls this with the same ``archive_dir`` and its own events; ``locations``
     (ascending) are the location refs whose event files this process writes, each location by
-    exactly one process, and ``events`` hold only those locations; ``counts`` are the events
-    per location of the whole archive. Only the master (rank 0) writes the global definitions
-    (``defs``, with ``counts``); a failure while writing events is agreed on, so every process
-    closes the archive and raises. Without ``collectives``: every location, counts from
-    ``events``.
+    exactly one process, and ``events`` (an array or pieces) hold only those locations;
+    ``counts`` are the events per location of the whole archive. Only the master (rank 0)
+    writes the global definitions (``defs``, with ``counts``); a failure while writing events
+    is agreed on, so every process closes the archive and raises. Without ``collectives``:
+    every location, counts from ``events``.
     """
     t_start = time.perf_counter()
-    _check_events(defs, events)
+    whole = isinstance(events, np.ndarray)
+    if whole:
+        _check_events(defs, events)
     _check_defs(defs)
     n_loc = len(defs.locations)
-    own = np.bincount(events["loc"], minlength=n_loc).astype(np.int64)
-    locs = list(range(n_loc)) if locations is None else [int(x) for x in locations]
-    if events.size and locations is not None and not np.isin(events["loc"], locs).all():
-        bad = int(events["loc"][~np.isin(events["loc"], locs)][0])
-        raise WriterInputError(f"an event of location {bad}, which this process does not write")
-    counts = own if counts is None else np.asarray(counts, dtype=np.int64)
-    per_type = np.bincount(events["type"], minlength=max(Ev) + 1)
+    locs = None if locations is None else np.asarray(locations, dtype=np.int64)
+    if locs is not None and locs.size and not (0 <= locs.min() and locs.max() < n_loc):
+        raise WriterInputError(f"locations to write must lie in 0..{n_loc - 1}")
     master = collectives is None or collectives.is_master
+    stream: _EventStream | None = None
     try:
         archive = _Archive(Path(archive_dir), archive_name, collectives)
         try:
@@ -776,8 +839,11 @@ def write_archive(
                 _otf2.Archive_SetMachineName(archive.handle, defs.system_nodes[0].name)
             failure: Exception | None = None
             try:
-                _write_events(archive, events, locs, progress)
-            except (OutputError, _otf2.Error) as exc:
+                stream = _EventStream(archive, defs, progress, locs)
+                for piece in ([events] if whole else events):
+                    stream.write(piece, checked=whole)
+                stream.finish()
+            except (OutputError, WriterInputError, _otf2.Error) as exc:
                 if collectives is None:
                     raise
                 failure = exc
@@ -785,14 +851,18 @@ def write_archive(
                 collectives.agree(failure)  # raises on every process if one failed
             archive.close_event_files()
             if master:
-                _write_definitions(archive, defs, counts)
+                _write_definitions(archive, defs, stream.counts if counts is None
+                                   else np.asarray(counts, dtype=np.int64))
         finally:
+            if stream is not None:
+                stream.close()
             archive.close()
     except _otf2.Error as exc:
         raise OutputError(f"{Path(archive_dir) / archive_name}.otf2: the OTF2 library failed: "
                           f"{exc.name}: {exc.description}") from exc
+    per_type = stream.per_type
     return WriteStats(
-        events_per_location=own,
+        events_per_location=stream.counts,
         events_per_type={e: int(per_type[e]) for e in Ev if per_type[e]},
         seconds=time.perf_counter() - t_start,
     )
