@@ -12,11 +12,17 @@ byte for byte; the anchor file differs only in its random trace identifier).
 
     .venv/bin/python bench/scaling.py [--procs 2] [--repeat 3] [--ranks 16] [--nodes 8]
         [--spes 8] [--phases 40] [--chunks 32] [--seed 1] [--run DIR] [--keep DIR]
+        [--own-sessions]
 
 It runs ``mpiexec --oversubscribe --bind-to none`` (plus --allow-run-as-root as root): Open
 MPI's default binds process k to core k, which on a machine shared with other work keeps a
 process on a busy core. Time on a shared machine is what the other work leaves: read the load
-averages it prints.
+averages it prints. Linux with autogroup scheduling shares the CPU between sessions, not
+processes: while other sessions keep the cores busy, the P processes of one mpiexec share one
+session's slice and cannot be faster than one process. ``--own-sessions`` starts every
+converter process (serial ones too) with ``setsid`` in a session of its own, as a machine
+without autogroup or with dedicated cores (a cluster allocation) would run them; the CPU
+seconds per process show the split of the work either way.
 
 It prints numbers; it asserts nothing.
 """
@@ -69,9 +75,12 @@ def _mpiexec(procs: int) -> list[str]:
     return cmd
 
 
-def convert(run: Path, anchor: Path, procs: int) -> dict:
-    """One conversion; wall time of the command, converter wall time, peak RSS per process."""
+def convert(run: Path, anchor: Path, procs: int, own_sessions: bool = False) -> dict:
+    """One conversion; wall time of the command, converter wall time, peak RSS and CPU
+    seconds per process."""
     args = [sys.executable, "-c", _WRAPPER, str(run), "-o", str(anchor), "--force"]
+    if own_sessions:
+        args = ["setsid", *args]
     cmd = args if procs == 1 else _mpiexec(procs) + args
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=_env())
@@ -85,6 +94,13 @@ def convert(run: Path, anchor: Path, procs: int) -> dict:
     return {"wall": wall, "inner": float(inner[1]) if inner else float("nan"),
             "stages": inner[2].strip() if inner else "", "rss_mb": [rss[k] for k in sorted(rss)],
             "cpu_s": [cpu[k] for k in sorted(cpu)]}
+
+
+def _autogroup() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def identical(a: Path, b: Path) -> tuple[bool, str]:
@@ -113,6 +129,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run", type=Path, help="convert this run instead of simulating one")
     ap.add_argument("--keep", type=Path, help="keep the run and the archives here")
+    ap.add_argument("--own-sessions", action="store_true",
+                    help="start every converter process in a session of its own (setsid)")
     a = ap.parse_args()
 
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="cell2otf2-scaling-"))
@@ -135,8 +153,9 @@ def main() -> None:
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         serial, parallel = [], []
         for i in range(a.repeat):
-            serial.append(convert(run, work / "serial" / "a.otf2", 1))
-            parallel.append(convert(run, work / "parallel" / "a.otf2", a.procs))
+            serial.append(convert(run, work / "serial" / "a.otf2", 1, a.own_sessions))
+            parallel.append(convert(run, work / "parallel" / "a.otf2", a.procs,
+                                    a.own_sessions))
             print(f"  round {i + 1}: serial {serial[-1]['wall']:.2f} s, "
                   f"{a.procs} processes {parallel[-1]['wall']:.2f} s")
         print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -153,7 +172,13 @@ def main() -> None:
         t_s = statistics.median(r["wall"] for r in serial)
         t_p = statistics.median(r["wall"] for r in parallel)
         print(f"speedup: {t_s / t_p:.2f} with {a.procs} processes "
-              f"(converter alone: {serial[-1]['inner'] / parallel[-1]['inner']:.2f})")
+              f"(converter alone: {serial[-1]['inner'] / parallel[-1]['inner']:.2f}; "
+              f"CPU seconds, serial over the busiest process: "
+              f"{serial[-1]['cpu_s'][0] / max(parallel[-1]['cpu_s']):.2f})")
+        if _autogroup() and not a.own_sessions and max(os.getloadavg()) > os.cpu_count():
+            print("note: the kernel shares the CPU between sessions (autogroup) and the "
+                  "machine is busy: the processes of one mpiexec get one session's share; "
+                  "--own-sessions gives each its own")
         serial_peak = max(r["rss_mb"][0] for r in serial)
         budget = serial_peak / a.procs + 100
         worst = max(max(r["rss_mb"]) for r in parallel)
