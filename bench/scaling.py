@@ -1,0 +1,196 @@
+"""Parallel conversion: the same run converted serially and with ``mpiexec -n P``.
+
+Simulates one hybrid run (default 16 processes on 8 nodes, 8 SPE contexts each, 40 phases of
+32 chunks: about 1.3 M records in 43 MB of dumps) unless ``--run`` names one, then converts it
+``--repeat`` times each way, alternating serial and parallel so both see the same machine
+load, and prints for each way: the wall time of the whole command (interpreter start-up and
+mpiexec included; median and all runs), the converter's own wall time from its summary, the
+peak resident memory (``ru_maxrss``) of every process; then the speedup (serial median over
+parallel median), each parallel process's peak against its share of the serial peak plus
+100 MB, and whether the two archives are identical (global definitions and every event file
+byte for byte; the anchor file differs only in its random trace identifier).
+
+    .venv/bin/python bench/scaling.py [--procs 2] [--repeat 3] [--ranks 16] [--nodes 8]
+        [--spes 8] [--phases 40] [--chunks 32] [--seed 1] [--run DIR] [--keep DIR]
+        [--own-sessions]
+
+It runs ``mpiexec --oversubscribe --bind-to none`` (plus --allow-run-as-root as root): Open
+MPI's default binds process k to core k, which on a machine shared with other work keeps a
+process on a busy core. Time on a shared machine is what the other work leaves: read the load
+averages it prints. Linux with autogroup scheduling shares the CPU between sessions, not
+processes: while other sessions keep the cores busy, the P processes of one mpiexec share one
+session's slice and cannot be faster than one process. ``--own-sessions`` starts every
+converter process (serial ones too) with ``setsid`` in a session of its own, as a machine
+without autogroup or with dedicated cores (a cluster allocation) would run them; the CPU
+seconds per process show the split of the work either way.
+
+It prints numbers; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: runs the CLI and reports this process's rank and peak memory on stderr at exit
+_WRAPPER = """
+import os, resource, sys
+from cell_otf2.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stderr.write(f"@rss {rank} {use.ru_maxrss} {use.ru_utime + use.ru_stime:.2f}\\n")
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("CELL2OTF2_SERIAL", None)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def _mpiexec(procs: int) -> list[str]:
+    exe = shutil.which("mpiexec")
+    if exe is None:
+        sys.exit("mpiexec not found (Debian: apt-get install openmpi-bin)")
+    # no binding: Open MPI pins process k to core k, where other work may hold it
+    cmd = [exe, "-n", str(procs), "--oversubscribe", "--bind-to", "none", "-x", "PYTHONPATH"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def convert(run: Path, anchor: Path, procs: int, own_sessions: bool = False) -> dict:
+    """One conversion; wall time of the command, converter wall time, peak RSS and CPU
+    seconds per process."""
+    args = [sys.executable, "-c", _WRAPPER, str(run), "-o", str(anchor), "--force"]
+    if own_sessions:
+        args = ["setsid", *args]
+    cmd = args if procs == 1 else _mpiexec(procs) + args
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    wall = time.perf_counter() - t0
+    if res.returncode not in (0, 1):
+        sys.exit(f"conversion failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    found = re.findall(r"@rss (\d+) (\d+) ([\d.]+)", res.stderr)
+    rss = {int(r): int(kb) / 1024 for r, kb, _ in found}
+    cpu = {int(r): float(c) for r, _, c in found}
+    inner = re.search(r"wall time ([\d.]+)s(.*)", res.stdout)
+    return {"wall": wall, "inner": float(inner[1]) if inner else float("nan"),
+            "stages": inner[2].strip() if inner else "", "rss_mb": [rss[k] for k in sorted(rss)],
+            "cpu_s": [cpu[k] for k in sorted(cpu)]}
+
+
+def _autogroup() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def identical(a: Path, b: Path) -> tuple[bool, str]:
+    """Global definitions and every event/local definition file equal, byte for byte."""
+    da, db = a.with_suffix(""), b.with_suffix("")
+    if not filecmp.cmp(a.with_suffix(".def"), b.with_suffix(".def"), shallow=False):
+        return False, "global definitions differ"
+    files = sorted(p.name for p in da.iterdir())
+    if files != sorted(p.name for p in db.iterdir()):
+        return False, "different event files"
+    _, mismatch, errors = filecmp.cmpfiles(da, db, files, shallow=False)
+    if mismatch or errors:
+        return False, f"{len(mismatch) + len(errors)} of {len(files)} files differ"
+    return True, f"definitions and {len(files)} event/local definition files byte-identical"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=16)
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--spes", type=int, default=8)
+    ap.add_argument("--phases", type=int, default=40)
+    ap.add_argument("--chunks", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--run", type=Path, help="convert this run instead of simulating one")
+    ap.add_argument("--keep", type=Path, help="keep the run and the archives here")
+    ap.add_argument("--own-sessions", action="store_true",
+                    help="start every converter process in a session of its own (setsid)")
+    a = ap.parse_args()
+
+    work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="cell2otf2-scaling-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        run = a.run
+        if run is None:
+            from cell_otf2.simulate import simulate_run
+
+            run = work / "run"
+            if run.exists():
+                shutil.rmtree(run)
+            s = simulate_run(run, "hybrid", a.seed, ranks=a.ranks, nodes=a.nodes,
+                             spes=a.spes, phases=a.phases, chunks=a.chunks)
+            print(f"run: hybrid seed {a.seed}, {s.ranks} process dumps on {s.nodes} nodes, "
+                  f"{s.records} records, {s.bytes_written / 1e6:.1f} MB of dumps")
+        else:
+            print(f"run: {run}")
+        print(f"machine: {os.cpu_count()} cores, load average before "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        serial, parallel = [], []
+        for i in range(a.repeat):
+            serial.append(convert(run, work / "serial" / "a.otf2", 1, a.own_sessions))
+            parallel.append(convert(run, work / "parallel" / "a.otf2", a.procs,
+                                    a.own_sessions))
+            print(f"  round {i + 1}: serial {serial[-1]['wall']:.2f} s, "
+                  f"{a.procs} processes {parallel[-1]['wall']:.2f} s")
+        print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for name, rows in (("serial", serial), (f"mpiexec -n {a.procs}", parallel)):
+            walls = [r["wall"] for r in rows]
+            print(f"{name:>14}: {statistics.median(walls):7.2f} s median of "
+                  f"{', '.join(f'{w:.2f}' for w in walls)} (converter {rows[-1]['inner']:.2f} s: "
+                  f"{rows[-1]['stages']})")
+            peaks = [max(r["rss_mb"][k] for r in rows) for k in range(len(rows[0]["rss_mb"]))]
+            print(f"{'':>14}  peak RSS per process: "
+                  + ", ".join(f"{p:.0f} MB" for p in peaks)
+                  + "; CPU seconds per process (last run): "
+                  + ", ".join(f"{c:.1f}" for c in rows[-1]["cpu_s"]))
+        t_s = statistics.median(r["wall"] for r in serial)
+        t_p = statistics.median(r["wall"] for r in parallel)
+        print(f"speedup: {t_s / t_p:.2f} with {a.procs} processes "
+              f"(converter alone: {serial[-1]['inner'] / parallel[-1]['inner']:.2f}; "
+              f"CPU seconds, serial over the busiest process: "
+              f"{serial[-1]['cpu_s'][0] / max(parallel[-1]['cpu_s']):.2f})")
+        if _autogroup() and not a.own_sessions and max(os.getloadavg()) > os.cpu_count():
+            print("note: the kernel shares the CPU between sessions (autogroup) and the "
+                  "machine is busy: the processes of one mpiexec get one session's share; "
+                  "--own-sessions gives each its own")
+        serial_peak = max(r["rss_mb"][0] for r in serial)
+        budget = serial_peak / a.procs + 100
+        worst = max(max(r["rss_mb"]) for r in parallel)
+        print(f"memory: serial peak {serial_peak:.0f} MB; largest parallel process {worst:.0f} "
+              f"MB, budget {budget:.0f} MB (serial / {a.procs} + 100): "
+              f"{'within' if worst <= budget else 'OVER'}")
+        same, why = identical(work / "serial" / "a.otf2", work / "parallel" / "a.otf2")
+        print(f"archives identical: {'yes' if same else 'NO'} ({why})")
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
