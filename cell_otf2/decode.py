@@ -200,10 +200,21 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             srec[name] = spe[name]
         srec["anchor"] = block_anchor[spe["block"]] if spe.size else 0
         blocks_missing += _check_seq(blocks, dump.name, damage)
+        # every context's records, blocks and switches, grouped once (stable radix sorts of
+        # the 16-bit context ids: each group stays in slot order)
+        spe_by_ctx, spe_ctx_bounds = _group(spe["ctx"])
+        blk_by_ctx, blk_ctx_bounds = _group(blocks["ctx"])
+        switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
+        sw_ctx = ppe["a"][switches]
+        switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
+        sw_by_ctx, sw_ctx_bounds = _group(ppe["a"][switches].astype(np.uint16))
+        switches = switches[sw_by_ctx]
+        ppe_slot, ppe_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
+        spe_code, spe_block = spe["code"], spe["block"]
         for ctx in np.unique(blocks["ctx"]).tolist():
             loc = ctx_loc[(r, int(ctx))]
-            rec_idx = np.flatnonzero(spe["ctx"] == ctx)
-            blk_idx = np.flatnonzero(blocks["ctx"] == ctx)
+            rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
+            blk_idx = blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]
             srec["loc"][rec_idx] = loc
             # readings in program order: each block's records, then its header
             keys = np.concatenate([2 * spe["slot"][rec_idx],
@@ -215,12 +226,14 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             raw, is_rec, which = raw[po], is_rec[po], which[po]
             write_new = np.full(raw.size, -1, dtype=np.int64)
             dw = is_rec.copy()  # ``which`` indexes blocks where is_rec is False
-            dw[is_rec] = spe["code"][which[is_rec]] == S.DECR_WRITE
+            dw[is_rec] = spe_code[which[is_rec]] == S.DECR_WRITE
             write_new[dw] = spe["b"][which[dw]].astype(np.int64) % MOD
-            sw_stop, sw_start, sw_recs = _switch_pairs(ppe, ctx, dump.name, damage)
+            sw_stop, sw_start, sw_recs = _switch_pairs(
+                ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
             force = None
-            if not (spe["code"][rec_idx] == S.HEARTBEAT).any():
-                force = _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys[po])
+            if not (spe_code[rec_idx] == S.HEARTBEAT).any():
+                force = _hidden_wrap_risk(ppe_slot, ppe_tb, blocks, blk_idx, spe_block, which,
+                                          is_rec, keys[po])
                 if force.any():
                     damage.add(DamageKind.missing_heartbeat, dump.name,
                                int(blocks["slot"][blk_idx[0]]), int(force.sum()),
@@ -232,7 +245,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
             reading_block = which.copy()  # not spe[...][which]: which indexes blocks too
-            reading_block[is_rec] = spe["block"][which[is_rec]]
+            reading_block[is_rec] = spe_block[which[is_rec]]
             head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
@@ -286,19 +299,24 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchor_base += n_anchor
 
     records = np.concatenate(rec_parts) if rec_parts else np.zeros(0, RECORD_DTYPE)
-    # program order per location: stable sort by (loc, slot); remember where each went
-    order = np.lexsort((records["slot"], records["loc"]))
+    del rec_parts
+    # program order per location: (loc, slot). Within a rank's part each location's records
+    # are already in slot order and no location spans two parts, so a stable sort by location
+    # alone gives it (a radix sort while locations fit 16 bits)
+    loc_key = records["loc"].astype(np.uint16 if locations.size <= 1 << 16 else np.uint32)
+    order = np.argsort(loc_key, kind="stable")
+    del loc_key
     new_index = np.empty(records.size, dtype=np.int64)
     new_index[order] = np.arange(records.size)
-    records = records[order]
-    loss_epoch = (np.concatenate(epoch_parts) if epoch_parts else np.zeros(0, np.int32))[order]
+    records = np.take(records, order)  # take: much faster than fancy indexing on records
+    loss_epoch = np.take(np.concatenate(epoch_parts) if epoch_parts else np.zeros(0, np.int32),
+                         order)
     links = np.zeros(len(link_rows), LINK_DTYPE)
-    for i, row in enumerate(link_rows):
-        for key in LINK_DTYPE.names:
-            v = row[key]
-            if key.endswith("_rec") and v >= 0:
-                v = new_index[v]
-            links[i][key] = v
+    for key in LINK_DTYPE.names:
+        column = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
+        if key.endswith("_rec") and column.size:
+            column = np.where(column >= 0, new_index[np.maximum(column, 0)], column)
+        links[key] = column
     return Decoded(
         manifest=manifest,
         dump_names=[d.name for d in dumps],
@@ -317,6 +335,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         loss_epoch=loss_epoch,
         loss_cut=np.array(cuts, dtype=np.int64),
     )
+
+
+def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indexes grouped by a 16-bit key (stable: slot order kept within a group) and the
+    bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``."""
+    keys = np.asarray(keys, dtype=np.uint16)
+    order = np.argsort(keys, kind="stable")  # a radix sort for 16-bit keys
+    bounds = np.zeros((1 << 16) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=1 << 16), out=bounds[1:])
+    return order, bounds
 
 
 #: no loss in a process: a cut beyond every slot
@@ -367,7 +395,8 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return ppe_epoch, spe_epoch, cut
 
 
-def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndarray:
+def _hidden_wrap_risk(p_slot, p_tb, blocks, blk_idx, spe_block, which, is_rec, keys
+                      ) -> np.ndarray:
     """Per reading (program order): may the step before it hide a whole wrap?
 
     Without heartbeats a step that looks short can be 2^32 ticks longer. The readings of block
@@ -375,9 +404,8 @@ def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndar
     them in slot order bound that window in node time. Where the window cannot be shown to be
     under 2^31 ticks (or no PPE record bounds it), every step inside the block is suspect.
     """
-    if not ppe.size or not blk_idx.size:
+    if not p_slot.size or not blk_idx.size:
         return np.ones(keys.size, dtype=bool)
-    p_slot, p_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
     h_slot = blocks["slot"][blk_idx]
     # window of block j: from the last PPE record before the previous header (or before this
     # block's first record) to the first PPE record after this header
@@ -391,7 +419,7 @@ def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndar
     # block of each reading, in the same program order as ``keys``
     # block of each reading (a record's block, or the header's own), then its position
     reading_block = which.copy()
-    reading_block[is_rec] = spe["block"][which[is_rec]]
+    reading_block[is_rec] = spe_block[which[is_rec]]
     pos = np.clip(np.searchsorted(blk_idx, reading_block), 0, blk_idx.size - 1)
     return suspect[pos]
 
@@ -488,9 +516,9 @@ def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog) -> int:
     return missing
 
 
-def _switch_pairs(ppe: np.ndarray, ctx: int, name: str, damage: DamageLog):
-    """STOP/START pairs of one context in slot order -> (stop, start, record rows)."""
-    sw = ppe[(ppe["code"] == P.CTX_SWITCH) & (ppe["a"] == ctx)]
+def _switch_pairs(sw: np.ndarray, ctx: int, name: str, damage: DamageLog):
+    """STOP/START pairs of one context (its CTX_SWITCH records ``sw``, in slot order) ->
+    (stop, start, record rows)."""
     stops, starts, recs = [], [], []
     pending = None
     bad = 0
