@@ -151,9 +151,22 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     n_nodes = len(manifest.nodes)
     domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
                             for i in range(n_nodes)]
-    rec_parts, anchor_parts, link_rows, epoch_parts, cuts = [], [], [], [], []
+    anchor_parts, link_rows, cuts = [], [], []
     anchor_base = 0
     slots_lost = blocks_missing = records_total = 0
+    # every record is written straight to its place in program order (location, slot): a
+    # location's records are one range, ``loc_start``, counted before anything is decoded
+    loc_count = np.zeros(locations.size, dtype=np.int64)
+    for dump in dumps:
+        for (kind, key), counts in (((LocKind.PPE_THREAD, "thread"), dump.ppe),
+                                    ((LocKind.SPE_CONTEXT, "ctx"), dump.spe)):
+            per = np.bincount(counts[key].astype(np.int64), minlength=1)
+            for i in np.flatnonzero(per).tolist():
+                loc_count[loc_key[(dump.rank, int(kind), i)]] += per[i]
+    loc_start = np.zeros(locations.size + 1, dtype=np.int64)
+    np.cumsum(loc_count, out=loc_start[1:])
+    records = np.zeros(int(loc_start[-1]), RECORD_DTYPE)
+    loss_epoch = np.zeros(records.size, dtype=np.int32)
     for dump in dumps:
         r = dump.rank
         node = manifest.node_of_rank(r)
@@ -175,8 +188,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
         ppe_epoch, spe_epoch, cut = _losses(dump, prec)
-        epoch_parts.append(np.concatenate([ppe_epoch, spe_epoch]))
         cuts.append(cut)
+        # final place of each PPE record: its thread's range, in slot order
+        ppe_final = np.empty(ppe.size, dtype=np.int64)
+        by_thread, thread_bounds = _group(ppe["thread"])
+        for t in np.unique(ppe["thread"]).tolist():
+            idx = by_thread[thread_bounds[t]:thread_bounds[t + 1]]
+            lo = loc_start[loc_key[(r, int(LocKind.PPE_THREAD), t)]]
+            ppe_final[idx] = lo + np.arange(idx.size)
+        loss_epoch[ppe_final] = ppe_epoch
+        spe_final = np.empty(spe.size, dtype=np.int64)
 
         # ---- anchors: PPE records and block headers in slot order
         n_anchor = ppe.size + blocks.size
@@ -194,11 +215,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchor_dom[pos[: ppe.size]] = prec["domain"]
         anchor_loc[pos[: ppe.size]] = prec["local"]
 
-        # ---- SPE records
-        srec = np.zeros(spe.size, RECORD_DTYPE)
-        for name in ("code", "slot", "a", "b", "c", "d"):
-            srec[name] = spe[name]
-        srec["anchor"] = block_anchor[spe["block"]] if spe.size else 0
+        # ---- SPE records: each context's are one range of ``records``
         blocks_missing += _check_seq(blocks, dump.name, damage)
         # every context's records, blocks and switches, grouped once (stable radix sorts of
         # the 16-bit context ids: each group stays in slot order)
@@ -215,7 +232,13 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             loc = ctx_loc[(r, int(ctx))]
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
             blk_idx = blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]
-            srec["loc"][rec_idx] = loc
+            lo = int(loc_start[loc])
+            mine = records[lo:lo + rec_idx.size]
+            spe_final[rec_idx] = lo + np.arange(rec_idx.size)
+            mine["loc"] = loc
+            for name in ("code", "slot", "a", "b", "c", "d"):
+                mine[name] = spe[name][rec_idx]
+            mine["anchor"] = block_anchor[spe_block[rec_idx]]
             # readings in program order: each block's records, then its header
             keys = np.concatenate([2 * spe["slot"][rec_idx],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
@@ -271,52 +294,33 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
                                 segment, loc, int(counts[k])))
             dom = dom0 + split.interval
-            rsel = which[is_rec]
-            srec["domain"][rsel] = dom[is_rec]
-            srec["local"][rsel] = split.local[is_rec]
+            # records in program order are the context's records in slot order: ``mine``
+            mine["domain"] = dom[is_rec]
+            mine["local"] = split.local[is_rec]
             bsel = which[~is_rec]
             anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
             anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
             for row in _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start,
-                              sw_recs, rec_offset=ppe.size):
+                              sw_recs, rec_offset=0):
                 if row["kind"] == LinkKind.SWITCH:
                     stop_slot, start_slot = row.pop("slots")
-                    row["stop_rec"] = int(np.searchsorted(ppe["slot"], stop_slot))
-                    row["start_rec"] = int(np.searchsorted(ppe["slot"], start_slot))
+                    row["stop_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], stop_slot)])
+                    row["start_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], start_slot)])
+                elif row["write_rec"] >= 0:  # an SPE record's index in ``spe``
+                    row["write_rec"] = int(spe_final[row["write_rec"]])
                 rank_links.append(row)
         anchors["domain"] = anchor_dom
         anchors["local"] = anchor_loc
-        # record indexes inside this rank's part: PPE first, then SPE
-        part = np.concatenate([prec, srec])
-        part_base = sum(p.size for p in rec_parts)
-        rec_parts.append(part)
+        # the PPE records (checked and dropped above) to their places
+        records[ppe_final] = prec
+        loss_epoch[spe_final] = spe_epoch
         anchor_parts.append(anchors)
-        for row in rank_links:
-            for key in ("stop_rec", "start_rec", "write_rec"):
-                if row[key] >= 0:
-                    row[key] += part_base
         link_rows.extend(rank_links)
         anchor_base += n_anchor
 
-    records = np.concatenate(rec_parts) if rec_parts else np.zeros(0, RECORD_DTYPE)
-    del rec_parts
-    # program order per location: (loc, slot). Within a rank's part each location's records
-    # are already in slot order and no location spans two parts, so a stable sort by location
-    # alone gives it (a radix sort while locations fit 16 bits)
-    loc_key = records["loc"].astype(np.uint16 if locations.size <= 1 << 16 else np.uint32)
-    order = np.argsort(loc_key, kind="stable")
-    del loc_key
-    new_index = np.empty(records.size, dtype=np.int64)
-    new_index[order] = np.arange(records.size)
-    records = np.take(records, order)  # take: much faster than fancy indexing on records
-    loss_epoch = np.take(np.concatenate(epoch_parts) if epoch_parts else np.zeros(0, np.int32),
-                         order)
     links = np.zeros(len(link_rows), LINK_DTYPE)
     for key in LINK_DTYPE.names:
-        column = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
-        if key.endswith("_rec") and column.size:
-            column = np.where(column >= 0, new_index[np.maximum(column, 0)], column)
-        links[key] = column
+        links[key] = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
     return Decoded(
         manifest=manifest,
         dump_names=[d.name for d in dumps],
