@@ -176,11 +176,25 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     n_nodes = len(manifest.nodes)
     domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
                             for i in range(n_nodes)]
-    rec_parts, anchor_parts, link_rows, epoch_parts = [], [], [], []
+    anchor_parts, link_rows = [], []
+    # per rank of the run with ``layout`` (the others keep NO_LOSS), else per dump given
     cuts = np.full(manifest.n_ranks if layout is not None else len(dumps), NO_LOSS)
     anchor_base = 0
     slots_lost = blocks_missing = records_total = 0
+    # every record is written straight to its place in program order (location, slot): a
+    # location's records are one range, ``loc_start``, counted before anything is decoded
+    loc_count = np.zeros(locations.size, dtype=np.int64)
     for dump in dumps:
+        for (kind, key), counts in (((LocKind.PPE_THREAD, "thread"), dump.ppe),
+                                    ((LocKind.SPE_CONTEXT, "ctx"), dump.spe)):
+            per = np.bincount(counts[key].astype(np.int64), minlength=1)
+            for i in np.flatnonzero(per).tolist():
+                loc_count[loc_key[(dump.rank, int(kind), i)]] += per[i]
+    loc_start = np.zeros(locations.size + 1, dtype=np.int64)
+    np.cumsum(loc_count, out=loc_start[1:])
+    records = np.zeros(int(loc_start[-1]), RECORD_DTYPE)
+    loss_epoch = np.zeros(records.size, dtype=np.int32)
+    for dump_index, dump in enumerate(dumps):
         r = dump.rank
         node = manifest.node_of_rank(r)
         slots_lost += int(dump.gaps["lost"].sum()) if dump.gaps.size else 0
@@ -201,8 +215,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
         ppe_epoch, spe_epoch, cut = _losses(dump, prec)
-        epoch_parts.append(np.concatenate([ppe_epoch, spe_epoch]))
-        cuts[r if layout is not None else len(epoch_parts) - 1] = cut
+        cuts[r if layout is not None else dump_index] = cut
+        # final place of each PPE record: its thread's range, in slot order
+        ppe_final = np.empty(ppe.size, dtype=np.int64)
+        by_thread, thread_bounds = _group(ppe["thread"])
+        for t in np.unique(ppe["thread"]).tolist():
+            idx = by_thread[thread_bounds[t]:thread_bounds[t + 1]]
+            lo = loc_start[loc_key[(r, int(LocKind.PPE_THREAD), t)]]
+            ppe_final[idx] = lo + np.arange(idx.size)
+        loss_epoch[ppe_final] = ppe_epoch
+        spe_final = np.empty(spe.size, dtype=np.int64)
 
         # ---- anchors: PPE records and block headers in slot order
         n_anchor = ppe.size + blocks.size
@@ -220,17 +242,30 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchor_dom[pos[: ppe.size]] = prec["domain"]
         anchor_loc[pos[: ppe.size]] = prec["local"]
 
-        # ---- SPE records
-        srec = np.zeros(spe.size, RECORD_DTYPE)
-        for name in ("code", "slot", "a", "b", "c", "d"):
-            srec[name] = spe[name]
-        srec["anchor"] = block_anchor[spe["block"]] if spe.size else 0
+        # ---- SPE records: each context's are one range of ``records``
         blocks_missing += _check_seq(blocks, dump.name, damage)
+        # every context's records, blocks and switches, grouped once (stable radix sorts of
+        # the 16-bit context ids: each group stays in slot order)
+        spe_by_ctx, spe_ctx_bounds = _group(spe["ctx"])
+        blk_by_ctx, blk_ctx_bounds = _group(blocks["ctx"])
+        switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
+        sw_ctx = ppe["a"][switches]
+        switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
+        sw_by_ctx, sw_ctx_bounds = _group(ppe["a"][switches].astype(np.uint16))
+        switches = switches[sw_by_ctx]
+        ppe_slot, ppe_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
+        spe_code, spe_block = spe["code"], spe["block"]
         for ctx in np.unique(blocks["ctx"]).tolist():
             loc = ctx_loc[(r, int(ctx))]
-            rec_idx = np.flatnonzero(spe["ctx"] == ctx)
-            blk_idx = np.flatnonzero(blocks["ctx"] == ctx)
-            srec["loc"][rec_idx] = loc
+            rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
+            blk_idx = blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]
+            lo = int(loc_start[loc])
+            mine = records[lo:lo + rec_idx.size]
+            spe_final[rec_idx] = lo + np.arange(rec_idx.size)
+            mine["loc"] = loc
+            for name in ("code", "slot", "a", "b", "c", "d"):
+                mine[name] = spe[name][rec_idx]
+            mine["anchor"] = block_anchor[spe_block[rec_idx]]
             # readings in program order: each block's records, then its header
             keys = np.concatenate([2 * spe["slot"][rec_idx],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
@@ -241,12 +276,14 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             raw, is_rec, which = raw[po], is_rec[po], which[po]
             write_new = np.full(raw.size, -1, dtype=np.int64)
             dw = is_rec.copy()  # ``which`` indexes blocks where is_rec is False
-            dw[is_rec] = spe["code"][which[is_rec]] == S.DECR_WRITE
+            dw[is_rec] = spe_code[which[is_rec]] == S.DECR_WRITE
             write_new[dw] = spe["b"][which[dw]].astype(np.int64) % MOD
-            sw_stop, sw_start, sw_recs = _switch_pairs(ppe, ctx, dump.name, damage)
+            sw_stop, sw_start, sw_recs = _switch_pairs(
+                ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
             force = None
-            if not (spe["code"][rec_idx] == S.HEARTBEAT).any():
-                force = _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys[po])
+            if not (spe_code[rec_idx] == S.HEARTBEAT).any():
+                force = _hidden_wrap_risk(ppe_slot, ppe_tb, blocks, blk_idx, spe_block, which,
+                                          is_rec, keys[po])
                 if force.any():
                     damage.add(DamageKind.missing_heartbeat, dump.name,
                                int(blocks["slot"][blk_idx[0]]), int(force.sum()),
@@ -258,7 +295,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
             reading_block = which.copy()  # not spe[...][which]: which indexes blocks too
-            reading_block[is_rec] = spe["block"][which[is_rec]]
+            reading_block[is_rec] = spe_block[which[is_rec]]
             head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
@@ -284,47 +321,33 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
                                 segment, loc, int(counts[k])))
             dom = dom0 + split.interval
-            rsel = which[is_rec]
-            srec["domain"][rsel] = dom[is_rec]
-            srec["local"][rsel] = split.local[is_rec]
+            # records in program order are the context's records in slot order: ``mine``
+            mine["domain"] = dom[is_rec]
+            mine["local"] = split.local[is_rec]
             bsel = which[~is_rec]
             anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
             anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
             for row in _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start,
-                              sw_recs, rec_offset=ppe.size):
+                              sw_recs, rec_offset=0):
                 if row["kind"] == LinkKind.SWITCH:
                     stop_slot, start_slot = row.pop("slots")
-                    row["stop_rec"] = int(np.searchsorted(ppe["slot"], stop_slot))
-                    row["start_rec"] = int(np.searchsorted(ppe["slot"], start_slot))
+                    row["stop_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], stop_slot)])
+                    row["start_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], start_slot)])
+                elif row["write_rec"] >= 0:  # an SPE record's index in ``spe``
+                    row["write_rec"] = int(spe_final[row["write_rec"]])
                 rank_links.append(row)
         anchors["domain"] = anchor_dom
         anchors["local"] = anchor_loc
-        # record indexes inside this rank's part: PPE first, then SPE
-        part = np.concatenate([prec, srec])
-        part_base = sum(p.size for p in rec_parts)
-        rec_parts.append(part)
+        # the PPE records (checked and dropped above) to their places
+        records[ppe_final] = prec
+        loss_epoch[spe_final] = spe_epoch
         anchor_parts.append(anchors)
-        for row in rank_links:
-            for key in ("stop_rec", "start_rec", "write_rec"):
-                if row[key] >= 0:
-                    row[key] += part_base
         link_rows.extend(rank_links)
         anchor_base += n_anchor
 
-    records = np.concatenate(rec_parts) if rec_parts else np.zeros(0, RECORD_DTYPE)
-    # program order per location: stable sort by (loc, slot); remember where each went
-    order = np.lexsort((records["slot"], records["loc"]))
-    new_index = np.empty(records.size, dtype=np.int64)
-    new_index[order] = np.arange(records.size)
-    records = records[order]
-    loss_epoch = (np.concatenate(epoch_parts) if epoch_parts else np.zeros(0, np.int32))[order]
     links = np.zeros(len(link_rows), LINK_DTYPE)
-    for i, row in enumerate(link_rows):
-        for key in LINK_DTYPE.names:
-            v = row[key]
-            if key.endswith("_rec") and v >= 0:
-                v = new_index[v]
-            links[i][key] = v
+    for key in LINK_DTYPE.names:
+        links[key] = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
     return Decoded(
         manifest=manifest,
         dump_names=dump_names,
@@ -343,6 +366,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         loss_epoch=loss_epoch,
         loss_cut=cuts.astype(np.int64),
     )
+
+
+def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indexes grouped by a 16-bit key (stable: slot order kept within a group) and the
+    bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``."""
+    keys = np.asarray(keys, dtype=np.uint16)
+    order = np.argsort(keys, kind="stable")  # a radix sort for 16-bit keys
+    bounds = np.zeros((1 << 16) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=1 << 16), out=bounds[1:])
+    return order, bounds
 
 
 #: no loss in a process: a cut beyond every slot
@@ -393,7 +426,8 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return ppe_epoch, spe_epoch, cut
 
 
-def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndarray:
+def _hidden_wrap_risk(p_slot, p_tb, blocks, blk_idx, spe_block, which, is_rec, keys
+                      ) -> np.ndarray:
     """Per reading (program order): may the step before it hide a whole wrap?
 
     Without heartbeats a step that looks short can be 2^32 ticks longer. The readings of block
@@ -401,9 +435,8 @@ def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndar
     them in slot order bound that window in node time. Where the window cannot be shown to be
     under 2^31 ticks (or no PPE record bounds it), every step inside the block is suspect.
     """
-    if not ppe.size or not blk_idx.size:
+    if not p_slot.size or not blk_idx.size:
         return np.ones(keys.size, dtype=bool)
-    p_slot, p_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
     h_slot = blocks["slot"][blk_idx]
     # window of block j: from the last PPE record before the previous header (or before this
     # block's first record) to the first PPE record after this header
@@ -417,7 +450,7 @@ def _hidden_wrap_risk(ppe, blocks, blk_idx, spe, which, is_rec, keys) -> np.ndar
     # block of each reading, in the same program order as ``keys``
     # block of each reading (a record's block, or the header's own), then its position
     reading_block = which.copy()
-    reading_block[is_rec] = spe["block"][which[is_rec]]
+    reading_block[is_rec] = spe_block[which[is_rec]]
     pos = np.clip(np.searchsorted(blk_idx, reading_block), 0, blk_idx.size - 1)
     return suspect[pos]
 
@@ -514,9 +547,9 @@ def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog) -> int:
     return missing
 
 
-def _switch_pairs(ppe: np.ndarray, ctx: int, name: str, damage: DamageLog):
-    """STOP/START pairs of one context in slot order -> (stop, start, record rows)."""
-    sw = ppe[(ppe["code"] == P.CTX_SWITCH) & (ppe["a"] == ctx)]
+def _switch_pairs(sw: np.ndarray, ctx: int, name: str, damage: DamageLog):
+    """STOP/START pairs of one context (its CTX_SWITCH records ``sw``, in slot order) ->
+    (stop, start, record rows)."""
     stops, starts, recs = [], [], []
     pending = None
     bad = 0
