@@ -15,6 +15,7 @@ MPI.
 from __future__ import annotations
 
 import filecmp
+import importlib.util
 import json
 import os
 import shutil
@@ -33,12 +34,7 @@ from cell_otf2.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = shutil.which("mpiexec")
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
+HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None  # found, not imported
 
 needs_mpi = pytest.mark.skipif(
     MPIEXEC is None or not HAVE_MPI4PY,
@@ -227,6 +223,8 @@ def test_launch_detection_from_the_environment(monkeypatch):
     assert launched_world() is None  # no launcher: the serial path, mpi4py not imported
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
     assert launched_world() is None
+    # the serial conversions of this module ran here without initializing MPI
+    assert "mpi4py.MPI" not in sys.modules
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
     monkeypatch.setenv(SERIAL_VAR, "1")
     assert launched_world() is None
