@@ -472,7 +472,7 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
     my_locs = np.flatnonzero(np.isin(layout.locations["rank"], my_ranks))
 
     # 7. write
-    n_events = max(1, int(counts.sum()))
+    n_events = max(1, int(events.size))  # progress of process 0's share
 
     def on_write(done: int) -> None:
         if progress:
