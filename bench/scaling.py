@@ -161,9 +161,10 @@ def main() -> None:
         print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for name, rows in (("serial", serial), (f"mpiexec -n {a.procs}", parallel)):
             walls = [r["wall"] for r in rows]
+            inner = statistics.median(r["inner"] for r in rows)
             print(f"{name:>14}: {statistics.median(walls):7.2f} s median of "
-                  f"{', '.join(f'{w:.2f}' for w in walls)} (converter {rows[-1]['inner']:.2f} s: "
-                  f"{rows[-1]['stages']})")
+                  f"{', '.join(f'{w:.2f}' for w in walls)} (converter {inner:.2f} s median; "
+                  f"last run {rows[-1]['stages']})")
             peaks = [max(r["rss_mb"][k] for r in rows) for k in range(len(rows[0]["rss_mb"]))]
             print(f"{'':>14}  peak RSS per process: "
                   + ", ".join(f"{p:.0f} MB" for p in peaks)
@@ -171,10 +172,13 @@ def main() -> None:
                   + ", ".join(f"{c:.1f}" for c in rows[-1]["cpu_s"]))
         t_s = statistics.median(r["wall"] for r in serial)
         t_p = statistics.median(r["wall"] for r in parallel)
-        print(f"speedup: {t_s / t_p:.2f} with {a.procs} processes "
-              f"(converter alone: {serial[-1]['inner'] / parallel[-1]['inner']:.2f}; "
-              f"CPU seconds, serial over the busiest process: "
-              f"{serial[-1]['cpu_s'][0] / max(parallel[-1]['cpu_s']):.2f})")
+        c_s = statistics.median(r["inner"] for r in serial)
+        c_p = statistics.median(r["inner"] for r in parallel)
+        cpu_s = statistics.median(r["cpu_s"][0] for r in serial)
+        cpu_p = statistics.median(max(r["cpu_s"]) for r in parallel)
+        print(f"speedup: {t_s / t_p:.2f} with {a.procs} processes (converter alone: "
+              f"{c_s / c_p:.2f}; CPU seconds, serial over the busiest process: "
+              f"{cpu_s / cpu_p:.2f})")
         if _autogroup() and not a.own_sessions and max(os.getloadavg()) > os.cpu_count():
             print("note: the kernel shares the CPU between sessions (autogroup) and the "
                   "machine is busy: the processes of one mpiexec get one session's share; "

@@ -461,14 +461,20 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         "damage": {s: log.entries() for s, log in logs.items()}, "seconds": steps.seconds,
         "sync_intervals": sync_intervals_property(dec, result),
     }, root=0)
-    if root:
-        whole = _whole_run(man, layout, dec, gathered, node_maps, state)
+
+    def definitions():
+        whole = _whole_run(man, layout, dec, gathered, node_maps)
         intervals = {loc: v for g in gathered for loc, v in g["sync_intervals"].items()}
-        defs, _ = build_definitions(whole.decoded, whole.sync, first, last, intervals)
+        return whole, build_definitions(whole.decoded, whole.sync, first, last, intervals)[0]
+
+    if root:
+        whole, defs = steps.run("emit", definitions)
+    else:
+        steps.run("emit", lambda: None)
     my_locs = np.flatnonzero(np.isin(layout.locations["rank"], my_ranks))
 
     # 7. write
-    n_events = max(1, int(counts.sum()))
+    n_events = max(1, int(events.size))  # progress of process 0's share
 
     def on_write(done: int) -> None:
         if progress:
@@ -476,9 +482,8 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
 
     _write(steps, target, defs, events, my_locs, counts, on_write)
 
-    summary = None
-    if root:
-        timings = {}
+    def finish():
+        timings: dict[str, float] = {}
         for part_seconds in [g["seconds"] for g in gathered] + [steps.seconds]:
             for k, v in part_seconds.items():
                 timings[k] = max(timings.get(k, 0.0), v)
@@ -490,14 +495,12 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         summary.messages_matched = (sum(g["messages"] for g in gathered)
                                     + int(state.messages.size))
         summary.converter_processes = n_proc
-        summary.wall_seconds = time.perf_counter() - wall0
         if report is not None:
-            text = json.dumps(sync_report(whole), indent=1) + "\n"
-            steps.run("report", lambda: _write_report(report, text))
-        else:
-            steps.run("report", lambda: None)
-    else:
-        steps.run("report", lambda: None)
+            _write_report(report, json.dumps(sync_report(whole), indent=1) + "\n")
+        summary.wall_seconds = time.perf_counter() - wall0
+        return summary
+
+    summary = steps.run("report", finish if root else lambda: None)
     return comm.bcast(summary, root=0)
 
 
@@ -509,7 +512,7 @@ def _write_report(path, text: str) -> None:
 
 
 def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],
-               node_maps, state: _MpiState):
+               node_maps: list):
     """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
     ``emit.build_definitions``, ``convert._summary`` and ``convert.sync_report`` (no
     records)."""

@@ -7,13 +7,15 @@ every event as the otf2 reader reads them back, ``otf2-print`` output (all but t
 trace identifier), the definition and event files byte for byte, the sync report, the
 summary (all but the wall-time line) and the exit status. Also: a damaged run converted by
 more processes than it has nodes, a refused dump (every process exits 3, the message is
-printed once, the output path stays as it was), an existing archive, and the launch
-detection and node partition without MPI.
+printed once, the output path stays as it was), an existing archive, a bug on one process
+(the job is aborted, nobody waits), and the launch detection and node partition without
+MPI.
 """
 
 from __future__ import annotations
 
 import filecmp
+import importlib.util
 import json
 import os
 import shutil
@@ -32,12 +34,7 @@ from cell_otf2.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = shutil.which("mpiexec")
-try:
-    import mpi4py  # noqa: F401
-
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
+HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None  # found, not imported
 
 needs_mpi = pytest.mark.skipif(
     MPIEXEC is None or not HAVE_MPI4PY,
@@ -45,7 +42,8 @@ needs_mpi = pytest.mark.skipif(
 )
 
 
-def _mpiexec(n: int, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+def _mpiexec(n: int, args: list[str], timeout: float = 180,
+             script: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop(SERIAL_VAR, None)
     cmd = [MPIEXEC, "-n", str(n)]
@@ -55,7 +53,7 @@ def _mpiexec(n: int, args: list[str], timeout: float = 180) -> subprocess.Comple
         if os.geteuid() == 0:
             cmd += ["--allow-run-as-root"]
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd += [sys.executable, "-m", "cell_otf2.cli", *args]
+    cmd += [sys.executable, *([str(script)] if script else ["-m", "cell_otf2.cli"]), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -188,6 +186,32 @@ def test_existing_archive_refused_by_every_process(runs, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.otf2"]
 
 
+@needs_mpi
+def test_unexpected_error_on_one_process_aborts_all(runs, tmp_path):
+    """A bug on process 1 (injected) ends the whole job with one message; nobody hangs."""
+    inject = (
+        "import sys\n"
+        "import cell_otf2.parallel as par\n"
+        "real = par._layout_part\n"
+        "def broken(man, dumps, damage):\n"
+        "    from mpi4py import MPI\n"
+        "    if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "        raise RuntimeError('injected')\n"
+        "    return real(man, dumps, damage)\n"
+        "par._layout_part = broken\n"
+        "from cell_otf2.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    script = tmp_path / "broken.py"
+    script.write_text(inject)
+    par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(tmp_path / "a.otf2")], timeout=120,
+                   script=script)
+    assert par.returncode != 0
+    assert ("internal error on converter process 1 (decode): RuntimeError: injected"
+            in par.stderr)
+    assert not (tmp_path / "a.otf2").exists()
+
+
 def test_launch_detection_from_the_environment(monkeypatch):
     assert launched_size({}) is None
     assert launched_size({"OMPI_COMM_WORLD_SIZE": "4"}) == 4
@@ -199,6 +223,8 @@ def test_launch_detection_from_the_environment(monkeypatch):
     assert launched_world() is None  # no launcher: the serial path, mpi4py not imported
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
     assert launched_world() is None
+    # the serial conversions of this module ran here without initializing MPI
+    assert "mpi4py.MPI" not in sys.modules
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
     monkeypatch.setenv(SERIAL_VAR, "1")
     assert launched_world() is None
