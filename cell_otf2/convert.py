@@ -218,6 +218,7 @@ def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_sty
     # the event table in pieces of whole locations, built as the writer takes them
     defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
                                 DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
+    events.reuse_buffer = True  # the writer is done with each piece before the next
     t1, c1 = time.perf_counter(), time.process_time()
     n_events = max(1, events.size)
 
