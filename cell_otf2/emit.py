@@ -239,24 +239,28 @@ class _Events:
         self.laid_out = True
         n_rec = self.rec_loc.size
         # parts with records out of order (messages, completions) are sorted by record once
+        unique = []  # per part: each record at most once (strictly ascending)
         for i, part in enumerate(self.own_parts):
             r = part.rec
-            if r.size > 1 and not (r[1:] > r[:-1]).all():
-                self.own_parts[i] = part.take(np.argsort(r, kind="stable"))
-        counts = np.zeros(n_rec, dtype=np.int64)  # own events per record
-        for part in self.own_parts:
-            if part.size > n_rec // 64:
-                counts += np.bincount(part.rec, minlength=n_rec)
+            if r.size > 1 and not (r[1:] >= r[:-1]).all():
+                self.own_parts[i] = part = part.take(np.argsort(r, kind="stable"))
+                r = part.rec
+            unique.append(r.size < 2 or bool((r[1:] > r[:-1]).all()))
+        counts = np.zeros(n_rec, dtype=np.int32)  # own events per record
+        for part, once in zip(self.own_parts, unique, strict=True):
+            if once:
+                counts[part.rec] += 1
             else:
                 np.add.at(counts, part.rec, 1)
         base = np.zeros(n_rec + 1, dtype=np.int64)
         np.cumsum(counts, out=base[1:])
         del counts
-        fill = np.zeros(n_rec, dtype=np.int64)
-        for part in sorted(self.own_parts, key=lambda q: q.offset):  # stable: add order kept
-            r = part.rec
-            dup = r.size > 1 and not (r[1:] > r[:-1]).all()
-            if dup:  # several events of one record in one part (one wait completes many)
+        fill = np.zeros(n_rec, dtype=np.int32)
+        order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
+        for k in order:  # stable: add order kept among equal offsets
+            part, r = self.own_parts[k], self.own_parts[k].rec
+            if not unique[k]:  # several events of one record in one part (a wait completes
+                #                several DMAs): in part order
                 first = np.concatenate([[True], r[1:] != r[:-1]])
                 start = np.flatnonzero(first)
                 occ = np.arange(r.size) - np.repeat(start, np.diff(np.append(start, r.size)))
@@ -265,10 +269,12 @@ class _Events:
             else:
                 part.pos = base[r] + fill[r]
                 fill[r] += 1
+        del fill
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
-        loc_first_rec = np.searchsorted(rec_loc, np.arange(self.n_locations + 1))
+        loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
         self.loc_first_rec = loc_first_rec
         self.own_start = base[loc_first_rec]
         # foreign events: destination location, insertion point among its own events
