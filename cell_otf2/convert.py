@@ -33,7 +33,7 @@ from .timing import SyncResult, apply_times, synchronize
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
 #: events per piece of the event table handed to the writer (bounds emit's memory)
-CHUNK_EVENTS = 1 << 20
+CHUNK_EVENTS = 1 << 18
 
 
 @dataclass
@@ -123,7 +123,7 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
         if progress:
             progress("read", (p.rank + 1) / man.n_ranks)
     t1, c1 = time.perf_counter(), time.process_time()
-    dec = decode(man, dumps, damage)
+    dec = decode(man, dumps, damage, release=True)
     del dumps
     matches = match(dec, damage)
     t2, c2 = time.perf_counter(), time.process_time()

@@ -144,8 +144,11 @@ def _build_locations(
 
 
 def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
-           split_ambiguous_wraps: bool = True) -> Decoded:
-    """Decode every dump (one per rank, in rank order) of a run."""
+           split_ambiguous_wraps: bool = True, release: bool = False) -> Decoded:
+    """Decode every dump (one per rank, in rank order) of a run.
+
+    ``release``: empty each dump's record arrays once it is decoded (for a caller that drops
+    the dumps afterwards: the records table then never coexists with all of them)."""
     locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
     loc_key = {(int(r), int(k), int(i)): n for n, (r, k, i) in enumerate(locations.tolist())}
     n_nodes = len(manifest.nodes)
@@ -314,6 +317,10 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         # the PPE records (checked and dropped above) to their places
         records[ppe_final] = prec
         loss_epoch[spe_final] = spe_epoch
+        del prec, ppe_final, spe_final, spe_epoch, ppe_epoch
+        if release:
+            dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
+            del ppe, blocks, spe, spe_code, spe_block, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
         anchor_parts.append(anchors)
         link_rows.extend(rank_links)
         anchor_base += n_anchor

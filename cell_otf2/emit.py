@@ -144,12 +144,12 @@ class _Part:
     __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time")
 
     def __init__(self, rec, offset, typ, ref, params, loc=None, time=None) -> None:
-        self.rec = rec  # int64 record index per event, ascending (own) or as given (foreign)
+        self.rec = rec  # record index per event, ascending (own) or as given (foreign)
         self.pos = None  # own events: index in the sequence of all own events, in order
         self.offset = offset  # seq offset within the record (0..7)
         self.typ = typ
         self.ref = ref  # scalar or array per event
-        self.params = params  # name -> scalar or array per event
+        self.params = params  # name -> scalar, array per event, or a function of ``rec``
         self.loc = loc  # foreign events only: destination location per event
         self.time = time  # foreign events only: time per event
 
@@ -165,6 +165,12 @@ class _Part:
                      {k: cut(v) for k, v in self.params.items()}, cut(self.loc), cut(self.time))
         part.pos = cut(self.pos)
         return part
+
+
+def _param(v):
+    """An event parameter as ``_Part`` keeps it: a function of the record indexes (computed
+    when a piece of the table is built) or an array / scalar."""
+    return v if callable(v) else np.asarray(v)
 
 
 class _Events:
@@ -183,6 +189,8 @@ class _Events:
     """
 
     def __init__(self, rec_loc: np.ndarray, rec_time: np.ndarray, n_locations: int) -> None:
+        #: record indexes and event positions fit 32 bits below 2^31 records (half the memory)
+        self.index = np.int32 if rec_loc.size < 1 << 30 else np.int64
         self.rec_loc = rec_loc
         self.rec_time = rec_time
         self.n_locations = n_locations
@@ -193,10 +201,10 @@ class _Events:
     def own(self, rec: np.ndarray, offset: int, typ: int, ref, **p) -> None:
         """Events on the location of records ``rec``, at their times, tie-break seq
         ``8 * rec + offset``."""
-        rec = np.asarray(rec, dtype=np.int64)
+        rec = np.asarray(rec).astype(self.index, copy=False)
         if rec.size:
             self.own_parts.append(_Part(rec, int(offset), int(typ), np.asarray(ref),
-                                        {k: np.asarray(v) for k, v in p.items()}))
+                                        {k: _param(v) for k, v in p.items()}))
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
         """Events anywhere: each is own or foreign as its location and time say."""
@@ -205,15 +213,15 @@ class _Events:
         if n == 0:
             return
         seq = np.broadcast_to(np.asarray(seq, dtype=np.uint64), (n,))
-        rec = (seq >> np.uint64(3)).astype(np.int64)
+        rec = (seq >> np.uint64(3)).astype(self.index)
         offsets = seq & np.uint64(7)
         time = np.broadcast_to(np.asarray(time), (n,))
         own = (self.rec_loc[rec] == loc) & (self.rec_time[rec] == time)
         ref = np.asarray(ref)
-        params = {k: np.asarray(v) for k, v in p.items()}
+        params = {k: _param(v) for k, v in p.items()}
 
         def cut(v, sel):
-            return v[sel] if v.ndim else v
+            return v[sel] if isinstance(v, np.ndarray) and v.ndim else v
 
         for k in np.unique(offsets).tolist():
             for is_own in (True, False):
@@ -264,10 +272,10 @@ class _Events:
                 first = np.concatenate([[True], r[1:] != r[:-1]])
                 start = np.flatnonzero(first)
                 occ = np.arange(r.size) - np.repeat(start, np.diff(np.append(start, r.size)))
-                part.pos = base[r] + fill[r] + occ
+                part.pos = (base[r] + fill[r] + occ).astype(self.index)
                 np.add.at(fill, r, 1)
             else:
-                part.pos = base[r] + fill[r]
+                part.pos = (base[r] + fill[r]).astype(self.index)
                 fill[r] += 1
         del fill
         self.n_own = int(base[-1])
@@ -281,7 +289,8 @@ class _Events:
         if self.foreign:
             f_loc = np.concatenate([p.loc for p in self.foreign])
             f_time = np.concatenate([p.time for p in self.foreign])
-            f_seq = np.concatenate([p.rec * 8 + p.offset for p in self.foreign])
+            f_seq = np.concatenate([p.rec.astype(np.int64) * 8 + p.offset
+                                    for p in self.foreign])
             own_time = np.zeros(self.n_own, dtype=np.int64)
             for part in self.own_parts:
                 own_time[part.pos] = self.rec_time[part.rec]
@@ -370,7 +379,7 @@ class _Events:
         e["ref"][at] = q.ref
         e["seq"][at] = q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
         for name, v in q.params.items():
-            e[name][at] = v
+            e[name][at] = v(q.rec) if callable(v) else v
 
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int
@@ -581,7 +590,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         ref = _lookup(lk["metric"], rec["a"][i].astype(np.int64))
         undefined(i[ref < 0], "counter id")
         i, ref = i[ref >= 0], ref[ref >= 0]
-        ev.own(i, 0, Ev.METRIC, ref, p1=rec["b"][i])
+        ev.own(i, 0, Ev.METRIC, ref, p1=lambda r: rec["b"][r])
         written[i] = True
     # ---- mailbox and signal messages (send inside the writer's span, receive before END's
     #      Leave)
@@ -613,28 +622,33 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     i = d["issue"]
     opcode = rec["a"][i]
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
-    nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
-    ls_addr = rec["c"][i] >> np.uint64(32)
-    tag = rec["d"][i] & np.uint64(0xFF)
-    elems = (rec["d"][i] >> np.uint64(8)) & np.uint64(0xFFFF)
     comp = d["complete"]
     has_c = comp >= 0
     has_c[has_c] = good[comp[has_c]]
     stats.dma, stats.dma_completed = int(d.size), int(has_c.sum())
     written[i] = True
     if dma_style == DmaStyle.RMA:
-        match_id = np.arange(d.size, dtype=np.uint64)
-        p4 = tag | (opcode.astype(np.uint64) << np.uint64(8)) | (elems << np.uint64(16))
+        match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
+        # what only depends on the DMA record is taken from it when the table is built
+        ra, rb, rc, rd = rec["a"], rec["b"], rec["c"], rec["d"]
+        u8, low32 = np.uint64(8), np.uint64(0xFFFFFFFF)
+
+        def packed(r):  # tag | opcode << 8 | list elements << 16 (model.Ev)
+            return ((rd[r] & np.uint64(0xFF)) | (ra[r].astype(np.uint64) << u8)
+                    | (((rd[r] >> u8) & np.uint64(0xFFFF)) << np.uint64(16)))
+
         for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
             k = i[getput]
             ev.own(k, 0, typ, lk["window"], p1=d["target"][getput],
-                   p2=nbytes[getput], p3=match_id[getput], p4=p4[getput],
-                   p5=rec["b"][k], p6=ls_addr[getput])
+                   p2=lambda r: rc[r] & low32, p3=match_id[getput], p4=packed,
+                   p5=lambda r: rb[r], p6=lambda r: rc[r] >> np.uint64(32))
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"],
                p3=match_id[has_c])
     else:
         # GET: the target sends at issue, the SPE receives at completion; PUT the other way
+        nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
+        tag = rec["d"][i] & np.uint64(0xFF)
         c_ok = has_c
         src_loc = np.where(is_get, d["target"], d["loc"])
         dst_loc = np.where(is_get, d["loc"], d["target"])
