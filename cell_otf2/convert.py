@@ -33,7 +33,7 @@ from .timing import SyncResult, apply_times, synchronize
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
 #: events per piece of the event table handed to the writer (bounds emit's memory)
-CHUNK_EVENTS = 1 << 20
+CHUNK_EVENTS = 1 << 18
 
 
 @dataclass
@@ -135,7 +135,7 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
         if progress:
             progress("read", (p.rank + 1) / man.n_ranks)
     t1, c1 = time.perf_counter(), time.process_time()
-    dec = decode(man, dumps, damage)
+    dec = decode(man, dumps, damage, release=True)
     del dumps
     matches = match(dec, damage)
     t2, c2 = time.perf_counter(), time.process_time()
@@ -243,6 +243,7 @@ def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_sty
     # the event table in pieces of whole locations, built as the writer takes them
     defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
                                 DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
+    events.reuse_buffer = True  # the writer is done with each piece before the next
     t1, c1 = time.perf_counter(), time.process_time()
     n_events = max(1, events.size)
 

@@ -156,13 +156,17 @@ class RunLayout:
 
 
 def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
-           split_ambiguous_wraps: bool = True, layout: RunLayout | None = None) -> Decoded:
+           split_ambiguous_wraps: bool = True, layout: RunLayout | None = None,
+           release: bool = False) -> Decoded:
     """Decode every dump (one per rank, in rank order) of a run.
 
     With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
     contexts and the per-rank lists are the whole run's, records, anchors and interval domains
     those of the given dumps (node domains are always every node's). The location damage of
     ``_build_locations`` is then the caller's to record.
+
+    ``release``: empty each dump's record arrays once it is decoded (for a caller that drops
+    the dumps afterwards: the records table then never coexists with all of them).
     """
     if layout is None:
         locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
@@ -341,6 +345,10 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         # the PPE records (checked and dropped above) to their places
         records[ppe_final] = prec
         loss_epoch[spe_final] = spe_epoch
+        del prec, ppe_final, spe_final, spe_epoch, ppe_epoch
+        if release:
+            dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
+            del ppe, blocks, spe, spe_code, spe_block, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
         anchor_parts.append(anchors)
         link_rows.extend(rank_links)
         anchor_base += n_anchor

@@ -72,6 +72,9 @@ class DmaStyle(StrEnum):
     MESSAGES = "messages"
 
 
+_MPI_CODES = np.array([P.MPI_SEND, P.MPI_RECV, P.MPI_ISEND, P.MPI_IRECV, P.MPI_ISEND_COMPLETE,
+                       P.MPI_IRECV_REQUEST, P.MPI_COLL_BEGIN, P.MPI_COLL_END], dtype=np.uint16)
+
 #: CBT collective op number -> OTF2 CollectiveOp value
 OTF2_COLL_OP = np.array([0, 1, 2, 4, 6, 8, 12, 11, 13, 14], dtype=np.uint64)
 
@@ -150,12 +153,12 @@ class _Part:
     __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time")
 
     def __init__(self, rec, offset, typ, ref, params, loc=None, time=None) -> None:
-        self.rec = rec  # int64 record index per event, ascending (own) or as given (foreign)
+        self.rec = rec  # record index per event, ascending (own) or as given (foreign)
         self.pos = None  # own events: index in the sequence of all own events, in order
         self.offset = offset  # seq offset within the record (0..7)
         self.typ = typ
         self.ref = ref  # scalar or array per event
-        self.params = params  # name -> scalar or array per event
+        self.params = params  # name -> scalar, array per event, or a function of ``rec``
         self.loc = loc  # foreign events only: destination location per event
         self.time = time  # foreign events only: time per event
 
@@ -171,6 +174,12 @@ class _Part:
                      {k: cut(v) for k, v in self.params.items()}, cut(self.loc), cut(self.time))
         part.pos = cut(self.pos)
         return part
+
+
+def _param(v):
+    """An event parameter as ``_Part`` keeps it: a function of the record indexes (computed
+    when a piece of the table is built) or an array / scalar."""
+    return v if callable(v) else np.asarray(v)
 
 
 class _Events:
@@ -189,28 +198,39 @@ class _Events:
     """
 
     def __init__(self, rec_loc: np.ndarray, rec_time: np.ndarray, n_locations: int) -> None:
+        #: record indexes and event positions fit 32 bits below 2^31 records (half the memory)
+        self.index = np.int32 if rec_loc.size < 1 << 30 else np.int64
         self.rec_loc = rec_loc
         self.rec_time = rec_time
         self.n_locations = n_locations
-        self.own: list[_Part] = []
+        self.own_parts: list[_Part] = []
         self.foreign: list[_Part] = []
         self.laid_out = False
 
+    def own(self, rec: np.ndarray, offset: int, typ: int, ref, **p) -> None:
+        """Events on the location of records ``rec``, at their times, tie-break seq
+        ``8 * rec + offset``."""
+        rec = np.asarray(rec).astype(self.index, copy=False)
+        if rec.size:
+            self.own_parts.append(_Part(rec, int(offset), int(typ), np.asarray(ref),
+                                        {k: _param(v) for k, v in p.items()}))
+
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
+        """Events anywhere: each is own or foreign as its location and time say."""
         loc = np.asarray(loc)
         n = loc.size
         if n == 0:
             return
         seq = np.broadcast_to(np.asarray(seq, dtype=np.uint64), (n,))
-        rec = (seq >> np.uint64(3)).astype(np.int64)
+        rec = (seq >> np.uint64(3)).astype(self.index)
         offsets = seq & np.uint64(7)
         time = np.broadcast_to(np.asarray(time), (n,))
         own = (self.rec_loc[rec] == loc) & (self.rec_time[rec] == time)
         ref = np.asarray(ref)
-        params = {k: np.asarray(v) for k, v in p.items()}
+        params = {k: _param(v) for k, v in p.items()}
 
         def cut(v, sel):
-            return v[sel] if v.ndim else v
+            return v[sel] if isinstance(v, np.ndarray) and v.ndim else v
 
         for k in np.unique(offsets).tolist():
             for is_own in (True, False):
@@ -221,7 +241,7 @@ class _Events:
                 part = _Part(rec[idx], int(k), int(typ), cut(ref, idx),
                              {name: cut(v, idx) for name, v in params.items()})
                 if is_own:
-                    self.own.append(part)
+                    self.own_parts.append(part)
                 else:
                     part.loc = loc[idx].astype(np.int64)
                     part.time = time[idx].astype(np.int64)
@@ -236,44 +256,52 @@ class _Events:
         self.laid_out = True
         n_rec = self.rec_loc.size
         # parts with records out of order (messages, completions) are sorted by record once
-        for i, part in enumerate(self.own):
+        unique = []  # per part: each record at most once (strictly ascending)
+        for i, part in enumerate(self.own_parts):
             r = part.rec
-            if r.size > 1 and not (r[1:] > r[:-1]).all():
-                self.own[i] = part.take(np.argsort(r, kind="stable"))
-        counts = np.zeros(n_rec, dtype=np.int64)  # own events per record
-        for part in self.own:
-            if part.size > n_rec // 64:
-                counts += np.bincount(part.rec, minlength=n_rec)
+            if r.size > 1 and not (r[1:] >= r[:-1]).all():
+                self.own_parts[i] = part = part.take(np.argsort(r, kind="stable"))
+                r = part.rec
+            unique.append(r.size < 2 or bool((r[1:] > r[:-1]).all()))
+        counts = np.zeros(n_rec, dtype=np.int32)  # own events per record
+        for part, once in zip(self.own_parts, unique, strict=True):
+            if once:
+                counts[part.rec] += 1
             else:
                 np.add.at(counts, part.rec, 1)
         base = np.zeros(n_rec + 1, dtype=np.int64)
         np.cumsum(counts, out=base[1:])
         del counts
-        fill = np.zeros(n_rec, dtype=np.int64)
-        for part in sorted(self.own, key=lambda q: q.offset):  # stable: add order kept
-            r = part.rec
-            dup = r.size > 1 and not (r[1:] > r[:-1]).all()
-            if dup:  # several events of one record in one part (one wait completes many)
+        fill = np.zeros(n_rec, dtype=np.int32)
+        order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
+        for k in order:  # stable: add order kept among equal offsets
+            part, r = self.own_parts[k], self.own_parts[k].rec
+            if not unique[k]:  # several events of one record in one part (a wait completes
+                #                several DMAs): in part order
                 first = np.concatenate([[True], r[1:] != r[:-1]])
                 start = np.flatnonzero(first)
                 occ = np.arange(r.size) - np.repeat(start, np.diff(np.append(start, r.size)))
-                part.pos = base[r] + fill[r] + occ
+                part.pos = (base[r] + fill[r] + occ).astype(self.index)
                 np.add.at(fill, r, 1)
             else:
-                part.pos = base[r] + fill[r]
+                part.pos = (base[r] + fill[r]).astype(self.index)
                 fill[r] += 1
+        del fill
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
-        loc_first_rec = np.searchsorted(rec_loc, np.arange(self.n_locations + 1))
+        loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
+        self.loc_first_rec = loc_first_rec
         self.own_start = base[loc_first_rec]
         # foreign events: destination location, insertion point among its own events
         if self.foreign:
             f_loc = np.concatenate([p.loc for p in self.foreign])
             f_time = np.concatenate([p.time for p in self.foreign])
-            f_seq = np.concatenate([p.rec * 8 + p.offset for p in self.foreign])
+            f_seq = np.concatenate([p.rec.astype(np.int64) * 8 + p.offset
+                                    for p in self.foreign])
             own_time = np.zeros(self.n_own, dtype=np.int64)
-            for part in self.own:
+            for part in self.own_parts:
                 own_time[part.pos] = self.rec_time[part.rec]
             insert = np.zeros(f_loc.size, dtype=np.int64)
             for loc in np.unique(f_loc).tolist():
@@ -299,17 +327,29 @@ class _Events:
 
     def counts_per_type(self) -> dict[int, int]:
         out: dict[int, int] = {}
-        for part in (*self.own, *self.foreign):
+        for part in (*self.own_parts, *self.foreign):
             out[part.typ] = out.get(part.typ, 0) + part.size
         return out
 
-    def table(self, loc_lo: int = 0, loc_hi: int | None = None) -> np.ndarray:
-        """The events of locations ``loc_lo .. loc_hi - 1``, sorted by (loc, time, seq)."""
+    def table(self, loc_lo: int = 0, loc_hi: int | None = None,
+              buffer: np.ndarray | None = None) -> np.ndarray:
+        """The events of locations ``loc_lo .. loc_hi - 1``, sorted by (loc, time, seq)
+        (built in ``buffer`` when given)."""
         self._layout()
         loc_hi = self.n_locations if loc_hi is None else loc_hi
         start, stop = int(self.loc_start[loc_lo]), int(self.loc_start[loc_hi])
         own_lo, own_hi = int(self.own_start[loc_lo]), int(self.own_start[loc_hi])
-        e = np.zeros(stop - start, EVENT_DTYPE)
+        if buffer is None:
+            e = np.zeros(stop - start, EVENT_DTYPE)
+        else:
+            e = buffer[:stop - start]
+            for name in ("p1", "p2", "p3", "p4", "p5", "p6"):  # the rest is always written
+                e[name] = 0
+        e["loc"] = np.repeat(np.arange(loc_lo, loc_hi, dtype=np.uint32),
+                             np.diff(self.loc_start[loc_lo:loc_hi + 1]))
+        # the range's records are one range too: their times as one contiguous column
+        r_lo, r_hi = int(self.loc_first_rec[loc_lo]), int(self.loc_first_rec[loc_hi])
+        times = np.ascontiguousarray(self.rec_time[r_lo:r_hi])
         # foreign events of the range and where they go
         f_lo, f_hi = np.searchsorted(self.f_loc, [loc_lo, loc_hi], side="left")
         f_ins = self.f_insert[f_lo:f_hi]
@@ -320,14 +360,13 @@ class _Events:
         def own_final(pos: np.ndarray) -> np.ndarray:
             return pos + np.searchsorted(shift_all, pos, side="right") - start
 
-        for part in self.own:
+        for part in self.own_parts:
             lo, hi = np.searchsorted(part.pos, [own_lo, own_hi], side="left")
             if hi <= lo:
                 continue
             q = part.take(slice(lo, hi))
             at = own_final(q.pos)
-            e["loc"][at] = self.rec_loc[q.rec]
-            e["time"][at] = self.rec_time[q.rec]
+            e["time"][at] = times[q.rec - r_lo]
             self._fill(e, at, q)
         if f_hi > f_lo:
             sources = np.concatenate([np.full(p.size, i) for i, p in enumerate(self.foreign)])
@@ -339,7 +378,6 @@ class _Events:
                     continue
                 q = part.take(within[idx[mine]])
                 at = f_final[mine]
-                e["loc"][at] = q.loc
                 e["time"][at] = q.time
                 self._fill(e, at, q)
         return e
@@ -350,7 +388,7 @@ class _Events:
         e["ref"][at] = q.ref
         e["seq"][at] = q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
         for name, v in q.params.items():
-            e[name][at] = v
+            e[name][at] = v(q.rec) if callable(v) else v
 
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
@@ -496,6 +534,10 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     keys = np.asarray(keys, dtype=np.int64)
     if not table:
         return np.full(keys.size, -1, dtype=np.int64)
+    if 0 <= min(table) and max(table) < 1 << 16:  # ids as indexes into a table
+        direct = np.full(max(table) + 2, -1, dtype=np.int64)  # last entry: out of range
+        direct[list(table)] = list(table.values())
+        return direct[np.clip(keys, -1, direct.size - 1)]
     ids = np.array(sorted(table), dtype=np.int64)
     refs = np.array([table[int(k)] for k in ids], dtype=np.int64)
     at = np.minimum(np.searchsorted(ids, keys), ids.size - 1)
@@ -525,7 +567,6 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     stats = EmitStats()
     code = rec["code"]
     loc = rec["loc"]
-    seq = np.arange(rec.size, dtype=np.uint64) * np.uint64(8)
     written = np.zeros(rec.size, dtype=bool)
     counted = np.zeros(rec.size, dtype=bool)  # not written, already in the damage log
     rank_of = dec.locations["rank"][loc]
@@ -554,7 +595,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
             ref = _lookup(lk["region"], rec["a"][i].astype(np.int64))
             undefined(i[ref < 0], "region id")
             i, ref = i[ref >= 0], ref[ref >= 0]
-            ev.add(loc[i], typ, ref, t[i], seq[i])
+            ev.own(i, 0, typ, ref)
             written[i] = True
     # ---- SPE program runs: START .. EXIT as the program's region
     prog_of_loc = np.full(dec.locations.size, -1, dtype=np.int64)
@@ -565,20 +606,20 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         ref = prog_of_loc[loc[i]]
         undefined(i[ref < 0], "SPE program of the context (CTX_LOAD missing or unknown id)")
         i, ref = i[ref >= 0], ref[ref >= 0]
-        ev.add(loc[i], typ, ref, t[i], seq[i] + np.uint64(1 if typ == Ev.LEAVE else 0))
+        ev.own(i, 1 if typ == Ev.LEAVE else 0, typ, ref)
         written[i] = True
     # ---- spans BEGIN..END as regions
     for b_code, e_code, name in _SPANS:
         i = sel(b_code)
-        ev.add(loc[i], Ev.ENTER, lk["cell"][name], t[i], seq[i])
+        ev.own(i, 0, Ev.ENTER, lk["cell"][name])
         written[i] = True
         i = sel(e_code)
-        ev.add(loc[i], Ev.LEAVE, lk["cell"][name], t[i], seq[i] + np.uint64(4))
+        ev.own(i, 4, Ev.LEAVE, lk["cell"][name])
         written[i] = True
     for p_code, name in _POINTS:
         i = sel(p_code)
-        ev.add(loc[i], Ev.ENTER, lk["cell"][name], t[i], seq[i])
-        ev.add(loc[i], Ev.LEAVE, lk["cell"][name], t[i], seq[i] + np.uint64(4))
+        ev.own(i, 0, Ev.ENTER, lk["cell"][name])
+        ev.own(i, 4, Ev.LEAVE, lk["cell"][name])
         written[i] = True
     # ---- context switches: "off SPU" on the SPE location
     sw = sel(P.CTX_SWITCH)
@@ -588,10 +629,10 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     stop = rec["b"][sw] == fmt.SwitchType.STOP
     ok = spe_loc >= 0
     i = sw[stop & ok]
-    ev.add(spe_loc[stop & ok], Ev.ENTER_OFF_SPU, lk["cell"]["off SPU"], t[i], seq[i],
+    ev.add(spe_loc[stop & ok], Ev.ENTER_OFF_SPU, lk["cell"]["off SPU"], t[i], _seq(i),
            p1=rec["c"][i] >> np.uint64(32))
     i = sw[~stop & ok]
-    ev.add(spe_loc[~stop & ok], Ev.LEAVE, lk["cell"]["off SPU"], t[i], seq[i])
+    ev.add(spe_loc[~stop & ok], Ev.LEAVE, lk["cell"]["off SPU"], t[i], _seq(i))
     written[sw[ok]] = True
     # ---- counters
     for c in (P.COUNTER, S.COUNTER):
@@ -599,7 +640,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         ref = _lookup(lk["metric"], rec["a"][i].astype(np.int64))
         undefined(i[ref < 0], "counter id")
         i, ref = i[ref >= 0], ref[ref >= 0]
-        ev.add(loc[i], Ev.METRIC, ref, t[i], seq[i], p1=rec["b"][i])
+        ev.own(i, 0, Ev.METRIC, ref, p1=lambda r: rec["b"][r])
         written[i] = True
     # ---- mailbox and signal messages (send inside the writer's span, receive before END's
     #      Leave)
@@ -607,9 +648,9 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     m = m[good[m["send"]] & good[m["recv"]] & (m["kind"] != MsgKind.MPI)]
     msg_tag = m["kind"].astype(np.uint64)
     s, r = m["send"], m["recv"]
-    ev.add(loc[s], Ev.MPI_SEND, lk["mbox_comm"], t[s], seq[s] + np.uint64(1),
+    ev.own(s, 1, Ev.MPI_SEND, lk["mbox_comm"],
            p1=m["recv_loc"], p2=msg_tag, p3=4)
-    ev.add(loc[r], Ev.MPI_RECV, lk["mbox_comm"], t[r], seq[r] + np.uint64(2),
+    ev.own(r, 2, Ev.MPI_RECV, lk["mbox_comm"],
            p1=m["send_loc"], p2=msg_tag, p3=4)
     stats.messages += int(m.size)
     # SNDSIG records are written by their message only
@@ -623,7 +664,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     paired[mpi["send"]] = paired[mpi["recv"]] = True
     if mpi_paired is not None:
         paired |= mpi_paired & good
-    _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined,
+    _emit_mpi(ev, rec, loc, sel, lk, written, counted, undefined,
               np.array([len(c.members) for c in defs.communicators], dtype=np.uint64), paired)
     mm = matches.messages
     stats.messages += int((mm["kind"] == MsgKind.MPI).sum())
@@ -633,35 +674,40 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     i = d["issue"]
     opcode = rec["a"][i]
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
-    nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
-    ls_addr = rec["c"][i] >> np.uint64(32)
-    tag = rec["d"][i] & np.uint64(0xFF)
-    elems = (rec["d"][i] >> np.uint64(8)) & np.uint64(0xFFFF)
     comp = d["complete"]
     has_c = comp >= 0
     has_c[has_c] = good[comp[has_c]]
     stats.dma, stats.dma_completed = int(d.size), int(has_c.sum())
     written[i] = True
     if dma_style == DmaStyle.RMA:
-        match_id = np.arange(d.size, dtype=np.uint64)
-        p4 = tag | (opcode.astype(np.uint64) << np.uint64(8)) | (elems << np.uint64(16))
+        match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
+        # what only depends on the DMA record is taken from it when the table is built
+        ra, rb, rc, rd = rec["a"], rec["b"], rec["c"], rec["d"]
+        u8, low32 = np.uint64(8), np.uint64(0xFFFFFFFF)
+
+        def packed(r):  # tag | opcode << 8 | list elements << 16 (model.Ev)
+            return ((rd[r] & np.uint64(0xFF)) | (ra[r].astype(np.uint64) << u8)
+                    | (((rd[r] >> u8) & np.uint64(0xFFFF)) << np.uint64(16)))
+
         for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
             k = i[getput]
-            ev.add(loc[k], typ, lk["window"], t[k], seq[k], p1=d["target"][getput],
-                   p2=nbytes[getput], p3=match_id[getput], p4=p4[getput],
-                   p5=rec["b"][k], p6=ls_addr[getput])
+            ev.own(k, 0, typ, lk["window"], p1=d["target"][getput],
+                   p2=lambda r: rc[r] & low32, p3=match_id[getput], p4=packed,
+                   p5=lambda r: rb[r], p6=lambda r: rc[r] >> np.uint64(32))
         c = comp[has_c]
-        ev.add(loc[c], Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"], t[c], seq[c] + np.uint64(3),
+        ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"],
                p3=match_id[has_c])
     else:
         # GET: the target sends at issue, the SPE receives at completion; PUT the other way
+        nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
+        tag = rec["d"][i] & np.uint64(0xFF)
         c_ok = has_c
         src_loc = np.where(is_get, d["target"], d["loc"])
         dst_loc = np.where(is_get, d["loc"], d["target"])
         k, c = i[c_ok], comp[c_ok]
-        ev.add(src_loc[c_ok], Ev.MPI_SEND, lk["dma_comm"], t[k], seq[k],
+        ev.add(src_loc[c_ok], Ev.MPI_SEND, lk["dma_comm"], t[k], _seq(k),
                p1=dst_loc[c_ok], p2=tag[c_ok], p3=nbytes[c_ok])
-        ev.add(dst_loc[c_ok], Ev.MPI_RECV, lk["dma_comm"], t[c], seq[c] + np.uint64(3),
+        ev.add(dst_loc[c_ok], Ev.MPI_RECV, lk["dma_comm"], t[c], _seq(c, 3),
                p1=src_loc[c_ok], p2=tag[c_ok], p3=nbytes[c_ok])
     # ---- what is left: heartbeats (time only) and anything not written
     hb = sel(S.HEARTBEAT)
@@ -691,6 +737,10 @@ class EventChunks:
         self._events = events
         self.size = events.size
         self.seconds = self.cpu_seconds = 0.0
+        #: build every piece in one buffer: a piece is then valid only until the next one is
+        #: built (for a consumer that is done with each piece before taking the next, like
+        #: the writer; it saves fresh memory, which costs page faults, per piece)
+        self.reuse_buffer = False
         starts = events.loc_start
         # cut after the location where the running count passes each multiple of the chunk
         cuts = [0]
@@ -701,15 +751,36 @@ class EventChunks:
         self.ranges = list(zip(cuts[:-1], cuts[1:], strict=True))
 
     def __iter__(self):
+        buffer = None
+        if self.reuse_buffer and self.ranges:
+            starts = self._events.loc_start
+            largest = max(int(starts[hi] - starts[lo]) for lo, hi in self.ranges)
+            buffer = np.empty(largest, EVENT_DTYPE)
         for lo, hi in self.ranges:
             t0, c0 = time.perf_counter(), time.process_time()
-            table = self._events.table(lo, hi)
+            table = self._events.table(lo, hi, buffer)
             self.seconds += time.perf_counter() - t0
             self.cpu_seconds += time.process_time() - c0
             yield table
 
 
-def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_size,
+class _Sparse:
+    """A column known at some records only (``index``, ascending): ``column[i]`` for i among
+    them."""
+
+    def __init__(self, index: np.ndarray, values: np.ndarray) -> None:
+        self.index, self.values = index, values
+
+    def __getitem__(self, i: np.ndarray) -> np.ndarray:
+        return self.values[np.searchsorted(self.index, i)]
+
+
+def _seq(i: np.ndarray, offset: int = 0) -> np.ndarray:
+    """Tie-break of the events of records ``i``: 8 * record index + offset."""
+    return i.astype(np.uint64) * np.uint64(8) + np.uint64(offset)
+
+
+def _emit_mpi(ev, rec, loc, sel, lk, written, counted, undefined, comm_size,
               paired) -> None:
     """MPI records. A point-to-point record is written only when ``match`` paired it with its
     partner (``paired``) and both have a time: OTF2 readers pair sends and receives by order,
@@ -718,19 +789,19 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_s
     time; their call regions are still written; an ISEND's ISEND_COMPLETE and an IRECV's
     IRECV_REQUEST go with it. A collective whose root is outside its communicator is counted
     here and not written."""
-    comm = _lookup(lk["comm"], rec["a"].astype(np.int64))
-    size = np.where(comm >= 0, comm_size[np.maximum(comm, 0)], 0)
-    peer = rec["b"] >> np.uint64(32)
-    tag = rec["b"] & np.uint64(0xFFFFFFFF)
-    req = rec["c"] >> np.uint64(32)
-    low = rec["c"] & np.uint64(0xFFFFFFFF)
-    one = np.uint64(1)
+    # the MPI records' fields, indexed like the records but held for MPI records only
+    mpi = np.sort(np.concatenate([sel(c) for c in _MPI_CODES.tolist()]))
+    comm = _Sparse(mpi, _lookup(lk["comm"], rec["a"][mpi].astype(np.int64)))
+    size = _Sparse(mpi, np.where(comm.values >= 0, comm_size[np.maximum(comm.values, 0)], 0))
+    b, c = rec["b"][mpi], rec["c"][mpi]
+    peer, tag = _Sparse(mpi, b >> np.uint64(32)), _Sparse(mpi, b & np.uint64(0xFFFFFFFF))
+    req, low = _Sparse(mpi, c >> np.uint64(32)), _Sparse(mpi, c & np.uint64(0xFFFFFFFF))
     for c, typ in ((P.MPI_SEND, Ev.MPI_SEND), (P.MPI_RECV, Ev.MPI_RECV)):
         i = sel(c)
         ok = (comm[i] >= 0) & (peer[i] < size[i]) & paired[i]
         counted[i[~ok]] = True
         i = i[ok]
-        ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=rec["c"][i])
+        ev.own(i, 1, typ, comm[i], p1=peer[i], p2=tag[i], p3=rec["c"][i])
         written[i] = True
     dropped = np.zeros(rec.size, dtype=bool)
     issued = []
@@ -740,7 +811,7 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_s
         ok = (comm[i] >= 0) & (peer[i] < size[i]) & paired[i]
         counted[i[~ok]] = dropped[i[~ok]] = True
         i = i[ok]
-        ev.add(loc[i], typ, comm[i], t[i], seq[i] + one, p1=peer[i], p2=tag[i], p3=low[i],
+        ev.own(i, 1, typ, comm[i], p1=peer[i], p2=tag[i], p3=low[i],
                p4=req[i])
         written[i] = True
     for (c, typ), requests, later in zip(((P.MPI_ISEND_COMPLETE, Ev.MPI_ISEND_COMPLETE),
@@ -757,10 +828,10 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_s
         go = (key[1:] == key[:-1]) & dropped[first] & (rec["code"][second] == c)
         counted[second[go]] = True
         i = i[~counted[i]]
-        ev.add(loc[i], typ, 0, t[i], seq[i] + one, p4=req[i])
+        ev.own(i, 1, typ, 0, p4=req[i])
         written[i] = True
     i = sel(P.MPI_COLL_BEGIN)
-    ev.add(loc[i], Ev.MPI_COLL_BEGIN, 0, t[i], seq[i] + one)
+    ev.own(i, 1, Ev.MPI_COLL_BEGIN, 0)
     written[i] = True
     i = sel(P.MPI_COLL_END)
     i = i[comm[i] >= 0]
@@ -768,6 +839,6 @@ def _emit_mpi(ev, rec, loc, t, seq, sel, lk, written, counted, undefined, comm_s
     undefined(i[bad_root], "collective root (a rank outside its communicator)")
     i = i[~bad_root]
     op = np.minimum(peer[i], np.uint64(9)).astype(np.int64)
-    ev.add(loc[i], Ev.MPI_COLL_END, comm[i], t[i], seq[i] + one, p1=OTF2_COLL_OP[op],
+    ev.own(i, 1, Ev.MPI_COLL_END, comm[i], p1=OTF2_COLL_OP[op],
            p2=tag[i], p3=req[i], p4=low[i])
     written[i] = True

@@ -109,10 +109,16 @@ class _Builder:
         self.node_pairs: list[np.ndarray] = []
         # records are sorted by location: each location's range, found once
         n_locs = dec.locations.size
-        self.loc_start = np.searchsorted(self.rec["loc"], np.arange(n_locs + 1, dtype=np.uint32))
+        self.loc_start = np.zeros(n_locs + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.rec["loc"], minlength=n_locs), out=self.loc_start[1:])
+        # record indexes grouped by code, ascending (a stable radix sort of the 16-bit codes)
+        code = self.rec["code"]
+        self.by_code = np.argsort(code, kind="stable")
+        self.code_start = np.zeros((1 << 16) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(code, minlength=1 << 16), out=self.code_start[1:])
         # PPE records that name a context, grouped by code, in slot order
         ctx_codes = [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE]
-        sel = np.flatnonzero(np.isin(self.rec["code"], ctx_codes))
+        sel = self.code_records(*ctx_codes)
         sel = sel[np.lexsort((self.rec["slot"][sel], self.rec["code"][sel]))]
         codes = self.rec["code"][sel]
         self.ppe_by_code = {int(c): sel[codes == c] for c in np.unique(codes).tolist()}
@@ -146,9 +152,15 @@ class _Builder:
         m["recv_loc"] = self.rec["loc"][recv]
         self.msgs.append(m)
 
+    def code_records(self, *codes: int) -> np.ndarray:
+        """Indexes of the records with any of ``codes``, ascending."""
+        parts = [self.by_code[self.code_start[c]:self.code_start[c + 1]] for c in codes]
+        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+
     def spe_ctx_records(self, loc: int, code: int) -> np.ndarray:
         lo, hi = self.loc_range(loc)
-        return lo + np.flatnonzero(self.rec["code"][lo:hi] == code)
+        idx = self.code_records(code)
+        return idx[np.searchsorted(idx, lo):np.searchsorted(idx, hi)]
 
     def loc_range(self, loc: int) -> tuple[int, int]:
         return int(self.loc_start[loc]), int(self.loc_start[loc + 1])
@@ -255,7 +267,8 @@ def _signals(b: _Builder) -> None:
     dec, rec = b.dec, b.rec
     ctxs = dec.contexts
     # SNDSIG targets: EA at problem-state offset 0x1400C (register 1) or 0x1C00C (register 2)
-    dma = np.flatnonzero((rec["code"] == S.DMA) & np.isin(rec["a"], [0xA0, 0xA1, 0xA2]))
+    dma = b.code_records(S.DMA)
+    dma = dma[np.isin(rec["a"][dma], [0xA0, 0xA1, 0xA2])]
     snd_target = np.full(dma.size, -1, dtype=np.int64)
     snd_reg = np.zeros(dma.size, dtype=np.int64)
     ea = rec["b"][dma].astype(np.int64) if dma.size else np.zeros(0, np.int64)
@@ -313,19 +326,22 @@ def _dma(b: _Builder) -> np.ndarray:
     ctxs = dec.contexts
     for c in ctxs.tolist():
         rank, loc = int(c[0]), int(c[2])
-        lo, hi = b.loc_range(loc)
-        codes = rec["code"][lo:hi]
-        issue = lo + np.flatnonzero((codes == S.DMA) & ~np.isin(rec["a"][lo:hi],
-                                                                [0xA0, 0xA1, 0xA2]))
+        issue = b.spe_ctx_records(loc, S.DMA)
+        issue = issue[~np.isin(rec["a"][issue], [0xA0, 0xA1, 0xA2])]
         if not issue.size:
             continue
-        waits = lo + np.flatnonzero(codes == S.TAG_WAIT_END)
-        status = rec["b"][waits]
+        waits = b.spe_ctx_records(loc, S.TAG_WAIT_END)
+        # bit k of every wait's status as row k (tags of 64 and more have no bit: never met)
+        status = np.ascontiguousarray(rec["b"][waits], dtype="<u8")
+        bits = np.unpackbits(status.view(np.uint8).reshape(-1, 8), axis=1,
+                             bitorder="little").T.astype(bool)
         tag = (rec["d"][issue] & 0xFF).astype(np.int64)
         complete = np.full(issue.size, -1, dtype=np.int64)
+        by_tag = np.argsort(tag, kind="stable")
+        tag_start = np.searchsorted(tag[by_tag], np.arange(257))
         for t in np.unique(tag).tolist():
-            w = waits[(status >> np.uint64(t)) & np.uint64(1) == 1]
-            sel = np.flatnonzero(tag == t)
+            w = waits[bits[t]] if t < 64 else waits[:0]
+            sel = by_tag[tag_start[t]:tag_start[t + 1]]
             pos = np.searchsorted(w, issue[sel], side="right")
             ok = pos < w.size
             # a tag wait in a lost block between them may have been the completing one
@@ -361,8 +377,8 @@ def _mpi(b: _Builder) -> tuple[int, int]:
     node_of = np.array([dec.manifest.node_of_rank(r) for r in range(dec.manifest.n_ranks)])
     send_codes = [P.MPI_SEND, P.MPI_ISEND]
     recv_codes = [P.MPI_RECV, P.MPI_IRECV]
-    s_idx = np.flatnonzero(np.isin(rec["code"], send_codes))
-    r_idx = np.flatnonzero(np.isin(rec["code"], recv_codes))
+    s_idx = b.code_records(*send_codes)
+    r_idx = b.code_records(*recv_codes)
     n_msgs = 0
 
     def world(idx: np.ndarray, peer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -439,8 +455,8 @@ def _mpi(b: _Builder) -> tuple[int, int]:
 def _collectives(b: _Builder, node_of: np.ndarray, epoch: np.ndarray) -> int:
     """Instances of collectives; pairs BEGIN -> END by the operation's kind."""
     dec, rec = b.dec, b.rec
-    ends = np.flatnonzero(rec["code"] == P.MPI_COLL_END)
-    begins = np.flatnonzero(rec["code"] == P.MPI_COLL_BEGIN)
+    ends = b.code_records(P.MPI_COLL_END)
+    begins = b.code_records(P.MPI_COLL_BEGIN)
     # BEGIN -> next END on the same location (records sorted by loc, program order)
     pos = np.searchsorted(ends, begins)
     ok = pos < ends.size

@@ -92,9 +92,14 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
                          a["domain"][1:][same_rank], a["local"][1:][same_rank])
     add("slot_order", (src, dst, w + opts.read_delay_ticks))
     assumed: dict[str, float] = {"read_delay_ticks": float(opts.read_delay_ticks)}
-    # block records before their header
-    head = anc[rec["anchor"]]
-    add("block", _pairs(rec["domain"], rec["local"], head["domain"], head["local"]))
+    # block records before their header (only records whose header reads another clock give
+    # a constraint: found from the header's domain alone, then the readings of those)
+    head_domain = anc["domain"][rec["anchor"]]
+    rec_domain = rec["domain"]
+    cross = np.flatnonzero((rec_domain >= 0) & (head_domain >= 0) & (rec_domain != head_domain))
+    add("block", _pairs(rec_domain[cross], rec["local"][cross], head_domain[cross],
+                        anc["local"][rec["anchor"][cross]]))
+    del head_domain
     # the next block's records after the previous header's reservation (the SPE records into
     # the other buffer only once it has reserved the full one): first record of each block
     if rec.size > 1:

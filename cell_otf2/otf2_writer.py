@@ -281,22 +281,41 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
             f"({back.size} such events; the table must be sorted by (loc, time, seq))"
         )
     types = events["type"]
-    known = np.isin(types, np.array([int(e) for e in Ev], dtype=types.dtype))
-    if not known.all():
-        i = int(np.argmin(known))
+    rows = _RowsByType(types)
+    unknown = [k for k in rows.present if k not in _EV_VALUES]
+    if unknown:
+        i = int(np.argmin(np.isin(types, np.array(sorted(_EV_VALUES), dtype=types.dtype))))
         raise WriterInputError(f"event {i}: unknown event type {int(types[i])}")
     for kind, list_name in _REF_KIND.items():
-        sel = types == kind
-        if not sel.any():
+        sel = rows.of(kind)
+        if not sel.size:
             continue
         n_defs = len(getattr(defs, list_name))
         refs = events["ref"][sel]
         if int(refs.max()) >= n_defs:
-            i = int(np.flatnonzero(sel)[int(np.argmax(refs >= n_defs))])
+            i = int(sel[int(np.argmax(refs >= n_defs))])
             raise WriterInputError(f"event {i} ({kind.name}): ref {int(events['ref'][i])} "
                                   f"is not one of the {n_defs} {list_name}")
-    _check_ranks(defs, events)
-    _check_widths(events)
+    _check_ranks(defs, events, rows)
+    _check_widths(events, rows)
+
+
+_EV_VALUES = frozenset(int(e) for e in Ev)
+
+
+class _RowsByType:
+    """Row indexes of a table grouped by event type (one stable radix sort of the 8-bit
+    types): ``of(kind, ...)`` are the rows of those kinds, ascending."""
+
+    def __init__(self, types: np.ndarray) -> None:
+        self.order = np.argsort(types, kind="stable")
+        self.bounds = np.zeros(257, dtype=np.int64)
+        np.cumsum(np.bincount(types, minlength=256), out=self.bounds[1:])
+        self.present = [k for k in range(256) if self.bounds[k + 1] > self.bounds[k]]
+
+    def of(self, *kinds: int) -> np.ndarray:
+        parts = [self.order[self.bounds[k]:self.bounds[k + 1]] for k in kinds]
+        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
 
 
 #: (kinds, column, limit): parameters the C functions take as uint32_t / uint8_t
@@ -308,41 +327,41 @@ _NARROW = (
 )
 
 
-def _check_widths(events: np.ndarray) -> None:
+def _check_widths(events: np.ndarray, rows: _RowsByType) -> None:
     """Values passed as uint32_t or uint8_t must fit (ctypes would cut them silently)."""
     types = events["type"]
     for kinds, column, limit in _NARROW:
-        sel = np.isin(types, np.array([int(k) for k in kinds], dtype=types.dtype))
-        if not sel.any():
+        sel = rows.of(*kinds)
+        if not sel.size:
             continue
         big = events[column][sel] >= np.uint64(limit)
         if big.any():
-            i = int(np.flatnonzero(sel)[int(np.argmax(big))])
+            i = int(sel[int(np.argmax(big))])
             raise WriterInputError(
                 f"event {i} ({Ev(int(types[i])).name}): {column} = {int(events[column][i])} does "
                 f"not fit its {'uint8_t' if limit == 256 else 'uint32_t'} parameter")
 
 
-def _check_ranks(defs: ArchiveDefs, events: np.ndarray) -> None:
+def _check_ranks(defs: ArchiveDefs, events: np.ndarray, rows: _RowsByType) -> None:
     """Peer ranks (p1) and collective roots (p2) must be ranks of the event's communicator."""
     comm_size = np.array([len(c.members) for c in defs.communicators] or [0], dtype=np.int64)
     win_size = np.array([comm_size[w.comm] for w in defs.rma_windows] or [0], dtype=np.int64)
-    types, refs = events["type"], events["ref"].astype(np.int64)
+    types, refs = events["type"], events["ref"]
     checks = [
         ((Ev.MPI_SEND, Ev.MPI_RECV, Ev.MPI_ISEND, Ev.MPI_IRECV), "p1", comm_size, "peer rank"),
         ((Ev.RMA_GET, Ev.RMA_PUT), "p1", win_size, "remote rank"),
         ((Ev.MPI_COLL_END,), "p2", comm_size, "root rank"),
     ]
     for kinds, column, size, what in checks:
-        sel = np.isin(types, np.array([int(k) for k in kinds], dtype=types.dtype))
-        if not sel.any():
+        sel = rows.of(*kinds)
+        if not sel.size:
             continue
         rank = events[column][sel]
-        bad = rank >= size[refs[sel]].astype(np.uint64)
+        bad = rank >= size[refs[sel].astype(np.int64)].astype(np.uint64)
         if column == "p2":
             bad &= rank != UNDEFINED_UINT32
         if bad.any():
-            i = int(np.flatnonzero(sel)[int(np.argmax(bad))])
+            i = int(sel[int(np.argmax(bad))])
             raise WriterInputError(
                 f"event {i} ({Ev(int(types[i])).name}): {what} {int(events[column][i])} is not "
                 f"a rank of its communicator (size {int(size[refs[i]])})"
@@ -446,10 +465,20 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
         raise OutputError("the OTF2 library refused events (its messages are above)")
 
 
+#: shared ``c_uint64`` objects of the values 0 .. 4095 (made on first use)
+_SMALL_U64: np.ndarray | None = None
+
+
 def _u64_objects(values: np.ndarray) -> list[ctypes.c_uint64]:
-    """``c_uint64`` objects of ``values``; one shared object per distinct value when values
-    repeat (tags, opcodes, sizes, Local Store addresses): ctypes passes an object as it is,
+    """``c_uint64`` objects of ``values`` that repeat (tags, opcodes, sizes, Local Store
+    addresses): one shared object per distinct value, since ctypes passes an object as it is
     while making one per event costs about as much as the call's own argument handling."""
+    global _SMALL_U64
+    if values.size and int(values.max()) < 4096:
+        if _SMALL_U64 is None:
+            _SMALL_U64 = np.empty(4096, dtype=object)
+            _SMALL_U64[:] = list(map(ctypes.c_uint64, range(4096)))
+        return _SMALL_U64[values.astype(np.intp)].tolist()
     if values.size >= 64:
         distinct, inverse = np.unique(values, return_inverse=True)
         if 4 * distinct.size <= values.size:
@@ -462,29 +491,35 @@ def _u64_objects(values: np.ndarray) -> list[ctypes.c_uint64]:
 def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
                              fns: np.ndarray) -> None:
     """Fill ``fns`` at the non-region events with functions (writer, _, time, ref) -> code."""
-    types = rows["type"]
-    present = np.unique(types[types > Ev.LEAVE]).tolist()
+    by_type = _RowsByType(rows["type"])
     add = api.attr_add_u64
 
     def ints(values: np.ndarray) -> Callable[[], int]:  # uint32_t / uint8_t parameters
         return iter(values.tolist()).__next__
 
-    def longs(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t parameters
+    def shared(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t, repeating
         return iter(_u64_objects(values)).__next__
 
-    for kind in present:
-        sel = types == kind
-        p1, p2, p3, p4 = (rows[f"p{k}"][sel] for k in range(1, 5))
+    def longs(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t, distinct
+        return map(ctypes.c_uint64, values.tolist()).__next__
+
+    for kind in (k for k in by_type.present if k > Ev.LEAVE):
+        sel = by_type.of(kind)
+
+        def p(k: int, sel=sel) -> np.ndarray:
+            return rows[f"p{k}"][sel]
+
         if kind == Ev.ENTER_OFF_SPU:
-            spu, enter = longs(p1), api.enter
+            spu, enter = shared(p(1)), api.enter
 
             def fn(w, _, t, ref, spu=spu, enter=enter):
                 return add(attrs, ATTR_PHYSICAL_SPU, spu()) | enter(w, attrs, t, ref)
         elif kind in (Ev.RMA_GET, Ev.RMA_PUT):
-            # p4 = tag | opcode << 8 | list elements << 16 (model.Ev)
-            tag, opcode, elements = longs(p4 & 0xFF), longs((p4 >> 8) & 0xFF), longs(p4 >> 16)
-            ea, ls = longs(rows["p5"][sel]), longs(rows["p6"][sel])
-            remote, size, match = ints(p1), longs(p2), longs(p3)
+            packed = p(4)  # tag | opcode << 8 | list elements << 16 (model.Ev)
+            tag, opcode = shared(packed & 0xFF), shared((packed >> 8) & 0xFF)
+            elements = shared(packed >> 16)
+            ea, ls = longs(p(5)), shared(p(6))
+            remote, size, match = ints(p(1)), shared(p(2)), longs(p(3))
             rma = api.rma_get if kind == Ev.RMA_GET else api.rma_put
 
             # OTF2 empties the attribute list after every event written with it
@@ -497,7 +532,7 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
                         | add(attrs, ATTR_LS_ADDRESS, ls())
                         | rma(w, attrs, t, ref, remote(), size(), match()))
         elif kind == Ev.METRIC:
-            values = np.ascontiguousarray(p1, dtype=np.uint64)
+            values = np.ascontiguousarray(p(1), dtype=np.uint64)
             # OTF2_MetricValue[1] of each event: its value's address in ``values``
             address = map(ctypes.c_void_p,
                           (values.ctypes.data + 8 * np.arange(values.size)).tolist()).__next__
@@ -507,24 +542,24 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
                    types_at=types_at):
                 return metric(w, None, t, ref, 1, types_at, address())
         elif kind == Ev.RMA_OP_COMPLETE_BLOCKING:
-            match, complete = longs(p3), api.rma_complete
+            match, complete = longs(p(3)), api.rma_complete
 
             def fn(w, _, t, ref, match=match, complete=complete):
                 return complete(w, None, t, ref, match())
         elif kind in (Ev.MPI_SEND, Ev.MPI_RECV):
-            peer, tag, size = ints(p1), ints(p2), longs(p3)
+            peer, tag, size = ints(p(1)), ints(p(2)), shared(p(3))
             call = api.mpi_send if kind == Ev.MPI_SEND else api.mpi_recv
 
             def fn(w, _, t, ref, peer=peer, tag=tag, size=size, call=call):
                 return call(w, None, t, peer(), ref, tag(), size())
         elif kind in (Ev.MPI_ISEND, Ev.MPI_IRECV):
-            peer, tag, size, request = ints(p1), ints(p2), longs(p3), longs(p4)
+            peer, tag, size, request = ints(p(1)), ints(p(2)), shared(p(3)), longs(p(4))
             call = api.mpi_isend if kind == Ev.MPI_ISEND else api.mpi_irecv
 
             def fn(w, _, t, ref, peer=peer, tag=tag, size=size, request=request, call=call):
                 return call(w, None, t, peer(), ref, tag(), size(), request())
         elif kind in (Ev.MPI_ISEND_COMPLETE, Ev.MPI_IRECV_REQUEST):
-            request = longs(p4)
+            request = longs(p(4))
             call = (api.mpi_isend_complete if kind == Ev.MPI_ISEND_COMPLETE
                     else api.mpi_irecv_request)
 
@@ -536,7 +571,7 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
             def fn(w, _, t, ref, begin=begin):
                 return begin(w, None, t)
         elif kind == Ev.MPI_COLL_END:
-            op, root, sent, received = ints(p1), ints(p2), longs(p3), longs(p4)
+            op, root, sent, received = ints(p(1)), ints(p(2)), shared(p(3)), shared(p(4))
             end = api.mpi_coll_end
 
             def fn(w, _, t, ref, op=op, root=root, sent=sent, received=received, end=end):
