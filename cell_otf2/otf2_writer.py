@@ -382,14 +382,19 @@ class _Archive:
 
     def __init__(self, archive_dir: Path, archive_name: str, collectives=None) -> None:
         """``collectives``: an ``otf2_mpi.MpiCollectives`` for parallel writing (every process
-        of its communicator opens the same archive), None for one writing process."""
+        of its communicator opens the same archive; the master checks the entries, and all
+        agree on the opening before OTF2's first collective step, setting the callbacks),
+        None for one writing process."""
         archive_dir = Path(archive_dir)
         self.collectives = collectives
-        for entry in (archive_dir / f"{archive_name}.otf2", archive_dir / archive_name):
-            if entry.exists() and (collectives is None or collectives.is_master):
-                raise OutputError(f"{entry}: already exists (the OTF2 library will not "
-                                  f"overwrite an archive)")
+        self.handle = None
+        where = f"{archive_dir / archive_name}.otf2: cannot create the archive"
+        failure: OutputError | None = None
         try:
+            for entry in (archive_dir / f"{archive_name}.otf2", archive_dir / archive_name):
+                if entry.exists() and (collectives is None or collectives.is_master):
+                    raise OutputError(f"{entry}: already exists (the OTF2 library will not "
+                                      f"overwrite an archive)")
             archive_dir.mkdir(parents=True, exist_ok=True)
             # chunk sizes: 1 MiB per event buffer; 256 KiB (OTF2's smallest) per definition
             # buffer, which grows by chunks as needed: a 4 MiB chunk per location's (empty)
@@ -401,6 +406,19 @@ class _Archive:
             # the callbacks must stay referenced as long as the archive is open
             self._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
             _otf2.Archive_SetFlushCallbacks(self.handle, self._flush_callbacks, None)
+        except OutputError as exc:
+            failure = exc
+        except (_otf2.Error, OSError) as exc:
+            failure = OutputError(f"{where}: {exc}")
+            failure.__cause__ = exc
+        if collectives is not None:
+            # an archive opened here but failed elsewhere is left open: OTF2 aborts the process
+            # when closing one without collective callbacks, and closing it serially would
+            # write an anchor file into a directory being removed
+            collectives.agree(failure)
+        elif failure is not None:
+            raise failure
+        try:
             if collectives is None:
                 _otf2.Archive_SetSerialCollectiveCallbacks(self.handle)
             else:
@@ -408,8 +426,7 @@ class _Archive:
             _otf2.Archive_OpenEvtFiles(self.handle)
             _otf2.Archive_OpenDefFiles(self.handle)
         except (_otf2.Error, OSError) as exc:
-            raise OutputError(f"{archive_dir / archive_name}.otf2: cannot create the archive: "
-                              f"{exc}") from exc
+            raise OutputError(f"{where}: {exc}") from exc
         self._evt_files_open = True
         self._def_files_open = True
 

@@ -11,6 +11,7 @@ expected.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,4 +113,5 @@ def test_every_callback_over_three_processes(tmp_path):
     res = subprocess.run(cmd + [sys.executable, str(script)], capture_output=True, text=True,
                          env=env, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert sorted(res.stdout.split("\n")[:-1]) == [f"process {r} ok" for r in range(3)]
+    # mpiexec forwards each process's output as it comes: lines may run into each other
+    assert sorted(re.findall(r"process (\d) ok", res.stdout)) == ["0", "1", "2"], res.stdout

@@ -212,6 +212,36 @@ def test_unexpected_error_on_one_process_aborts_all(runs, tmp_path):
     assert not (tmp_path / "a.otf2").exists()
 
 
+@needs_mpi
+def test_archive_refused_by_one_process_fails_all(runs, tmp_path):
+    """OTF2 cannot open the archive on process 1 (injected): every process exits 4 before
+    OTF2's first collective step, the message is printed once, nothing is left behind."""
+    inject = (
+        "import sys\n"
+        "from mpi4py import MPI\n"
+        "import _otf2\n"
+        "import cell_otf2.otf2_writer as w\n"
+        "real = _otf2.Archive_Open\n"
+        "def refuse(*args):\n"
+        "    if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "        raise OSError('injected: no space left')\n"
+        "    return real(*args)\n"
+        "w._otf2.Archive_Open = refuse\n"
+        "from cell_otf2.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    script = tmp_path / "refuse.py"
+    script.write_text(inject)
+    out = tmp_path / "out"
+    out.mkdir()
+    par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(out / "a.otf2")], timeout=120,
+                   script=script)
+    assert par.returncode == 4, par.stderr
+    errors = [ln for ln in par.stderr.splitlines() if ln.startswith("cell2otf2: error:")]
+    assert len(errors) == 1 and "injected: no space left" in errors[0]
+    assert list(out.iterdir()) == []  # the staging directory is gone too
+
+
 def test_launch_detection_from_the_environment(monkeypatch):
     assert launched_size({}) is None
     assert launched_size({"OMPI_COMM_WORLD_SIZE": "4"}) == 4
