@@ -4,9 +4,10 @@
 than one process. Every converter process ("process" below; "rank" is an MPI rank of the
 traced run) does:
 
-1. plan: rank 0 of the converter assigns whole nodes to processes, largest dumps first onto
-   the least loaded process (``partition``), so each node's SPE synchronization runs on one
-   process exactly as in a serial conversion;
+1. plan: from the dump sizes process 0 broadcasts, every process computes the same
+   assignment of whole nodes to processes, heaviest first onto the least loaded process
+   (``partition``), so each node's SPE synchronization runs on one process exactly as in a
+   serial conversion;
 2. read its dumps; the run's location layout is assembled from every process's location rows
    (allgather, ``decode.RunLayout``), so location refs are the serial conversion's;
 3. decode and match its dumps, MPI excepted (``match(..., mpi=False)``);
