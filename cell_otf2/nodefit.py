@@ -35,7 +35,7 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
 - **Row generation**: the first solve holds, per column and side, the rows whose slack under
   the curves' maps (``_prior``: least squares with the knots) is within ``start_us`` of the
   column's smallest; it adds every row the solution violates by more than a tick (and those
-  within 2 ticks) and solves again until none is: typically one or two solves.
+  within 2 ticks) and solves again until none is: typically a single solve.
 - **Bound** (``_bounds``): per window, with the fitted maps, a node may move by no more than
   the shortest path of fitted slacks to and from the reference (a message's slack is never
   negative in truth); ``bound`` is the largest such shift over the run, in reference ticks.
@@ -45,8 +45,8 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
 Cost: the curves are a few dozen vectorized passes over the points. HiGHS's interior-point
 solver costs grow with the columns coupled across nodes far more than with the rows, so the
 windows (and the longest segment) grow when nodes x windows would pass ``max_windows``: a
-256-node run with a million messages has about 5000 columns and fits in about half a
-minute (``bench/nodes.py``).
+256-node run with a million messages has about 5000 columns and fits in 15-30 s
+(``bench/nodes.py``).
 
 Baselines for the benchmark: ``method="constant"`` (one offset per node, rate 1, one window:
 the published algorithm's model) and ``fit_linear_interpolation`` (offsets measured over the
@@ -94,7 +94,7 @@ class FitOptions:
     edge_weight: float = 0.1  # weight of the node-pair terms
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
-    start_us: float = 1.0  # first rows: prior slack within this of its window's smallest
+    start_us: float = 2.0  # first rows: prior slack within this of its window's smallest
     max_segment_s: float = 60.0  # knots at least this often (slow wander, small bends)
     window_s: float = 0.0  # windows of the bound; 0: t_window_s
 
@@ -458,13 +458,19 @@ def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float) ->
         else:
             pieces.append((s, e))
     pieces.sort()
-    while len(pieces) > 1:
-        fits = [_worst(t[p[0]:q[1]], v[p[0]:q[1]])[0]
-                for p, q in zip(pieces[:-1], pieces[1:], strict=True)]
+    def joined(i: int) -> float:  # how far pieces i and i + 1 leave one line
+        return _worst(t[pieces[i][0]:pieces[i + 1][1]], v[pieces[i][0]:pieces[i + 1][1]])[0]
+
+    fits = [joined(i) for i in range(len(pieces) - 1)]
+    while fits:
         i = int(np.argmin(fits))
         if fits[i] > thr:
             break
         pieces[i:i + 2] = [(pieces[i][0], pieces[i + 1][1])]
+        del fits[i]
+        for j in (i - 1, i):
+            if 0 <= j < len(fits):
+                fits[j] = joined(j)
     start = t - width / 2
     knots = []
     for (s1, e1), (s2, e2) in zip(pieces[:-1], pieces[1:], strict=True):
@@ -588,14 +594,20 @@ def _undominated(pts: np.ndarray, n_nodes: int) -> np.ndarray:
     return np.sort(order[v < prev])
 
 
+def _by_node(node: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(node, indexes of its entries) for every node present: one sort, not a mask per node."""
+    order = np.argsort(node, kind="stable")
+    ns = node[order]
+    cut = np.flatnonzero(np.r_[True, ns[1:] != ns[:-1], True])
+    return [(int(ns[i]), order[i:j]) for i, j in zip(cut[:-1], cut[1:], strict=True)]
+
+
 def _piece_of(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None]) -> np.ndarray:
     k = np.zeros(node.size, np.int64)
-    for n in np.unique(node).tolist():
+    for n, sel in _by_node(node):
         kn = knots[n]
-        if kn is None:
-            continue
-        sel = node == n
-        k[sel] = np.clip(np.searchsorted(kn, x[sel], side="right") - 1, 0, kn.size - 2)
+        if kn is not None:
+            k[sel] = np.clip(np.searchsorted(kn, x[sel], side="right") - 1, 0, kn.size - 2)
     return k
 
 
@@ -686,10 +698,9 @@ class _Program:
         """Columns and weights of Z_node(x) (column -1, weight 0 on the reference node)."""
         k = _piece_of(node, x, self.knots)
         lam = np.zeros(x.size)
-        for n in np.unique(node).tolist():
+        for n, sel in _by_node(node):
             if n == self.ref:
                 continue
-            sel = node == n
             kn = self.knots[n]
             lo, hi = kn[k[sel]], kn[k[sel] + 1]
             lam[sel] = (x[sel] - lo) / (hi - lo)
@@ -796,15 +807,15 @@ def _midpoint_map(kn: np.ndarray, kr: np.ndarray, x_mid: float, method: str) -> 
 
 def _slacks(pts: np.ndarray, maps: list[NodeMap | None]) -> np.ndarray:
     """f_b(tb) - f_a(ta) of every point under ``maps`` (NaN where a map is missing)."""
-    fa = np.full(pts.size, np.nan)
-    fb = np.full(pts.size, np.nan)
-    for n, m in enumerate(maps):
-        if m is None:
-            continue
-        sa, sb = pts["a"] == n, pts["b"] == n
-        fa[sa] = map_to_reference(m, pts["ta"][sa])
-        fb[sb] = map_to_reference(m, pts["tb"][sb])
-    return fb - fa
+    out = []
+    for side, t in (("a", "ta"), ("b", "tb")):
+        f = np.full(pts.size, np.nan)
+        for n, sel in _by_node(pts[side]):
+            m = maps[n] if 0 <= n < len(maps) else None
+            if m is not None:
+                f[sel] = map_to_reference(m, pts[t][sel])
+        out.append(f)
+    return out[1] - out[0]
 
 
 def _bounds(pts: np.ndarray, slack: np.ndarray, n_nodes: int, ref: int, c: np.ndarray,
