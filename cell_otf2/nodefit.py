@@ -3,51 +3,59 @@
 Each message point is a happened-before pair between two nodes: ``before`` read node a's
 timebase ``ta``, ``after`` read node b's ``tb``, so ``f_a(ta) <= f_b(tb)`` for the true maps
 ``f`` (node timebase -> reference ticks). A node's model is continuous and piecewise linear in
-its own timebase (``offset + rate * timebase`` on each segment); the reference node (the one
-hosting rank 0) is the identity. All nodes are fitted together as one linear program (scipy's
-HiGHS):
+its own timebase (``offset + rate * timebase`` on each segment), with knots only where its rate
+bends; the reference node (the one hosting rank 0) is the identity. Steps:
 
-- **Objective**: every segment of every node (the reference's too) has a variable ``t``
-  bounded by the slack ``f_b(tb) - f_a(ta)`` of every pair with an end in it; the program
-  maximizes the sum of the ``t`` (each segment's smallest slack) minus ``smooth`` times the
-  rate changes at the knots (in ticks: change of rate times the mean length of the two
-  segments, at most 2 s). On a cycle of nodes the smallest slacks even out (a ring's edges
-  all get its mean); one global smallest slack would pin only the bottleneck and leave the
-  rest wherever the solver stops.
-- **Segments: as many as the messages support** (``_initial_knots``, ``_refine``). A node
-  starts with segments holding ``min_points`` messages in and ``min_points`` out. After each
-  solve a segment is cut in half when the rate bends at one of its knots by more than it can
-  hide (bend * length / 8 > ``tolerance_us``) or when its smallest slack is strained (below
-  zero or ``strain_us`` under the node's median), while each half keeps ``split_points``
-  messages in and out and ``min_seconds``; then it solves again. Wander is followed where it
-  happens, straight stretches stay long.
-- **Reduction**: a pair is implied by another of the same node pair sent no earlier and
-  received no later (``_undominated``: every collective instance keeps one pair per node
-  pair); within one cell (a segment of a and one of b) both maps are linear, so a pair's slack
-  is linear in its point (ta, tb) and only the lower convex hull of the cell's points can bind;
-  rates stay within ``1 +- max_ppm``, so only hull vertices whose supporting slopes meet that
-  range are kept (``_hull``). Both exact and vectorized.
-- **Row generation** (``_Program``): each solve starts from a few rows per segment (the pool
-  points with the smallest slack under the previous solution, at first under an NTP-style
-  rough map, ``_rough_slack``), adds every pool row and rate limit the solution violates (and
-  those within 2 ticks), and solves again until none is violated: the result solves the
-  whole program with a fraction of its rows.
-- **Bound** (``_bounds``): per time window, with the fitted maps, a node may move by no more
-  than the shortest path of fitted slacks to and from the reference (a message's slack is
-  never negative in truth); ``bound`` is the largest such shift over the run, in reference
-  ticks. It takes the fitted rates as right within a window; a node never bounded from both
-  sides gets ``None``.
+- **Reduction** (``_undominated``): a pair is implied by another of the same node pair sent no
+  earlier and received no later (every collective instance keeps one pair per node pair).
+- **Node curves** (``_edge_lines``, ``_node_curves``): per node pair and window (about
+  ``curve_points`` points per direction, within ``curve_window_s`` and 1/``curve_windows``
+  of the run), the line through the band between the pair's two directions that keeps the
+  smallest slack largest (its rate by golden-section search, vectorized over all windows);
+  per window, least squares over the node pairs gives every node's offset to the reference
+  at the window's centre (NaN where a node is not linked to the reference that window).
+- **Bends** (``_bend_knots``): per node, the curve is cut into straight pieces where it leaves
+  a line by more than ``bend_us`` (or 6 times its own noise; top-down cuts, then neighbours
+  merged while one line still fits); a bend where the lines of two neighbouring pieces meet
+  (without the windows next to the cut: one straddles the bend).
+- **Knots** (``_knots``): the bends, and a knot at least every ``max_segment_s`` (small bends
+  and slow wander stay within a fraction of a microsecond). A knot anywhere but at a bend
+  spreads it and costs accuracy around it; a dense grid of knots costs accuracy everywhere.
+  The knots are fixed before the program: no refinement rounds.
+- **Program** (``_Program``, scipy's HiGHS): maximize the sum over every node and window of
+  ``t_window_s`` of its smallest slack, plus ``edge_weight`` times the sum over every node pair
+  and window of ``edge_window_s`` of the pair's smallest slack, rates within ``1 +- max_ppm``.
+  The node terms follow the tightest messages whatever their direction (robust to pairs whose
+  two directions have different fastest latencies, such as collectives); the pair terms pin
+  what the node terms leave free (a ring of one-way messages can tilt as a whole, closed only
+  by collectives that never become the tightest). Within one cell (a window of a and one of b,
+  both maps linear there), a pair's slack is linear in its point, so only the lower convex
+  hull of the cell's points can bind, and only vertices whose supporting slopes meet the rate
+  limits (``_hull``): exact and vectorized.
+- **Row generation**: the first solve holds, per column and side, the rows whose slack under
+  the curves' maps (``_prior``: least squares with the knots) is within ``start_us`` of the
+  column's smallest; it adds every row the solution violates by more than a tick (and those
+  within 2 ticks) and solves again until none is: typically a single solve.
+- **Bound** (``_bounds``): per window, with the fitted maps, a node may move by no more than
+  the shortest path of fitted slacks to and from the reference (a message's slack is never
+  negative in truth); ``bound`` is the largest such shift over the run, in reference ticks.
+  It takes the fitted rates as right within a window; a node never bounded from both sides
+  gets ``None``.
 
-Cost: one HiGHS solve per refinement round and row-generation round (typically 10-20 in
-all); each is a few thousand rows for a few nodes, tens of thousands for tens of nodes with
-sparse messages, where the interior-point solver takes seconds per solve.
+Cost: the curves are a few dozen vectorized passes over the points. HiGHS's interior-point
+solver costs grow with the columns coupled across nodes far more than with the rows, so the
+windows (and the longest segment) grow when nodes x windows would pass ``max_windows``: a
+256-node run with a million messages has about 5000 columns and fits in 15-30 s
+(``bench/nodes.py``).
 
-Baselines for the benchmark: ``method="constant"`` (one offset per node, rate 1: the published
-algorithm's model) and ``fit_linear_interpolation`` (offsets measured over the first and the
-last second of messages, joined linearly, as Score-P and VampirTrace do).
+Baselines for the benchmark: ``method="constant"`` (one offset per node, rate 1, one window:
+the published algorithm's model) and ``fit_linear_interpolation`` (offsets measured over the
+first and the last second of messages, joined linearly, as Score-P and VampirTrace do).
 
 Nodes without a path of messages to and from the reference are not fitted (``None``); callers
-keep their start-time map. It reads no files and changes no record.
+keep their start-time map. It reads no files and changes no record. It does not check that
+the points are real messages (``match.py`` does) nor that clocks are piecewise linear: a
+curve too noisy to show its bends gets one straight line.
 """
 
 from __future__ import annotations
@@ -58,7 +66,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
-from scipy.sparse.csgraph import breadth_first_order, connected_components, dijkstra
+from scipy.sparse.csgraph import connected_components, dijkstra
+from scipy.sparse.linalg import spsolve
 
 from .decode import Decoded
 from .match import Matches
@@ -66,7 +75,7 @@ from .model import DomainKind
 from .timing import NodeMap, start_time_maps
 
 _LP_METHOD = "highs-ipm"
-_SPLIT = 2  # a cut segment becomes this many parts
+_GOLDEN = (np.sqrt(5.0) - 1.0) / 2.0
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
 #: record ``after`` on node b at ``tb`` (record ids count distinct messages per node)
 POINT_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("ta", "<f8"), ("tb", "<f8"),
@@ -75,15 +84,19 @@ POINT_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("ta", "<f8"), ("tb", "<f8")
 
 @dataclass(frozen=True)
 class FitOptions:
-    min_points: int = 256  # messages in and out per starting segment of a node
-    split_points: int = 8  # messages in and out each part of a cut segment keeps
-    min_seconds: float = 0.1  # shortest segment
-    tolerance_us: float = 0.15  # cut while bend * segment length / 8 exceeds this
-    strain_us: float = 0.5  # or while a segment's smallest slack is this far below the median
+    curve_points: int = 512  # node curves: windows hold about this many points per direction
+    curve_window_s: tuple[float, float] = (0.5, 10.0)  # ... and are this long at least/most
+    curve_windows: int = 64  # ... and are at most 1/64 of the run
+    bend_us: float = 1.5  # a straight piece of a curve stays within this (or 6x its noise)
+    min_windows: int = 3  # curve windows per straight piece, at least
+    t_window_s: float = 20.0  # windows of the node terms of the objective
+    edge_window_s: float = 60.0  # windows of the node-pair terms (rounded to t windows)
+    edge_weight: float = 0.1  # weight of the node-pair terms
+    max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
-    smooth: float = 3.0  # cost of a rate change: smooth * |change of rate| * length (<= 2 s)
-    max_refine: int = 12  # refinement rounds (each: solve, then cut segments)
-    window_s: float = 0.0  # windows of the bound; 0: the median starting segment
+    start_us: float = 2.0  # first rows: prior slack within this of its window's smallest
+    max_segment_s: float = 60.0  # knots at least this often (slow wander, small bends)
+    window_s: float = 0.0  # windows of the bound; 0: t_window_s
 
 
 @dataclass
@@ -108,10 +121,11 @@ class NodeFit:
     min_slack: float = np.inf  # smallest fitted slack over all points, reference ticks
     reversed: int = 0  # points whose fitted slack is negative
     points: int = 0
-    pool: int = 0  # points that can bind (hull vertices per cell), last solve
+    pool: int = 0  # points that can bind (hull vertices per cell)
     rows: int = 0  # rows of the last program solved
-    solves: int = 0  # programs solved (refinement x row generation)
-    segments: list[int] = field(default_factory=list)  # per node
+    solves: int = 0  # programs solved (row generation rounds)
+    segments: list[int] = field(default_factory=list)  # per node: straight pieces
+    knots: list[np.ndarray | None] = field(default_factory=list)  # per node, reference ticks
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -170,80 +184,84 @@ def fit_nodes(dec: Decoded, matches: Matches, options: FitOptions | None = None,
 
 def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
                options: FitOptions | None = None, method: str = "fit") -> NodeFit:
-    """Fit node maps to message points; ``method`` "fit" (piecewise) or "constant"."""
+    """Fit node maps to message points (POINT_DTYPE, e.g. gathered from several processes);
+    ``method`` "fit" (piecewise, knots at bends) or "constant" (one offset per node)."""
     o = options or FitOptions()
     if method == "constant":
-        o = replace(o, min_points=1 << 62, max_ppm=0.0, smooth=0.0, max_refine=1)
+        o = replace(o, max_ppm=0.0, edge_weight=0.0, t_window_s=np.inf)
     elif method != "fit":
         raise ValueError(f"unknown node fit method {method!r}")
-    secs = {"prepare": 0.0, "reduce": 0.0, "lp": 0.0, "bounds": 0.0}
+    secs = {"prepare": 0.0, "curves": 0.0, "reduce": 0.0, "lp": 0.0, "bounds": 0.0}
     t0 = time.perf_counter()
     pts = points[(points["a"] != points["b"]) & (points["a"] >= 0) & (points["b"] >= 0)]
     maps: list[NodeMap | None] = [None] * n_nodes
     maps[ref] = NodeMap(0.0, 1.0, 0.0, "reference")
-    fit = NodeFit(maps, points=int(pts.size), segments=[0] * n_nodes)
+    fit = NodeFit(maps, points=int(pts.size), segments=[0] * n_nodes, knots=[None] * n_nodes)
     fitted = _strongly_connected(pts, n_nodes, ref)
     pts = pts[fitted[pts["a"]] & fitted[pts["b"]]]
     if pts.size == 0:
         return fit
-    events = _events(pts, n_nodes, fitted)
     every = pts
     pts = pts[_undominated(pts, n_nodes)]
     c = _rough_offsets(pts, n_nodes, ref)
-    knots = _initial_knots(pts, events, c, o, hz)
-    if method == "fit":
-        rough = _rough_slack(pts, n_nodes, ref, c, hz)
-    else:
-        rough = pts["tb"] - pts["ta"] + (c[pts["b"]] - c[pts["a"]])
-    start_knots = knots
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    lo_r = float(min((pts["ta"] + c[a]).min(), (pts["tb"] + c[b]).min())) - 1.0
+    hi_r = float(max((pts["ta"] + c[a]).max(), (pts["tb"] + c[b]).max())) + 1.0
     secs["prepare"] = time.perf_counter() - t0
-    t_mid = 0.5 * float((pts["ta"] + c[pts["a"]]).min() + (pts["ta"] + c[pts["a"]]).max())
-    label = "fit" if method == "fit" else method
-    smax = _slope_limit(o.max_ppm)
-    a, b = pts["a"], pts["b"]
+    t1 = time.perf_counter()
+    nodes = [n for n in np.flatnonzero(fitted).tolist() if n != ref]
+    bends = {n: np.zeros(0) for n in nodes}
+    prior: list[NodeMap | None] = [None] * n_nodes
+    for n in np.flatnonzero(fitted).tolist():
+        prior[n] = _midpoint_map(np.array([lo_r, hi_r]) - c[n], np.array([lo_r, hi_r]),
+                                 lo_r - c[n], "prior")
+    if method == "fit":
+        centers, curves = _node_curves(pts, n_nodes, ref, c, hz, o)
+        for n in nodes:
+            bends[n] = _bend_knots(centers, curves[:, n], o, hz)
+    grid, per_edge = _windows(lo_r, hi_r, len(nodes) + 1, o, hz)
+    longest = max(o.max_segment_s * hz, float(grid[1] - grid[0]))
+    kref: list[np.ndarray | None] = [None] * n_nodes
+    for n in np.flatnonzero(fitted).tolist():
+        kref[n] = _knots(bends.get(n, np.zeros(0)), lo_r, hi_r, longest)
+        if method == "fit" and n != ref:
+            width = float(np.diff(centers[:2])[0]) if centers.size > 1 else np.inf
+            z = _prior(centers, curves[:, n], kref[n], width)
+            prior[n] = _midpoint_map(kref[n] - c[n], kref[n] + z, lo_r - c[n], "prior")
+    secs["curves"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    knots = [None if k is None else k - c[n] for n, k in enumerate(kref)]
+    tknots = [None if k is None else grid - c[n] for n, k in enumerate(kref)]
+    fine = [None if k is None else np.unique(np.r_[k, tk]) for k, tk in zip(knots, tknots,
+                                                                            strict=True)]
+    cell = _cells(a, b, _piece_of(a, pts["ta"], fine), _piece_of(b, pts["tb"], fine), fine)
     y = pts["tb"] - pts["ta"] + (c[b] - c[a])
-    in_pool = np.zeros(pts.size, dtype=bool)
-    changed = np.ones(pts.size, dtype=bool)
-    for _ in range(max(1, o.max_refine)):
-        t1 = time.perf_counter()
-        cell = _cells(a, b, _piece_of(a, pts["ta"], knots), _piece_of(b, pts["tb"], knots),
-                      knots)
-        todo = np.flatnonzero(changed)
-        in_pool[todo] = False
-        in_pool[todo[_hull(cell[todo], pts["ta"][todo], y[todo], smax)]] = True
-        keep = np.flatnonzero(in_pool)
-        pool, cell = pts[keep], np.unique(cell[keep], return_inverse=True)[1].ravel()
-        # the smallest slack under the previous solution (first: under the rough map)
-        start = _start_rows(pool, _slacks(pool, maps) if fit.solves else rough[keep], knots)
-        secs["reduce"] += time.perf_counter() - t1
-        t2 = time.perf_counter()
-        prog = _Program(ref, knots, c, o, hz)
-        z = prog.solve(pool, start)
-        fit.pool, fit.rows, fit.solves = int(pool.size), prog.rows, fit.solves + prog.rounds
-        for n in np.flatnonzero(fitted).tolist():
-            if n != ref:
-                kn = knots[n]
-                kr = kn + c[n] + z[prog.zoff[n]: prog.zoff[n] + kn.size]
-                maps[n] = _midpoint_map(kn, kr, t_mid - c[n], label)
-        secs["lp"] += time.perf_counter() - t2
-        tseg = [z[prog.toff[n]: prog.toff[n] + kn.size - 1] if kn is not None else None
-                for n, kn in enumerate(knots)]
-        cut = _refine(knots, maps, tseg, events, ref, o, hz)
-        if not any(m is not None and m.any() for m in cut):
-            break
-        changed = _in_cut(a, pts["ta"], knots, cut) | _in_cut(b, pts["tb"], knots, cut)
-        knots = _cut_knots(knots, cut)
-    fit.segments = [k.size - 1 if k is not None and i != ref else 0
-                    for i, k in enumerate(knots)]
+    pool = pts[_hull(cell, pts["ta"], y, _slope_limit(o.max_ppm))]
+    score = _slacks(pool, prior)
+    secs["reduce"] = time.perf_counter() - t2
     t3 = time.perf_counter()
+    prog = _Program(ref, knots, tknots, per_edge, c, o, hz)
+    z = prog.solve(pool, score)
+    fit.pool, fit.rows, fit.solves = int(pool.size), prog.rows, prog.rounds
+    label = "fit" if method == "fit" else method
+    for n in nodes:
+        kn = knots[n]
+        kr = kn + c[n] + z[prog.zoff[n]: prog.zoff[n] + kn.size]
+        maps[n] = _midpoint_map(kn, kr, 0.5 * (lo_r + hi_r) - c[n], label)
+        fit.segments[n] = kn.size - 1
+    secs["lp"] = time.perf_counter() - t3
+    fit.knots = kref
+    t4 = time.perf_counter()
     fit.reversed = int((_slacks(every, maps) < 0).sum())
     slack = _slacks(pts, maps)
     fit.min_slack = float(slack.min())
-    bounds = _bounds(pts, slack, n_nodes, ref, c, start_knots, o, hz)
-    for n, m in enumerate(maps):
-        if m is not None and n != ref:
+    w = o.window_s * hz if o.window_s > 0 else float(grid[1] - grid[0])
+    bounds = _bounds(pts, slack, n_nodes, ref, c, w)
+    for n in nodes:
+        m = maps[n]
+        if m is not None:
             m.bound = None if not np.isfinite(bounds[n]) else float(bounds[n])
-    secs["bounds"] = time.perf_counter() - t3
+    secs["bounds"] = time.perf_counter() - t4
     fit.seconds = secs
     return fit
 
@@ -280,6 +298,235 @@ def fit_linear_interpolation(points: np.ndarray, n_nodes: int, ref: int, hz: flo
     fit.min_slack = float(slack.min())
     fit.reversed = int((slack < 0).sum())
     return fit
+
+
+# --------------------------------------------------------------------------------------------
+# node curves and knots
+# --------------------------------------------------------------------------------------------
+
+
+def _edge_lines(key: np.ndarray, t: np.ndarray, slack: np.ndarray, fwd: np.ndarray,
+                center: np.ndarray, bracket: float,
+                iters: int = 48) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group ``key`` (points with ``center`` per point), the line ``e = alpha + beta *
+    (t - center)`` that maximizes the smaller of the smallest ``slack + e`` over the ``fwd``
+    points and the smallest ``slack - e`` over the others. Returns (group keys, alpha, beta)
+    for the groups with points in both directions. ``beta`` within +-``bracket`` by golden
+    section (the objective is concave), ``alpha`` balances the two smallest slacks."""
+    order = np.lexsort((~fwd, key))
+    k, fw = key[order], fwd[order]
+    sub = k * 2 + (~fw)
+    starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
+    ends = np.r_[starts[1:], sub.size]
+    sk = sub[starts]
+    both = np.flatnonzero((sk[:-1] % 2 == 0) & (sk[1:] == sk[:-1] + 1))
+    empty = np.zeros(0)
+    if both.size == 0:
+        return np.zeros(0, np.int64), empty, empty
+
+    def gather(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
+        n = e - s
+        off = np.r_[0, np.cumsum(n)[:-1]]
+        idx = np.arange(int(n.sum())) - np.repeat(off - s, n)
+        g = np.repeat(np.arange(s.size), n)
+        src = order[idx]
+        return g, t[src] - center[src], slack[src], off
+
+    gf, tf, rf, off_f = gather(starts[both], ends[both])
+    gb, tb, rb, off_b = gather(starts[both + 1], ends[both + 1])
+
+    def value(beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo_f = np.minimum.reduceat(rf + beta[gf] * tf, off_f)
+        lo_b = np.minimum.reduceat(rb - beta[gb] * tb, off_b)
+        return lo_f, lo_b
+
+    lo = np.full(both.size, -bracket)
+    hi = np.full(both.size, bracket)
+    x1, x2 = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+    g1, g2 = sum(value(x1)), sum(value(x2))
+    for _ in range(iters):
+        right = g1 < g2  # the maximum lies right of x1
+        lo = np.where(right, x1, lo)
+        hi = np.where(right, hi, x2)
+        new = np.where(right, lo + _GOLDEN * (hi - lo), hi - _GOLDEN * (hi - lo))
+        gn = sum(value(new))
+        x1, g1, x2, g2 = (np.where(right, x2, new), np.where(right, g2, gn),
+                          np.where(right, new, x1), np.where(right, gn, g1))
+    beta = 0.5 * (lo + hi)
+    lo_f, lo_b = value(beta)
+    return sk[both] // 2, (lo_b - lo_f) / 2, beta
+
+
+def _node_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
+                 o: FitOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Every node's offset to the reference (ticks beyond ``timebase + c``) at the centres of
+    windows of ``curve_window_s``: per node pair and window the band's centre line
+    (``_edge_lines``), then per window least squares over the pairs. Returns (centres in
+    reference ticks, offsets [window, node], NaN where a node is not linked that window)."""
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    t = pts["ta"] + c[a]
+    slack = pts["tb"] - pts["ta"] + (c[b] - c[a])  # = e_hi - e_lo's lower bound, per side
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    t0 = float(t.min())
+    width = _curve_width(a * n_nodes + b, float(t.max()) - t0, o, hz)
+    win = ((t - t0) // width).astype(np.int64)
+    n_win = int(win.max()) + 1
+    centers = t0 + (np.arange(n_win) + 0.5) * width
+    key = (lo * n_nodes + hi) * n_win + win
+    bracket = 2.2 * o.max_ppm * 1e-6 + 1e-9
+    gk, alpha, _ = _edge_lines(key, t, slack, a == lo, centers[win], bracket)
+    out = np.full((n_win, n_nodes), np.nan)
+    out[:, ref] = 0.0
+    if gk.size == 0:
+        return centers, out
+    gw, pair = gk % n_win, gk // n_win
+    ga, gb = pair // n_nodes, pair % n_nodes
+    va, vb = gw * n_nodes + ga, gw * n_nodes + gb  # vertices (window, node)
+    size = n_win * n_nodes
+    g = sparse.coo_matrix((np.ones(gk.size), (va, vb)), shape=(size, size)).tocsr()
+    _, lab = connected_components(g, directed=False)
+    linked = lab == np.repeat(lab[np.arange(n_win) * n_nodes + ref], n_nodes)
+    unknown = linked.copy()
+    unknown[np.arange(n_win) * n_nodes + ref] = False
+    col = np.full(size, -1)
+    col[unknown] = np.arange(int(unknown.sum()))
+    ok = linked[va]
+    r = np.arange(int(ok.sum()))
+    rows, cols, vals = [], [], []
+    for v, s in ((vb[ok], 1.0), (va[ok], -1.0)):
+        m = col[v] >= 0
+        rows.append(r[m])
+        cols.append(col[v][m])
+        vals.append(np.full(int(m.sum()), s))
+    if not unknown.any():
+        return centers, out
+    mat = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                            shape=(r.size, int(unknown.sum())))
+    normal = (mat.T @ mat).tocsc()
+    flat = out.reshape(-1)
+    flat[unknown] = spsolve(normal, mat.T @ alpha[ok])
+    return centers, out
+
+
+def _curve_width(pair: np.ndarray, span: float, o: FitOptions, hz: float) -> float:
+    """Window of the node curves: ``curve_points`` points of the median directed node pair,
+    at most ``1 / curve_windows`` of the run, within ``curve_window_s``."""
+    counts = np.unique(pair, return_counts=True)[1]
+    w = o.curve_points * max(span, 1.0) / max(float(np.median(counts)), 1.0)
+    w = min(w, span / max(o.curve_windows, 1))
+    return float(np.clip(w, o.curve_window_s[0] * hz, o.curve_window_s[1] * hz))
+
+
+def _line(t: np.ndarray, v: np.ndarray) -> tuple[float, float]:
+    """Least-squares line ``v = b0 + r * t`` (the mean for a single point)."""
+    if t.size < 2:
+        return float(v.mean()), 0.0
+    tm = float(t.mean())
+    r = float(np.dot(t - tm, v - v.mean()) / max(np.dot(t - tm, t - tm), 1e-300))
+    return float(v.mean()) - r * tm, r
+
+
+def _worst(t: np.ndarray, v: np.ndarray) -> tuple[float, int]:
+    b0, r = _line(t, v)
+    res = np.abs(v - b0 - r * t)
+    j = int(res.argmax())
+    return float(res[j]), j
+
+
+def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float) -> np.ndarray:
+    """Knots (reference ticks) where a node's curve bends: straight pieces of at least
+    ``min_windows`` within ``max(bend_us, 6 sigma)`` of a line (sigma: the curve's noise from
+    its second differences), cut top-down at the worst window, merged back while one line
+    fits two neighbours; each knot where the neighbours' lines meet (found without the window
+    on either side of the cut: it may straddle the bend)."""
+    ok = np.isfinite(v)
+    width = float(centers[1] - centers[0]) if centers.size > 1 else 1.0
+    t, v = centers[ok] - centers[0], v[ok]
+    m = max(int(o.min_windows), 1)
+    if t.size < 2 * m:
+        return np.zeros(0)
+    d2 = np.diff(v, 2)
+    sigma = 1.4826 * float(np.median(np.abs(d2 - np.median(d2)))) / np.sqrt(6.0)
+    thr = max(6.0 * sigma, o.bend_us * 1e-6 * hz)
+    todo, pieces = [(0, t.size)], []
+    while todo:
+        s, e = todo.pop()
+        worst, j = _worst(t[s:e], v[s:e])
+        if worst > thr and e - s >= 2 * m:
+            j = min(max(j, m), e - s - m)
+            todo += [(s, s + j), (s + j, e)]
+        else:
+            pieces.append((s, e))
+    pieces.sort()
+    def joined(i: int) -> float:  # how far pieces i and i + 1 leave one line
+        return _worst(t[pieces[i][0]:pieces[i + 1][1]], v[pieces[i][0]:pieces[i + 1][1]])[0]
+
+    fits = [joined(i) for i in range(len(pieces) - 1)]
+    while fits:
+        i = int(np.argmin(fits))
+        if fits[i] > thr:
+            break
+        pieces[i:i + 2] = [(pieces[i][0], pieces[i + 1][1])]
+        del fits[i]
+        for j in (i - 1, i):
+            if 0 <= j < len(fits):
+                fits[j] = joined(j)
+    start = t - width / 2
+    knots = []
+    for (s1, e1), (s2, e2) in zip(pieces[:-1], pieces[1:], strict=True):
+        # lines of both pieces without the windows next to the cut (they may straddle it)
+        i1 = slice(s1, e1 - 1) if e1 - s1 > 2 else slice(s1, e1)
+        i2 = slice(s2 + 1, e2) if e2 - s2 > 2 else slice(s2, e2)
+        b1, r1 = _line(t[i1], v[i1])
+        b2, r2 = _line(t[i2], v[i2])
+        x = (b2 - b1) / (r1 - r2) if r1 != r2 else t[s2] - width / 2
+        x = min(max(x, start[max(e1 - 2, s1)]), start[min(s2 + 1, e2 - 1)] + width)
+        knots.append(x)
+    k = np.unique(np.asarray(knots) + centers[0])
+    return k[np.r_[True, np.diff(k) > 1e-3 * hz]] if k.size else k
+
+
+def _knots(bends: np.ndarray, lo_r: float, hi_r: float, longest: float) -> np.ndarray:
+    """A node's knots (reference ticks): the run's ends, its bends, and enough knots between
+    them that no segment is longer than ``longest`` (small bends, slow wander)."""
+    k = np.unique(np.r_[lo_r, bends[(bends > lo_r) & (bends < hi_r)], hi_r])
+    longest = max(longest, 1.0)
+    extra = [np.linspace(x0, x1, int(np.ceil((x1 - x0) / longest)) + 1)[1:-1]
+             for x0, x1 in zip(k[:-1], k[1:], strict=True) if x1 - x0 > longest]
+    return np.unique(np.concatenate([k, *extra]))
+
+
+def _prior(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: float) -> np.ndarray:
+    """A node's offsets at its knots ``kr`` fitted to its curve by least squares (windows
+    holding a knot left out, a light pull towards straight lines where no window is): the
+    map whose slacks pick the first rows of the program."""
+    ok = np.isfinite(v)
+    for k in kr[1:-1]:
+        ok &= np.abs(centers - k) >= width / 2
+    x, y = centers[ok], v[ok]
+    j = np.clip(np.searchsorted(kr, x, side="right") - 1, 0, kr.size - 2)
+    lam = (x - kr[j]) / (kr[j + 1] - kr[j])
+    h = np.zeros((x.size, kr.size))
+    h[np.arange(x.size), j] = 1.0 - lam
+    h[np.arange(x.size), j + 1] = lam
+    d = np.zeros((max(kr.size - 2, 0), kr.size))
+    for i in range(kr.size - 2):
+        d[i, i:i + 3] = (1.0, -2.0, 1.0)
+    lhs = np.r_[h, 1e-3 * d, 1e-9 * np.eye(kr.size)]
+    rhs = np.r_[y, np.zeros(d.shape[0] + kr.size)]
+    return np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+
+
+def _windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
+             hz: float) -> tuple[np.ndarray, int]:
+    """Edges (reference ticks) of the windows of the node terms: ``t_window_s``, wider when
+    nodes x windows would pass ``max_windows``; and how many of them make a window of the
+    node-pair terms (``edge_window_s`` at least one)."""
+    span = hi_r - lo_r
+    n_t = 1 if not np.isfinite(o.t_window_s) else max(1, int(np.ceil(span / (o.t_window_s * hz))))
+    n_t = max(1, min(n_t, o.max_windows // max(n_fitted, 1)))
+    per_edge = max(1, int(round(o.edge_window_s * hz * n_t / span)))
+    return np.linspace(lo_r, hi_r, n_t + 1), per_edge
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,73 +575,6 @@ def _rough_offsets(pts: np.ndarray, n_nodes: int, ref: int) -> np.ndarray:
     return c
 
 
-def _rough_slack(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray,
-                 hz: float) -> np.ndarray:
-    """A rough map that follows drift and wander (NTP-style): per node pair and time window,
-    the offset between them is the mean of the smallest forward and backward differences;
-    windows compose along a spanning tree from the reference, twice (the second pass on what
-    the first left). Microseconds good where messages are dense; it only picks the rows the
-    program starts with. Returns the slack of every point under it."""
-    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
-    big = (pts["ta"] + c[a]).min()
-    tr = pts["ta"] + c[a] - big
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    pair = lo * n_nodes + hi
-    upair, pinv, pcount = np.unique(pair, return_inverse=True, return_counts=True)
-    width = max(float(tr.max()) * 16 / max(float(np.median(pcount)), 1.0), 0.25 * hz, 1.0)
-    n_win = int(tr.max() // width) + 1
-    win = (tr // width).astype(np.int64)
-    fwd = (a == lo).astype(np.int64)
-    delta = np.zeros((n_nodes, n_win))  # rough map: timebase + c + delta(window)
-    centers = (np.arange(n_win) + 0.5) * width
-    slack = pts["tb"] - pts["ta"] + c[b] - c[a]
-    for _ in range(2):
-        key = (pinv * n_win + win) * 2 + fwd
-        best = np.full(upair.size * n_win * 2, np.inf)
-        order = np.argsort(key, kind="stable")
-        ks = key[order]
-        first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
-        best[ks[first]] = np.minimum.reduceat(slack[order], first)
-        best = best.reshape(upair.size, n_win, 2)
-        both = np.isfinite(best).all(axis=2)
-        with np.errstate(invalid="ignore"):
-            step = np.where(both, (best[:, :, 0] - best[:, :, 1]) / 2, 0.0)  # error of hi - lo
-        usable = both.any(axis=1)
-        g = sparse.coo_matrix((np.ones(int(usable.sum())), (upair[usable] // n_nodes,
-                                                             upair[usable] % n_nodes)),
-                              shape=(n_nodes, n_nodes)).tocsr()
-        order, pred = breadth_first_order(g, ref, directed=False)
-        corr = np.zeros((n_nodes, n_win))
-        for q in order[1:].tolist():
-            p = int(pred[q])
-            j = int(np.searchsorted(upair, min(p, q) * n_nodes + max(p, q)))
-            ok = both[j]
-            d = np.interp(np.arange(n_win), np.flatnonzero(ok), step[j][ok])
-            corr[q] = corr[p] + (d if q > p else -d)
-        delta += corr
-        da, db = np.empty(a.size), np.empty(b.size)
-        tb_r = pts["tb"] + c[b] - big
-        for n in np.unique(np.r_[a, b]).tolist():
-            sa, sb = a == n, b == n
-            da[sa] = np.interp(tr[sa], centers, delta[n])
-            db[sb] = np.interp(tb_r[sb], centers, delta[n])
-        slack = pts["tb"] - pts["ta"] + c[b] - c[a] + db - da
-    return slack
-
-
-def _events(pts: np.ndarray, n_nodes: int, fitted: np.ndarray) -> list:
-    """Per fitted node: sorted times of its distinct sending and receiving records."""
-    sides = []
-    for ids, node, t in (("before", "a", "ta"), ("after", "b", "tb")):
-        _, first = np.unique(pts[ids], return_index=True)
-        nd, tt = pts[node][first], pts[t][first]
-        order = np.lexsort((tt, nd))
-        nd, tt = nd[order], tt[order]
-        edges = np.searchsorted(nd, np.arange(n_nodes + 1))
-        sides.append([tt[edges[n]:edges[n + 1]] for n in range(n_nodes)])
-    return [(sides[0][n], sides[1][n]) if fitted[n] else None for n in range(n_nodes)]
-
-
 def _undominated(pts: np.ndarray, n_nodes: int) -> np.ndarray:
     """Indexes of the points no other point of the same node pair dominates: a later send
     with an earlier or equal receive implies the pair (maps increase), whatever the model."""
@@ -414,124 +594,20 @@ def _undominated(pts: np.ndarray, n_nodes: int) -> np.ndarray:
     return np.sort(order[v < prev])
 
 
-def _initial_knots(pts: np.ndarray, events: list, c: np.ndarray, o: FitOptions,
-                   hz: float) -> list[np.ndarray | None]:
-    """Per fitted node, knots (node timebase) cutting the run into segments that hold about
-    ``min_points`` messages in and out each (cut at quantiles of both)."""
-    tr = np.concatenate([pts["ta"] + c[pts["a"]], pts["tb"] + c[pts["b"]]])
-    lo, hi = float(tr.min()), float(tr.max())
-    min_len = max(o.min_seconds * hz, 1.0)
-    knots: list[np.ndarray | None] = [None] * len(events)
-    for n, ev in enumerate(events):
-        if ev is None:
-            continue
-        out_t, in_t = ev
-        first, last = lo - c[n] - 1.0, hi - c[n] + 1.0
-        k = int(min(in_t.size, out_t.size) // max(o.min_points, 1))
-        k = max(1, min(k, int((last - first) // min_len)))
-        inner = np.zeros(0)
-        if k > 1:
-            j = np.arange(1, k)
-            inner = np.maximum(in_t[j * in_t.size // k], out_t[j * out_t.size // k])
-            inner = inner[(inner > first + min_len / 2) & (inner < last - min_len / 2)]
-            inner = _thin(np.unique(inner), min_len)
-        knots[n] = np.concatenate([[first], inner, [last]])
-    return knots
-
-
-def _thin(x: np.ndarray, gap: float) -> np.ndarray:
-    """Drop knots closer than ``gap`` to the previous kept one (x sorted)."""
-    if x.size < 2:
-        return x
-    keep = [0]
-    for i in range(1, x.size):
-        if x[i] - x[keep[-1]] >= gap:
-            keep.append(i)
-    return x[keep]
-
-
-def _cut_knots(knots: list[np.ndarray | None],
-               cut: list[np.ndarray | None]) -> list[np.ndarray | None]:
-    """Cut each marked segment in the middle."""
-    return [kn if m is None or not m.any() else np.unique(np.r_[kn, 0.5 * (kn[:-1] + kn[1:])[m]])
-            for kn, m in zip(knots, cut, strict=True)]
-
-
-def _start_rows(pool: np.ndarray, score: np.ndarray,
-                knots: list[np.ndarray | None]) -> np.ndarray:
-    """Per half of every segment of every node, the pool point touching it with the smallest
-    score: few rows, and both ends of every segment held."""
-    groups = []
-    for side, t in (("a", "ta"), ("b", "tb")):
-        node = pool[side].astype(np.int64)
-        k = _piece_of(node, pool[t], knots)
-        half = np.zeros(node.size, np.int64)
-        for n in np.unique(node).tolist():
-            sel = node == n
-            kn = knots[n]
-            half[sel] = pool[t][sel] > 0.5 * (kn[k[sel]] + kn[k[sel] + 1])
-        groups.append(_argmin_per_cell((node * (1 << 32) + k) * 2 + half, score))
-    return np.unique(np.concatenate(groups))
-
-
-def _argmin_per_cell(cell: np.ndarray, score: np.ndarray) -> np.ndarray:
-    order = np.lexsort((score, cell))
-    return order[np.r_[True, cell[order][1:] != cell[order][:-1]]]
-
-
-def _in_cut(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None],
-            cut: list[np.ndarray | None]) -> np.ndarray:
-    """Points whose segment (on ``node``) is about to be cut."""
-    out = np.zeros(node.size, dtype=bool)
-    for n, m in enumerate(cut):
-        if m is None or not m.any():
-            continue
-        sel = np.flatnonzero(node == n)
-        k = np.clip(np.searchsorted(knots[n], x[sel], side="right") - 1, 0, m.size - 1)
-        out[sel[m[k]]] = True
-    return out
-
-
-def _refine(knots: list[np.ndarray | None], maps: list[NodeMap | None],
-            tseg: list[np.ndarray | None], events: list, ref: int, o: FitOptions,
-            hz: float) -> list[np.ndarray | None]:
-    """Per node, the segments to cut: those next to a knot whose bend they would hide badly
-    (bend * length / 8 > tolerance) or whose smallest slack is strained (below zero, or well
-    below the node's median; everyone's for a node with few segments), while every part keeps
-    enough messages and length."""
-    tol = o.tolerance_us * 1e-6 * hz
-    min_len = max(o.min_seconds * hz, 1.0)
-    out: list[np.ndarray | None] = [None] * len(knots)
-    everyone = float(np.median(np.concatenate([t for t in tseg if t is not None])))
-    for n, kn in enumerate(knots):
-        m = maps[n]
-        if kn is None or n == ref or not isinstance(m, PiecewiseMap):
-            continue
-        slope = np.diff(m.knots_ref) / np.diff(kn)
-        bend = np.abs(np.diff(slope))  # at interior knots 1..K-1
-        seg_bend = np.maximum(np.r_[0.0, bend], np.r_[bend, 0.0])
-        length = np.diff(kn)
-        parts_ok = np.ones(length.size, dtype=bool)
-        for t in events[n]:
-            for j in range(_SPLIT):
-                lo = kn[:-1] + length * j / _SPLIT
-                hi = kn[:-1] + length * (j + 1) / _SPLIT
-                parts_ok &= np.searchsorted(t, hi) - np.searchsorted(t, lo) >= o.split_points
-        usual = float(np.median(tseg[n])) if tseg[n].size >= 4 else everyone
-        strained = (tseg[n] < usual - o.strain_us * 1e-6 * hz) | (tseg[n] < 0)
-        out[n] = (((seg_bend * length / 8 > tol) | strained) & (length >= _SPLIT * min_len)
-                  & parts_ok)
-    return out
+def _by_node(node: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(node, indexes of its entries) for every node present: one sort, not a mask per node."""
+    order = np.argsort(node, kind="stable")
+    ns = node[order]
+    cut = np.flatnonzero(np.r_[True, ns[1:] != ns[:-1], True])
+    return [(int(ns[i]), order[i:j]) for i, j in zip(cut[:-1], cut[1:], strict=True)]
 
 
 def _piece_of(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None]) -> np.ndarray:
     k = np.zeros(node.size, np.int64)
-    for n in np.unique(node).tolist():
+    for n, sel in _by_node(node):
         kn = knots[n]
-        if kn is None:
-            continue
-        sel = node == n
-        k[sel] = np.clip(np.searchsorted(kn, x[sel], side="right") - 1, 0, kn.size - 2)
+        if kn is not None:
+            k[sel] = np.clip(np.searchsorted(kn, x[sel], side="right") - 1, 0, kn.size - 2)
     return k
 
 
@@ -587,17 +663,20 @@ class _Program:
     """The linear program, solved by row generation.
 
     Columns: knot deviations z (reference = x + c + Z(x), Z linear between knots; none for the
-    reference node), one ``t`` per segment of every node, one ``w`` per interior knot (the
-    rate change there). Rows: ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for each end's
-    segment (the pool: hull vertices per cell), ``|rate - 1| <= max_ppm`` per segment, and
-    ``w >= |rate change| * min(mean segment length, 2 s)``. Maximizes ``sum t - smooth * sum w``. It
-    starts from the given pool points, solves, adds every pool row and rate row the solution
+    reference node), one ``t`` per window of every node, one ``u`` per window of every node
+    pair with points in it. Rows: ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for the
+    window of each end and the pair's window (the pool: hull vertices per cell), and
+    ``|rate - 1| <= max_ppm`` per segment. Maximizes ``sum t + edge_weight * sum u``. It starts
+    from the rows of the points with the smallest prior slack per window half of every node
+    and per pair window and direction, solves, adds every pool row and rate row the solution
     violates, and repeats: the result solves the whole program.
     """
 
-    def __init__(self, ref: int, knots: list[np.ndarray | None], c: np.ndarray,
+    def __init__(self, ref: int, knots: list[np.ndarray | None],
+                 tknots: list[np.ndarray | None], per_edge: int, c: np.ndarray,
                  o: FitOptions, hz: float) -> None:
-        self.ref, self.knots, self.c, self.o, self.hz = ref, knots, c, o, hz
+        self.ref, self.knots, self.tknots, self.c, self.o, self.hz = ref, knots, tknots, c, o, hz
+        self.per_edge = per_edge
         n_nodes = len(knots)
         self.zoff = np.full(n_nodes, -1, np.int64)
         self.toff = np.full(n_nodes, -1, np.int64)
@@ -607,7 +686,7 @@ class _Program:
                 self.zoff[n] = col
                 col += kn.size
         self.n_z = col
-        for n, kn in enumerate(knots):
+        for n, kn in enumerate(tknots):
             if kn is not None:
                 self.toff[n] = col
                 col += kn.size - 1
@@ -619,10 +698,9 @@ class _Program:
         """Columns and weights of Z_node(x) (column -1, weight 0 on the reference node)."""
         k = _piece_of(node, x, self.knots)
         lam = np.zeros(x.size)
-        for n in np.unique(node).tolist():
+        for n, sel in _by_node(node):
             if n == self.ref:
                 continue
-            sel = node == n
             kn = self.knots[n]
             lo, hi = kn[k[sel]], kn[k[sel] + 1]
             lam[sel] = (x[sel] - lo) / (hi - lo)
@@ -632,15 +710,22 @@ class _Program:
         w1 = np.where(node == self.ref, 0.0, lam)
         return col0, w0, col1, w1
 
-    def solve(self, pool: np.ndarray, start: np.ndarray) -> np.ndarray:
-        """z (with the t and w columns after it) for the pool of points; ``start`` marks the
-        points whose rows are in the first round."""
-        c = self.c
+    def solve(self, pool: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """z (with the t and u columns after it) for the pool of points; ``score`` (a prior
+        slack per point) picks the rows of the first round."""
+        c, n_nodes = self.c, len(self.knots)
         a, b = pool["a"].astype(np.int64), pool["b"].astype(np.int64)
         ca0, wa0, ca1, wa1 = self._interp(a, pool["ta"])
         cb0, wb0, cb1, wb1 = self._interp(b, pool["tb"])
-        ta_col = self.toff[a] + _piece_of(a, pool["ta"], self.knots)
-        tb_col = self.toff[b] + _piece_of(b, pool["tb"], self.knots)
+        wa = _piece_of(a, pool["ta"], self.tknots)
+        sides = [self.toff[a] + wa, self.toff[b] + _piece_of(b, pool["tb"], self.tknots)]
+        n_u = 0
+        if self.o.edge_weight > 0:
+            lo = np.minimum(a, b)
+            pair = (lo * n_nodes + np.maximum(a, b)) * (wa.max() + 1) + wa // self.per_edge
+            upair, inv = np.unique(pair, return_inverse=True)
+            n_u = upair.size
+            sides.append(self.n_zt + inv.ravel() * 2 + (a == lo))
         d = pool["tb"] + c[b] - pool["ta"] - c[a]
         # per segment: rate rows, added when violated
         seg_lo, seg_dx = [], []
@@ -651,24 +736,27 @@ class _Program:
         seg_col = np.concatenate(seg_lo) if seg_lo else np.zeros(0, np.int64)
         seg_len = np.concatenate(seg_dx) if seg_dx else np.zeros(0)
         eps = self.o.max_ppm * 1e-6
-        smooth_rows, smooth_rhs, n_w = self._smoothing()
-        n_cols = self.n_zt + n_w
+        n_cols = self.n_zt + n_u
         cost = np.zeros(n_cols)
         cost[self.n_z:self.n_zt] = -1.0
-        cost[self.n_zt:] = self.o.smooth
+        cost[self.n_zt:] = -self.o.edge_weight
         bounds = np.empty((n_cols, 2))
         bounds[:, 0], bounds[:, 1] = -np.inf, np.inf
-        bounds[self.n_z:self.n_zt, 1] = self.hz * 1.0  # t: never unbounded
-        bounds[self.n_zt:, 0] = 0.0
-        active = np.zeros((pool.size, 2), dtype=bool)
-        active[start] = True
+        bounds[self.n_z:, 1] = self.hz * 1.0  # t, u: never unbounded
+        active = np.zeros((pool.size, len(sides)), dtype=bool)
+        for side, tcol in enumerate(sides):  # per column and side, the smallest prior slacks
+            best = np.full(n_cols + 2 * n_u, np.inf)
+            np.minimum.at(best, tcol, score)
+            active[:, side] = score <= best[tcol] + self.o.start_us * 1e-6 * self.hz
+        if n_u:  # u columns were numbered per direction to pick a first row of each
+            sides[2] = self.n_zt + (sides[2] - self.n_zt) // 2
         rate_on = np.zeros((seg_col.size, 2), dtype=bool)
-        tol, margin = 0.05, 2.0  # ticks: violations below tol are rounding; add near ones too
+        tol, margin = 1.0, 2.0  # ticks: a window's smallest slack 1 tick high is no matter
         for self.rounds in range(1, 101):
-            parts = [smooth_rows]
-            rhs = [smooth_rhs]
-            row0 = smooth_rhs.size
-            for side, tcol in ((0, ta_col), (1, tb_col)):
+            parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+            rhs = []
+            row0 = 0
+            for side, tcol in enumerate(sides):
                 i = np.flatnonzero(active[:, side])
                 r = row0 + np.arange(i.size)
                 for col, wgt in ((ca0, wa0), (ca1, wa1), (cb0, -wb0), (cb1, -wb1)):
@@ -695,10 +783,8 @@ class _Program:
             sol = res.x
             self.rows = row0
             zz = np.r_[sol[:self.n_z], 0.0]  # index -1 -> the reference's zero
-            za = wa0 * zz[ca0] + wa1 * zz[ca1]
-            zb = wb0 * zz[cb0] + wb1 * zz[cb1]
-            slack = d + zb - za
-            low = np.c_[slack - sol[ta_col], slack - sol[tb_col]]
+            slack = d + wb0 * zz[cb0] + wb1 * zz[cb1] - wa0 * zz[ca0] - wa1 * zz[ca1]
+            low = np.stack([slack - sol[tcol] for tcol in sides], axis=1)
             bad = (low < -tol) & ~active
             dz = zz[seg_col + 1] - zz[seg_col]
             lim = eps * seg_len
@@ -708,37 +794,6 @@ class _Program:
             active |= low < margin
             rate_on |= np.c_[dz > lim - margin, -dz > lim - margin] | bad_rate
         return sol
-
-    def _smoothing(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray, int]:
-        """Rows ``+-(rate change * length) - w <= 0`` at every interior knot."""
-        rows, cols, vals = [], [], []
-        n_w = row0 = 0
-        if self.o.smooth > 0:
-            for n, kn in enumerate(self.knots):
-                if kn is None or n == self.ref or kn.size < 3:
-                    continue
-                dx = np.diff(kn)
-                lbar = np.minimum(0.5 * (dx[:-1] + dx[1:]), 2.0 * self.hz)
-                m = lbar.size
-                z0 = self.zoff[n] + np.arange(m)
-                cw = self.n_zt + n_w + np.arange(m)
-                coef = (lbar / dx[:-1], -lbar / dx[1:] - lbar / dx[:-1], lbar / dx[1:])
-                for s_val in (1.0, -1.0):
-                    r = row0 + np.arange(m)
-                    for j in range(3):
-                        rows.append(r)
-                        cols.append(z0 + j)
-                        vals.append(s_val * coef[j])
-                    rows.append(r)
-                    cols.append(cw)
-                    vals.append(-np.ones(m))
-                    row0 += m
-                n_w += m
-        if not rows:
-            e = np.zeros(0, np.int64)
-            return (e, e, np.zeros(0)), np.zeros(0), 0
-        return ((np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)),
-                np.zeros(row0), n_w)
 
 
 def _midpoint_map(kn: np.ndarray, kr: np.ndarray, x_mid: float, method: str) -> PiecewiseMap:
@@ -752,26 +807,22 @@ def _midpoint_map(kn: np.ndarray, kr: np.ndarray, x_mid: float, method: str) -> 
 
 def _slacks(pts: np.ndarray, maps: list[NodeMap | None]) -> np.ndarray:
     """f_b(tb) - f_a(ta) of every point under ``maps`` (NaN where a map is missing)."""
-    fa = np.full(pts.size, np.nan)
-    fb = np.full(pts.size, np.nan)
-    for n, m in enumerate(maps):
-        if m is None:
-            continue
-        sa, sb = pts["a"] == n, pts["b"] == n
-        fa[sa] = map_to_reference(m, pts["ta"][sa])
-        fb[sb] = map_to_reference(m, pts["tb"][sb])
-    return fb - fa
+    out = []
+    for side, t in (("a", "ta"), ("b", "tb")):
+        f = np.full(pts.size, np.nan)
+        for n, sel in _by_node(pts[side]):
+            m = maps[n] if 0 <= n < len(maps) else None
+            if m is not None:
+                f[sel] = map_to_reference(m, pts[t][sel])
+        out.append(f)
+    return out[1] - out[0]
 
 
 def _bounds(pts: np.ndarray, slack: np.ndarray, n_nodes: int, ref: int, c: np.ndarray,
-            knots: list[np.ndarray | None], o: FitOptions, hz: float) -> np.ndarray:
-    """Per node, the largest shift the fitted slacks allow in any window (inf: never bounded)."""
+            w: float) -> np.ndarray:
+    """Per node, the largest shift the fitted slacks allow in any window of ``w`` reference
+    ticks (inf: never bounded)."""
     tr = pts["ta"] + c[pts["a"]]
-    if o.window_s > 0:
-        w = o.window_s * hz
-    else:
-        lengths = [np.median(np.diff(k)) for k in knots if k is not None and k.size > 1]
-        w = float(np.median(lengths)) if lengths else float(tr.max() - tr.min() + 1)
     w = max(w, 1.0)
     win = ((tr - tr.min()) // w).astype(np.int64)
     n_win = int(win.max()) + 1
