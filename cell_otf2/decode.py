@@ -99,8 +99,33 @@ class Decoded:
     #: per rank: first slot position from which any record of the process may be missing
     loss_cut: np.ndarray | None = None
 
+    #: groupings of ``records`` that several stages use, made once (``code_index``,
+    #: ``location_starts``); they assume the codes and locations no longer change
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
     def loc_of(self, rank: int, ctx: int) -> int:
         return self.ctx_loc.get((rank, ctx), -1)
+
+    def code_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Record indexes grouped by code, ascending within a code (a stable radix sort of the
+        16-bit codes), and where each code's group starts: code c's records are
+        ``order[start[c]:start[c + 1]]``."""
+        if "code_index" not in self._cache:
+            code = self.records["code"]
+            start = np.zeros((1 << 16) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(code, minlength=1 << 16), out=start[1:])
+            self._cache["code_index"] = (np.argsort(code, kind="stable"), start)
+        return self._cache["code_index"]
+
+    def location_starts(self) -> np.ndarray:
+        """Where each location's records start (records are sorted by location); the last
+        entry is the number of records."""
+        if "location_starts" not in self._cache:
+            start = np.zeros(self.locations.size + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.records["loc"], minlength=self.locations.size),
+                      out=start[1:])
+            self._cache["location_starts"] = start
+        return self._cache["location_starts"]
 
 
 def _build_locations(

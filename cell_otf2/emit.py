@@ -188,11 +188,13 @@ class _Events:
     ones when its record precedes the location's records, after them otherwise.
     """
 
-    def __init__(self, rec_loc: np.ndarray, rec_time: np.ndarray, n_locations: int) -> None:
+    def __init__(self, rec_loc: np.ndarray, rec_time: np.ndarray, n_locations: int,
+                 loc_first_rec: np.ndarray | None = None) -> None:
         #: record indexes and event positions fit 32 bits below 2^31 records (half the memory)
         self.index = np.int32 if rec_loc.size < 1 << 30 else np.int64
         self.rec_loc = rec_loc
         self.rec_time = rec_time
+        self.loc_first_rec = loc_first_rec  # where each location's records start
         self.n_locations = n_locations
         self.own_parts: list[_Part] = []
         self.foreign: list[_Part] = []
@@ -281,9 +283,11 @@ class _Events:
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
-        loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
-        self.loc_first_rec = loc_first_rec
+        loc_first_rec = self.loc_first_rec
+        if loc_first_rec is None:
+            loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
+            self.loc_first_rec = loc_first_rec
         self.own_start = base[loc_first_rec]
         # foreign events: destination location, insertion point among its own events
         if self.foreign:
@@ -513,7 +517,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     first = int(t[good].min()) if good.any() else 0
     last = int(t[good].max()) if good.any() else 0
     defs, lk = build_definitions(dec, result, first, last)
-    ev = _Events(rec["loc"], rec["time"], dec.locations.size)
+    ev = _Events(rec["loc"], rec["time"], dec.locations.size, dec.location_starts())
     stats = EmitStats()
     code = rec["code"]
     loc = rec["loc"]
@@ -522,8 +526,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     rank_of = dec.locations["rank"][loc]
 
     # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
-    by_code = np.argsort(code, kind="stable")
-    code_bounds = np.searchsorted(code[by_code], np.arange((1 << 16) + 1, dtype=np.int64))
+    by_code, code_bounds = dec.code_index()
 
     def sel(*codes) -> np.ndarray:
         idx = [by_code[code_bounds[c]:code_bounds[c + 1]] for c in codes]
