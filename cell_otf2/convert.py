@@ -239,11 +239,13 @@ def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_sty
     timings: dict[str, float] = {}
     cpu: dict[str, float] = {}
     pipe = analyze(Path(run_dir), alpha, order_options, progress, timings, cpu)
+    _drop_after_sync(pipe)
     t0, c0 = time.perf_counter(), time.process_time()
     # the event table in pieces of whole locations, built as the writer takes them
     defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
                                 DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
     events.reuse_buffer = True  # the writer is done with each piece before the next
+    pipe.decoded._cache.clear()  # the record groupings emit used
     t1, c1 = time.perf_counter(), time.process_time()
     n_events = max(1, events.size)
 
@@ -265,6 +267,20 @@ def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_sty
     if report is not None:
         Path(report).write_text(json.dumps(sync_report(pipe), indent=1) + "\n")
     return summary
+
+
+def _drop_after_sync(pipe: Pipeline) -> None:
+    """Free what only analysis needed (the constraint arrays, the slot-order anchors, the
+    loss epochs, the happened-before pairs) before the event table is built: the summary
+    and the report keep only their counts."""
+    c = pipe.constraints
+    empty = np.zeros(0, dtype=np.int64)
+    pipe.constraints = Constraints(empty, empty, np.zeros(0), c.counts, c.assumed)
+    dec = pipe.decoded
+    dec.anchors = dec.anchors[:0].copy()
+    dec.loss_epoch = None
+    pipe.matches.pairs = pipe.matches.pairs[:0].copy()
+    pipe.matches.node_pairs = pipe.matches.node_pairs[:0].copy()
 
 
 def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,

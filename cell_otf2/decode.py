@@ -99,8 +99,33 @@ class Decoded:
     #: per rank: first slot position from which any record of the process may be missing
     loss_cut: np.ndarray | None = None
 
+    #: groupings of ``records`` that several stages use, made once (``code_index``,
+    #: ``location_starts``); they assume the codes and locations no longer change
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
     def loc_of(self, rank: int, ctx: int) -> int:
         return self.ctx_loc.get((rank, ctx), -1)
+
+    def code_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Record indexes grouped by code, ascending within a code (a stable radix sort of the
+        16-bit codes), and where each code's group starts: code c's records are
+        ``order[start[c]:start[c + 1]]``."""
+        if "code_index" not in self._cache:
+            code = self.records["code"]
+            start = np.zeros((1 << 16) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(code, minlength=1 << 16), out=start[1:])
+            self._cache["code_index"] = (np.argsort(code, kind="stable"), start)
+        return self._cache["code_index"]
+
+    def location_starts(self) -> np.ndarray:
+        """Where each location's records start (records are sorted by location); the last
+        entry is the number of records."""
+        if "location_starts" not in self._cache:
+            start = np.zeros(self.locations.size + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.records["loc"], minlength=self.locations.size),
+                      out=start[1:])
+            self._cache["location_starts"] = start
+        return self._cache["location_starts"]
 
 
 def _build_locations(
@@ -258,7 +283,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         sw_by_ctx, sw_ctx_bounds = _group(ppe["a"][switches].astype(np.uint16))
         switches = switches[sw_by_ctx]
         ppe_slot, ppe_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
-        spe_code, spe_block = spe["code"], spe["block"]
+        spe_block = spe["block"]
         for ctx in np.unique(blocks["ctx"]).tolist():
             loc = ctx_loc[(r, int(ctx))]
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
@@ -267,27 +292,34 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             mine = records[lo:lo + rec_idx.size]
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             mine["loc"] = loc
+            # the context's records in slot order (= program order), gathered once as rows
+            rows = np.take(spe, rec_idx)
             for name in ("code", "slot", "a", "b", "c", "d"):
-                mine[name] = spe[name][rec_idx]
-            mine["anchor"] = block_anchor[spe_block[rec_idx]]
+                mine[name] = rows[name]
+            mine["anchor"] = block_anchor[rows["block"]]
             # readings in program order: each block's records, then its header
-            keys = np.concatenate([2 * spe["slot"][rec_idx],
+            keys = np.concatenate([2 * rows["slot"],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([spe["decr"][rec_idx], blocks["decr"][blk_idx]]).astype(np.int64)
+            raw = np.concatenate([rows["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
             is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
             which = np.concatenate([rec_idx, blk_idx])
             po = np.argsort(keys, kind="stable")
             raw, is_rec, which = raw[po], is_rec[po], which[po]
+            # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
             write_new = np.full(raw.size, -1, dtype=np.int64)
-            dw = is_rec.copy()  # ``which`` indexes blocks where is_rec is False
-            dw[is_rec] = spe_code[which[is_rec]] == S.DECR_WRITE
-            write_new[dw] = spe["b"][which[dw]].astype(np.int64) % MOD
+            is_write = rows["code"] == S.DECR_WRITE
+            dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
+            dw[is_rec] = is_write
+            write_new[dw] = rows["b"][is_write].astype(np.int64) % MOD
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
+            # block of each reading (a record's block, or the header's own)
+            reading_block = which.copy()
+            reading_block[is_rec] = rows["block"]
             force = None
-            if not (spe_code[rec_idx] == S.HEARTBEAT).any():
-                force = _hidden_wrap_risk(ppe_slot, ppe_tb, blocks, blk_idx, spe_block, which,
-                                          is_rec, keys[po])
+            if not (rows["code"] == S.HEARTBEAT).any():
+                force = _hidden_wrap_risk(ppe_slot, ppe_tb, blocks, blk_idx, reading_block,
+                                          keys[po])
                 if force.any():
                     damage.add(DamageKind.missing_heartbeat, dump.name,
                                int(blocks["slot"][blk_idx[0]]), int(force.sum()),
@@ -295,11 +327,10 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                                "time window reaches 2^31 ticks: steps there may hide whole "
                                "wraps, so each is decided from the order constraints or left "
                                "open, never assumed")
+            del rows
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
-            reading_block = which.copy()  # not spe[...][which]: which indexes blocks too
-            reading_block[is_rec] = spe_block[which[is_rec]]
             head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
@@ -348,7 +379,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         del prec, ppe_final, spe_final, spe_epoch, ppe_epoch
         if release:
             dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
-            del ppe, blocks, spe, spe_code, spe_block, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
+            del ppe, blocks, spe, spe_block, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
         anchor_parts.append(anchors)
         link_rows.extend(rank_links)
         anchor_base += n_anchor
@@ -434,8 +465,7 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return ppe_epoch, spe_epoch, cut
 
 
-def _hidden_wrap_risk(p_slot, p_tb, blocks, blk_idx, spe_block, which, is_rec, keys
-                      ) -> np.ndarray:
+def _hidden_wrap_risk(p_slot, p_tb, blocks, blk_idx, reading_block, keys) -> np.ndarray:
     """Per reading (program order): may the step before it hide a whole wrap?
 
     Without heartbeats a step that looks short can be 2^32 ticks longer. The readings of block
@@ -455,12 +485,11 @@ def _hidden_wrap_risk(p_slot, p_tb, blocks, blk_idx, spe_block, which, is_rec, k
     window = np.full(blk_idx.size, np.inf)
     window[ok] = p_tb[hi_i[ok]] - p_tb[lo_i[ok]]
     suspect = window >= (1 << 31)
-    # block of each reading, in the same program order as ``keys``
-    # block of each reading (a record's block, or the header's own), then its position
-    reading_block = which.copy()
-    reading_block[is_rec] = spe_block[which[is_rec]]
-    pos = np.clip(np.searchsorted(blk_idx, reading_block), 0, blk_idx.size - 1)
-    return suspect[pos]
+    # position of each reading's block (``reading_block``: in the same program order as
+    # ``keys``; all of them blocks of this context) among the context's blocks
+    pos = np.empty(int(blk_idx.max()) + 1, dtype=np.int64)
+    pos[blk_idx] = np.arange(blk_idx.size)
+    return suspect[pos[reading_block]]
 
 
 #: passes of the outlier rule in ``_check_backwards`` before the running-maximum fallback

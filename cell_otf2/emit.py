@@ -158,7 +158,7 @@ class _Part:
         self.offset = offset  # seq offset within the record (0..7)
         self.typ = typ
         self.ref = ref  # scalar or array per event
-        self.params = params  # name -> scalar, array per event, or a function of ``rec``
+        self.params = params  # name -> scalar, array per event, or a function of record rows
         self.loc = loc  # foreign events only: destination location per event
         self.time = time  # foreign events only: time per event
 
@@ -176,9 +176,15 @@ class _Part:
         return part
 
 
+def _runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values of an ascending array and how often each occurs, in order."""
+    start = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
+    return r[start], np.diff(np.append(start, r.size))
+
+
 def _param(v):
-    """An event parameter as ``_Part`` keeps it: a function of the record indexes (computed
-    when a piece of the table is built) or an array / scalar."""
+    """An event parameter as ``_Part`` keeps it: a function of the events' record rows
+    (computed when a piece of the table is built) or an array / scalar."""
     return v if callable(v) else np.asarray(v)
 
 
@@ -197,11 +203,14 @@ class _Events:
     ones when its record precedes the location's records, after them otherwise.
     """
 
-    def __init__(self, rec_loc: np.ndarray, rec_time: np.ndarray, n_locations: int) -> None:
+    def __init__(self, records: np.ndarray, n_locations: int,
+                 loc_first_rec: np.ndarray | None = None) -> None:
         #: record indexes and event positions fit 32 bits below 2^31 records (half the memory)
-        self.index = np.int32 if rec_loc.size < 1 << 30 else np.int64
-        self.rec_loc = rec_loc
-        self.rec_time = rec_time
+        self.index = np.int32 if records.size < 1 << 30 else np.int64
+        self.records = records
+        self.rec_loc = records["loc"]
+        self.rec_time = records["time"]
+        self.loc_first_rec = loc_first_rec  # where each location's records start
         self.n_locations = n_locations
         self.own_parts: list[_Part] = []
         self.foreign: list[_Part] = []
@@ -267,9 +276,11 @@ class _Events:
         for part, once in zip(self.own_parts, unique, strict=True):
             if once:
                 counts[part.rec] += 1
-            else:
-                np.add.at(counts, part.rec, 1)
-        base = np.zeros(n_rec + 1, dtype=np.int64)
+            else:  # ascending with repeats: add each run's length once
+                r, n = _runs(part.rec)
+                counts[r] += n
+        total = sum(part.size for part in self.own_parts)
+        base = np.zeros(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
         np.cumsum(counts, out=base[1:])
         del counts
         fill = np.zeros(n_rec, dtype=np.int32)
@@ -278,11 +289,11 @@ class _Events:
             part, r = self.own_parts[k], self.own_parts[k].rec
             if not unique[k]:  # several events of one record in one part (a wait completes
                 #                several DMAs): in part order
-                first = np.concatenate([[True], r[1:] != r[:-1]])
-                start = np.flatnonzero(first)
-                occ = np.arange(r.size) - np.repeat(start, np.diff(np.append(start, r.size)))
+                first, n = _runs(r)
+                start = np.cumsum(n) - n  # where each run starts in the part
+                occ = np.arange(r.size) - np.repeat(start, n)
                 part.pos = (base[r] + fill[r] + occ).astype(self.index)
-                np.add.at(fill, r, 1)
+                fill[first] += n.astype(fill.dtype)
             else:
                 part.pos = (base[r] + fill[r]).astype(self.index)
                 fill[r] += 1
@@ -290,9 +301,11 @@ class _Events:
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
-        loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
-        self.loc_first_rec = loc_first_rec
+        loc_first_rec = self.loc_first_rec
+        if loc_first_rec is None:
+            loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
+            self.loc_first_rec = loc_first_rec
         self.own_start = base[loc_first_rec]
         # foreign events: destination location, insertion point among its own events
         if self.foreign:
@@ -343,8 +356,7 @@ class _Events:
             e = np.zeros(stop - start, EVENT_DTYPE)
         else:
             e = buffer[:stop - start]
-            for name in ("p1", "p2", "p3", "p4", "p5", "p6"):  # the rest is always written
-                e[name] = 0
+            e.view(np.uint8)[:] = 0  # one memset (fields left out of an event are zero)
         e["loc"] = np.repeat(np.arange(loc_lo, loc_hi, dtype=np.uint32),
                              np.diff(self.loc_start[loc_lo:loc_hi + 1]))
         # the range's records are one range too: their times as one contiguous column
@@ -360,8 +372,9 @@ class _Events:
         def own_final(pos: np.ndarray) -> np.ndarray:
             return pos + np.searchsorted(shift_all, pos, side="right") - start
 
+        own_range = np.array([own_lo, own_hi], dtype=self.index)  # same dtype: no conversion
         for part in self.own_parts:
-            lo, hi = np.searchsorted(part.pos, [own_lo, own_hi], side="left")
+            lo, hi = np.searchsorted(part.pos, own_range, side="left")
             if hi <= lo:
                 continue
             q = part.take(slice(lo, hi))
@@ -382,13 +395,17 @@ class _Events:
                 self._fill(e, at, q)
         return e
 
-    @staticmethod
-    def _fill(e: np.ndarray, at: np.ndarray, q: _Part) -> None:
+    def _fill(self, e: np.ndarray, at: np.ndarray, q: _Part) -> None:
         e["type"][at] = q.typ
         e["ref"][at] = q.ref
         e["seq"][at] = q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
+        rows = None  # the events' record rows, gathered once for every parameter taken from them
         for name, v in q.params.items():
-            e[name][at] = v(q.rec) if callable(v) else v
+            if callable(v):
+                if rows is None:
+                    rows = np.take(self.records, q.rec)
+                v = v(rows)
+            e[name][at] = v
 
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
@@ -563,7 +580,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     first = int(t[good].min()) if good.any() else 0
     last = int(t[good].max()) if good.any() else 0
     defs, lk = build_definitions(dec, result, first, last)
-    ev = _Events(rec["loc"], rec["time"], dec.locations.size)
+    ev = _Events(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()
     code = rec["code"]
     loc = rec["loc"]
@@ -572,8 +589,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     rank_of = dec.locations["rank"][loc]
 
     # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
-    by_code = np.argsort(code, kind="stable")
-    code_bounds = np.searchsorted(code[by_code], np.arange((1 << 16) + 1, dtype=np.int64))
+    by_code, code_bounds = dec.code_index()
 
     def sel(*codes) -> np.ndarray:
         idx = [by_code[code_bounds[c]:code_bounds[c + 1]] for c in codes]
@@ -640,7 +656,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         ref = _lookup(lk["metric"], rec["a"][i].astype(np.int64))
         undefined(i[ref < 0], "counter id")
         i, ref = i[ref >= 0], ref[ref >= 0]
-        ev.own(i, 0, Ev.METRIC, ref, p1=lambda r: rec["b"][r])
+        ev.own(i, 0, Ev.METRIC, ref, p1=lambda rows: rows["b"])
         written[i] = True
     # ---- mailbox and signal messages (send inside the writer's span, receive before END's
     #      Leave)
@@ -682,18 +698,18 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     if dma_style == DmaStyle.RMA:
         match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
         # what only depends on the DMA record is taken from it when the table is built
-        ra, rb, rc, rd = rec["a"], rec["b"], rec["c"], rec["d"]
         u8, low32 = np.uint64(8), np.uint64(0xFFFFFFFF)
 
-        def packed(r):  # tag | opcode << 8 | list elements << 16 (model.Ev)
-            return ((rd[r] & np.uint64(0xFF)) | (ra[r].astype(np.uint64) << u8)
-                    | (((rd[r] >> u8) & np.uint64(0xFFFF)) << np.uint64(16)))
+        def packed(rows):  # tag | opcode << 8 | list elements << 16 (model.Ev)
+            d_ = rows["d"]
+            return ((d_ & np.uint64(0xFF)) | (rows["a"].astype(np.uint64) << u8)
+                    | (((d_ >> u8) & np.uint64(0xFFFF)) << np.uint64(16)))
 
         for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
             k = i[getput]
             ev.own(k, 0, typ, lk["window"], p1=d["target"][getput],
-                   p2=lambda r: rc[r] & low32, p3=match_id[getput], p4=packed,
-                   p5=lambda r: rb[r], p6=lambda r: rc[r] >> np.uint64(32))
+                   p2=lambda rows: rows["c"] & low32, p3=match_id[getput], p4=packed,
+                   p5=lambda rows: rows["b"], p6=lambda rows: rows["c"] >> np.uint64(32))
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"],
                p3=match_id[has_c])

@@ -108,14 +108,9 @@ class _Builder:
         self.pairs: list[np.ndarray] = []
         self.node_pairs: list[np.ndarray] = []
         # records are sorted by location: each location's range, found once
-        n_locs = dec.locations.size
-        self.loc_start = np.zeros(n_locs + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.rec["loc"], minlength=n_locs), out=self.loc_start[1:])
-        # record indexes grouped by code, ascending (a stable radix sort of the 16-bit codes)
-        code = self.rec["code"]
-        self.by_code = np.argsort(code, kind="stable")
-        self.code_start = np.zeros((1 << 16) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(code, minlength=1 << 16), out=self.code_start[1:])
+        self.loc_start = dec.location_starts()
+        # record indexes grouped by code, ascending
+        self.by_code, self.code_start = dec.code_index()
         # PPE records that name a context, grouped by code, in slot order
         ctx_codes = [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE]
         sel = self.code_records(*ctx_codes)
@@ -405,7 +400,7 @@ def _mpi(b: _Builder) -> tuple[int, int]:
            "MPI record naming an undefined communicator or a peer outside it")
     # such a record belonged to some channel of its process: channels of that process are
     # paired by count only before it, as before a lost slot
-    mpi_epoch = b.epoch.copy()
+    mpi_epoch = b.epoch.copy() if not (s_ok.all() and r_ok.all()) else b.epoch
     for bad in (s_idx[~s_ok], r_idx[~r_ok]):
         for r in np.unique(b.loc_rank[bad]).tolist():
             first = int(rec["slot"][bad[b.loc_rank[bad] == r]].min())

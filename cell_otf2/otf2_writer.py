@@ -9,9 +9,14 @@ high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly
   written once each, and the clock properties are exactly ``defs.clock``
   (``realtime_timestamp = ClockProps.realtime_ns``, never the time the conversion ran).
 - **Events** go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as ctypes function
-  objects whose argument types are bound once per process. Each location is written in one
-  pass over its slice of the table, with its columns converted to Python lists once; per event
-  there is one table lookup on the type and one C call (RMA events add five attribute calls).
+  objects fetched once per process (``_CApi``: through ``PyDLL``, called without ``argtypes``
+  with ready argument objects, about twice as fast per call as ``argtypes`` conversion). Each
+  location is written in one pass over its slice of the table, its columns converted to Python
+  lists once; the events are one ``map(operator.call, ...)`` over C functions (Enter/Leave)
+  and small per-kind functions (the rest), so there is no Python bytecode per Enter/Leave
+  event and one C call per event (RMA events add five attribute calls). The table may come in
+  pieces of whole locations (``emit.EventChunks``), so it never has to exist at once.
+  ``write_ceiling`` / ``write_mix_ceiling`` time the same calls with nothing else to do.
 
 Choices where the contract leaves room (also in the final report of issue 3):
 
@@ -33,9 +38,11 @@ Choices where the contract leaves room (also in the final report of issue 3):
 - Location properties are written as OTF2 strings.
 - Every location gets an event file, even one with no events.
 
-Checked before anything is written (``WriterInputError``): the dtype, the locations are sorted
-and exist, time is non-negative and never decreases within a location (the C library would fail
-with error 78 halfway through), every type is an ``Ev`` and every ref exists; in the
+Checked before anything is written (``WriterInputError``; for a table in pieces, before each
+piece is written): the dtype, the locations are sorted and exist, time is non-negative and
+never decreases within a location (the C library would fail with error 78 halfway through),
+every type is an ``Ev``, every ref exists and values passed as 32- or 8-bit C parameters fit
+them; in the
 definitions, every parent, group, member and location a definition names exists and location
 names are unique. Not checked: the
 semantics of the events (matching sends and receives, balanced Enter/Leave, ...) and whether

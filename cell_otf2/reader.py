@@ -4,9 +4,10 @@
 with a ``FormatError`` naming the file, byte offset, field, expected and found value when it is
 not a CBT 1 dump of that rank: length >= 64, magic, byte_order, version, header_size,
 slot_size, spe_buffer_records >= 1, spe_buffers in {1, 2}, rank and timebase_hz equal to the
-manifest's. Then it frames the slot stream with numpy over a read-only memory map, in chunks
-of ``CHUNK_SLOTS`` slots (the only Python loop; none per slot or per block), into arrays sized
-by a first counting pass, so memory is the output arrays plus one chunk's temporaries. It
+manifest's. Then it frames the slot stream with numpy, reading it in chunks of
+``CHUNK_SLOTS`` slots into one reused buffer (the only Python loop; none per slot or per
+block), into arrays sized by a first counting pass, so memory is the output arrays plus one
+chunk's bytes and temporaries. It
 returns a ``Dump``: PPE records, SPE block headers, SPE records, GAPs, and the contained damage
 (``damage.Damage`` entries, one per kind, ``file`` = the dump's path relative to the run
 directory; refusals name the path as given):
@@ -222,18 +223,12 @@ def read_dump(
             )
         )
 
-    mm = np.zeros(0, dtype=np.uint8)
-    if n:
-        try:
-            mm = np.memmap(path, dtype=np.uint8, mode="r", offset=fmt.HEADER_SIZE,
-                           shape=(n * fmt.SLOT_SIZE,))
-        except (OSError, ValueError) as exc:
-            raise FormatError(path, f"cannot map the dump: {exc}") from None
     try:
-        framer = _Framer(mm, layout, n, name, int(header["spe_buffer_records"]))
-        framer.run(chunk_slots)
-    finally:
-        del mm
+        with _SlotSource(path, n, chunk_slots) as source:
+            framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]))
+            framer.run(chunk_slots)
+    except OSError as exc:
+        raise FormatError(path, f"cannot read the dump: {exc.strerror or exc}") from None
     ppe, blocks, spe, gaps = framer.ppe, framer.blocks, framer.spe, framer.gaps
     damage.extend(framer.damage())
 
@@ -295,6 +290,32 @@ class _Damage:
         ]
 
 
+class _SlotSource:
+    """The dump's slots, read chunk by chunk into one reused buffer with ``readinto``: no
+    memory map, so no page fault per page of the file and the file's pages never count as
+    the converter's memory."""
+
+    def __init__(self, path: Path, n: int, chunk_slots: int) -> None:
+        self.n = n
+        self.buffer = np.empty(min(n, max(1, int(chunk_slots))) * fmt.SLOT_SIZE, dtype=np.uint8)
+        self.file = open(path, "rb")  # noqa: SIM115  (closed by __exit__)
+
+    def __enter__(self) -> _SlotSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """The bytes of slots ``start .. stop - 1`` (valid until the next read)."""
+        size = (stop - start) * fmt.SLOT_SIZE
+        self.file.seek(fmt.HEADER_SIZE + start * fmt.SLOT_SIZE)
+        got = self.file.readinto(memoryview(self.buffer)[:size])
+        if got != size:
+            raise OSError(f"the file shrank while it was read (slot {start + got // 32})")
+        return self.buffer[:size]
+
+
 class _Framer:
     """Frames the slot stream chunk by chunk into preallocated output arrays.
 
@@ -304,31 +325,40 @@ class _Framer:
     end of the file) is seen.
     """
 
-    def __init__(self, mm: np.ndarray, layout: fmt.Layout, n: int, name: str,
+    def __init__(self, source: _SlotSource, layout: fmt.Layout, n: int, name: str,
                  spe_buffer_records: int) -> None:
+        self.source = source
         self.layout = layout
         self.n = n
         self.spe_buffer_records = spe_buffer_records
-        raw = np.asarray(mm)  # plain ndarray over the mapping: no memmap subclass overhead
-        self.codes_view = raw.view(layout.code)["code"]
-        self.ppe_view = raw.view(layout.ppe)
-        self.spe_view = raw.view(layout.spe)
-        self.block_view = raw.view(layout.block)
-        self.gap_view = raw.view(layout.gap)
+        self.chunk_start = 0  # the slots of the chunk read last, as views of its bytes
         self.log = _Damage(name)
         self.unknown_in_blocks = 0
         # the last top-level slot seen: global slot (-1: none), block index (-1: not a block)
         self.carry_slot = -1
         self.carry_block = -1
 
+    def _read(self, start: int, stop: int) -> None:
+        raw = self.source.read(start, stop)
+        self.chunk_start = start
+        self.codes_view = raw.view(self.layout.code)["code"]
+        self.ppe_view = raw.view(self.layout.ppe)
+        self.spe_view = raw.view(self.layout.spe)
+        self.block_view = raw.view(self.layout.block)
+        self.gap_view = raw.view(self.layout.gap)
+
     def _codes(self, start: int, stop: int) -> np.ndarray:
-        return self.codes_view[start:stop].astype(np.uint16)
+        """Codes of slots ``start .. stop - 1``, which must be the chunk read last."""
+        return self.codes_view[start - self.chunk_start:stop - self.chunk_start].astype(
+            np.uint16)
 
     def _allocate(self, chunk_slots: int) -> None:
         """First pass: exact sizes of ppe/blocks/gaps, an upper bound for spe."""
         per_cat = np.zeros(5, dtype=np.int64)
         for start in range(0, self.n, chunk_slots):
-            cats = _CATEGORY[self._codes(start, min(self.n, start + chunk_slots))]
+            stop = min(self.n, start + chunk_slots)
+            self._read(start, stop)
+            cats = _CATEGORY[self._codes(start, stop)]
             per_cat += np.bincount(cats, minlength=5)
         self.ppe = np.zeros(int(per_cat[_PPE]), PPE_DTYPE)
         self.blocks = np.zeros(int(per_cat[_BLOCK]), BLOCK_DTYPE)
@@ -340,7 +370,9 @@ class _Framer:
         chunk_slots = max(1, int(chunk_slots))
         self._allocate(chunk_slots)
         for start in range(0, self.n, chunk_slots):
-            self._chunk(start, min(self.n, start + chunk_slots))
+            stop = min(self.n, start + chunk_slots)
+            self._read(start, stop)
+            self._chunk(start, stop)
         # the last top-level slot's block (if any) runs to the end of the file
         if self.carry_block >= 0:
             self._settle(np.array([self.carry_block]), np.array([self.n]), None)
@@ -377,7 +409,7 @@ class _Framer:
         rows = out[i:i + len(slots)]
         setattr(self, cursor, i + len(slots))
         rows["slot"] = slots
-        rec = view[slots]
+        rec = np.take(view, slots - self.chunk_start)  # take: ~20x fancy indexing here
         for f in fields:
             rows[f] = rec[f]
         return rows
@@ -456,7 +488,8 @@ class _Framer:
         # --- non-top-level slots: inside the block of the nearest top-level slot before them?
         inner_local = np.flatnonzero(~top)
         inner = start + inner_local
-        pos = np.searchsorted(top_local, inner_local)  # index into ext_*: 0 means the carry
+        # index into ext_*: top-level slots before each one (0 means the carry)
+        pos = np.cumsum(top)[inner_local]
         owner_slot = ext_slot[pos]
         owner_block = ext_block[pos]
         owner_count = np.where(

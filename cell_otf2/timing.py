@@ -176,56 +176,70 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
 
 
 def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
-    """Fill ``dec.records['time']`` (reference ticks) and ``result.usable``."""
+    """Fill ``dec.records['time']`` (reference ticks) and ``result.usable``.
+
+    Location by location (each location's records are one range and sit on one node), so no
+    temporary spans the whole record table."""
     rec = dec.records
-    dom = rec["domain"]
-    has = dom >= 0
-    node_t = np.full(rec.size, np.nan)
-    node_t[has] = result.offset[dom[has]] + rec["local"][has]
-    node_of_dom = dec.domains["node"]
-    node = np.where(has, node_of_dom[np.maximum(dom, 0)], -1)
-    ref_t = np.full(rec.size, np.nan)
-    for i, m in enumerate(result.node_maps):
-        sel = node == i
-        ref_t[sel] = m.to_reference(node_t[sel])
-    unbounded = has & np.isnan(ref_t)
-    if unbounded.any():
-        first = int(np.flatnonzero(unbounded)[0])
-        rank = int(dec.locations["rank"][rec["loc"][first]])
-        damage.add(DamageKind.unusable_time, dec.dump_names[rank], int(rec["slot"][first]),
-                   int(unbounded.sum()), "records of a live interval that no order "
-                   "constraint bounds: no offset is made up, the records are not written")
-    # OTF2 time is unsigned: a time before the reference's zero (or past 2^63) comes from a
-    # corrupt reading and cannot be written
-    outside = has & ~unbounded & ((ref_t < 0) | (ref_t >= 2.0**63))
-    usable = ~unbounded & ~outside
-    t = np.where(usable & has, np.rint(np.nan_to_num(ref_t, nan=0.0)), -(2**62))
-    t = t.astype(np.int64)
-    # per location: records without a clock take the predecessor's time (the successor's when
-    # there is none, no time at all when the location has none); never decrease
-    loc = rec["loc"]
-    starts = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]])) if rec.size else []
-    ends = np.append(starts[1:], rec.size) if rec.size else []
-    clamped = violations = 0
-    for s, e in zip(starts, ends, strict=True):
-        seg = t[s:e]
-        ok = usable[s:e]
-        timed = ok & has[s:e]
+    # offset and node per domain; index 0 stands for "no domain" (-1): NaN, no node
+    dom_offset = np.concatenate([[np.nan], result.offset])
+    dom_node = np.concatenate([[-1], dec.domains["node"]])
+    usable = np.zeros(rec.size, dtype=bool)
+    unbounded_n = lost_n = clamped = violations = 0
+    unbounded_first = lost_first = -1
+    starts = dec.location_starts()
+    for s, e in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+        if s == e:
+            continue
+        part = rec[s:e]
+        dom = part["domain"].astype(np.int64) + 1
+        has = dom > 0
+        node_t = dom_offset[dom] + part["local"]  # NaN without a domain or an offset
+        node = dom_node[dom]
+        ref_t = np.full(e - s, np.nan)
+        for i in np.unique(node[has]).tolist():
+            sel = node == i
+            ref_t[sel] = result.node_maps[i].to_reference(node_t[sel])
+        unbounded = has & np.isnan(ref_t)
+        # OTF2 time is unsigned: a time before the reference's zero (or past 2^63) comes from a
+        # corrupt reading and cannot be written
+        outside = has & ~unbounded & ((ref_t < 0) | (ref_t >= 2.0**63))
+        ok = ~unbounded & ~outside
+        seg = np.where(ok & has, np.rint(np.nan_to_num(ref_t, nan=0.0)), -(2**62))
+        seg = seg.astype(np.int64)
+        # records without a clock take the predecessor's time (the successor's when there is
+        # none, no time at all when the location has none); never decrease
+        timed = ok & has
         run = np.maximum.accumulate(np.where(timed, seg, -(2**62)))
         violations += int((timed & (seg < run)).sum())
-        clamped += int((ok & ~has[s:e]).sum())
+        clamped += int((ok & ~has).sum())
         first = np.minimum.accumulate(np.where(timed, seg, 2**62)[::-1])[::-1]
         run = np.where(run < 0, first, run)
-        usable[s:e] &= run < 2**62
-        seg[:] = np.where(usable[s:e], run, seg)
-    lost = outside | (~usable & ~unbounded & ~outside)
-    if lost.any():
-        first = int(np.flatnonzero(lost)[0])
-        rank = int(dec.locations["rank"][rec["loc"][first]])
-        damage.add(DamageKind.unusable_time, dec.dump_names[rank], int(rec["slot"][first]),
-                   int(lost.sum()), "records whose time falls outside 0..2^63 ticks (a corrupt "
-                   "reading), or without a clock on a location that has none: not written")
-    rec["time"] = t
+        ok &= run < 2**62
+        part["time"] = np.where(ok, run, seg)
+        usable[s:e] = ok
+        lost = outside | (~ok & ~unbounded & ~outside)
+        for mask, kind in ((unbounded, "unbounded"), (lost, "lost")):
+            n = int(mask.sum())
+            if not n:
+                continue
+            at = s + int(np.argmax(mask))
+            if kind == "unbounded":
+                unbounded_n += n
+                unbounded_first = at if unbounded_first < 0 else unbounded_first
+            else:
+                lost_n += n
+                lost_first = at if lost_first < 0 else lost_first
+    for n, at, message in (
+        (unbounded_n, unbounded_first, "records of a live interval that no order constraint "
+         "bounds: no offset is made up, the records are not written"),
+        (lost_n, lost_first, "records whose time falls outside 0..2^63 ticks (a corrupt "
+         "reading), or without a clock on a location that has none: not written"),
+    ):
+        if n:
+            rank = int(dec.locations["rank"][rec["loc"][at]])
+            damage.add(DamageKind.unusable_time, dec.dump_names[rank], int(rec["slot"][at]), n,
+                       message)
     result.usable = usable
     result.order_violations = violations
     result.clamped = clamped
