@@ -30,6 +30,7 @@ import numpy as np
 from . import format as fmt
 from .clocks import MOD, split_intervals
 from .damage import DamageKind, DamageLog
+from .errors import FormatError
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -128,24 +129,56 @@ class Decoded:
         return self._cache["location_starts"]
 
 
+@dataclass
+class _DumpSummary:
+    """What the locations and their record counts need from one dump (so that decoding can
+    read the dumps one at a time)."""
+
+    rank: int
+    name: str
+    spe_buffer_records: int
+    thread_counts: np.ndarray  # PPE records per thread id
+    ctx_counts: np.ndarray  # SPE records per context id
+    creates: np.ndarray  # the CTX_CREATE and CTX_LOAD PPE rows
+    loads: np.ndarray
+    block_ctx: np.ndarray  # context ids of the blocks, ascending
+    block_ctx_first: np.ndarray  # slot of each such context's first block
+
+    def matches(self, dump: Dump) -> bool:
+        """Is ``dump`` the one summarized (same rank and records per thread and context)?"""
+        other = _DumpSummary.of(dump)
+        return (self.rank == other.rank and np.array_equal(self.thread_counts,
+                                                           other.thread_counts)
+                and np.array_equal(self.ctx_counts, other.ctx_counts)
+                and np.array_equal(self.block_ctx, other.block_ctx))
+
+    @classmethod
+    def of(cls, dump: Dump) -> _DumpSummary:
+        ppe = dump.ppe
+        block_ctx, first = np.unique(dump.blocks["ctx"], return_index=True)
+        return cls(dump.rank, dump.name, dump.spe_buffer_records,
+                   np.bincount(ppe["thread"].astype(np.int64), minlength=1),
+                   np.bincount(dump.spe["ctx"].astype(np.int64), minlength=1),
+                   ppe[ppe["code"] == P.CTX_CREATE], ppe[ppe["code"] == P.CTX_LOAD],
+                   block_ctx, dump.blocks["slot"][first])
+
+
 def _build_locations(
-    manifest: Manifest, dumps: list[Dump], damage: DamageLog
+    manifest: Manifest, dumps: list[_DumpSummary], damage: DamageLog
 ) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], int]]:
     n = manifest.n_ranks
     rows: list[tuple[int, int, int]] = [(r, int(LocKind.PPE_THREAD), 0) for r in range(n)]
     ctx_rows: list[tuple] = []
     for dump in dumps:
         r = dump.rank
-        threads = np.unique(dump.ppe["thread"]).tolist()
+        threads = np.flatnonzero(dump.thread_counts).tolist()
         rows.extend((r, int(LocKind.PPE_THREAD), int(t)) for t in threads if t != 0)
         rows.append((r, int(LocKind.MAIN_MEMORY), 0))
-        ppe = dump.ppe
-        creates = ppe[ppe["code"] == P.CTX_CREATE]
-        loads = ppe[ppe["code"] == P.CTX_LOAD]
+        creates, loads = dump.creates, dump.loads
         # a context id above 0xFFFF fits no block header (u16): such a CTX_CREATE defines
         # nothing (``_check_ctx_refs`` counts it)
         created = {int(c): i for i, c in enumerate(creates["a"].tolist()) if c <= 0xFFFF}
-        in_blocks = set(np.unique(dump.blocks["ctx"]).tolist())
+        in_blocks = set(dump.block_ctx.tolist())
         for ctx in sorted(set(created) | in_blocks):
             ls_ea = ps_ea = 0
             if ctx in created:
@@ -158,7 +191,7 @@ def _build_locations(
             rows.append((r, int(LocKind.SPE_CONTEXT), ctx))
         missing = sorted(in_blocks - set(created))
         if missing:
-            first = dump.blocks["slot"][np.isin(dump.blocks["ctx"], missing)][0]
+            first = dump.block_ctx_first[np.isin(dump.block_ctx, missing)].min()
             damage.add(DamageKind.undefined_id, dump.name, int(first), len(missing),
                        f"SPE context(s) {missing} wrote blocks but were never created "
                        "(CTX_CREATE missing): their Local Store is unknown for DMA targets")
@@ -180,10 +213,20 @@ class RunLayout:
     spe_buffer_records: list[int]
 
 
+def summarize(dump: Dump) -> _DumpSummary:
+    """What ``decode`` needs of a dump before decoding any (see ``decode``'s ``summaries``)."""
+    return _DumpSummary.of(dump)
+
+
 def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
            split_ambiguous_wraps: bool = True, layout: RunLayout | None = None,
-           release: bool = False) -> Decoded:
+           release: bool = False, summaries: list[_DumpSummary] | None = None) -> Decoded:
     """Decode every dump (one per rank, in rank order) of a run.
+
+    The locations and their record counts come from a summary of every dump (``summarize``)
+    before any is decoded; a caller that has them passes ``summaries``, and ``dumps`` is then
+    indexed once per rank, in order, so it may be a sequence that reads each dump when indexed
+    (``convert.analyze`` passes one: only one dump is then in memory at a time).
 
     With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
     contexts and the per-rank lists are the whole run's, records, anchors and interval domains
@@ -193,10 +236,13 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     ``release``: empty each dump's record arrays once it is decoded (for a caller that drops
     the dumps afterwards: the records table then never coexists with all of them).
     """
+    read_again = summaries is not None  # the caller summarized: each dump is read again
+    if summaries is None:
+        summaries = [_DumpSummary.of(dumps[i]) for i in range(len(dumps))]
     if layout is None:
-        locations, contexts, ctx_loc = _build_locations(manifest, dumps, damage)
-        dump_names = [d.name for d in dumps]
-        buffer_records = [d.spe_buffer_records for d in dumps]
+        locations, contexts, ctx_loc = _build_locations(manifest, summaries, damage)
+        dump_names = [d.name for d in summaries]
+        buffer_records = [d.spe_buffer_records for d in summaries]
     else:
         locations, contexts = layout.locations, layout.contexts
         ctx_loc = {(int(c["rank"]), int(c["ctx"])): int(c["loc"]) for c in contexts}
@@ -213,17 +259,20 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     # every record is written straight to its place in program order (location, slot): a
     # location's records are one range, ``loc_start``, counted before anything is decoded
     loc_count = np.zeros(locations.size, dtype=np.int64)
-    for dump in dumps:
-        for (kind, key), counts in (((LocKind.PPE_THREAD, "thread"), dump.ppe),
-                                    ((LocKind.SPE_CONTEXT, "ctx"), dump.spe)):
-            per = np.bincount(counts[key].astype(np.int64), minlength=1)
+    for summary in summaries:
+        for kind, per in ((LocKind.PPE_THREAD, summary.thread_counts),
+                          (LocKind.SPE_CONTEXT, summary.ctx_counts)):
             for i in np.flatnonzero(per).tolist():
-                loc_count[loc_key[(dump.rank, int(kind), i)]] += per[i]
+                loc_count[loc_key[(summary.rank, int(kind), i)]] += per[i]
     loc_start = np.zeros(locations.size + 1, dtype=np.int64)
     np.cumsum(loc_count, out=loc_start[1:])
     records = np.zeros(int(loc_start[-1]), RECORD_DTYPE)
     loss_epoch = np.zeros(records.size, dtype=np.int32)
-    for dump_index, dump in enumerate(dumps):
+    for dump_index in range(len(dumps)):
+        dump = dumps[dump_index]
+        if read_again and not summaries[dump_index].matches(dump):  # changed between readings
+            raise FormatError(dump.path, "the dump changed while it was being converted "
+                              "(its records differ between two readings)")
         r = dump.rank
         node = manifest.node_of_rank(r)
         slots_lost += int(dump.gaps["lost"].sum()) if dump.gaps.size else 0

@@ -52,7 +52,7 @@ import numpy as np
 
 from . import format as fmt
 from .damage import Damage, DamageLog
-from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode
+from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode, summarize
 from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
 from .manifest import Manifest, load_manifest
@@ -213,7 +213,7 @@ def _dump_bytes(man: Manifest) -> list[int]:
 def _layout_part(man: Manifest, dumps: list, damage: DamageLog) -> dict:
     """This process's location rows (its ranks, in rank order) and contexts, with context
     locations counted from the start of each rank's rows."""
-    locations, contexts, _ = _build_locations(man, dumps, damage)
+    locations, contexts, _ = _build_locations(man, [summarize(d) for d in dumps], damage)
     n = man.n_ranks
     rows = locations[n:]
     ranks = [d.rank for d in dumps]

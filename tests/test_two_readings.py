@@ -1,0 +1,70 @@
+"""convert reads every dump twice (a summary first, then one dump at a time to decode it, so
+only one dump is in memory at once). The result must be what decoding all dumps held in
+memory gives, and a dump that changes between the two readings is refused, not mis-placed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import minirun  # noqa: E402
+
+from cell_otf2 import convert as convert_mod  # noqa: E402
+from cell_otf2.damage import DamageLog  # noqa: E402
+from cell_otf2.decode import decode  # noqa: E402
+from cell_otf2.errors import FormatError  # noqa: E402
+from cell_otf2.manifest import load_manifest  # noqa: E402
+from cell_otf2.reader import read_dump  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+@pytest.mark.parametrize("name", ["two-nodes-hybrid", "damaged-gap-truncate"])
+def test_decoding_read_twice_equals_decoding_in_memory(name, monkeypatch):
+    run = SAMPLES / name
+    reads: list[str] = []
+
+    def counting_read(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return read_dump(path, *args, **kwargs)
+
+    monkeypatch.setattr(convert_mod, "read_dump", counting_read)
+    pipe = convert_mod.analyze(run)
+    man = load_manifest(run)
+    assert sorted(reads) == sorted(2 * [man.dump_path(p.rank).name for p in man.processes])
+    damage = DamageLog()
+    dumps = [read_dump(man.dump_path(p.rank), man, p.rank) for p in man.processes]
+    for d in dumps:
+        damage.extend(d.damage)
+    held = decode(man, dumps, damage)
+    records = pipe.decoded.records.copy()
+    records["time"] = 0  # analyze went on to synchronize
+    assert np.array_equal(records, held.records)
+    for column in ("anchors", "domains", "links", "locations", "contexts"):
+        assert np.array_equal(getattr(pipe.decoded, column), getattr(held, column)), column
+    # the reader's damage once, not twice
+    assert pipe.damage.summary_lines()[:len(damage.summary_lines())] == damage.summary_lines()
+
+
+def test_a_dump_that_changes_between_readings_is_refused(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    minirun.build(run)
+    calls = {"n": 0}
+
+    def changing_read(path, *args, **kwargs):
+        dump = read_dump(path, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second reading of the one dump lost its first PPE record
+            dump.ppe = dump.ppe[1:]
+        return dump
+
+    monkeypatch.setattr(convert_mod, "read_dump", changing_read)
+    out = tmp_path / "out" / "a.otf2"
+    with pytest.raises(FormatError, match="changed while it was being converted"):
+        convert_mod.convert(run, out)
+    assert not (tmp_path / "out").exists()
