@@ -273,8 +273,8 @@ class _Events:
         total = sum(part.size for part in self.own_parts)
         base = np.zeros(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
         np.cumsum(counts, out=base[1:])
-        del counts
-        fill = np.zeros(n_rec, dtype=np.int32)
+        fill = counts  # the counts' memory, as the running fill per record
+        fill[:] = 0
         order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
         for k in order:  # stable: add order kept among equal offsets
             part, r = self.own_parts[k], self.own_parts[k].rec
@@ -536,7 +536,10 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     loc = rec["loc"]
     written = np.zeros(rec.size, dtype=bool)
     counted = np.zeros(rec.size, dtype=bool)  # not written, already in the damage log
-    rank_of = dec.locations["rank"][loc]
+    loc_rank = dec.locations["rank"]
+
+    def rank_of(i: np.ndarray) -> np.ndarray:  # ranks of records ``i``
+        return loc_rank[loc[i]]
 
     # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
     by_code, code_bounds = dec.code_index()
@@ -550,7 +553,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         if idx.size:
             counted[idx] = True
             i = int(idx[0])
-            damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[i])],
+            damage.add(DamageKind.undefined_id, dec.dump_names[int(loc_rank[loc[i]])],
                        int(rec["slot"][i]), int(idx.size), f"{what} never defined: "
                        "the record is not written")
 
@@ -590,7 +593,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     # ---- context switches: "off SPU" on the SPE location
     sw = sel(P.CTX_SWITCH)
     spe_loc = np.array([dec.loc_of(int(r), int(c)) for r, c in
-                        zip(rank_of[sw].tolist(), rec["a"][sw].tolist(), strict=True)],
+                        zip(rank_of(sw).tolist(), rec["a"][sw].tolist(), strict=True)],
                        dtype=np.int64)
     stop = rec["b"][sw] == fmt.SwitchType.STOP
     ok = spe_loc >= 0
@@ -684,7 +687,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     left = np.flatnonzero(good & ~written & ~counted)
     if left.size:
         undefined_codes = sorted({int(x) for x in code[left][:1000]})
-        damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[left[0]])],
+        damage.add(DamageKind.undefined_id, dec.dump_names[int(loc_rank[loc[left[0]]])],
                    int(rec["slot"][left[0]]), int(left.size),
                    f"records not written (codes {[hex(x) for x in undefined_codes]})")
     if chunk_events is None:
