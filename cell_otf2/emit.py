@@ -175,8 +175,15 @@ def _runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _param(v):
     """An event parameter as ``_Part`` keeps it: a function of the events' record rows
-    (computed when a piece of the table is built) or an array / scalar."""
-    return v if callable(v) else np.asarray(v)
+    (computed when a piece of the table is built) or an array / scalar (64-bit integer
+    arrays whose values fit 32 bits are kept in 32 bits)."""
+    if callable(v):
+        return v
+    v = np.asarray(v)
+    if v.ndim and v.dtype.kind in "iu" and v.dtype.itemsize == 8 and v.size:
+        if int(v.min()) >= 0 and int(v.max()) < 1 << 32:
+            return v.astype(np.uint32)
+    return v
 
 
 class _Events:
@@ -212,7 +219,7 @@ class _Events:
         ``8 * rec + offset``."""
         rec = np.asarray(rec).astype(self.index, copy=False)
         if rec.size:
-            self.own_parts.append(_Part(rec, int(offset), int(typ), np.asarray(ref),
+            self.own_parts.append(_Part(rec, int(offset), int(typ), _param(ref),
                                         {k: _param(v) for k, v in p.items()}))
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
@@ -637,7 +644,10 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     stats.messages += int((mm["kind"] == MsgKind.MPI).sum())
     # ---- DMA
     d = matches.dma
-    d = d[good[d["issue"]]]
+    keep = good[d["issue"]]
+    if not keep.all():
+        d = d[keep]
+    del keep
     i = d["issue"]
     opcode = rec["a"][i]
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
