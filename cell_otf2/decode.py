@@ -115,7 +115,10 @@ class Decoded:
             code = self.records["code"]
             start = np.zeros((1 << 16) + 1, dtype=np.int64)
             np.cumsum(np.bincount(code, minlength=1 << 16), out=start[1:])
-            self._cache["code_index"] = (np.argsort(code, kind="stable"), start)
+            order = np.argsort(code, kind="stable")
+            if order.size < 1 << 31:  # half the memory
+                order = order.astype(np.int32)
+            self._cache["code_index"] = (order, start)
         return self._cache["code_index"]
 
     def location_starts(self) -> np.ndarray:

@@ -184,8 +184,15 @@ def _runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _param(v):
     """An event parameter as ``_Part`` keeps it: a function of the events' record rows
-    (computed when a piece of the table is built) or an array / scalar."""
-    return v if callable(v) else np.asarray(v)
+    (computed when a piece of the table is built) or an array / scalar (64-bit integer
+    arrays whose values fit 32 bits are kept in 32 bits)."""
+    if callable(v):
+        return v
+    v = np.asarray(v)
+    if v.ndim and v.dtype.kind in "iu" and v.dtype.itemsize == 8 and v.size:
+        if int(v.min()) >= 0 and int(v.max()) < 1 << 32:
+            return v.astype(np.uint32)
+    return v
 
 
 class _Events:
@@ -221,7 +228,7 @@ class _Events:
         ``8 * rec + offset``."""
         rec = np.asarray(rec).astype(self.index, copy=False)
         if rec.size:
-            self.own_parts.append(_Part(rec, int(offset), int(typ), np.asarray(ref),
+            self.own_parts.append(_Part(rec, int(offset), int(typ), _param(ref),
                                         {k: _param(v) for k, v in p.items()}))
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
@@ -282,8 +289,8 @@ class _Events:
         total = sum(part.size for part in self.own_parts)
         base = np.zeros(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
         np.cumsum(counts, out=base[1:])
-        del counts
-        fill = np.zeros(n_rec, dtype=np.int32)
+        fill = counts  # the counts' memory, as the running fill per record
+        fill[:] = 0
         order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
         for k in order:  # stable: add order kept among equal offsets
             part, r = self.own_parts[k], self.own_parts[k].rec
@@ -586,7 +593,10 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     loc = rec["loc"]
     written = np.zeros(rec.size, dtype=bool)
     counted = np.zeros(rec.size, dtype=bool)  # not written, already in the damage log
-    rank_of = dec.locations["rank"][loc]
+    loc_rank = dec.locations["rank"]
+
+    def rank_of(i: np.ndarray) -> np.ndarray:  # ranks of records ``i``
+        return loc_rank[loc[i]]
 
     # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
     by_code, code_bounds = dec.code_index()
@@ -600,7 +610,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         if idx.size:
             counted[idx] = True
             i = int(idx[0])
-            damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[i])],
+            damage.add(DamageKind.undefined_id, dec.dump_names[int(loc_rank[loc[i]])],
                        int(rec["slot"][i]), int(idx.size), f"{what} never defined: "
                        "the record is not written")
 
@@ -640,7 +650,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     # ---- context switches: "off SPU" on the SPE location
     sw = sel(P.CTX_SWITCH)
     spe_loc = np.array([dec.loc_of(int(r), int(c)) for r, c in
-                        zip(rank_of[sw].tolist(), rec["a"][sw].tolist(), strict=True)],
+                        zip(rank_of(sw).tolist(), rec["a"][sw].tolist(), strict=True)],
                        dtype=np.int64)
     stop = rec["b"][sw] == fmt.SwitchType.STOP
     ok = spe_loc >= 0
@@ -686,7 +696,10 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     stats.messages += int((mm["kind"] == MsgKind.MPI).sum())
     # ---- DMA
     d = matches.dma
-    d = d[good[d["issue"]]]
+    keep = good[d["issue"]]
+    if not keep.all():
+        d = d[keep]
+    del keep
     i = d["issue"]
     opcode = rec["a"][i]
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
@@ -736,7 +749,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     left = np.flatnonzero(good & ~written & ~counted)
     if left.size:
         undefined_codes = sorted({int(x) for x in code[left][:1000]})
-        damage.add(DamageKind.undefined_id, dec.dump_names[int(rank_of[left[0]])],
+        damage.add(DamageKind.undefined_id, dec.dump_names[int(loc_rank[loc[left[0]]])],
                    int(rec["slot"][left[0]]), int(left.size),
                    f"records not written (codes {[hex(x) for x in undefined_codes]})")
     if chunk_events is None:
