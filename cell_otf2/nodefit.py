@@ -25,8 +25,9 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
   spreads it and costs accuracy around it; a dense grid of knots costs accuracy everywhere.
   The knots are fixed before the program: no refinement rounds.
 - **Program** (``_Program``, scipy's HiGHS): maximize the sum over every node and window of
-  ``t_window_s`` of its smallest slack, plus ``edge_weight`` times the sum over every node pair
-  and window of ``edge_window_s`` of the pair's smallest slack, rates within ``1 +- max_ppm``.
+  ``t_window_s`` (1/``windows`` of a shorter run) of its smallest slack, plus ``edge_weight``
+  times the sum over every node pair and window of ``edge_window_s`` (a tenth of a shorter
+  run) of the pair's smallest slack, rates within ``1 +- max_ppm``.
   The node terms follow the tightest messages whatever their direction (robust to pairs whose
   two directions have different fastest latencies, such as collectives); the pair terms pin
   what the node terms leave free (a ring of one-way messages can tilt as a whole, closed only
@@ -91,13 +92,14 @@ class FitOptions:
     curve_windows: int = 64  # ... and are at most 1/64 of the run
     bend_us: float = 1.5  # a straight piece of a curve stays within this (or 6x its noise)
     min_windows: int = 4  # curve windows per straight piece, at least
-    t_window_s: float = 20.0  # windows of the node terms of the objective
-    edge_window_s: float = 60.0  # windows of the node-pair terms (rounded to t windows)
+    t_window_s: float = 20.0  # windows of the node terms of the objective ...
+    windows: int = 30  # ... or 1/30 of the run if shorter
+    edge_window_s: float = 60.0  # windows of the node-pair terms (<= run / 10, in t windows)
     edge_weight: float = 0.1  # weight of the node-pair terms
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
     start_us: float = 2.0  # first rows: prior slack within this of its window's smallest
-    max_segment_s: float = 60.0  # knots at least this often (slow wander, small bends)
+    max_segment_s: float = 60.0  # knots at least this often (<= run / 10; slow wander)
     window_s: float = 0.0  # windows of the bound; 0: t_window_s
 
 
@@ -222,7 +224,7 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         for n in nodes:
             bends[n] = _bend_knots(centers, curves[:, n], o, hz)
     grid, per_edge = _windows(lo_r, hi_r, len(nodes) + 1, o, hz)
-    longest = max(o.max_segment_s * hz, float(grid[1] - grid[0]))
+    longest = max(min(o.max_segment_s * hz, (hi_r - lo_r) / 10), float(grid[1] - grid[0]))
     kref: list[np.ndarray | None] = [None] * n_nodes
     for n in np.flatnonzero(fitted).tolist():
         kref[n] = _knots(bends.get(n, np.zeros(0)), lo_r, hi_r, longest)
@@ -519,14 +521,17 @@ def _prior(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: float) -> 
 
 def _windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
              hz: float) -> tuple[np.ndarray, int]:
-    """Edges (reference ticks) of the windows of the node terms: ``t_window_s``, wider when
-    nodes x windows would pass ``max_windows``; and how many of them make a window of the
-    node-pair terms (``edge_window_s`` at least one)."""
+    """Edges (reference ticks) of the windows of the node terms: ``t_window_s`` or 1/``windows``
+    of the run if shorter, wider when nodes x windows would pass ``max_windows``; and how many
+    of them make a window of the node-pair terms (``edge_window_s``, at most a tenth of the
+    run, one at least)."""
     span = hi_r - lo_r
-    n_t = 1 if not np.isfinite(o.t_window_s) else max(1, int(np.ceil(span / (o.t_window_s * hz))))
+    if not np.isfinite(o.t_window_s):
+        return np.array([lo_r, hi_r]), 1
+    n_t = max(int(np.ceil(span / (o.t_window_s * hz))), o.windows, 1)
     n_t = max(1, min(n_t, o.max_windows // max(n_fitted, 1)))
-    per_edge = max(1, int(round(o.edge_window_s * hz * n_t / span)))
-    return np.linspace(lo_r, hi_r, n_t + 1), per_edge
+    per_edge = int(round(min(o.edge_window_s * hz, span / 10) * n_t / span))
+    return np.linspace(lo_r, hi_r, n_t + 1), max(1, per_edge)
 
 
 # --------------------------------------------------------------------------------------------

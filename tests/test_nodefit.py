@@ -84,12 +84,13 @@ def test_follows_wander_without_reversing_a_message():
     assert np.sqrt(np.mean(err ** 2)) < 0.3e-6 * HZ
     assert np.abs(err).max() < 2e-6 * HZ
     # a knot at every bend of more than 2 ppm, within 0.2 s, and no spray of knots elsewhere
+    # (pieces of at most a tenth of the run: 3 between bends 30 s apart)
     for i, c in enumerate(clocks[1:], start=1):
         rates = np.diff(c.ref_knots) / np.diff(c.node_knots)
         for x, bend in zip(c.ref_knots[2:-2], np.diff(rates)[1:-1], strict=True):
             if abs(bend) > 2e-6:
                 assert np.abs(fit.knots[i] - x).min() < 0.2 * HZ, (i, (x - T0) / HZ)
-        assert fit.segments[i] <= 6, fit.segments
+        assert fit.segments[i] <= 14, fit.segments
     # the baselines are worse by far: no rate (constant) and no wander (linear interpolation)
     const = nf.fit_points(pts, 4, 0, HZ, method="constant")
     assert all(m.rate == 1.0 for m in const.maps if m is not None)
