@@ -1,6 +1,6 @@
-"""Accuracy of clock synchronization against the simulator's ground truth (cell2otf2 issue 4).
+"""Accuracy of clock synchronization against the simulator's ground truth (cell2otf2 issues 4, 5).
 
-    .venv/bin/python bench/accuracy.py [--quick] [--fresh] [--seed 1]
+    .venv/bin/python bench/accuracy.py [--quick] [--fresh] [--seed 1] [--nodes 2,4,16|none]
 
 Simulates (cached under bench/out/runs/, keyed by the options; --fresh re-simulates) fft,
 matmul, blackscholes and julia with 16 SPEs at 14.318 MHz, full instrumentation (one record
@@ -10,9 +10,17 @@ intervals and >= 1e6 constraints; --quick makes it small). For each run: our syn
 (``convert.analyze`` defaults), the paper's algorithm as published, anchored raw times and
 Lamport bumping (``cell_otf2.baseline_time``), measured by ``cell_otf2.evaluate``.
 
+Node clocks (issue 5, ``--nodes``, machinery of ``bench/nodes.py``): hybrid runs of 10 minutes
+(--quick: 1 minute) on 2, 4 and 16 nodes, 2 ranks per node, drift up to +-50 ppm plus wander,
+cached like the others: error of the converter's node maps against the truth, of linear
+interpolation and of constant offsets, reversed messages in the written times and read back
+from the archive; then the synthetic 256-node, million-message fit (--quick: 64 nodes, 200,000
+messages). The 16-node 10-minute row simulates ~13 M records: about 15 minutes the first time.
+
 Prints one table per metric group and the issue's targets with PASS/FAIL; writes the markdown
 to bench/out/accuracy.md and every number to bench/out/accuracy.json. All numbers in ticks of
-the 14.318 MHz timebase. It asserts nothing: it measures.
+the 14.318 MHz timebase, except the node table's (microseconds). It asserts nothing: it
+measures.
 """
 
 from __future__ import annotations
@@ -22,10 +30,14 @@ import hashlib
 import json
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nodes as node_bench  # noqa: E402  (bench/nodes.py: the node-fit rows)
 
 from cell_otf2 import baseline_time as bt
 from cell_otf2 import evaluate as ev
@@ -278,11 +290,29 @@ def targets(res: dict[str, dict]) -> list[str]:
     return lines
 
 
+def node_rows(nodes: str, quick: bool, seed: int, fresh: bool) -> dict:
+    """The node-fit rows (``bench/nodes.py``): hybrid runs through the pipeline, then the
+    synthetic wide run."""
+    duration = 60.0 if quick else 600.0
+    rows = []
+    for n in [int(x) for x in nodes.split(",") if x]:
+        t0 = time.perf_counter()
+        run = simulated(f"hybrid {n} nodes", node_bench.hybrid_options(n, duration, 100.0), seed,
+                        fresh)
+        print(f"hybrid {n} nodes: simulated {time.perf_counter() - t0:.1f} s", flush=True)
+        rows.append(node_bench.measure_hybrid(run, read_back_below=3_000_000))
+    print("synthetic:", flush=True)
+    big = node_bench.big_row(64 if quick else 256, 200_000 if quick else 1_000_000, 600.0, seed)
+    return {"rows": rows, "synthetic": big}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small runs (2 phases, small scale)")
     ap.add_argument("--fresh", action="store_true", help="simulate again, ignore the cache")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--nodes", default="2,4,16",
+                    help="node counts of the hybrid node-fit rows; 'none': no node rows")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
@@ -296,9 +326,18 @@ def main() -> None:
         print(f"{name}: simulated {t1 - t0:.1f} s, measured {time.perf_counter() - t1:.1f} s",
               flush=True)
     parts = tables(res)
+    target_lines = targets(res)
+    node_lines = []
+    if args.nodes != "none":
+        node_res = node_rows(args.nodes, args.quick, args.seed, args.fresh)
+        node_lines = ["### Node clocks (issue 5, microseconds)", "",
+                      *node_bench.node_table(node_res["rows"], node_res["synthetic"]), "",
+                      "### Targets (node clocks)", "",
+                      *node_bench.node_targets(node_res["rows"], node_res["synthetic"]), ""]
+        res = {**res, "node_fit": node_res}
     head = (f"Measured by `.venv/bin/python bench/accuracy.py{' --quick' if args.quick else ''}`"
             f" (seed {args.seed}); ticks of the 14.318 MHz timebase.\n")
-    text = "\n".join([head, *parts, "\n".join(targets(res)) + "\n"])
+    text = "\n".join([head, *parts, "\n".join(target_lines) + "\n", *node_lines])
     print()
     print(text)
     (OUT / "accuracy.md").write_text(text)

@@ -7,10 +7,11 @@ Rows:
   published algorithm's model) and of linear interpolation between offsets measured at the
   start and the end (Score-P, VampirTrace); cross-node pairs each leaves reversed; MPI
   messages received before their send in the times handed to the writer, and for runs under
-  ``--read-back-below`` records also read back from the written archive;
+  ``--read-back-below`` records also read back from the written archive; the fit's time
+  (``nodefit.fit_points`` on the run's pairs, as the converter calls it);
 - a synthetic 256-node run with a million messages (points made directly from the simulator's
   clock model, since simulating that many processes takes far longer than fitting them): the
-  fit's time per step and its error.
+  fit's wall and CPU time per step and its error against the known clocks.
 
 Long simulated runs stay cheap with a variant of the ``hybrid`` workload registered here at run
 time (one SPE context per rank, one chunk per phase, ``--phase-ms`` of SPE compute per phase),
@@ -18,11 +19,11 @@ so a 10-minute run has a few MPI phases per second, not thousands.
 
     .venv/bin/python bench/nodes.py [--nodes 2,4,16] [--duration-s 600] [--phase-ms 100]
         [--big-nodes 256] [--big-messages 1000000] [--big-duration-s 600] [--skip-sim]
-        [--skip-big] [--keep DIR] [--read-back-below 3000000]
+        [--skip-big] [--keep DIR] [--read-back-below 3000000] [--quick]
 
-The 16-node row simulates ~13 M records and analyzes them: expect about 15 minutes.
-
-It prints numbers; it asserts nothing.
+``--quick``: 60-second runs and a 64-node, 200,000-message synthetic row. The 16-node row
+simulates ~13 M records and analyzes them: expect about 15 minutes. ``bench/accuracy.py``
+prints the same table and targets (``--nodes``). It prints numbers; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from cell_otf2 import nodefit as nf
 from cell_otf2.sim.clocks import make_node_clock
 
 HZ = 14_318_000
+#: the issue's targets on the hybrid rows and the synthetic row
+TARGET_RMS_US, TARGET_MAX_US, TARGET_RATIO, TARGET_BIG_S = 0.5, 2.0, 10.0, 60.0
 
 
 def errors_us(maps: list, truth_maps: list, grid: list[np.ndarray], hz: float) -> np.ndarray:
@@ -52,10 +55,15 @@ def errors_us(maps: list, truth_maps: list, grid: list[np.ndarray], hz: float) -
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def _stats(e: np.ndarray) -> str:
+def _rms_max(e: np.ndarray) -> tuple[float, float]:
     if not e.size:
-        return "      n/a"
-    return f"RMS {np.sqrt(np.mean(e ** 2)):9.3f} us  max {np.abs(e).max():9.3f} us"
+        return float("nan"), float("nan")
+    return float(np.sqrt(np.mean(e ** 2))), float(np.abs(e).max())
+
+
+def _stats(e: np.ndarray) -> str:
+    rms, mx = _rms_max(e)
+    return f"RMS {rms:9.3f} us  max {mx:9.3f} us"
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,7 +71,7 @@ def _stats(e: np.ndarray) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _long_hybrid(phase_ms: float) -> str:
+def long_hybrid(phase_ms: float) -> str:
     """Register a cheap long-run variant of the hybrid workload; returns its name."""
     from cell_otf2.sim import workloads as wl
 
@@ -75,20 +83,18 @@ def _long_hybrid(phase_ms: float) -> str:
     return name
 
 
-def sim_row(nodes: int, duration_s: float, phase_ms: float, seed: int, work: Path,
-            read_back_below: int) -> None:
+def hybrid_options(nodes: int, duration_s: float, phase_ms: float) -> dict:
+    """simulate_run options of one hybrid row (2 ranks per node, +-50 ppm)."""
+    return dict(workload=long_hybrid(phase_ms), nodes=nodes, ranks=2 * nodes, spes=1,
+                chunks=1, duration_s=duration_s, max_ppm=50.0)
+
+
+def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None) -> dict:
+    """The numbers of one simulated run (printed as they come)."""
     from cell_otf2.convert import analyze, convert
     from cell_otf2.match import MsgKind
-    from cell_otf2.simulate import simulate_run
     from cell_otf2.truth import load_truth
 
-    run = work / f"hybrid-{nodes}"
-    if not (run / "run.json").exists():
-        t0 = time.perf_counter()
-        s = simulate_run(run, _long_hybrid(phase_ms), seed, nodes=nodes, ranks=2 * nodes,
-                         spes=1, chunks=1, duration_s=duration_s, max_ppm=50.0)
-        print(f"  simulated {s.records} records, {s.phases} phases in "
-              f"{time.perf_counter() - t0:.1f} s")
     truth = load_truth(run)
     hz = truth.timebase_hz
     stages: dict[str, float] = {}
@@ -101,40 +107,55 @@ def sim_row(nodes: int, duration_s: float, phase_ms: float, seed: int, work: Pat
     span = np.linspace(t_all.min(), t_all.max(), 20001)
     grid = [truth.reference_to_node(n, span) for n in truth.node_names]
     tmaps = [lambda x, n=n: truth.node_to_reference(n, x) for n in truth.node_names]
-    dur = (t_all.max() - t_all.min()) / hz
-    print(f"  {nodes} nodes, {dec.manifest.n_ranks} ranks, {dur:.0f} s, {dec.records.size} "
-          f"records, {pts.size} cross-node pairs; analyze {t_an:.1f} s (sync stage incl. "
-          f"node fit {stages.get('sync', 0):.1f} s)")
+    row: dict = {"nodes": dec.n_nodes, "ranks": dec.manifest.n_ranks,
+                 "seconds": float((t_all.max() - t_all.min()) / hz),
+                 "records": int(dec.records.size), "pairs": int(pts.size), "analyze_s": t_an,
+                 "sync_stage_s": stages.get("sync", 0.0)}
+    print(f"  {row['nodes']} nodes, {row['ranks']} ranks, {row['seconds']:.0f} s, "
+          f"{row['records']} records, {row['pairs']} cross-node pairs; analyze {t_an:.1f} s "
+          f"(sync stage incl. node fit {row['sync_stage_s']:.1f} s)", flush=True)
     # ours: the maps the converter used; reversed = MPI messages received before their send
     # in the record times handed to the writer
     rec, msgs = dec.records, pipe.matches.messages
     mpi = msgs[msgs["kind"] == MsgKind.MPI]
-    rev_mpi = int((rec["time"][mpi["recv"]] < rec["time"][mpi["send"]]).sum())
+    row["reversed_mpi"] = int((rec["time"][mpi["recv"]] < rec["time"][mpi["send"]]).sum())
     e = errors_us(pipe.sync.node_maps, tmaps, grid, hz)
-    rev_pairs = int((nf._slacks(pts, pipe.sync.node_maps) < 0).sum())
-    print(f"    {'ours (piecewise LP)':22s} {_stats(e)}  reversed pairs {rev_pairs:7d}  "
-          f"reversed MPI messages {rev_mpi}")
+    row["reversed_pairs"] = int((nf._slacks(pts, pipe.sync.node_maps) < 0).sum())
+    row["ours_rms_us"], row["ours_max_us"] = _rms_max(e)
     ref = dec.manifest.node_of_rank(0)
-    rms = {"ours": float(np.sqrt(np.mean(e ** 2)))}
+    t0, c0 = time.perf_counter(), time.process_time()
+    fit = nf.fit_points(pts, dec.n_nodes, ref, hz)
+    row["fit_s"], row["fit_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    row["fit_steps"] = fit.seconds
+    print(f"    {'ours (piecewise LP)':22s} {_stats(e)}  reversed pairs {row['reversed_pairs']:7d}"
+          f"  reversed MPI messages {row['reversed_mpi']}  fit {row['fit_s']:6.2f} s "
+          f"({sum(fit.segments)} segments, {fit.rows} rows, {fit.solves} solves)", flush=True)
     for label, method in (("constant offsets", "constant"), ("linear interpolation", "linear")):
         t0 = time.perf_counter()
         if method == "linear":
-            fit = nf.fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
+            bfit = nf.fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
         else:
-            fit = nf.fit_points(pts, dec.n_nodes, ref, hz, method=method)
+            bfit = nf.fit_points(pts, dec.n_nodes, ref, hz, method=method)
         el = time.perf_counter() - t0
-        eb = errors_us(fit.maps, tmaps, grid, hz)
-        rms[method] = float(np.sqrt(np.mean(eb ** 2)))
-        print(f"    {label:22s} {_stats(eb)}  reversed pairs {fit.reversed:7d}  "
-              f"fit {el:6.2f} s")
-    print(f"    RMS ratio linear interpolation / ours: {rms['linear'] / rms['ours']:.0f}x")
+        eb = errors_us(bfit.maps, tmaps, grid, hz)
+        row[f"{method}_rms_us"], row[f"{method}_max_us"] = _rms_max(eb)
+        row[f"{method}_reversed_pairs"] = bfit.reversed
+        print(f"    {label:22s} {_stats(eb)}  reversed pairs {bfit.reversed:7d}  "
+              f"fit {el:6.2f} s", flush=True)
+    row["ratio_linear"] = row["linear_rms_us"] / row["ours_rms_us"]
+    print(f"    RMS ratio linear interpolation / ours: {row['ratio_linear']:.0f}x")
+    row["reversed_read_back"] = None
     if dec.records.size <= read_back_below:
-        archive = work / f"hybrid-{nodes}.otf2"
+        archive = archive or run.parent / f"{run.name}.otf2"
         t0 = time.perf_counter()
         summary = convert(run, archive, force=True)
+        row["order_violations"] = summary.order_violations
+        row["reversed_read_back"] = _reversed_in_archive(archive)
+        shutil.rmtree(archive, ignore_errors=True)
         print(f"    archive: order violations {summary.order_violations}, reversed MPI "
-              f"messages read back {_reversed_in_archive(archive)}; convert "
-              f"{time.perf_counter() - t0:.1f} s")
+              f"messages read back {row['reversed_read_back']}; convert "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+    return row
 
 
 def _reversed_in_archive(archive: Path) -> int:
@@ -189,50 +210,125 @@ def synthetic_points(n_nodes: int, n_messages: int, duration_s: float, seed: int
     return pts, [c.to_ref for c in clocks], [c.to_node(span) for c in clocks]
 
 
-def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> None:
+def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> dict:
     t0 = time.perf_counter()
     pts, tmaps, grid = synthetic_points(n_nodes, n_messages, duration_s, seed)
     print(f"  {n_nodes} nodes, {n_messages} messages over {duration_s:.0f} s "
-          f"(made in {time.perf_counter() - t0:.1f} s)")
-    t0 = time.perf_counter()
+          f"(made in {time.perf_counter() - t0:.1f} s)", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
     fit = nf.fit_points(pts, n_nodes, 0, HZ)
-    el = time.perf_counter() - t0
+    el, cpu = time.perf_counter() - t0, time.process_time() - c0
     steps = ", ".join(f"{k} {v:.2f} s" for k, v in fit.seconds.items())
-    print(f"    fit {el:.2f} s ({steps}); pool {fit.pool} of {fit.points} points, "
-          f"{fit.rows} rows, {fit.solves} solves, {sum(fit.segments)} segments")
-    print(f"    ours {_stats(errors_us(fit.maps, tmaps, grid, HZ))}  reversed pairs "
-          f"{fit.reversed}")
+    e = errors_us(fit.maps, tmaps, grid, HZ)
+    rms, mx = _rms_max(e)
+    print(f"    fit {el:.2f} s wall, {cpu:.2f} s CPU ({steps}); pool {fit.pool} of "
+          f"{fit.points} points, {fit.rows} rows, {fit.solves} solves, {sum(fit.segments)} "
+          f"segments", flush=True)
+    print(f"    ours {_stats(e)}  reversed pairs {fit.reversed}", flush=True)
+    return {"nodes": n_nodes, "messages": n_messages, "seconds": duration_s, "fit_s": el,
+            "fit_cpu_s": cpu, "fit_steps": fit.seconds, "rms_us": rms, "max_us": mx,
+            "reversed_pairs": fit.reversed, "rows": fit.rows, "solves": fit.solves}
+
+
+# --------------------------------------------------------------------------------------------
+# table and targets
+# --------------------------------------------------------------------------------------------
+
+
+def node_table(rows: list[dict], big: dict | None) -> list[str]:
+    """Markdown: one line per hybrid row, then the synthetic row."""
+    out = ["| nodes | run | fitted RMS / max error | linear interpolation RMS | constant offsets "
+           "RMS | reversed MPI messages (archive) | fit time |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rb = r["reversed_read_back"]
+        arch = f"{r['reversed_mpi']} ({rb})" if rb is not None else f"{r['reversed_mpi']}"
+        out.append(f"| {r['nodes']} | {r['seconds']:.0f} s, {r['pairs']} pairs | "
+                   f"{r['ours_rms_us']:.3f} / {r['ours_max_us']:.2f} us | "
+                   f"{r['linear_rms_us']:.0f} us | {r['constant_rms_us']:.0f} us | {arch} | "
+                   f"{r['fit_s']:.1f} s |")
+    if big:
+        out.append(f"| {big['nodes']} (synthetic) | {big['seconds']:.0f} s, {big['messages']} "
+                   f"messages | {big['rms_us']:.3f} / {big['max_us']:.2f} us | | | "
+                   f"{big['reversed_pairs']} pairs | {big['fit_s']:.1f} s ({big['fit_cpu_s']:.1f}"
+                   f" s CPU) |")
+    return out
+
+
+def node_targets(rows: list[dict], big: dict | None) -> list[str]:
+    """The issue's targets, PASS/FAIL."""
+    out = []
+
+    def line(ok: bool, text: str) -> None:
+        out.append(f"- {'PASS' if ok else 'FAIL'}: {text}")
+
+    for r in rows:
+        rb = r["reversed_read_back"]
+        rev = r["reversed_mpi"] + (rb or 0)
+        line(rev == 0 and r["reversed_pairs"] == 0,
+             f"{r['nodes']} nodes: zero reversed messages ({r['reversed_mpi']} in the written "
+             f"times, {'not read back' if rb is None else f'{rb} read back'}, "
+             f"{r['reversed_pairs']} pairs)")
+        line(r["ours_rms_us"] <= TARGET_RMS_US and r["ours_max_us"] <= TARGET_MAX_US,
+             f"{r['nodes']} nodes: RMS {r['ours_rms_us']:.3f} us <= {TARGET_RMS_US}, max "
+             f"{r['ours_max_us']:.2f} us <= {TARGET_MAX_US}")
+        line(r["ratio_linear"] >= TARGET_RATIO,
+             f"{r['nodes']} nodes: RMS {r['ratio_linear']:.0f}x lower than linear "
+             f"interpolation (>= {TARGET_RATIO:.0f}x)")
+    if big:
+        line(big["fit_s"] < TARGET_BIG_S,
+             f"{big['nodes']} nodes, {big['messages']} messages fitted in {big['fit_s']:.1f} s "
+             f"(< {TARGET_BIG_S:.0f} s; RMS {big['rms_us']:.3f} us, max {big['max_us']:.2f} us, "
+             f"{big['reversed_pairs']} reversed)")
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="2,4,16")
-    ap.add_argument("--duration-s", type=float, default=600.0)
+    ap.add_argument("--duration-s", type=float, default=None, help="600; --quick: 60")
     ap.add_argument("--phase-ms", type=float, default=100.0)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--big-nodes", type=int, default=256)
-    ap.add_argument("--big-messages", type=int, default=1_000_000)
+    ap.add_argument("--big-nodes", type=int, default=None, help="256; --quick: 64")
+    ap.add_argument("--big-messages", type=int, default=None, help="1000000; --quick: 200000")
     ap.add_argument("--big-duration-s", type=float, default=600.0)
     ap.add_argument("--skip-sim", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="60-second runs, 64-node synthetic")
     ap.add_argument("--keep", type=Path, help="keep simulated runs here (reused if present)")
     ap.add_argument("--read-back-below", type=int, default=3_000_000,
                     help="write and read back the archive of runs with fewer records")
     args = ap.parse_args()
+    duration = args.duration_s or (60.0 if args.quick else 600.0)
+    big_nodes = args.big_nodes or (64 if args.quick else 256)
+    big_messages = args.big_messages or (200_000 if args.quick else 1_000_000)
+    rows: list[dict] = []
+    big = None
     if not args.skip_sim:
+        from cell_otf2.simulate import simulate_run
+
         work = args.keep or Path(tempfile.mkdtemp(prefix="nodes-bench-"))
         work.mkdir(parents=True, exist_ok=True)
         try:
             for n in [int(x) for x in args.nodes.split(",") if x]:
-                print(f"hybrid, {n} nodes, drift up to +-50 ppm with wander:")
-                sim_row(n, args.duration_s, args.phase_ms, args.seed, work,
-                        args.read_back_below)
+                print(f"hybrid, {n} nodes, drift up to +-50 ppm with wander:", flush=True)
+                run = work / f"hybrid-{n}-{duration:g}s-{args.phase_ms:g}ms-seed{args.seed}"
+                if not (run / "run.json").exists():
+                    t0 = time.perf_counter()
+                    s = simulate_run(run, seed=args.seed,
+                                     **hybrid_options(n, duration, args.phase_ms))
+                    print(f"  simulated {s.records} records, {s.phases} phases in "
+                          f"{time.perf_counter() - t0:.1f} s", flush=True)
+                rows.append(measure_hybrid(run, args.read_back_below))
         finally:
             if args.keep is None:
                 shutil.rmtree(work, ignore_errors=True)
     if not args.skip_big:
-        print("synthetic:")
-        big_row(args.big_nodes, args.big_messages, args.big_duration_s, args.seed)
+        print("synthetic:", flush=True)
+        big = big_row(big_nodes, big_messages, args.big_duration_s, args.seed)
+    print()
+    print("\n".join(node_table(rows, big)))
+    print()
+    print("\n".join(node_targets(rows, big)))
 
 
 if __name__ == "__main__":

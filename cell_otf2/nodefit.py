@@ -12,19 +12,22 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
   ``curve_points`` points per direction, within ``curve_window_s`` and 1/``curve_windows``
   of the run), the line through the band between the pair's two directions that keeps the
   smallest slack largest (its rate by golden-section search, vectorized over all windows);
-  per window, least squares over the node pairs gives every node's offset to the reference
-  at the window's centre (NaN where a node is not linked to the reference that window).
-- **Bends** (``_bend_knots``): per node, the curve is cut into straight pieces where it leaves
-  a line by more than ``bend_us`` (or 6 times its own noise; top-down cuts, then neighbours
-  merged while one line still fits); a bend where the lines of two neighbouring pieces meet
-  (without the windows next to the cut: one straddles the bend).
+  only windows whose two directions both have points in both halves (else the rate is not
+  pinned and the centre's offset can be off by milliseconds); per window, least squares over
+  the node pairs gives every node's offset to the reference at the window's centre (NaN
+  where a node is not linked to the reference that window).
+- **Bends** (``_bend_knots``): per node, the curve's segmentation into straight pieces (one
+  window left out between neighbours: it may straddle the bend) that minimizes squared
+  residuals plus a cost per bend (25 times the curve's noise squared, at least ``bend_us``
+  squared), by dynamic programming; a bend where the lines of two neighbouring pieces meet.
 - **Knots** (``_knots``): the bends, and a knot at least every ``max_segment_s`` (small bends
   and slow wander stay within a fraction of a microsecond). A knot anywhere but at a bend
   spreads it and costs accuracy around it; a dense grid of knots costs accuracy everywhere.
   The knots are fixed before the program: no refinement rounds.
 - **Program** (``_Program``, scipy's HiGHS): maximize the sum over every node and window of
-  ``t_window_s`` of its smallest slack, plus ``edge_weight`` times the sum over every node pair
-  and window of ``edge_window_s`` of the pair's smallest slack, rates within ``1 +- max_ppm``.
+  ``t_window_s`` (1/``windows`` of a shorter run) of its smallest slack, plus ``edge_weight``
+  times the sum over every node pair and window of ``edge_window_s`` (a tenth of a shorter
+  run) of the pair's smallest slack, rates within ``1 +- max_ppm``.
   The node terms follow the tightest messages whatever their direction (robust to pairs whose
   two directions have different fastest latencies, such as collectives); the pair terms pin
   what the node terms leave free (a ring of one-way messages can tilt as a whole, closed only
@@ -88,14 +91,15 @@ class FitOptions:
     curve_window_s: tuple[float, float] = (0.5, 10.0)  # ... and are this long at least/most
     curve_windows: int = 64  # ... and are at most 1/64 of the run
     bend_us: float = 1.5  # a straight piece of a curve stays within this (or 6x its noise)
-    min_windows: int = 3  # curve windows per straight piece, at least
-    t_window_s: float = 20.0  # windows of the node terms of the objective
-    edge_window_s: float = 60.0  # windows of the node-pair terms (rounded to t windows)
+    min_windows: int = 4  # curve windows per straight piece, at least
+    t_window_s: float = 20.0  # windows of the node terms of the objective ...
+    windows: int = 30  # ... or 1/30 of the run if shorter
+    edge_window_s: float = 60.0  # windows of the node-pair terms (<= run / 10, in t windows)
     edge_weight: float = 0.1  # weight of the node-pair terms
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
     start_us: float = 2.0  # first rows: prior slack within this of its window's smallest
-    max_segment_s: float = 60.0  # knots at least this often (slow wander, small bends)
+    max_segment_s: float = 60.0  # knots at least this often (<= run / 10; slow wander)
     window_s: float = 0.0  # windows of the bound; 0: t_window_s
 
 
@@ -220,7 +224,7 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         for n in nodes:
             bends[n] = _bend_knots(centers, curves[:, n], o, hz)
     grid, per_edge = _windows(lo_r, hi_r, len(nodes) + 1, o, hz)
-    longest = max(o.max_segment_s * hz, float(grid[1] - grid[0]))
+    longest = max(min(o.max_segment_s * hz, (hi_r - lo_r) / 10), float(grid[1] - grid[0]))
     kref: list[np.ndarray | None] = [None] * n_nodes
     for n in np.flatnonzero(fitted).tolist():
         kref[n] = _knots(bends.get(n, np.zeros(0)), lo_r, hi_r, longest)
@@ -311,8 +315,9 @@ def _edge_lines(key: np.ndarray, t: np.ndarray, slack: np.ndarray, fwd: np.ndarr
     """Per group ``key`` (points with ``center`` per point), the line ``e = alpha + beta *
     (t - center)`` that maximizes the smaller of the smallest ``slack + e`` over the ``fwd``
     points and the smallest ``slack - e`` over the others. Returns (group keys, alpha, beta)
-    for the groups with points in both directions. ``beta`` within +-``bracket`` by golden
-    section (the objective is concave), ``alpha`` balances the two smallest slacks."""
+    for the groups with points in both directions, before and after the centre. ``beta``
+    within +-``bracket`` by golden section (the objective is concave), ``alpha`` balances the
+    two smallest slacks."""
     order = np.lexsort((~fwd, key))
     k, fw = key[order], fwd[order]
     sub = k * 2 + (~fw)
@@ -354,7 +359,11 @@ def _edge_lines(key: np.ndarray, t: np.ndarray, slack: np.ndarray, fwd: np.ndarr
                           np.where(right, new, x1), np.where(right, gn, g1))
     beta = 0.5 * (lo + hi)
     lo_f, lo_b = value(beta)
-    return sk[both] // 2, (lo_b - lo_f) / 2, beta
+    # the rate is pinned only where both directions have points before and after the centre
+    pinned = ((np.minimum.reduceat(tf, off_f) < 0) & (np.maximum.reduceat(tf, off_f) > 0)
+              & (np.minimum.reduceat(tb, off_b) < 0) & (np.maximum.reduceat(tb, off_b) > 0)
+              & (np.abs(beta) < 0.99 * bracket))
+    return sk[both][pinned] // 2, ((lo_b - lo_f) / 2)[pinned], beta[pinned]
 
 
 def _node_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
@@ -402,9 +411,8 @@ def _node_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: flo
         return centers, out
     mat = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                             shape=(r.size, int(unknown.sum())))
-    normal = (mat.T @ mat).tocsc()
     flat = out.reshape(-1)
-    flat[unknown] = spsolve(normal, mat.T @ alpha[ok])
+    flat[unknown] = spsolve((mat.T @ mat).tocsc(), mat.T @ alpha[ok])
     return centers, out
 
 
@@ -426,64 +434,58 @@ def _line(t: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     return float(v.mean()) - r * tm, r
 
 
-def _worst(t: np.ndarray, v: np.ndarray) -> tuple[float, int]:
-    b0, r = _line(t, v)
-    res = np.abs(v - b0 - r * t)
-    j = int(res.argmax())
-    return float(res[j]), j
-
-
 def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float) -> np.ndarray:
-    """Knots (reference ticks) where a node's curve bends: straight pieces of at least
-    ``min_windows`` within ``max(bend_us, 6 sigma)`` of a line (sigma: the curve's noise from
-    its second differences), cut top-down at the worst window, merged back while one line
-    fits two neighbours; each knot where the neighbours' lines meet (found without the window
-    on either side of the cut: it may straddle the bend)."""
+    """Knots (reference ticks) where a node's curve bends: the segmentation into straight
+    pieces (least-squares lines of at least ``min_windows`` windows) with one window left out
+    between neighbours (it may straddle the bend) that minimizes the squared residuals plus
+    a cost per bend of ``max(25 sigma^2, bend_us^2)`` (sigma: the curve's noise from its
+    second differences), by dynamic programming; each bend where the two lines meet, within
+    a window of the left-out one. A lone window off the line costs a bend with parallel lines
+    on either side: a harmless knot."""
     ok = np.isfinite(v)
     width = float(centers[1] - centers[0]) if centers.size > 1 else 1.0
-    t, v = centers[ok] - centers[0], v[ok]
-    m = max(int(o.min_windows), 1)
-    if t.size < 2 * m:
+    t, v = (centers[ok] - centers[0]) / width, v[ok]  # t in windows
+    m = max(int(o.min_windows), 2)
+    n = t.size
+    if n < 2 * m + 1:
         return np.zeros(0)
     d2 = np.diff(v, 2)
     sigma = 1.4826 * float(np.median(np.abs(d2 - np.median(d2)))) / np.sqrt(6.0)
-    thr = max(6.0 * sigma, o.bend_us * 1e-6 * hz)
-    todo, pieces = [(0, t.size)], []
-    while todo:
-        s, e = todo.pop()
-        worst, j = _worst(t[s:e], v[s:e])
-        if worst > thr and e - s >= 2 * m:
-            j = min(max(j, m), e - s - m)
-            todo += [(s, s + j), (s + j, e)]
-        else:
-            pieces.append((s, e))
-    pieces.sort()
-    def joined(i: int) -> float:  # how far pieces i and i + 1 leave one line
-        return _worst(t[pieces[i][0]:pieces[i + 1][1]], v[pieces[i][0]:pieces[i + 1][1]])[0]
-
-    fits = [joined(i) for i in range(len(pieces) - 1)]
-    while fits:
-        i = int(np.argmin(fits))
-        if fits[i] > thr:
-            break
-        pieces[i:i + 2] = [(pieces[i][0], pieces[i + 1][1])]
-        del fits[i]
-        for j in (i - 1, i):
-            if 0 <= j < len(fits):
-                fits[j] = joined(j)
-    start = t - width / 2
+    penalty = max(25.0 * sigma ** 2, (o.bend_us * 1e-6 * hz) ** 2)
+    sse = _piece_costs(t, v)  # sse[s, e]: line over windows s..e-1
+    best = np.full(n + 1, np.inf)
+    cut = np.full(n + 1, -1)  # the left-out window before the last piece, -1: none
+    best[m:] = sse[0, m:]
+    for e in range(2 * m + 1, n + 1):
+        g = np.arange(m, e - m)  # left-out window g: pieces [.., g) and [g + 1, e)
+        c = best[g] + penalty + sse[g + 1, e]
+        k = int(np.argmin(c))
+        if c[k] < best[e]:
+            best[e], cut[e] = c[k], g[k]
+    gaps, e = [], n
+    while cut[e] >= 0:
+        gaps.append(int(cut[e]))
+        e = int(cut[e])
+    gaps.sort()
+    bounds = [0, *[x for g in gaps for x in (g, g + 1)], n]
+    lines = [_line(t[a:b], v[a:b]) for a, b in zip(bounds[::2], bounds[1::2], strict=True)]
     knots = []
-    for (s1, e1), (s2, e2) in zip(pieces[:-1], pieces[1:], strict=True):
-        # lines of both pieces without the windows next to the cut (they may straddle it)
-        i1 = slice(s1, e1 - 1) if e1 - s1 > 2 else slice(s1, e1)
-        i2 = slice(s2 + 1, e2) if e2 - s2 > 2 else slice(s2, e2)
-        b1, r1 = _line(t[i1], v[i1])
-        b2, r2 = _line(t[i2], v[i2])
-        x = (b2 - b1) / (r1 - r2) if r1 != r2 else t[s2] - width / 2
-        x = min(max(x, start[max(e1 - 2, s1)]), start[min(s2 + 1, e2 - 1)] + width)
-        knots.append(x)
-    k = np.unique(np.asarray(knots) + centers[0])
-    return k[np.r_[True, np.diff(k) > 1e-3 * hz]] if k.size else k
+    for g, (b1, r1), (b2, r2) in zip(gaps, lines[:-1], lines[1:], strict=True):
+        x = (b2 - b1) / (r1 - r2) if r1 != r2 else t[g]
+        knots.append(min(max(x, t[g] - 1.0), t[g] + 1.0))
+    return np.asarray(knots) * width + centers[0]
+
+
+def _piece_costs(t: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Squared residuals of the least-squares line over windows s..e-1, for every s < e."""
+    cs = [np.r_[0.0, np.cumsum(x)] for x in (np.ones_like(t), t, v, t * t, t * v, v * v)]
+    n0, st, sv, stt, stv, svv = (c[None, :] - c[:, None] for c in cs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vt = stt - st * st / n0
+        cov = stv - st * sv / n0
+        out = svv - sv * sv / n0 - np.where(vt > 0, cov * cov / vt, 0.0)
+    out[~(n0 >= 2)] = np.inf
+    return np.maximum(out, 0.0)
 
 
 def _knots(bends: np.ndarray, lo_r: float, hi_r: float, longest: float) -> np.ndarray:
@@ -519,14 +521,17 @@ def _prior(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: float) -> 
 
 def _windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
              hz: float) -> tuple[np.ndarray, int]:
-    """Edges (reference ticks) of the windows of the node terms: ``t_window_s``, wider when
-    nodes x windows would pass ``max_windows``; and how many of them make a window of the
-    node-pair terms (``edge_window_s`` at least one)."""
+    """Edges (reference ticks) of the windows of the node terms: ``t_window_s`` or 1/``windows``
+    of the run if shorter, wider when nodes x windows would pass ``max_windows``; and how many
+    of them make a window of the node-pair terms (``edge_window_s``, at most a tenth of the
+    run, one at least)."""
     span = hi_r - lo_r
-    n_t = 1 if not np.isfinite(o.t_window_s) else max(1, int(np.ceil(span / (o.t_window_s * hz))))
+    if not np.isfinite(o.t_window_s):
+        return np.array([lo_r, hi_r]), 1
+    n_t = max(int(np.ceil(span / (o.t_window_s * hz))), o.windows, 1)
     n_t = max(1, min(n_t, o.max_windows // max(n_fitted, 1)))
-    per_edge = max(1, int(round(o.edge_window_s * hz * n_t / span)))
-    return np.linspace(lo_r, hi_r, n_t + 1), per_edge
+    per_edge = int(round(min(o.edge_window_s * hz, span / 10) * n_t / span))
+    return np.linspace(lo_r, hi_r, n_t + 1), max(1, per_edge)
 
 
 # --------------------------------------------------------------------------------------------

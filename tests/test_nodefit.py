@@ -1,9 +1,11 @@
 """Node clock fit (cell_otf2.nodefit) against known clocks.
 
 Synthetic message points are made from exact node clocks (known offsets, drifts and wander);
-the fit must recover them, keep the truth inside its reported bound, reverse no message, and
-its reduction must never drop a point that can bind. A small simulated hybrid run must come
-out of the converter with no MPI message received before it was sent.
+the fit must recover them, put its knots where the rates bend, keep the truth inside its
+reported bound, reverse no message, and its reduction must never drop a point that can bind.
+The bend search must ignore a lone bad window, the pair lines must drop windows whose rate is
+not pinned, and wide runs must get fewer, longer windows. A small simulated hybrid run must
+come out of the converter with no MPI message received before it was sent.
 """
 
 from __future__ import annotations
@@ -81,13 +83,90 @@ def test_follows_wander_without_reversing_a_message():
     err = np.concatenate(map_errors(fit, clocks, span))
     assert np.sqrt(np.mean(err ** 2)) < 0.3e-6 * HZ
     assert np.abs(err).max() < 2e-6 * HZ
-    assert max(fit.segments) > 4  # the wander's knots were found
+    # a knot at every bend of more than 2 ppm, within 0.2 s, and no spray of knots elsewhere
+    # (pieces of at most a tenth of the run: 3 between bends 30 s apart)
+    for i, c in enumerate(clocks[1:], start=1):
+        rates = np.diff(c.ref_knots) / np.diff(c.node_knots)
+        for x, bend in zip(c.ref_knots[2:-2], np.diff(rates)[1:-1], strict=True):
+            if abs(bend) > 2e-6:
+                assert np.abs(fit.knots[i] - x).min() < 0.2 * HZ, (i, (x - T0) / HZ)
+        assert fit.segments[i] <= 14, fit.segments
     # the baselines are worse by far: no rate (constant) and no wander (linear interpolation)
     const = nf.fit_points(pts, 4, 0, HZ, method="constant")
     assert all(m.rate == 1.0 for m in const.maps if m is not None)
     assert np.abs(np.concatenate(map_errors(const, clocks, span))).max() > 20 * np.abs(err).max()
     lin = nf.fit_linear_interpolation(pts, 4, 0, HZ)
     assert np.abs(np.concatenate(map_errors(lin, clocks, span))).max() > 5 * np.abs(err).max()
+
+
+def test_one_way_ring_closed_by_collectives():
+    """Tight messages go one way round a ring of 8 nodes, back only through collectives with
+    node 0 (slower, both ways): every node within 0.2 us RMS."""
+    span, n_nodes = 120.0, 8
+    rng = np.random.default_rng(3)
+    clocks = [make_node_clock(rng, f"n{i}", is_reference=i == 0, t_begin=T0,
+                              t_end=T0 + span * HZ, start_timebase=int(rng.integers(1e10, 1e11)),
+                              max_ppm=50.0) for i in range(n_nodes)]
+    pairs = [(i, (i + 1) % n_nodes) for i in range(n_nodes)]
+    pairs += [p for i in range(1, n_nodes) for p in ((0, i), (i, 0))]
+    fast = np.array([6.0] * n_nodes + [9.0] * (2 * n_nodes - 2))
+    n = 80_000
+    k = rng.integers(0, len(pairs), n)
+    a, b = np.array(pairs)[k, 0], np.array(pairs)[k, 1]
+    ts = rng.uniform(T0, T0 + span * HZ, n)
+    tr = ts + (fast[k] + rng.uniform(0.0, 5.0, n)) * HZ / 1e6
+    pts = np.zeros(n, nf.POINT_DTYPE)
+    pts["a"], pts["b"] = a, b
+    for i, c in enumerate(clocks):
+        pts["ta"][a == i] = np.floor(c.to_node(ts[a == i]))
+        pts["tb"][b == i] = np.floor(c.to_node(tr[b == i]))
+    fit = nf.fit_points(pts, n_nodes, 0, HZ)
+    assert fit.reversed == 0
+    err = np.concatenate(map_errors(fit, clocks, span))
+    assert np.sqrt(np.mean(err ** 2)) < 0.2e-6 * HZ
+    assert np.abs(err).max() < 0.6e-6 * HZ
+
+
+def test_bend_search_finds_bends_and_ignores_a_lone_bad_window():
+    width = 5.0 * HZ
+    centers = T0 + (np.arange(80) + 0.5) * width
+    bends = T0 + np.array([101.3, 252.0]) * HZ  # seconds into the run
+    rates = np.array([3e-6, -9e-6, 4e-6])  # offset change per reference tick
+    v = np.zeros(centers.size)
+    for x0, r0, r1 in zip(bends, rates[:-1], rates[1:], strict=True):
+        v += (r1 - r0) * np.maximum(centers - x0, 0.0)
+    v += rates[0] * (centers - T0)
+    rng = np.random.default_rng(0)
+    v += rng.normal(0.0, 0.1e-6 * HZ, v.size)  # 0.1 us of noise
+    v[40] += 30e-6 * HZ  # one window 30 us off (few points, a rate at the search's edge)
+    knots = nf._bend_knots(centers, v, nf.FitOptions(), HZ)
+    for x in bends:
+        assert np.abs(knots - x).min() < 0.25 * HZ, ((knots - T0) / HZ, (x - T0) / HZ)
+    # the bad window costs at most one knot, with the same rate either side of it
+    assert knots.size <= bends.size + 1
+
+
+def test_pair_lines_need_both_directions_on_both_sides_of_the_centre():
+    t = np.array([-4.0, -1.0, 2.0, 3.0, 1.0, 2.0, 4.0, -3.0, 0.5, 3.5]) * HZ
+    key = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
+    fwd = np.array([True, True, True, False, False, False, True, True, False, False])
+    slack = np.full(t.size, 100.0)
+    # group 0: the backward points are all after the centre, so its rate is not pinned
+    gk, alpha, beta = nf._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
+    assert gk.tolist() == []
+    fwd[5] = False
+    t[5] = -2.0 * HZ
+    gk, alpha, beta = nf._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
+    assert gk.tolist() == [0] and abs(alpha[0]) < 1e-6
+
+
+def test_wide_runs_get_fewer_longer_windows():
+    o = nf.FitOptions()
+    lo, hi = 0.0, 600.0 * HZ
+    grid, per_edge = nf._windows(lo, hi, 4, o, HZ)
+    assert grid.size - 1 == 30 and per_edge == 3  # 20 s windows, pair windows of 60 s
+    grid, per_edge = nf._windows(lo, hi, 256, o, HZ)
+    assert (grid.size - 1) * 256 <= o.max_windows and per_edge == 1
 
 
 def test_hull_keeps_every_point_that_can_bind():
