@@ -300,7 +300,7 @@ def node_rows(nodes: str, quick: bool, seed: int, fresh: bool) -> dict:
         run = simulated(f"hybrid {n} nodes", node_bench.hybrid_options(n, duration, 100.0), seed,
                         fresh)
         print(f"hybrid {n} nodes: simulated {time.perf_counter() - t0:.1f} s", flush=True)
-        rows.append(node_bench.measure_hybrid(run, read_back_below=3_000_000))
+        rows.append(node_bench.measure_hybrid(run, read_back_below=4_000_000))
     print("synthetic:", flush=True)
     big = node_bench.big_row(64 if quick else 256, 200_000 if quick else 1_000_000, 600.0, seed)
     return {"rows": rows, "synthetic": big}

@@ -19,7 +19,7 @@ so a 10-minute run has a few MPI phases per second, not thousands.
 
     .venv/bin/python bench/nodes.py [--nodes 2,4,16] [--duration-s 600] [--phase-ms 100]
         [--big-nodes 256] [--big-messages 1000000] [--big-duration-s 600] [--skip-sim]
-        [--skip-big] [--keep DIR] [--read-back-below 3000000] [--quick]
+        [--skip-big] [--keep DIR] [--read-back-below 4000000] [--quick]
 
 ``--quick``: 60-second runs and a 64-node, 200,000-message synthetic row. The 16-node row
 simulates ~13 M records and analyzes them: expect about 15 minutes. ``bench/accuracy.py``
@@ -295,7 +295,7 @@ def main() -> None:
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--quick", action="store_true", help="60-second runs, 64-node synthetic")
     ap.add_argument("--keep", type=Path, help="keep simulated runs here (reused if present)")
-    ap.add_argument("--read-back-below", type=int, default=3_000_000,
+    ap.add_argument("--read-back-below", type=int, default=4_000_000,
                     help="write and read back the archive of runs with fewer records")
     args = ap.parse_args()
     duration = args.duration_s or (60.0 if args.quick else 600.0)

@@ -256,9 +256,11 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     secs["lp"] = time.perf_counter() - t3
     fit.knots = kref
     t4 = time.perf_counter()
-    fit.reversed = int((_slacks(every, maps) < 0).sum())
     slack = _slacks(pts, maps)
     fit.min_slack = float(slack.min())
+    # a dominated pair's slack is at least its dominator's (maps increase): count over all
+    # pairs only when some undominated one is reversed
+    fit.reversed = 0 if fit.min_slack >= 0 else int((_slacks(every, maps) < 0).sum())
     w = o.window_s * hz if o.window_s > 0 else float(grid[1] - grid[0])
     bounds = _bounds(pts, slack, n_nodes, ref, c, w)
     for n in nodes:
