@@ -235,6 +235,10 @@ def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> dict
 # --------------------------------------------------------------------------------------------
 
 
+def _secs(x: float) -> str:
+    return f"{x:.2f} s" if x < 10 else f"{x:.0f} s"
+
+
 def node_table(rows: list[dict], big: dict | None) -> list[str]:
     """Markdown: one line per hybrid row, then the synthetic row."""
     out = ["| nodes | run | fitted RMS / max error | linear interpolation RMS | constant offsets "
@@ -245,12 +249,12 @@ def node_table(rows: list[dict], big: dict | None) -> list[str]:
         out.append(f"| {r['nodes']} | {r['seconds']:.0f} s, {r['pairs']} pairs | "
                    f"{r['ours_rms_us']:.3f} / {r['ours_max_us']:.2f} us | "
                    f"{r['linear_rms_us']:.0f} us | {r['constant_rms_us']:.0f} us | {arch} | "
-                   f"{r['fit_s']:.1f} s |")
+                   f"{_secs(r['fit_s'])} |")
     if big:
         out.append(f"| {big['nodes']} (synthetic) | {big['seconds']:.0f} s, {big['messages']} "
                    f"messages | {big['rms_us']:.3f} / {big['max_us']:.2f} us | | | "
-                   f"{big['reversed_pairs']} pairs | {big['fit_s']:.1f} s ({big['fit_cpu_s']:.1f}"
-                   f" s CPU) |")
+                   f"{big['reversed_pairs']} pairs | {_secs(big['fit_s'])} "
+                   f"({_secs(big['fit_cpu_s'])} CPU) |")
     return out
 
 

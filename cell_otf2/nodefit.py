@@ -12,10 +12,10 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
   ``curve_points`` points per direction, within ``curve_window_s`` and 1/``curve_windows``
   of the run), the line through the band between the pair's two directions that keeps the
   smallest slack largest (its rate by golden-section search, vectorized over all windows);
-  only windows whose two directions both have points in both halves (else the rate is not
-  pinned and the centre's offset can be off by milliseconds); per window, least squares over
-  the node pairs gives every node's offset to the reference at the window's centre (NaN
-  where a node is not linked to the reference that window).
+  a window is dropped unless both directions have points in both of its halves (else the
+  rate is not pinned and the centre's offset can be off by milliseconds); per window,
+  least squares over the node pairs gives every node's offset to the reference at the
+  window's centre (NaN where a node is not linked to the reference that window).
 - **Bends** (``_bend_knots``): per node, the curve's segmentation into straight pieces (one
   window left out between neighbours: it may straddle the bend) that minimizes squared
   residuals plus a cost per bend (25 times the curve's noise squared, at least ``bend_us``
@@ -58,7 +58,7 @@ first and the last second of messages, joined linearly, as Score-P and VampirTra
 Nodes without a path of messages to and from the reference are not fitted (``None``); callers
 keep their start-time map. It reads no files and changes no record. It does not check that
 the points are real messages (``match.py`` does) nor that clocks are piecewise linear: a
-curve too noisy to show its bends gets one straight line.
+curve too noisy to show its bends gets knots only every ``max_segment_s``.
 """
 
 from __future__ import annotations
