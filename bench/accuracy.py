@@ -77,8 +77,8 @@ def simulated(name: str, opts: dict, seed: int, fresh: bool) -> Path:
     """The run directory for these options, simulated unless a complete copy is cached."""
     h = hashlib.sha1(json.dumps([opts, seed], sort_keys=True).encode())
     pkg = Path(bt.__file__).parent
-    for name in SIM_SOURCES:
-        for f in sorted((pkg / name).rglob("*.py")) if (pkg / name).is_dir() else [pkg / name]:
+    for src in SIM_SOURCES:
+        for f in sorted((pkg / src).rglob("*.py")) if (pkg / src).is_dir() else [pkg / src]:
             h.update(f.read_bytes())
     key = h.hexdigest()[:12]
     run = OUT / "runs" / f"{name.replace(' ', '_').replace('/', '-')}-{key}"

@@ -89,7 +89,7 @@ def hybrid_options(nodes: int, duration_s: float, phase_ms: float) -> dict:
                 chunks=1, duration_s=duration_s, max_ppm=50.0)
 
 
-def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None) -> dict:
+def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
     from cell_otf2.convert import analyze, convert
     from cell_otf2.match import MsgKind
@@ -146,12 +146,16 @@ def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None)
     print(f"    RMS ratio linear interpolation / ours: {row['ratio_linear']:.0f}x")
     row["reversed_read_back"] = None
     if dec.records.size <= read_back_below:
-        archive = archive or run.parent / f"{run.name}.otf2"
+        # not next to the run: an archive's trace directory is its anchor's name without
+        # ".otf2", which would be the run directory itself
+        out = Path(tempfile.mkdtemp(prefix="nodes-archive-"))
         t0 = time.perf_counter()
-        summary = convert(run, archive, force=True)
-        row["order_violations"] = summary.order_violations
-        row["reversed_read_back"] = _reversed_in_archive(archive)
-        shutil.rmtree(archive, ignore_errors=True)
+        try:
+            summary = convert(run, out / "trace.otf2", force=True)
+            row["order_violations"] = summary.order_violations
+            row["reversed_read_back"] = _reversed_in_archive(out / "trace.otf2")
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
         print(f"    archive: order violations {summary.order_violations}, reversed MPI "
               f"messages read back {row['reversed_read_back']}; convert "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
@@ -159,14 +163,27 @@ def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None)
 
 
 def _reversed_in_archive(archive: Path) -> int:
-    """MPI messages whose receive is earlier than its send, read back from the archive."""
-    import sys
+    """MPI messages whose receive is earlier than its send, read back from the archive:
+    streamed (only the message events' times are kept), matched per (communicator, sender,
+    receiver, tag) in order, as tests/otf2check.py does."""
+    import otf2
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from otf2check import read_events
-
-    rb = read_events(archive)
-    return sum(m.recv_time < m.send_time for m in rb.messages)
+    times: dict[tuple, tuple[list[int], list[int]]] = {}
+    with otf2.reader.open(str(archive)) as reader:
+        members = {c.name: [m.name for m in c.group.members]
+                   for c in reader.definitions.comms}
+        for location, event in reader.events:
+            kind = type(event).__name__
+            if kind in ("MpiSend", "MpiIsend"):
+                comm = event.communicator.name
+                key = (comm, location.name, members[comm][event.receiver], event.msg_tag)
+                times.setdefault(key, ([], []))[0].append(int(event.time))
+            elif kind in ("MpiRecv", "MpiIrecv"):
+                comm = event.communicator.name
+                key = (comm, members[comm][event.sender], location.name, event.msg_tag)
+                times.setdefault(key, ([], []))[1].append(int(event.time))
+    return sum(r < s for sends, recvs in times.values()
+               for s, r in zip(sends, recvs, strict=False))
 
 
 # --------------------------------------------------------------------------------------------
