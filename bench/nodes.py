@@ -19,7 +19,7 @@ so a 10-minute run has a few MPI phases per second, not thousands.
 
     .venv/bin/python bench/nodes.py [--nodes 2,4,16] [--duration-s 600] [--phase-ms 100]
         [--big-nodes 256] [--big-messages 1000000] [--big-duration-s 600] [--skip-sim]
-        [--skip-big] [--keep DIR] [--read-back-below 3000000] [--quick]
+        [--skip-big] [--keep DIR] [--read-back-below 4000000] [--quick]
 
 ``--quick``: 60-second runs and a 64-node, 200,000-message synthetic row. The 16-node row
 simulates ~13 M records and analyzes them: expect about 15 minutes. ``bench/accuracy.py``
@@ -89,7 +89,7 @@ def hybrid_options(nodes: int, duration_s: float, phase_ms: float) -> dict:
                 chunks=1, duration_s=duration_s, max_ppm=50.0)
 
 
-def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None) -> dict:
+def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
     from cell_otf2.convert import analyze, convert
     from cell_otf2.match import MsgKind
@@ -146,12 +146,16 @@ def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None)
     print(f"    RMS ratio linear interpolation / ours: {row['ratio_linear']:.0f}x")
     row["reversed_read_back"] = None
     if dec.records.size <= read_back_below:
-        archive = archive or run.parent / f"{run.name}.otf2"
+        # not next to the run: an archive's trace directory is its anchor's name without
+        # ".otf2", which would be the run directory itself
+        out = Path(tempfile.mkdtemp(prefix="nodes-archive-"))
         t0 = time.perf_counter()
-        summary = convert(run, archive, force=True)
-        row["order_violations"] = summary.order_violations
-        row["reversed_read_back"] = _reversed_in_archive(archive)
-        shutil.rmtree(archive, ignore_errors=True)
+        try:
+            summary = convert(run, out / "trace.otf2", force=True)
+            row["order_violations"] = summary.order_violations
+            row["reversed_read_back"] = _reversed_in_archive(out / "trace.otf2")
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
         print(f"    archive: order violations {summary.order_violations}, reversed MPI "
               f"messages read back {row['reversed_read_back']}; convert "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
@@ -159,14 +163,27 @@ def measure_hybrid(run: Path, read_back_below: int, archive: Path | None = None)
 
 
 def _reversed_in_archive(archive: Path) -> int:
-    """MPI messages whose receive is earlier than its send, read back from the archive."""
-    import sys
+    """MPI messages whose receive is earlier than its send, read back from the archive:
+    streamed (only the message events' times are kept), matched per (communicator, sender,
+    receiver, tag) in order, as tests/otf2check.py does."""
+    import otf2
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from otf2check import read_events
-
-    rb = read_events(archive)
-    return sum(m.recv_time < m.send_time for m in rb.messages)
+    times: dict[tuple, tuple[list[int], list[int]]] = {}
+    with otf2.reader.open(str(archive)) as reader:
+        members = {c.name: [m.name for m in c.group.members]
+                   for c in reader.definitions.comms}
+        for location, event in reader.events:
+            kind = type(event).__name__
+            if kind in ("MpiSend", "MpiIsend"):
+                comm = event.communicator.name
+                key = (comm, location.name, members[comm][event.receiver], event.msg_tag)
+                times.setdefault(key, ([], []))[0].append(int(event.time))
+            elif kind in ("MpiRecv", "MpiIrecv"):
+                comm = event.communicator.name
+                key = (comm, members[comm][event.sender], location.name, event.msg_tag)
+                times.setdefault(key, ([], []))[1].append(int(event.time))
+    return sum(r < s for sends, recvs in times.values()
+               for s, r in zip(sends, recvs, strict=False))
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,6 +252,10 @@ def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> dict
 # --------------------------------------------------------------------------------------------
 
 
+def _secs(x: float) -> str:
+    return f"{x:.2f} s" if x < 10 else f"{x:.0f} s"
+
+
 def node_table(rows: list[dict], big: dict | None) -> list[str]:
     """Markdown: one line per hybrid row, then the synthetic row."""
     out = ["| nodes | run | fitted RMS / max error | linear interpolation RMS | constant offsets "
@@ -245,12 +266,12 @@ def node_table(rows: list[dict], big: dict | None) -> list[str]:
         out.append(f"| {r['nodes']} | {r['seconds']:.0f} s, {r['pairs']} pairs | "
                    f"{r['ours_rms_us']:.3f} / {r['ours_max_us']:.2f} us | "
                    f"{r['linear_rms_us']:.0f} us | {r['constant_rms_us']:.0f} us | {arch} | "
-                   f"{r['fit_s']:.1f} s |")
+                   f"{_secs(r['fit_s'])} |")
     if big:
         out.append(f"| {big['nodes']} (synthetic) | {big['seconds']:.0f} s, {big['messages']} "
                    f"messages | {big['rms_us']:.3f} / {big['max_us']:.2f} us | | | "
-                   f"{big['reversed_pairs']} pairs | {big['fit_s']:.1f} s ({big['fit_cpu_s']:.1f}"
-                   f" s CPU) |")
+                   f"{big['reversed_pairs']} pairs | {_secs(big['fit_s'])} "
+                   f"({_secs(big['fit_cpu_s'])} CPU) |")
     return out
 
 
@@ -295,7 +316,7 @@ def main() -> None:
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--quick", action="store_true", help="60-second runs, 64-node synthetic")
     ap.add_argument("--keep", type=Path, help="keep simulated runs here (reused if present)")
-    ap.add_argument("--read-back-below", type=int, default=3_000_000,
+    ap.add_argument("--read-back-below", type=int, default=4_000_000,
                     help="write and read back the archive of runs with fewer records")
     args = ap.parse_args()
     duration = args.duration_s or (60.0 if args.quick else 600.0)

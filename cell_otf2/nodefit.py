@@ -12,10 +12,10 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
   ``curve_points`` points per direction, within ``curve_window_s`` and 1/``curve_windows``
   of the run), the line through the band between the pair's two directions that keeps the
   smallest slack largest (its rate by golden-section search, vectorized over all windows);
-  only windows whose two directions both have points in both halves (else the rate is not
-  pinned and the centre's offset can be off by milliseconds); per window, least squares over
-  the node pairs gives every node's offset to the reference at the window's centre (NaN
-  where a node is not linked to the reference that window).
+  a window is dropped unless both directions have points in both of its halves (else the
+  rate is not pinned and the centre's offset can be off by milliseconds); per window,
+  least squares over the node pairs gives every node's offset to the reference at the
+  window's centre (NaN where a node is not linked to the reference that window).
 - **Bends** (``_bend_knots``): per node, the curve's segmentation into straight pieces (one
   window left out between neighbours: it may straddle the bend) that minimizes squared
   residuals plus a cost per bend (25 times the curve's noise squared, at least ``bend_us``
@@ -58,7 +58,7 @@ first and the last second of messages, joined linearly, as Score-P and VampirTra
 Nodes without a path of messages to and from the reference are not fitted (``None``); callers
 keep their start-time map. It reads no files and changes no record. It does not check that
 the points are real messages (``match.py`` does) nor that clocks are piecewise linear: a
-curve too noisy to show its bends gets one straight line.
+curve too noisy to show its bends gets knots only every ``max_segment_s``.
 """
 
 from __future__ import annotations
@@ -256,9 +256,11 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     secs["lp"] = time.perf_counter() - t3
     fit.knots = kref
     t4 = time.perf_counter()
-    fit.reversed = int((_slacks(every, maps) < 0).sum())
     slack = _slacks(pts, maps)
     fit.min_slack = float(slack.min())
+    # a dominated pair's slack is at least its dominator's (maps increase): count over all
+    # pairs only when some undominated one is reversed
+    fit.reversed = 0 if fit.min_slack >= 0 else int((_slacks(every, maps) < 0).sum())
     w = o.window_s * hz if o.window_s > 0 else float(grid[1] - grid[0])
     bounds = _bounds(pts, slack, n_nodes, ref, c, w)
     for n in nodes:
