@@ -21,6 +21,7 @@ import numpy as np
 from .damage import DamageLog
 from .decode import Decoded, decode, summarize
 from .emit import DmaStyle, emit
+from .errors import FormatError
 from .manifest import load_manifest
 from .match import Matches, match
 from .model import DomainKind
@@ -138,7 +139,7 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
         del dump
         if progress:
             progress("read", (p.rank + 1) / man.n_ranks)
-    dumps = _Dumps(man)
+    dumps = _Dumps(man, summaries)
     t1, c1 = time.perf_counter(), time.process_time()
     dec = decode(man, dumps, damage, release=True, summaries=summaries)
     matches = match(dec, damage)
@@ -161,10 +162,13 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
 class _Dumps:
     """The run's dumps in rank order, each read when indexed and not kept (``decode`` takes
     them one at a time: only one dump and the record table are in memory at once, at the
-    price of framing every dump twice). ``seconds`` / ``cpu_seconds``: time spent reading."""
+    price of framing every dump twice). A dump whose second reading differs from its summary
+    (it changed while being converted) is refused. ``seconds`` / ``cpu_seconds``: time spent
+    reading."""
 
-    def __init__(self, man) -> None:
+    def __init__(self, man, summaries: list) -> None:
         self.man = man
+        self.summaries = summaries
         self.seconds = self.cpu_seconds = 0.0
 
     def __len__(self) -> int:
@@ -174,6 +178,9 @@ class _Dumps:
         t0, c0 = time.perf_counter(), time.process_time()
         p = self.man.processes[i]
         dump = read_dump(self.man.dump_path(p.rank), self.man, p.rank)
+        if not self.summaries[i].matches(dump):
+            raise FormatError(dump.path, "the dump changed while it was being converted "
+                              "(its records differ between two readings)")
         self.seconds += time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0
         return dump

@@ -30,7 +30,6 @@ import numpy as np
 from . import format as fmt
 from .clocks import MOD, split_intervals
 from .damage import DamageKind, DamageLog
-from .errors import FormatError
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -227,9 +226,10 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     """Decode every dump (one per rank, in rank order) of a run.
 
     The locations and their record counts come from a summary of every dump (``summarize``)
-    before any is decoded; a caller that has them passes ``summaries``, and ``dumps`` is then
-    indexed once per rank, in order, so it may be a sequence that reads each dump when indexed
-    (``convert.analyze`` passes one: only one dump is then in memory at a time).
+    before any is decoded; a caller that has them passes ``summaries`` (one per dump given),
+    and ``dumps`` is then indexed once per dump, in order, so it may be a sequence that reads
+    each dump when indexed (``convert.analyze`` passes one: only one dump is then in memory at
+    a time; that sequence, not decode, makes sure a dump read again is the one summarized).
 
     With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
     contexts and the per-rank lists are the whole run's, records, anchors and interval domains
@@ -239,7 +239,6 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     ``release``: empty each dump's record arrays once it is decoded (for a caller that drops
     the dumps afterwards: the records table then never coexists with all of them).
     """
-    read_again = summaries is not None  # the caller summarized: each dump is read again
     if summaries is None:
         summaries = [_DumpSummary.of(dumps[i]) for i in range(len(dumps))]
     if layout is None:
@@ -273,9 +272,6 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     loss_epoch = np.zeros(records.size, dtype=np.int32)
     for dump_index in range(len(dumps)):
         dump = dumps[dump_index]
-        if read_again and not summaries[dump_index].matches(dump):  # changed between readings
-            raise FormatError(dump.path, "the dump changed while it was being converted "
-                              "(its records differ between two readings)")
         r = dump.rank
         node = manifest.node_of_rank(r)
         slots_lost += int(dump.gaps["lost"].sum()) if dump.gaps.size else 0

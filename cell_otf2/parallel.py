@@ -210,10 +210,12 @@ def _dump_bytes(man: Manifest) -> list[int]:
     return sizes
 
 
-def _layout_part(man: Manifest, dumps: list, damage: DamageLog) -> dict:
+def _layout_part(man: Manifest, dumps: list, damage: DamageLog) -> tuple[dict, list]:
     """This process's location rows (its ranks, in rank order) and contexts, with context
-    locations counted from the start of each rank's rows."""
-    locations, contexts, _ = _build_locations(man, [summarize(d) for d in dumps], damage)
+    locations counted from the start of each rank's rows; and the ``decode.summarize`` of each
+    of ``dumps``, which ``decode`` takes too."""
+    summaries = [summarize(d) for d in dumps]
+    locations, contexts, _ = _build_locations(man, summaries, damage)
     n = man.n_ranks
     rows = locations[n:]
     ranks = [d.rank for d in dumps]
@@ -224,7 +226,7 @@ def _layout_part(man: Manifest, dumps: list, damage: DamageLog) -> dict:
         ctx["loc"] -= n + int(idx[0])
         per_rank.append((r, rows[idx], ctx))
     return {"ranks": per_rank, "names": {d.rank: d.name for d in dumps},
-            "buffers": {d.rank: d.spe_buffer_records for d in dumps}}
+            "buffers": {d.rank: d.spe_buffer_records for d in dumps}}, summaries
 
 
 def _assemble_layout(man: Manifest, parts: list[dict]) -> RunLayout:
@@ -398,12 +400,12 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         return dumps
 
     dumps = steps.run("read", read)
-    part = steps.run("decode", lambda: _layout_part(man, dumps, logs["layout"]))
+    part, summaries = steps.run("decode", lambda: _layout_part(man, dumps, logs["layout"]))
     layout = _assemble_layout(man, comm.allgather(part))
 
     # 3. decode, match all but MPI
     def local() -> tuple[Decoded, Matches]:
-        dec = decode(man, dumps, logs["decode"], layout=layout)
+        dec = decode(man, dumps, logs["decode"], layout=layout, summaries=summaries)
         return dec, match(dec, logs["match"], mpi=False)
 
     dec, matches = steps.run("decode", local)
