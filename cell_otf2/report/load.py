@@ -29,6 +29,27 @@ import numpy as np
 from ..errors import FormatError
 
 
+class _Channels:
+    """Pairing by order: a channel id per key and, per channel, how many events of its first
+    side (sends, issues) and of its second side (receives, completions) were seen."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple, int] = {}
+        self.counts: tuple[list[int], list[int]] = ([], [])
+
+    def next(self, key: tuple, second: bool) -> tuple[int, int]:
+        """(channel id, this event's sequence number on its side of the channel)."""
+        c = self.ids.get(key)
+        if c is None:
+            c = self.ids[key] = len(self.counts[0])
+            self.counts[0].append(0)
+            self.counts[1].append(0)
+        tally = self.counts[second]
+        seq = tally[c]
+        tally[c] = seq + 1
+        return c, seq
+
+
 class K(IntEnum):
     """Event kinds of ``EVENT_ROW``."""
 
@@ -194,12 +215,8 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
     state_before = np.full((n_win, n_locs), -1, np.int32)
     counts = np.zeros(len(K) + 1, np.int64)
     stacks: list[list[int]] = [[] for _ in range(n_locs)]
-    chan_ids: dict[tuple, int] = {}
-    n_sent: list[int] = []
-    n_recv: list[int] = []
-    rma_ids: dict[tuple, int] = {}
-    n_issued: list[int] = []
-    n_done: list[int] = []
+    channels = _Channels()  # MPI: (comm, sender, receiver, tag); sends first, receives second
+    rma_channels = _Channels()  # RMA: (location, window, matching id); issues, completions
     # the reader's position: event index i, current window w = [ws, we)
     st = {"i": 0, "j": 0, "w": 0}
     bounds = [int(starts[0]), int(ends[0])]
@@ -252,14 +269,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         members = comm_members.get(comm, ())
         other = members[peer] if peer < len(members) else -1
         key = (comm, loc, other, tag) if kind == K.SEND else (comm, other, loc, tag)
-        c = chan_ids.get(key)
-        if c is None:
-            c = chan_ids[key] = len(n_sent)
-            n_sent.append(0)
-            n_recv.append(0)
-        tally = n_sent if kind == K.SEND else n_recv
-        seq = tally[c]
-        tally[c] = seq + 1
+        c, seq = channels.next(key, second=kind != K.SEND)
         if w >= 0:
             keep(w, loc, t, kind, comm, other, length, c, seq)
 
@@ -272,15 +282,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
     def rma(kind, loc, t, win, remote, nbytes, matching):
         counts[kind] += 1
         w = pos()
-        key = (loc, win, matching)
-        c = rma_ids.get(key)
-        if c is None:
-            c = rma_ids[key] = len(n_issued)
-            n_issued.append(0)
-            n_done.append(0)
-        tally = n_done if kind == K.RMA_DONE else n_issued
-        seq = tally[c]
-        tally[c] = seq + 1
+        c, seq = rma_channels.next((loc, win, matching), second=kind == K.RMA_DONE)
         if w >= 0:
             members = win_members.get(win, ())
             other = members[remote] if 0 <= remote < len(members) else -1
@@ -348,9 +350,9 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         wb[:, 1] = kept["time"][np.searchsorted(win, np.arange(n_win), side="right") - 1]
     by_class: dict[str, int] = {c.name: 0 for c in CommClass}
     sends = np.zeros(len(comms), np.int64)
-    for (comm, *_rest), c in chan_ids.items():
+    for (comm, *_rest), c in channels.ids.items():
         if 0 <= comm < len(comms):
-            sends[comm] += n_sent[c]
+            sends[comm] += channels.counts[0][c]
     for cls in CommClass:
         by_class[cls.name] = int(sends[comm_class == cls].sum())
     return Loaded(
