@@ -193,14 +193,19 @@ class MpiCollectives:
             out = [self._buffer(data_out, nbytes * comm.Get_size()), self._mpi.BYTE]
         comm.Gather([self._buffer(data_in, nbytes), self._mpi.BYTE], out, root=root)
 
+    def _vector(self, data, n_per_rank, size: int, n_ranks: int) -> list:
+        """The root's side of a Gatherv/Scatterv: buffer, (byte counts, displacements), BYTE
+        for ``n_per_rank[i]`` elements of ``size`` bytes from/to each rank i, packed in order."""
+        counts = [int(n_per_rank[i]) * size for i in range(n_ranks)]
+        displs = [sum(counts[:i]) for i in range(n_ranks)]
+        return [self._buffer(data, sum(counts)), (counts, displs), self._mpi.BYTE]
+
     def _gatherv(self, _user, context, data_in, n_in, data_out, n_out, typ, root) -> None:
         comm = self._comm(context)
         size = _TYPE_SIZE[typ]
         out = None
         if comm.Get_rank() == root:
-            counts = [int(n_out[i]) * size for i in range(comm.Get_size())]
-            displs = [sum(counts[:i]) for i in range(len(counts))]
-            out = [self._buffer(data_out, sum(counts)), (counts, displs), self._mpi.BYTE]
+            out = self._vector(data_out, n_out, size, comm.Get_size())
         comm.Gatherv([self._buffer(data_in, n_in * size), self._mpi.BYTE], out, root=root)
 
     def _scatter(self, _user, context, data_in, data_out, n, typ, root) -> None:
@@ -216,7 +221,5 @@ class MpiCollectives:
         size = _TYPE_SIZE[typ]
         send = None
         if comm.Get_rank() == root:
-            counts = [int(n_in[i]) * size for i in range(comm.Get_size())]
-            displs = [sum(counts[:i]) for i in range(len(counts))]
-            send = [self._buffer(data_in, sum(counts)), (counts, displs), self._mpi.BYTE]
+            send = self._vector(data_in, n_in, size, comm.Get_size())
         comm.Scatterv(send, [self._buffer(data_out, n_out * size), self._mpi.BYTE], root=root)
