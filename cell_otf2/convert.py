@@ -34,7 +34,7 @@ from .timing import SyncResult, apply_times, synchronize
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
 #: events per piece of the event table handed to the writer (bounds emit's memory)
-CHUNK_EVENTS = 1 << 18
+CHUNK_EVENTS = 1 << 16
 
 
 @dataclass
@@ -160,24 +160,26 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
 
 
 class _Dumps:
-    """The run's dumps in rank order, each read when indexed and not kept (``decode`` takes
-    them one at a time: only one dump and the record table are in memory at once, at the
-    price of framing every dump twice). A dump whose second reading differs from its summary
-    (it changed while being converted) is refused. ``seconds`` / ``cpu_seconds``: time spent
+    """The run's dumps in rank order (or those of ``ranks``, ascending), each read when
+    indexed and not kept (``decode`` takes them one at a time: only one dump and the record
+    table are in memory at once, at the price of framing every dump twice). ``summaries``:
+    one per dump of the sequence. A dump whose second reading differs from its summary (it
+    changed while being converted) is refused. ``seconds`` / ``cpu_seconds``: time spent
     reading."""
 
-    def __init__(self, man, summaries: list) -> None:
+    def __init__(self, man, summaries: list, ranks: list[int] | None = None) -> None:
         self.man = man
         self.summaries = summaries
+        self.ranks = [p.rank for p in man.processes] if ranks is None else list(ranks)
         self.seconds = self.cpu_seconds = 0.0
 
     def __len__(self) -> int:
-        return self.man.n_ranks
+        return len(self.ranks)
 
     def __getitem__(self, i: int):
         t0, c0 = time.perf_counter(), time.process_time()
-        p = self.man.processes[i]
-        dump = read_dump(self.man.dump_path(p.rank), self.man, p.rank)
+        rank = self.ranks[i]
+        dump = read_dump(self.man.dump_path(rank), self.man, rank)
         if not self.summaries[i].matches(dump):
             raise FormatError(dump.path, "the dump changed while it was being converted "
                               "(its records differ between two readings)")
@@ -307,14 +309,19 @@ def _drop_after_sync(pipe: Pipeline) -> None:
     """Free what only analysis needed (the constraint arrays, the slot-order anchors, the
     loss epochs, the happened-before pairs) before the event table is built: the summary
     and the report keep only their counts."""
-    c = pipe.constraints
+    pipe.constraints = drop_analysis(pipe.decoded, pipe.matches, pipe.constraints)
+
+
+def drop_analysis(dec: Decoded, matches: Matches, cons: Constraints) -> Constraints:
+    """``_drop_after_sync`` on the parts (the parallel path has no ``Pipeline``): empties
+    ``dec``'s anchors and loss epochs and ``matches``' pairs in place; returns the
+    constraints without their arrays (counts and assumed slacks kept)."""
     empty = np.zeros(0, dtype=np.int64)
-    pipe.constraints = Constraints(empty, empty, np.zeros(0), c.counts, c.assumed)
-    dec = pipe.decoded
     dec.anchors = dec.anchors[:0].copy()
     dec.loss_epoch = None
-    pipe.matches.pairs = pipe.matches.pairs[:0].copy()
-    pipe.matches.node_pairs = pipe.matches.node_pairs[:0].copy()
+    matches.pairs = matches.pairs[:0].copy()
+    matches.node_pairs = matches.node_pairs[:0].copy()
+    return Constraints(empty, empty, np.zeros(0), cons.counts, cons.assumed)
 
 
 def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,

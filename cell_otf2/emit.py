@@ -570,7 +570,7 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
 
 def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
          dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None,
-         chunk_events: int | None = None
+         chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None
          ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 
@@ -578,7 +578,10 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     ends usable, when a parallel conversion decided it across processes; None: from
     ``matches.messages``. With ``chunk_events``, the table comes as ``EventChunks``: pieces of
     whole locations of about that many events each, built one at a time as they are iterated
-    (for streaming into the writer with bounded memory).
+    (for streaming into the writer with bounded memory). ``rma_id_offset`` (one per rank of the
+    run): added to the RMA matching ids of each rank's transfers, when the records are a
+    parallel conversion's share and the ids must count the whole run's transfers; None: the
+    ids count the transfers given, in record order.
     """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
@@ -710,6 +713,8 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     written[i] = True
     if dma_style == DmaStyle.RMA:
         match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
+        if rma_id_offset is not None:
+            match_id = match_id + np.asarray(rma_id_offset, np.uint64)[rank_of(i)]
         # what only depends on the DMA record is taken from it when the table is built
         u8, low32 = np.uint64(8), np.uint64(0xFFFFFFFF)
 
@@ -778,6 +783,10 @@ class EventChunks:
                 cuts.append(loc)
         cuts.append(events.n_locations)
         self.ranges = list(zip(cuts[:-1], cuts[1:], strict=True))
+
+    def counts(self) -> np.ndarray:
+        """Events per location (int64, one per location), known before any piece is built."""
+        return np.diff(self._events.loc_start).astype(np.int64)
 
     def __iter__(self):
         buffer = None

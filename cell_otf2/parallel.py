@@ -53,11 +53,11 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode, summarize
-from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
+from .emit import DmaStyle, EmitStats, EventChunks, build_definitions, emit, sync_intervals_property
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
 from .manifest import Manifest, load_manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
-from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, Ev, LocKind
+from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
 from .order import Constraints, OrderOptions, build_constraints
 from .output import ArchiveTarget
 from .reader import read_dump
@@ -210,23 +210,22 @@ def _dump_bytes(man: Manifest) -> list[int]:
     return sizes
 
 
-def _layout_part(man: Manifest, dumps: list, damage: DamageLog) -> tuple[dict, list]:
+def _layout_part(man: Manifest, summaries: list, damage: DamageLog) -> dict:
     """This process's location rows (its ranks, in rank order) and contexts, with context
-    locations counted from the start of each rank's rows; and the ``decode.summarize`` of each
-    of ``dumps``, which ``decode`` takes too."""
-    summaries = [summarize(d) for d in dumps]
+    locations counted from the start of each rank's rows, from the ``decode.summarize`` of
+    each of its dumps."""
     locations, contexts, _ = _build_locations(man, summaries, damage)
     n = man.n_ranks
     rows = locations[n:]
-    ranks = [d.rank for d in dumps]
+    ranks = [d.rank for d in summaries]
     per_rank = []
     for r in ranks:
         idx = np.flatnonzero(rows["rank"] == r)
         ctx = contexts[contexts["rank"] == r].copy()
         ctx["loc"] -= n + int(idx[0])
         per_rank.append((r, rows[idx], ctx))
-    return {"ranks": per_rank, "names": {d.rank: d.name for d in dumps},
-            "buffers": {d.rank: d.spe_buffer_records for d in dumps}}, summaries
+    return {"ranks": per_rank, "names": {d.rank: d.name for d in summaries},
+            "buffers": {d.rank: d.spe_buffer_records for d in summaries}}
 
 
 def _assemble_layout(man: Manifest, parts: list[dict]) -> RunLayout:
@@ -321,17 +320,17 @@ def _paired(state: _MpiState, good_parts: list[np.ndarray]) -> list[np.ndarray]:
     return [state.local[flag & (state.owner == q)] for q in range(state.n_proc)]
 
 
-def _rma_shift(events: np.ndarray, dec: Decoded, comm: Any) -> None:
-    """RMA matching ids count DMA transfers over the whole run in rank order (``emit``): add
-    to each rank's ids the transfers of lower ranks held by other processes."""
+def _rma_id_offset(dec: Decoded, matches: Matches, usable: np.ndarray, comm: Any) -> np.ndarray:
+    """RMA matching ids count DMA transfers over the whole run in rank order (``emit``, one
+    id per transfer whose issue is written): per rank, the transfers of lower ranks held by
+    other processes, which ``emit(..., rma_id_offset=)`` adds to that rank's ids."""
     n = dec.manifest.n_ranks
-    rank_of = dec.locations["rank"].astype(np.int64)[events["loc"]]
-    issue = np.isin(events["type"], [Ev.RMA_GET, Ev.RMA_PUT])
-    mine = np.bincount(rank_of[issue], minlength=n)
+    issue = matches.dma["issue"]
+    issue = issue[usable[issue] & (dec.records["code"][issue] != 0)]
+    rank_of = dec.locations["rank"].astype(np.int64)[dec.records["loc"][issue]]
+    mine = np.bincount(rank_of, minlength=n)
     every = comm.allreduce(mine)
-    shift = (np.cumsum(every) - every) - (np.cumsum(mine) - mine)
-    sel = issue | (events["type"] == Ev.RMA_OP_COMPLETE_BLOCKING)
-    events["p3"][sel] += shift[rank_of[sel]].astype(np.uint64)
+    return ((np.cumsum(every) - every) - (np.cumsum(mine) - mine)).astype(np.uint64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,7 +376,7 @@ def _remove_made(made: list[Path]) -> None:
 
 def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
              dma_style: DmaStyle, alpha: float, report, order_options, progress, wall0: float):
-    from .convert import _summary, sync_report
+    from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, sync_report
 
     comm, root = steps.comm, steps.rank == 0
     n_proc = comm.Get_size()
@@ -389,27 +388,32 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
     owner = partition(man, sizes, n_proc)
     my_ranks = [p.rank for p in man.processes if owner[man.node_of_rank(p.rank)] == steps.rank]
 
-    # 2. read, layout
+    # 2. read (each dump once, only its summary kept, as the serial path does), layout
     def read() -> list:
-        dumps = []
+        summaries = []
         for i, r in enumerate(my_ranks):
-            dumps.append(read_dump(man.dump_path(r), man, r))
-            logs["read"].extend(dumps[-1].damage)
+            dump = read_dump(man.dump_path(r), man, r)
+            logs["read"].extend(dump.damage)
+            summaries.append(summarize(dump))
+            del dump
             if progress:
                 progress("read", (i + 1) / max(1, len(my_ranks)))
-        return dumps
+        return summaries
 
-    dumps = steps.run("read", read)
-    part, summaries = steps.run("decode", lambda: _layout_part(man, dumps, logs["layout"]))
+    summaries = steps.run("read", read)
+    part = steps.run("decode", lambda: _layout_part(man, summaries, logs["layout"]))
     layout = _assemble_layout(man, comm.allgather(part))
 
-    # 3. decode, match all but MPI
+    # 3. decode (reading each dump again, one at a time), match all but MPI
     def local() -> tuple[Decoded, Matches]:
-        dec = decode(man, dumps, logs["decode"], layout=layout, summaries=summaries)
+        dumps = _Dumps(man, summaries, my_ranks)
+        dec = decode(man, dumps, logs["decode"], layout=layout, release=True,
+                     summaries=summaries)
+        steps.seconds["read"] = steps.seconds.get("read", 0.0) + dumps.seconds
+        steps.seconds["decode"] = steps.seconds.get("decode", 0.0) - dumps.seconds
         return dec, match(dec, logs["match"], mpi=False)
 
     dec, matches = steps.run("decode", local)
-    dumps = []  # the decoded trace holds what is needed
 
     # 4. MPI across processes, node fit on process 0
     subsets = comm.gather(_mpi_subset(dec), root=0)
@@ -434,18 +438,22 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
     result = steps.run("sync", sync)
     sel = _mpi_subset(dec)[2]
     good = result.usable[sel] & (dec.records["code"][sel] != 0)
+    cons = drop_analysis(dec, matches, cons)  # as the serial path frees them before emit
     good_parts = comm.gather(good, root=0)
     paired_parts = steps.run("mpi", lambda: _paired(state, good_parts) if root else None)
     mpi_paired = np.zeros(dec.records.size, dtype=bool)
     mpi_paired[comm.scatter(paired_parts, root=0)] = True
 
-    # 6. emit; global counts, span, definitions
+    # 6. emit (pieces of whole locations, built as the writer takes them); global counts,
+    # span, definitions
+    rma_offset = (_rma_id_offset(dec, matches, result.usable, comm)
+                  if dma_style == DmaStyle.RMA else None)
     defs, events, estats = steps.run("emit", lambda: emit(
-        dec, matches, result, logs["emit"], dma_style, mpi_paired=mpi_paired))
-    if dma_style == DmaStyle.RMA:
-        _rma_shift(events, dec, comm)
-    n_loc = int(dec.locations.size)
-    counts = comm.allreduce(np.bincount(events["loc"], minlength=n_loc).astype(np.int64))
+        dec, matches, result, logs["emit"], dma_style, mpi_paired=mpi_paired,
+        chunk_events=CHUNK_EVENTS, rma_id_offset=rma_offset))
+    events.reuse_buffer = True  # the writer is done with each piece before the next
+    dec._cache.clear()  # the record groupings emit used
+    counts = comm.allreduce(events.counts())
     usable = result.usable & (dec.records["code"] != 0)
     t = dec.records["time"][usable]
     spans = comm.allgather((int(t.min()), int(t.max())) if t.size else None)
@@ -484,6 +492,9 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
             progress("write", done / n_events)
 
     _write(steps, target, defs, events, my_locs, counts, on_write)
+    # building the pieces is emit's work, done while writing
+    steps.seconds["emit"] += events.seconds
+    steps.seconds["write"] -= events.seconds
 
     def finish():
         timings: dict[str, float] = {}
@@ -575,7 +586,7 @@ def _merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
     return log
 
 
-def _write(steps: _Steps, target: ArchiveTarget, defs, events: np.ndarray,
+def _write(steps: _Steps, target: ArchiveTarget, defs, events: EventChunks,
            my_locs: np.ndarray, counts: np.ndarray, on_write) -> None:
     """Step 7: process 0 stages the output and commits it; every process writes its
     locations into the staging directory through OTF2's collective callbacks."""
