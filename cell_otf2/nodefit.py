@@ -68,9 +68,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 from scipy.sparse.csgraph import connected_components, dijkstra
-from scipy.sparse.linalg import spsolve
 
 from .decode import Decoded
 from .match import Matches
@@ -414,6 +412,8 @@ def _node_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: flo
     mat = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                             shape=(r.size, int(unknown.sum())))
     flat = out.reshape(-1)
+    from scipy.sparse.linalg import spsolve  # imported by the fit only: see ``solve``
+
     flat[unknown] = spsolve((mat.T @ mat).tocsc(), mat.T @ alpha[ok])
     return centers, out
 
@@ -720,6 +720,11 @@ class _Program:
     def solve(self, pool: np.ndarray, score: np.ndarray) -> np.ndarray:
         """z (with the t and u columns after it) for the pool of points; ``score`` (a prior
         slack per point) picks the rows of the first round."""
+        # scipy.optimize (HiGHS) is imported here, not with the module: a conversion of one
+        # node, or a parallel converter process other than 0, never fits and saves its
+        # import (about 0.2 s and 17 MB)
+        from scipy.optimize import linprog
+
         c, n_nodes = self.c, len(self.knots)
         a, b = pool["a"].astype(np.int64), pool["b"].astype(np.int64)
         ca0, wa0, ca1, wa1 = self._interp(a, pool["ta"])
