@@ -119,14 +119,22 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     if links.size:
         sw = links[links["kind"] == LinkKind.SWITCH]
         stop, start = rec[sw["stop_rec"]], rec[sw["start_rec"]]
-        add("switch", _pairs(sw["prev"], sw["last_local_prev"], stop["domain"], stop["local"]))
-        add("switch", _pairs(start["domain"], start["local"], sw["next"], sw["first_local_next"]))
+        # the saved value was the decrementer at the save, before the STOP record; the
+        # restored value is what it counts down from once the restore began, after START
+        add("switch", _pairs(sw["prev"], sw["local_prev"], stop["domain"], stop["local"]))
+        add("switch", _pairs(start["domain"], start["local"], sw["next"], sw["local_next"]))
         eps = float(opts.kernel_read_slack_ticks)
         base = sw["local_prev"].astype(np.float64) - sw["local_next"]
         if dec.manifest.decrementer_restore == DecrementerRestore.compensated:
             lat = opts.restore_latency_s * hz
             delta = (sw["value"] - sw["start_value"]) % (1 << 32)  # the kernel's off ticks
             d = base + delta
+            # the kernel read the timebase at the save (decrementer = STOP value) and again
+            # at the restore, which began after the START record: the save was at most
+            # ``delta`` (+ eps for its readings) before START, a lower bound of ``prev``
+            src, dst, w = _pairs(start["domain"], start["local"], sw["prev"],
+                                 sw["local_prev"] + delta)
+            add("switch", (src, dst, w + eps))
             # d - eps <= x[next] - x[prev] <= d + lat + eps
             add("continuity", (sw["prev"].astype(np.int64), sw["next"].astype(np.int64),
                                d + lat + eps))
