@@ -11,8 +11,13 @@ Sources, each sound by FORMAT.md 3.5 alone (ARCHITECTURE.md section 2):
 - a block's records happened before its header's reading;
 - semantic pairs from ``match.py`` (mailboxes with capacity, signals, context runs, MPI and
   collectives within a node);
-- interval links: the last reading before a CTX_SWITCH STOP happened before the STOP record,
-  the START record before the first reading after it; a DECR_WRITE or a ``compensated``
+- interval links: the STOP value (the decrementer at the save, a reading of the interval
+  before) happened before the STOP record; the START record before the restored value (the
+  next interval counts down from it once the restore began, after START); with
+  ``compensated`` the kernel's restore reading is after START and ``delta`` = STOP value -
+  START value after its save reading, so the save was at most ``delta`` + the kernel's
+  reading slack before START: a lower bound of the interval before the switch, which
+  nothing else gives when the PPE was quiet while it ran. A DECR_WRITE or a ``compensated``
   restore joins two intervals of one context in both directions with the small slack they
   allow (``OrderOptions``); a ``restored`` switch gives the lower bound only (the time the
   clock stood still is at least START - STOP).
