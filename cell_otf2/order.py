@@ -133,7 +133,12 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
         if dec.manifest.decrementer_restore == DecrementerRestore.compensated:
             lat = opts.restore_latency_s * hz
             delta = (sw["value"] - sw["start_value"]) % (1 << 32)  # the kernel's off ticks
-            d = base + delta
+            # ... mod 2^32: they are at least START - STOP - eps, so a context off its SPU
+            # longer than that says the decrementer lost whole passes: no link then
+            one = ~((stop["domain"] >= 0) & (start["domain"] >= 0)
+                    & (start["local"].astype(np.float64) - stop["local"] - eps > delta))
+            sw, start, delta = sw[one], start[one], delta[one]
+            d = base[one] + delta
             # the kernel read the timebase at the save (decrementer = STOP value) and again
             # at the restore, which began after the START record: the save was at most
             # ``delta`` (+ eps for its readings) before START, a lower bound of ``prev``

@@ -84,3 +84,22 @@ def test_switch_bounds_contain_the_truth_and_narrow(switch_run):
         assert now["mean"] <= 15.0 and gain >= 5.0, (now, before)
     else:
         assert gain >= 0.5, (now, before)
+
+
+def test_contexts_off_their_spu_for_more_than_a_decrementer_pass(tmp_path):
+    """The kernel's off ticks are known mod 2^32 only: a context off its SPU for more than
+    2^32 ticks must not be joined by the compensated links (it made the system infeasible by
+    2^32 ticks and pushed bounds off the truth)."""
+    run = tmp_path / "run"
+    simulate_run(run, seed=5, workload="blackscholes", spes=5, phases=2, chunks=4, spus=3)
+    pipe = analyze(run)
+    dec = pipe.decoded
+    sw = dec.links[dec.links["kind"] == LinkKind.SWITCH]
+    rec = dec.records
+    off = rec["local"][sw["start_rec"]].astype(np.float64) - rec["local"][sw["stop_rec"]]
+    assert (off > 2.0**32).sum() >= 2, off / 2**32
+    assert pipe.sync.relaxation == 0.0
+    true_off = ev.true_offsets(dec, load_truth(run))
+    mask = ev.interval_mask(dec)
+    assert ev.coverage(true_off, pipe.sync.lower, pipe.sync.upper, mask) == 1.0
+    assert ev.width_stats(pipe.sync.lower, pipe.sync.upper, mask)["unbounded"] == 0
