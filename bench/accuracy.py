@@ -1,6 +1,7 @@
 """Accuracy of clock synchronization against the simulator's ground truth (cell2otf2 issues 4, 5).
 
     .venv/bin/python bench/accuracy.py [--quick] [--fresh] [--seed 1] [--nodes 2,4,16|none]
+                                       [--rows switch,fft]
 
 Simulates (cached under bench/out/runs/, keyed by the options; --fresh re-simulates) fft,
 matmul, blackscholes and julia with 16 SPEs at 14.318 MHz, full instrumentation (one record
@@ -313,11 +314,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--nodes", default="2,4,16",
                     help="node counts of the hybrid node-fit rows; 'none': no node rows")
+    ap.add_argument("--rows", default="",
+                    help="only the rows whose name contains one of these comma-separated "
+                         "substrings (e.g. 'switch'); default: every row")
     args = ap.parse_args()
+    wanted = [w for w in args.rows.split(",") if w]
     OUT.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
     res: dict[str, dict] = {}
     for name, opts in rows(args.quick):
+        if wanted and not any(w in name for w in wanted):
+            continue
         t0 = time.perf_counter()
         run = simulated(name, opts, args.seed, args.fresh)
         t1 = time.perf_counter()

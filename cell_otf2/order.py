@@ -11,8 +11,13 @@ Sources, each sound by FORMAT.md 3.5 alone (ARCHITECTURE.md section 2):
 - a block's records happened before its header's reading;
 - semantic pairs from ``match.py`` (mailboxes with capacity, signals, context runs, MPI and
   collectives within a node);
-- interval links: the last reading before a CTX_SWITCH STOP happened before the STOP record,
-  the START record before the first reading after it; a DECR_WRITE or a ``compensated``
+- interval links: the STOP value (the decrementer at the save, a reading of the interval
+  before) happened before the STOP record; the START record before the restored value (the
+  next interval counts down from it once the restore began, after START); with
+  ``compensated`` the kernel's restore reading is after START and ``delta`` = STOP value -
+  START value after its save reading, so the save was at most ``delta`` + the kernel's
+  reading slack before START: a lower bound of the interval before the switch, which
+  nothing else gives when the PPE was quiet while it ran. A DECR_WRITE or a ``compensated``
   restore joins two intervals of one context in both directions with the small slack they
   allow (``OrderOptions``); a ``restored`` switch gives the lower bound only (the time the
   clock stood still is at least START - STOP).
@@ -119,14 +124,27 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     if links.size:
         sw = links[links["kind"] == LinkKind.SWITCH]
         stop, start = rec[sw["stop_rec"]], rec[sw["start_rec"]]
-        add("switch", _pairs(sw["prev"], sw["last_local_prev"], stop["domain"], stop["local"]))
-        add("switch", _pairs(start["domain"], start["local"], sw["next"], sw["first_local_next"]))
+        # the saved value was the decrementer at the save, before the STOP record; the
+        # restored value is what it counts down from once the restore began, after START
+        add("switch", _pairs(sw["prev"], sw["local_prev"], stop["domain"], stop["local"]))
+        add("switch", _pairs(start["domain"], start["local"], sw["next"], sw["local_next"]))
         eps = float(opts.kernel_read_slack_ticks)
         base = sw["local_prev"].astype(np.float64) - sw["local_next"]
         if dec.manifest.decrementer_restore == DecrementerRestore.compensated:
             lat = opts.restore_latency_s * hz
             delta = (sw["value"] - sw["start_value"]) % (1 << 32)  # the kernel's off ticks
-            d = base + delta
+            # ... mod 2^32: they are at least START - STOP - eps, so a context off its SPU
+            # longer than that says the decrementer lost whole passes: no link then
+            one = ~((stop["domain"] >= 0) & (start["domain"] >= 0)
+                    & (start["local"].astype(np.float64) - stop["local"] - eps > delta))
+            sw, start, delta = sw[one], start[one], delta[one]
+            d = base[one] + delta
+            # the kernel read the timebase at the save (decrementer = STOP value) and again
+            # at the restore, which began after the START record: the save was at most
+            # ``delta`` (+ eps for its readings) before START, a lower bound of ``prev``
+            src, dst, w = _pairs(start["domain"], start["local"], sw["prev"],
+                                 sw["local_prev"] + delta)
+            add("switch", (src, dst, w + eps))
             # d - eps <= x[next] - x[prev] <= d + lat + eps
             add("continuity", (sw["prev"].astype(np.int64), sw["next"].astype(np.int64),
                                d + lat + eps))
