@@ -36,9 +36,10 @@ in ``parallel.py``).
 from __future__ import annotations
 
 import json
+import mmap
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -51,7 +52,7 @@ from .decode import Decoded, RunLayout, _build_locations, decode
 from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
 from .manifest import Manifest, load_manifest
 from .match import Matches, match
-from .model import Ev
+from .model import RECORD_DTYPE, Ev
 from .order import build_constraints
 from .output import ArchiveTarget
 from .parallel import (
@@ -126,15 +127,46 @@ class _Spill:
     """Each group's ``_State``: in memory for the group being worked on (``get``/``put``),
     in ``.npy`` files under ``directory`` for the others (made on first use; ``close``
     removes it). Whatever is not an array (counts, the manifest, the layout shared by every
-    group) stays in memory. ``seconds`` / ``cpu_seconds``: time spent writing and reading."""
+    group) stays in memory. ``seconds`` / ``cpu_seconds``: time spent writing and reading.
+
+    A group's record table, most of its state, can be a shared mapping of a file from the
+    start (``record_table``, given to ``decode``): spilling it then copies nothing, its pages
+    simply leave the process (they stay in the page cache, or go to disk under memory
+    pressure), and loading it maps the file again. Copying it out instead costs a second page
+    for every page of the table (on the project's VM, fresh pages are the expensive part).
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.hot: tuple[int, _State] | None = None
         self.valid: dict[int, set[str]] = {}  # per group: files that hold the current arrays
         self.rest: dict[int, dict] = {}  # per spilled group: everything but the arrays
+        self.mapped: dict[int, int] = {}  # per group with a mapped record table: its rows
         self.seconds = self.cpu_seconds = 0.0
         self.written = 0  # bytes
+
+    def record_table(self, g: int) -> Callable[[int], np.ndarray]:
+        """``decode``'s ``allocate`` for group ``g``: the record table as a shared mapping of
+        the file ``records.bin`` in its spill directory (zeroed: a fresh sparse file)."""
+
+        def allocate(n: int) -> np.ndarray:
+            if n == 0:
+                return np.zeros(0, RECORD_DTYPE)
+            where = self._dir(g)
+            where.mkdir(parents=True, exist_ok=True)
+            with open(where / "records.bin", "w+b") as f:
+                f.truncate(n * RECORD_DTYPE.itemsize)
+            self.mapped[g] = n
+            self.valid.setdefault(g, set())
+            return self._map(g)
+
+        return allocate
+
+    def _map(self, g: int) -> np.ndarray:
+        n = self.mapped[g]
+        with open(self._dir(g) / "records.bin", "r+b") as f:
+            mapping = mmap.mmap(f.fileno(), n * RECORD_DTYPE.itemsize)
+        return np.frombuffer(mapping, RECORD_DTYPE, n)  # unmapped with its last view
 
     def put(self, g: int, state: _State) -> None:
         """``state`` is group ``g``'s now (the one in memory)."""
@@ -202,10 +234,12 @@ class _Spill:
                 value = getattr(obj, name)
                 if value is None:
                     rest["none"].add(name)
+                elif name == "records" and g in self.mapped:
+                    continue  # the file's pages: nothing to write
                 elif not (name in valid and name in _STABLE):
                     self._write(where, name, value)
                     valid.add(name)
-        if state.timed:
+        if state.timed and g not in self.mapped:
             self._write(where, "time", state.dec.records["time"])
             valid.add("time")
         self.rest[g] = rest
@@ -221,12 +255,13 @@ class _Spill:
         def build(part: str, cls):
             if rest[part] is None:
                 return None
-            arrays = {name: None if name in rest["none"] else np.load(where / f"{name}.npy")
-                      for name in _ARRAYS[part]}
+            arrays = {name: None if name in rest["none"]
+                      else self._map(g) if name == "records" and g in self.mapped
+                      else np.load(where / f"{name}.npy") for name in _ARRAYS[part]}
             return cls(**rest[part], **arrays)
 
         dec = build("dec", Decoded)
-        if rest["timed"] and "time" in self.valid[g]:
+        if rest["timed"] and g not in self.mapped:
             dec.records["time"] = np.load(where / "time.npy")
         return _State(dec, build("matches", Matches), build("result", SyncResult),
                       rest["timed"])
@@ -316,7 +351,8 @@ def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
             mine = [summaries[r] for r in g.ranks]
             dumps = _Dumps(man, mine, g.ranks)
             dec = decode(man, dumps, g.logs["decode"], layout=layout, release=True,
-                         summaries=mine)
+                         summaries=mine,
+                         allocate=spill.record_table(g.index) if len(groups) > 1 else None)
             matches = match(dec, g.logs["match"], mpi=False)
             g.mpi = _mpi_subset(dec)
             g.records = int(dec.records.size)

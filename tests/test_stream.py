@@ -12,6 +12,7 @@ groups.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -151,12 +152,19 @@ def test_spill_round_trip_and_cleanup(runs, tmp_path, monkeypatch):
     assert seen and not (tmp_path / "x").exists()
 
 
-def test_spill_keeps_every_array(runs, tmp_path):
+@pytest.mark.parametrize("mapped", [False, True])
+def test_spill_keeps_every_array(runs, tmp_path, mapped):
     """A group's state saved and loaded equals the state it was (records with their times
-    kept apart once the records are on disk)."""
+    kept apart once the records are on disk; or a mapped file from the start)."""
     pipe = analyze(runs["four_nodes"])
     spill = stream._Spill(tmp_path / "spill")
-    state = stream._State(pipe.decoded, pipe.matches, pipe.sync, timed=True)
+    dec = pipe.decoded
+    if mapped:
+        table = spill.record_table(0)(dec.records.size)
+        assert not table.view(np.uint8).any()  # zeroed
+        table[:] = pipe.decoded.records
+        dec = dataclasses.replace(dec, records=table, _cache={})
+    state = stream._State(dec, pipe.matches, pipe.sync, timed=True)
     spill.put(0, state)
     spill.evict()
     back = spill.get(0)
@@ -166,9 +174,12 @@ def test_spill_keeps_every_array(runs, tmp_path):
     assert np.array_equal(back.result.usable, pipe.sync.usable)
     assert back.dec.records_total == pipe.decoded.records_total
     back.dec.records["time"] += 1  # only the times change once the records are on disk
+    del back
     spill.evict()
     again = spill.get(0)
     assert np.array_equal(again.dec.records["time"], pipe.decoded.records["time"] + 1)
+    assert (tmp_path / "spill" / "group0" / "records.bin").exists() == mapped
+    del again
     spill.close()
     assert not (tmp_path / "spill").exists()
 
