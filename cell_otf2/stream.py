@@ -365,6 +365,8 @@ def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
                                node_domains, dec.links[:0].copy(), dec.n_nodes)
         spill.put(g.index, _State(dec, matches))
         del dec, matches, dumps
+        if progress:
+            progress("decode", (g.index + 1) / len(groups))
     del summaries
     # B. MPI over every group, node clock fit
     if progress:
@@ -407,6 +409,8 @@ def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
             }
         spill.put(g.index, _State(dec, matches, result, timed=True))
         del state, dec, matches, result, cons
+        if progress:
+            progress("sync", (len(groups) - g.index) / len(groups))
     # D. MPI pairs usable at both ends, RMA ids, the whole run's definitions
     with clock.stage("emit"):
         paired = _paired(mpi_state, [g.good for g in groups])
