@@ -11,7 +11,9 @@ One command::
    and prints seconds and records/s per stage, end to end, and the child's peak RSS
    (``ru_maxrss`` of the child, read by the child itself at the end; the RSS of a child that
    only imports the same modules is printed beside it), the input's size on disk (dumps +
-   run.json) and their ratio, and the synchronization share of the total.
+   run.json) and their ratio, the same against the largest node's dumps (the serial
+   converter holds one group of whole nodes at a time), and the synchronization share of
+   the total.
 3. Measures, in a fresh child process in the same run, the write ceiling: the rate at which
    this machine pushes the same number of events through the same OTF2 C entry points from
    Python with nothing else to do (``otf2_writer.write_ceiling``: Enter/Leave pairs, one
@@ -91,6 +93,18 @@ def input_bytes(run: Path) -> int:
     man = load_manifest(run)
     return (run / "run.json").stat().st_size + sum(
         man.dump_path(p.rank).stat().st_size for p in man.processes)
+
+
+def largest_node_bytes(run: Path) -> int:
+    """The dumps of the node whose dumps are largest (the serial converter holds one group of
+    whole nodes at a time, ``cell_otf2/stream.py``)."""
+    from cell_otf2.manifest import load_manifest
+
+    man = load_manifest(run)
+    per_node = [0] * len(man.nodes)
+    for p in man.processes:
+        per_node[man.node_of_rank(p.rank)] += man.dump_path(p.rank).stat().st_size
+    return max(per_node)
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +209,9 @@ def main() -> None:
     print(f"peak RSS {rss / 1e6:.0f} MB (a child importing the same modules: "
           f"{idle['maxrss'] / 1e6:.0f} MB); input {size / 1e6:.0f} MB; "
           f"peak RSS / input size = {rss / size:.2f}")
+    node = largest_node_bytes(run)
+    print(f"largest node's dumps {node / 1e6:.0f} MB; peak RSS / largest node's input = "
+          f"{rss / node:.2f}")
     sync_share = stages.get("sync", 0.0) / wall
     print(f"synchronization share of the total: {sync_share:.1%} (CPU: "
           f"{cpu_stages.get('sync', 0.0) / cpu:.1%})")

@@ -3,14 +3,16 @@
 read (manifest, dumps) -> decode -> match -> order -> sync -> apply times -> emit -> write,
 each stage timed; contained damage collected in one ``DamageLog``. Output is written through
 ``output.ArchiveTarget`` so nothing half-written is ever left at the output path.
-``convert`` is also the Python API (``cell_otf2.convert``).
+``convert`` is also the Python API (``cell_otf2.convert``). ``analyze`` runs the stages up to
+the record times on the whole run at once (for tests, benchmarks, ``check``); ``convert``
+runs them group of nodes by group of nodes (``stream.py``, or ``parallel.py`` under an MPI
+launch), which gives the same archive with memory bounded by the largest group.
 
 It prints nothing: progress goes through the ``progress`` callback, the summary is returned.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ import numpy as np
 
 from .damage import DamageLog
 from .decode import Decoded, decode, summarize
-from .emit import DmaStyle, emit
+from .emit import DmaStyle
 from .errors import FormatError
 from .manifest import load_manifest
 from .match import Matches, match
@@ -129,16 +131,7 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
     damage = DamageLog()
     t0 = time.perf_counter()
     man = load_manifest(Path(run_dir))
-    # every dump read once first (a refusal comes before any decoding), only its summary
-    # kept; decode reads them again one at a time
-    summaries = []
-    for p in man.processes:
-        dump = read_dump(man.dump_path(p.rank), man, p.rank)
-        damage.extend(dump.damage)
-        summaries.append(summarize(dump))
-        del dump
-        if progress:
-            progress("read", (p.rank + 1) / man.n_ranks)
+    summaries = read_summaries(man, damage, progress)
     dumps = _Dumps(man, summaries)
     t1, c1 = time.perf_counter(), time.process_time()
     dec = decode(man, dumps, damage, release=True, summaries=summaries)
@@ -157,6 +150,21 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
     timings.update(read=t1 - t0, decode=t2 - t1, order=t3 - t2, sync=t4 - t3)
     cpu_timings.update(read=c1 - c0, decode=c2 - c1, order=c3 - c2, sync=c4 - c3)
     return Pipeline(dec, matches, cons, result, damage)
+
+
+def read_summaries(man, damage: DamageLog, progress: Progress | None = None) -> list:
+    """Every dump read once, in rank order (a refusal comes before any decoding), only its
+    ``decode.summarize`` kept and its reader damage added to ``damage``; decoding reads the
+    dumps again one at a time (``_Dumps``)."""
+    summaries = []
+    for p in man.processes:
+        dump = read_dump(man.dump_path(p.rank), man, p.rank)
+        damage.extend(dump.damage)
+        summaries.append(summarize(dump))
+        del dump
+        if progress:
+            progress("read", (p.rank + 1) / man.n_ranks)
+    return summaries
 
 
 class _Dumps:
@@ -244,6 +252,7 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
     archive; without one nothing here touches MPI.
     """
     from .parallel import launched_world
+    from .stream import convert_streamed
 
     world = launched_world()
     if world is not None:
@@ -257,8 +266,8 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
     made = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
     target.prepare(force)  # creates the missing directories ``made``, deepest first
     try:
-        return _convert(run_dir, target, str(archive), wall0, dma_style, alpha, report,
-                        order_options, progress)
+        return convert_streamed(run_dir, target, str(archive), wall0, DmaStyle(dma_style),
+                                alpha, report, order_options, progress)
     except BaseException:
         for d in made:
             try:
@@ -268,54 +277,12 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
         raise
 
 
-def _convert(run_dir, target: ArchiveTarget, archive: str, wall0: float, dma_style, alpha,
-             report, order_options, progress) -> Summary:
-    from .otf2_writer import write_archive  # the only importer of otf2
-
-    timings: dict[str, float] = {}
-    cpu: dict[str, float] = {}
-    pipe = analyze(Path(run_dir), alpha, order_options, progress, timings, cpu)
-    _drop_after_sync(pipe)
-    t0, c0 = time.perf_counter(), time.process_time()
-    # the event table in pieces of whole locations, built as the writer takes them
-    defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
-                                DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
-    events.reuse_buffer = True  # the writer is done with each piece before the next
-    pipe.decoded._cache.clear()  # the record groupings emit used
-    t1, c1 = time.perf_counter(), time.process_time()
-    n_events = max(1, events.size)
-
-    def on_write(done: int) -> None:
-        if progress:
-            progress("write", done / n_events)
-
-    with target.staged() as tmp:
-        write_archive(defs, events, tmp, target.name, progress=on_write)
-    built = getattr(events, "seconds", 0.0)  # building the pieces is emit's work
-    built_cpu = getattr(events, "cpu_seconds", 0.0)
-    timings["emit"] = t1 - t0 + built
-    timings["write"] = time.perf_counter() - t1 - built
-    cpu["emit"] = c1 - c0 + built_cpu
-    cpu["write"] = time.process_time() - c1 - built_cpu
-    summary = _summary(pipe, str(run_dir), str(archive), events.size, estats, timings)
-    summary.stage_cpu_seconds = cpu
-    summary.wall_seconds = time.perf_counter() - wall0
-    if report is not None:
-        Path(report).write_text(json.dumps(sync_report(pipe), indent=1) + "\n")
-    return summary
-
-
-def _drop_after_sync(pipe: Pipeline) -> None:
-    """Free what only analysis needed (the constraint arrays, the slot-order anchors, the
-    loss epochs, the happened-before pairs) before the event table is built: the summary
-    and the report keep only their counts."""
-    pipe.constraints = drop_analysis(pipe.decoded, pipe.matches, pipe.constraints)
-
-
 def drop_analysis(dec: Decoded, matches: Matches, cons: Constraints) -> Constraints:
-    """``_drop_after_sync`` on the parts (the parallel path has no ``Pipeline``): empties
+    """Free what only analysis needed (the slot-order anchors, the loss epochs, the
+    happened-before pairs, the constraint arrays) before the event table is built: empties
     ``dec``'s anchors and loss epochs and ``matches``' pairs in place; returns the
-    constraints without their arrays (counts and assumed slacks kept)."""
+    constraints without their arrays (counts and assumed slacks kept, for the summary and
+    the report)."""
     empty = np.zeros(0, dtype=np.int64)
     dec.anchors = dec.anchors[:0].copy()
     dec.loss_epoch = None

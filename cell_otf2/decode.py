@@ -23,6 +23,7 @@ It does not match messages (``match.py``), build constraints (``order.py``) or c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -222,7 +223,8 @@ def summarize(dump: Dump) -> _DumpSummary:
 
 def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
            split_ambiguous_wraps: bool = True, layout: RunLayout | None = None,
-           release: bool = False, summaries: list[_DumpSummary] | None = None) -> Decoded:
+           release: bool = False, summaries: list[_DumpSummary] | None = None,
+           allocate: Callable[[int], np.ndarray] | None = None) -> Decoded:
     """Decode every dump (one per rank, in rank order) of a run.
 
     The locations and their record counts come from a summary of every dump (``summarize``)
@@ -238,6 +240,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
 
     ``release``: empty each dump's record arrays once it is decoded (for a caller that drops
     the dumps afterwards: the records table then never coexists with all of them).
+
+    ``allocate(n)``: the zeroed ``RECORD_DTYPE`` table of n rows the records are written to
+    (``stream.py`` maps a file); default ``np.zeros``.
     """
     if summaries is None:
         summaries = [_DumpSummary.of(dumps[i]) for i in range(len(dumps))]
@@ -268,7 +273,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 loc_count[loc_key[(summary.rank, int(kind), i)]] += per[i]
     loc_start = np.zeros(locations.size + 1, dtype=np.int64)
     np.cumsum(loc_count, out=loc_start[1:])
-    records = np.zeros(int(loc_start[-1]), RECORD_DTYPE)
+    n_records = int(loc_start[-1])
+    records = (allocate(n_records) if allocate is not None
+               else np.zeros(n_records, RECORD_DTYPE))
     loss_epoch = np.zeros(records.size, dtype=np.int32)
     for dump_index in range(len(dumps)):
         dump = dumps[dump_index]

@@ -570,7 +570,8 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
 
 def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
          dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None,
-         chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None
+         chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None,
+         sync_intervals: dict[int, str] | None = None
          ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 
@@ -581,7 +582,8 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     (for streaming into the writer with bounded memory). ``rma_id_offset`` (one per rank of the
     run): added to the RMA matching ids of each rank's transfers, when the records are a
     parallel conversion's share and the ids must count the whole run's transfers; None: the
-    ids count the transfers given, in record order.
+    ids count the transfers given, in record order. ``sync_intervals``: the locations'
+    ``sync_intervals_property`` when the caller has it already (``build_definitions``).
     """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
@@ -589,7 +591,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     t = rec["time"]
     first = int(t[good].min()) if good.any() else 0
     last = int(t[good].max()) if good.any() else 0
-    defs, lk = build_definitions(dec, result, first, last)
+    defs, lk = build_definitions(dec, result, first, last, sync_intervals)
     ev = _Events(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()
     code = rec["code"]

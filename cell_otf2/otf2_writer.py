@@ -606,9 +606,11 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
 
 
 class _EventStream:
-    """Writes the event table piece by piece: pieces cover consecutive location ranges in
-    order; each location is written in one go (the C library's writer of a location is
-    opened once), locations no piece has get an empty event file."""
+    """Writes the event table piece by piece, in groups of locations (``begin`` .. ``end``;
+    one group of every location this process writes, unless ``EventGroups``): within a group
+    pieces cover consecutive location ranges in order; each location is written in one go
+    (the C library's writer of a location is opened once), and exactly once over all groups;
+    locations no piece has get an empty event file."""
 
     def __init__(self, archive: _Archive, defs: ArchiveDefs,
                  progress: Callable[[int], None] | None,
@@ -617,10 +619,12 @@ class _EventStream:
         self.defs = defs
         self.n_locations = len(defs.locations)
         #: the locations whose event files this process writes (all, unless writing in parallel)
-        self.mine = np.ones(self.n_locations, dtype=bool)
+        self.owned = np.ones(self.n_locations, dtype=bool)
         if locations is not None:
-            self.mine[:] = False
-            self.mine[np.asarray(locations, dtype=np.int64)] = True
+            self.owned[:] = False
+            self.owned[np.asarray(locations, dtype=np.int64)] = True
+        self.written = np.zeros(self.n_locations, dtype=bool)  # files done, all groups
+        self.mine = self.owned.copy()  # the current group's locations
         self.progress = progress
         self.api = _api()
         self.next_loc = 0  # locations before it are written
@@ -674,8 +678,28 @@ class _EventStream:
             self.archive.close_location_writer(writer)
         self.next_loc = max(self.next_loc, stop)
 
-    def finish(self) -> None:
+    def begin(self, locations: np.ndarray | None) -> None:
+        """Start a group: ``locations`` (None: every location this process writes), of which
+        none may have been written by an earlier group."""
+        mine = self.owned.copy()
+        if locations is not None:
+            mine[:] = False
+            mine[np.asarray(locations, dtype=np.int64)] = True
+            if (mine & ~self.owned).any() or (mine & self.written).any():
+                loc = int(np.flatnonzero(mine & (self.written | ~self.owned))[0])
+                raise WriterInputError(f"location {loc} is in a group but was written before "
+                                       "or is not this process's")
+        self.mine = mine & ~self.written
+        self.next_loc = 0
+
+    def end(self) -> None:
+        """End a group: empty event files for its locations that had no events."""
         self._empty_until(self.n_locations)
+        self.written |= self.mine
+
+    def finish(self) -> None:
+        self.begin(None)  # the locations no group named: empty files
+        self.end()
         if self.progress is not None and (self.reported != self.done or self.done == 0):
             self.progress(self.done)
 
@@ -849,9 +873,23 @@ def _write_definitions(archive: _Archive, defs: ArchiveDefs, counts: np.ndarray)
         _otf2.Archive_CloseGlobalDefWriter(archive.handle, g)
 
 
+class EventGroups:
+    """Events handed to ``write_archive`` as groups written one after the other: each group
+    is ``(locations, pieces)``, the location refs (ascending) whose event files it writes and
+    its events as an array or an iterable of pieces over those locations in location order.
+    The groups' locations are disjoint but need not follow each other (a group of nodes holds
+    every fourth rank's locations, say); a location no group names gets an empty event file.
+    The groups are taken one at a time, so a caller can build each group's events only when
+    the writer reaches it (``stream.py``)."""
+
+    def __init__(self, groups: Iterable[tuple[np.ndarray, np.ndarray | Iterable[np.ndarray]]]
+                 ) -> None:
+        self.groups = groups
+
+
 def write_archive(
     defs: ArchiveDefs,
-    events: np.ndarray | Iterable[np.ndarray],
+    events: np.ndarray | Iterable[np.ndarray] | EventGroups,
     archive_dir: Path,
     archive_name: str,
     progress: Callable[[int], None] | None = None,
@@ -878,6 +916,9 @@ def write_archive(
     writes the global definitions (``defs``, with ``counts``); a failure while writing events
     is agreed on, so every process closes the archive and raises. Without ``collectives``:
     every location, counts from ``events``.
+
+    ``events`` may also be ``EventGroups`` (one writing process only): each group's
+    locations are written from its pieces, in the groups' order; counts from the events.
     """
     t_start = time.perf_counter()
     whole = isinstance(events, np.ndarray)
@@ -899,8 +940,21 @@ def write_archive(
             failure: Exception | None = None
             try:
                 stream = _EventStream(archive, defs, progress, locs)
-                for piece in ([events] if whole else events):
-                    stream.write(piece, checked=whole)
+                if isinstance(events, EventGroups):
+                    if collectives is not None:
+                        raise WriterInputError("event groups are written by one process only")
+                    groups = events.groups
+                else:
+                    groups = [(locs, [events] if whole else events)]
+                for group_locs, pieces in groups:
+                    stream.begin(group_locs)
+                    single = isinstance(pieces, np.ndarray)
+                    if single:
+                        _check_events(defs, pieces)
+                    for piece in ([pieces] if single else pieces):
+                        stream.write(piece, checked=whole or single)
+                    stream.end()
+                    piece = pieces = None  # the group's events go before the next is built
                 stream.finish()
             except (OutputError, WriterInputError, _otf2.Error) as exc:
                 if collectives is None:

@@ -320,17 +320,25 @@ def _paired(state: _MpiState, good_parts: list[np.ndarray]) -> list[np.ndarray]:
     return [state.local[flag & (state.owner == q)] for q in range(state.n_proc)]
 
 
-def _rma_id_offset(dec: Decoded, matches: Matches, usable: np.ndarray, comm: Any) -> np.ndarray:
-    """RMA matching ids count DMA transfers over the whole run in rank order (``emit``, one
-    id per transfer whose issue is written): per rank, the transfers of lower ranks held by
-    other processes, which ``emit(..., rma_id_offset=)`` adds to that rank's ids."""
-    n = dec.manifest.n_ranks
+def rma_transfers(dec: Decoded, matches: Matches, usable: np.ndarray) -> np.ndarray:
+    """Per rank of the run, the DMA transfers of ``dec`` whose issue is written (``emit``
+    gives each one RMA matching id)."""
     issue = matches.dma["issue"]
     issue = issue[usable[issue] & (dec.records["code"][issue] != 0)]
     rank_of = dec.locations["rank"].astype(np.int64)[dec.records["loc"][issue]]
-    mine = np.bincount(rank_of, minlength=n)
-    every = comm.allreduce(mine)
+    return np.bincount(rank_of, minlength=dec.manifest.n_ranks)
+
+
+def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
+    """RMA matching ids count DMA transfers over the whole run in rank order: per rank, the
+    transfers of lower ranks held elsewhere (``every`` - ``mine``, both ``rma_transfers``),
+    which ``emit(..., rma_id_offset=)`` adds to that rank's ids."""
     return ((np.cumsum(every) - every) - (np.cumsum(mine) - mine)).astype(np.uint64)
+
+
+def _rma_id_offset(dec: Decoded, matches: Matches, usable: np.ndarray, comm: Any) -> np.ndarray:
+    mine = rma_transfers(dec, matches, usable)
+    return rma_id_offset(mine, comm.allreduce(mine))
 
 
 # --------------------------------------------------------------------------------------------

@@ -595,8 +595,7 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
                                                             when, existing):
     import minirun
 
-    from cell_otf2 import convert as convert_mod
-    from cell_otf2 import otf2_writer
+    from cell_otf2 import otf2_writer, stream
 
     run = tmp_path / "run"
     minirun.build(run)
@@ -614,7 +613,7 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
         raise KeyboardInterrupt
 
     if when == "analyze":
-        monkeypatch.setattr(convert_mod, "emit", interrupt)
+        monkeypatch.setattr(stream, "emit", interrupt)
     else:
         monkeypatch.setattr(otf2_writer, "write_archive", interrupt)
     status = cli([str(run), "-o", str(anchor), "--force"])

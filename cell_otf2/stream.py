@@ -1,0 +1,496 @@
+"""The serial conversion, node group by node group: peak memory follows the largest group of
+nodes, not the whole run.
+
+``convert.convert`` converts here when no MPI launch is found. It is the parallel converter's
+algorithm (``parallel.py``) run in one process over groups of whole nodes one after the
+other, instead of over processes at once:
+
+A. read every dump once (summaries, the run's location layout); then per group: decode its
+   dumps (reading each again, one at a time), match all but MPI, keep its MPI records;
+B. pair every MPI record of the run and fit the node clocks (``parallel._match_mpi``);
+C. per group: order constraints (with its within-node MPI pairs), synchronize its nodes, give
+   its records their times; keep its interval bounds, span, counts and the usable flags of its
+   MPI records;
+D. which MPI records have both ends usable (``parallel._paired``), RMA id offsets, the whole
+   run's definitions (``emit.build_definitions``; counts come from the writer);
+E. per group: emit its events in pieces and write its locations' event files into the one
+   archive (``otf2_writer.EventGroups``); then the global definitions, summary and report.
+
+Only one group's decoded state (records, anchors, matches, sync arrays) is in memory at a
+time; the others wait in ``.npy`` files (``_Spill``) in a directory inside the output's
+staging directory, which is removed with it on success, error and Ctrl-C (a SIGKILL leaves
+the staging directory behind, as ``output.py`` says). Re-decoding a group instead costs about
+as much as its first decoding, several times more than writing and reading it back.
+
+Groups (``node_groups``): nodes in order, consecutive nodes merged while their dumps total at
+most ``GROUP_BYTES``; a run that fits in one group is never spilled. Phase C runs the groups
+backwards and E forwards, so the group used last stays in memory: G groups cost G - 1 spills
+written and read back twice.
+
+The archive is the in-memory conversion's (``convert.analyze``, then emit and write), byte
+for byte, and so are the summary's numbers and the report; its damage lines too, except that
+kinds first found in the same stage in different groups may be listed in another order (as
+in ``parallel.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, read_summaries, sync_report
+from .damage import DamageLog
+from .decode import Decoded, RunLayout, _build_locations, decode
+from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
+from .manifest import Manifest, load_manifest
+from .match import Matches, match
+from .model import RECORD_DTYPE, Ev
+from .order import build_constraints
+from .output import ArchiveTarget
+from .parallel import (
+    _STAGES,
+    MPI_CODES,
+    _dump_bytes,
+    _match_mpi,
+    _merge_damage,
+    _mpi_subset,
+    _paired,
+    _whole_run,
+    rma_id_offset,
+    rma_transfers,
+)
+from .timing import SyncResult, apply_times, synchronize
+
+#: nodes are grouped while their dumps total at most this many bytes (a larger node is a
+#: group of its own); a group's decoded state takes about 2.5 times its dumps' size
+GROUP_BYTES = 64 << 20
+
+
+def node_groups(man: Manifest, dump_bytes: list[int], limit: int = GROUP_BYTES
+                ) -> list[list[int]]:
+    """Ranks (ascending) of each group: whole nodes in node order, consecutive nodes merged
+    while their dumps total at most ``limit`` bytes. Nodes without ranks are in no group."""
+    ranks_of: list[list[int]] = [[] for _ in man.nodes]
+    for p in man.processes:
+        ranks_of[man.node_of_rank(p.rank)].append(p.rank)
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for ranks in ranks_of:
+        if not ranks:
+            continue
+        weight = sum(dump_bytes[r] for r in ranks)
+        if current and size + weight > limit:
+            groups.append(sorted(current))
+            current, size = [], 0
+        current += ranks
+        size += weight
+    if current:
+        groups.append(sorted(current))
+    return groups
+
+
+# --------------------------------------------------------------------------------------------
+# one group's state, in memory or spilled
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """What a group holds between phases."""
+
+    dec: Decoded
+    matches: Matches
+    result: SyncResult | None = None
+    timed: bool = False  # ``dec.records['time']`` is filled
+
+
+_ARRAYS = {
+    "dec": ("records", "anchors", "domains", "links", "loss_epoch", "loss_cut"),
+    "matches": ("messages", "dma", "pairs", "node_pairs"),
+    "result": ("offset", "lower", "upper", "bounded", "usable"),
+}
+#: arrays no phase changes once made: a copy on disk stays valid after loading (the records'
+#: times excepted, which are saved apart once set)
+_STABLE = frozenset({"records", "domains", "links", "loss_cut", "messages", "dma"})
+
+
+class _Spill:
+    """Each group's ``_State``: in memory for the group being worked on (``get``/``put``),
+    in ``.npy`` files under ``directory`` for the others (made on first use; ``close``
+    removes it). Whatever is not an array (counts, the manifest, the layout shared by every
+    group) stays in memory. ``seconds`` / ``cpu_seconds``: time spent writing and reading.
+
+    A group's record table, most of its state, can be a shared mapping of a file from the
+    start (``record_table``, given to ``decode``): spilling it then copies nothing, its pages
+    simply leave the process (they stay in the page cache, or go to disk under memory
+    pressure), and loading it maps the file again. Copying it out instead costs a second page
+    for every page of the table (on the project's VM, fresh pages are the expensive part).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.hot: tuple[int, _State] | None = None
+        self.valid: dict[int, set[str]] = {}  # per group: files that hold the current arrays
+        self.rest: dict[int, dict] = {}  # per spilled group: everything but the arrays
+        self.mapped: dict[int, int] = {}  # per group with a mapped record table: its rows
+        self.seconds = self.cpu_seconds = 0.0
+        self.written = 0  # bytes
+
+    def record_table(self, g: int) -> Callable[[int], np.ndarray]:
+        """``decode``'s ``allocate`` for group ``g``: the record table as a shared mapping of
+        the file ``records.bin`` in its spill directory (zeroed: a fresh sparse file)."""
+
+        def allocate(n: int) -> np.ndarray:
+            if n == 0:
+                return np.zeros(0, RECORD_DTYPE)
+            where = self._dir(g)
+            where.mkdir(parents=True, exist_ok=True)
+            with open(where / "records.bin", "w+b") as f:
+                f.truncate(n * RECORD_DTYPE.itemsize)
+            self.mapped[g] = n
+            self.valid.setdefault(g, set())
+            return self._map(g)
+
+        return allocate
+
+    def _map(self, g: int) -> np.ndarray:
+        n = self.mapped[g]
+        with open(self._dir(g) / "records.bin", "r+b") as f:
+            mapping = mmap.mmap(f.fileno(), n * RECORD_DTYPE.itemsize)
+        return np.frombuffer(mapping, RECORD_DTYPE, n)  # unmapped with its last view
+
+    def put(self, g: int, state: _State) -> None:
+        """``state`` is group ``g``'s now (the one in memory)."""
+        if self.hot is not None and self.hot[0] != g:
+            raise RuntimeError("one group in memory at a time: evict the other first")
+        self.hot = (g, state)
+
+    def evict(self) -> None:
+        """Spill the group in memory, if any."""
+        if self.hot is not None:
+            g, state = self.hot
+            self.hot = None
+            with self._timed():
+                self._save(g, state)
+
+    def get(self, g: int) -> _State:
+        """Group ``g``'s state, loaded after spilling the one in memory if that is another."""
+        if self.hot is not None and self.hot[0] == g:
+            return self.hot[1]
+        self.evict()
+        with self._timed():
+            state = self._load(g)
+        self.hot = (g, state)
+        return state
+
+    def drop(self, g: int) -> None:
+        """Group ``g`` is done: forget it, in memory and on disk."""
+        if self.hot is not None and self.hot[0] == g:
+            self.hot = None
+        self.rest.pop(g, None)
+        if self.valid.pop(g, None) is not None:
+            shutil.rmtree(self._dir(g), ignore_errors=True)
+
+    def close(self) -> None:
+        self.hot = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _timed(self) -> Iterator[None]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.cpu_seconds += time.process_time() - c0
+
+    def _dir(self, g: int) -> Path:
+        return self.directory / f"group{g}"
+
+    def _save(self, g: int, state: _State) -> None:
+        where = self._dir(g)
+        where.mkdir(parents=True, exist_ok=True)
+        valid = self.valid.setdefault(g, set())
+        rest: dict = {"timed": state.timed, "none": set()}
+        for part, names in _ARRAYS.items():
+            obj = getattr(state, part)
+            if obj is None:
+                rest[part] = None
+                continue
+            rest[part] = {f.name: getattr(obj, f.name) for f in fields(obj)
+                          if f.name not in names and f.name != "_cache"}
+            for name in names:
+                value = getattr(obj, name)
+                if value is None:
+                    rest["none"].add(name)
+                elif name == "records" and g in self.mapped:
+                    continue  # the file's pages: nothing to write
+                elif not (name in valid and name in _STABLE):
+                    self._write(where, name, value)
+                    valid.add(name)
+        if state.timed and g not in self.mapped:
+            self._write(where, "time", state.dec.records["time"])
+            valid.add("time")
+        self.rest[g] = rest
+
+    def _write(self, where: Path, name: str, value: np.ndarray) -> None:
+        np.save(where / f"{name}.npy", value, allow_pickle=False)
+        self.written += int(value.nbytes)
+
+    def _load(self, g: int) -> _State:
+        where = self._dir(g)
+        rest = self.rest.pop(g)
+
+        def build(part: str, cls):
+            if rest[part] is None:
+                return None
+            arrays = {name: None if name in rest["none"]
+                      else self._map(g) if name == "records" and g in self.mapped
+                      else np.load(where / f"{name}.npy") for name in _ARRAYS[part]}
+            return cls(**rest[part], **arrays)
+
+        dec = build("dec", Decoded)
+        if rest["timed"] and g not in self.mapped:
+            dec.records["time"] = np.load(where / "time.npy")
+        return _State(dec, build("matches", Matches), build("result", SyncResult),
+                      rest["timed"])
+
+
+# --------------------------------------------------------------------------------------------
+# the conversion
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """One group of nodes and what the conversion keeps of it from phase to phase."""
+
+    index: int
+    ranks: list[int]
+    logs: dict[str, DamageLog] = field(default_factory=lambda: {s: DamageLog() for s in _STAGES})
+    records: int = 0  # decoded records
+    mpi: tuple | None = None  # its MPI records (A -> B)
+    good: np.ndarray | None = None  # usable flags of its MPI records (C -> D)
+    rma: np.ndarray | None = None  # its RMA transfers per rank (C -> E)
+    span: tuple[int, int] | None = None
+    info: dict = field(default_factory=dict)  # ``parallel._whole_run``'s per-part values
+
+
+class _Clock:
+    """Wall and CPU seconds per stage."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def add(self, stage: str, wall: float, cpu: float) -> None:
+        self.wall[stage] = self.wall.get(stage, 0.0) + wall
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + cpu
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0, time.process_time() - c0)
+
+
+def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
+                     dma_style: DmaStyle, alpha: float, report, order_options, progress,
+                     group_bytes: int | None = None):
+    """``convert.convert``'s serial conversion (the output target prepared); returns the
+    summary. ``group_bytes``: ``node_groups``' limit (None: ``GROUP_BYTES``)."""
+    group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
+    clock = _Clock()
+    with target.staged() as tmp:
+        spill = _Spill(Path(tmp) / ".spill")
+        try:
+            summary, whole = _convert(Path(run_dir), Path(tmp), target.name, clock, spill,
+                                      DmaStyle(dma_style), alpha, order_options, progress,
+                                      group_bytes)
+        finally:
+            spill.close()
+    summary.run_dir, summary.archive = str(run_dir), archive
+    if report is not None:
+        Path(report).write_text(json.dumps(sync_report(whole), indent=1) + "\n")
+    summary.wall_seconds = time.perf_counter() - wall0
+    return summary
+
+
+def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
+             dma_style: DmaStyle, alpha: float, order_options, progress, group_bytes: int):
+    from .otf2_writer import EventGroups, write_archive  # the only importer of otf2
+
+    first_logs = {s: DamageLog() for s in _STAGES}  # what the whole run finds at once
+    # A. read, layout; per group decode and match all but MPI
+    with clock.stage("read"):
+        man = load_manifest(run_dir)
+        summaries = read_summaries(man, first_logs["read"], progress)
+        groups = [_Group(i, ranks) for i, ranks in
+                  enumerate(node_groups(man, _dump_bytes(man), group_bytes))]
+    with clock.stage("decode"):
+        locations, contexts, _ = _build_locations(man, summaries, first_logs["layout"])
+        layout = RunLayout(locations, contexts, [d.name for d in summaries],
+                           [d.spe_buffer_records for d in summaries])
+    node_domains = skeleton = None
+    for g in groups:
+        spill.evict()
+        with clock.stage("decode"):
+            mine = [summaries[r] for r in g.ranks]
+            dumps = _Dumps(man, mine, g.ranks)
+            dec = decode(man, dumps, g.logs["decode"], layout=layout, release=True,
+                         summaries=mine,
+                         allocate=spill.record_table(g.index) if len(groups) > 1 else None)
+            matches = match(dec, g.logs["match"], mpi=False)
+            g.mpi = _mpi_subset(dec)
+            g.records = int(dec.records.size)
+        clock.add("read", dumps.seconds, dumps.cpu_seconds)  # the second reading
+        clock.add("decode", -dumps.seconds, -dumps.cpu_seconds)
+        if skeleton is None:
+            node_domains = dec.domains[: dec.n_nodes].copy()
+            skeleton = Decoded(man, layout.dump_names, layout.spe_buffer_records, locations,
+                               contexts, dec.records[:0].copy(), dec.anchors[:0].copy(),
+                               node_domains, dec.links[:0].copy(), dec.n_nodes)
+        spill.put(g.index, _State(dec, matches))
+        del dec, matches, dumps
+        if progress:
+            progress("decode", (g.index + 1) / len(groups))
+    del summaries
+    # B. MPI over every group, node clock fit
+    if progress:
+        progress("sync", 0.0)
+    with clock.stage("mpi"):
+        node_maps, pairs, mpi_state = _match_mpi(man, layout, node_domains,
+                                                 [g.mpi for g in groups], first_logs["mpi"])
+        for g in groups:
+            g.mpi = None
+    # C. per group (backwards: the last decoded is still in memory): order, sync, times
+    for g in reversed(groups):
+        state = spill.get(g.index)
+        dec, matches = state.dec, state.matches
+        with clock.stage("order"):
+            matches.pairs = np.concatenate([matches.pairs, pairs[g.index]])
+            cons = build_constraints(dec, matches, order_options)
+        with clock.stage("sync"):
+            result = synchronize(dec, cons, alpha=alpha, damage=g.logs["sync"],
+                                 node_maps=node_maps)
+            apply_times(dec, result, g.logs["sync"])
+            result.solutions = []
+            code = dec.records["code"]
+            sel = np.flatnonzero(np.isin(code, MPI_CODES))
+            g.good = result.usable[sel] & (code[sel] != 0)
+            cons = drop_analysis(dec, matches, cons)
+            g.rma = rma_transfers(dec, matches, result.usable)
+            t = dec.records["time"][result.usable & (code != 0)]
+            g.span = (int(t.min()), int(t.max())) if t.size else None
+            del t, sel, code
+            iv = slice(dec.n_nodes, None)
+            g.info = {
+                "domains": dec.domains[iv], "offset": result.offset[iv],
+                "lower": result.lower[iv], "upper": result.upper[iv],
+                "bounded": result.bounded[iv], "relaxation": result.relaxation,
+                "violations": result.order_violations, "clamped": result.clamped,
+                "records": dec.records_total, "slots_lost": dec.slots_lost,
+                "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
+                "counts": cons.counts, "assumed": cons.assumed,
+                "sync_intervals": sync_intervals_property(dec, result),
+            }
+        spill.put(g.index, _State(dec, matches, result, timed=True))
+        del state, dec, matches, result, cons
+        if progress:
+            progress("sync", (len(groups) - g.index) / len(groups))
+    # D. MPI pairs usable at both ends, RMA ids, the whole run's definitions
+    with clock.stage("emit"):
+        paired = _paired(mpi_state, [g.good for g in groups])
+        every = np.sum([g.rma for g in groups], axis=0)
+        spans = [g.span for g in groups if g.span is not None]
+        first = min(s[0] for s in spans) if spans else 0
+        last = max(s[1] for s in spans) if spans else 0
+        whole = _whole_run(man, layout, skeleton, _infos(groups, first_logs), node_maps)
+        intervals = {loc: v for g in groups for loc, v in g.info["sync_intervals"].items()}
+        defs = build_definitions(whole.decoded, whole.sync, first, last, intervals)[0]
+    # E. per group (forwards: the first is in memory): emit and write its locations
+    estats = EmitStats()
+    # progress: events written of the groups' events, each group weighted by its records
+    at = {"events": 0, "size": 1, "records": 0, "weight": 0}
+    all_records = max(1, sum(g.records for g in groups))
+
+    def on_write(done: int) -> None:
+        if progress:
+            part = min(1.0, (done - at["events"]) / max(1, at["size"]))
+            progress("write", (at["records"] + part * at["weight"]) / all_records)
+
+    def event_groups():
+        for g in groups:
+            t0, c0 = time.perf_counter(), time.process_time()
+            s0, sc0 = spill.seconds, spill.cpu_seconds
+            state = spill.get(g.index)
+            dec = state.dec
+            mpi_paired = np.zeros(dec.records.size, dtype=bool)
+            mpi_paired[paired[g.index]] = True
+            offset = (rma_id_offset(g.rma, every) if dma_style == DmaStyle.RMA else None)
+            _, events, stats = emit(dec, state.matches, state.result, g.logs["emit"],
+                                    dma_style, mpi_paired=mpi_paired,
+                                    chunk_events=CHUNK_EVENTS, rma_id_offset=offset,
+                                    sync_intervals=g.info["sync_intervals"])
+            del mpi_paired
+            events.reuse_buffer = True  # the writer is done with each piece before the next
+            dec._cache.clear()  # the record groupings emit used
+            locs = np.flatnonzero(np.isin(layout.locations["rank"], g.ranks))
+            # this runs inside the writer's call: emit's and the spill's time, not writing
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            clock.add("write", -wall, -cpu)
+            clock.add("emit", wall - (spill.seconds - s0), cpu - (spill.cpu_seconds - sc0))
+            at["size"], at["weight"] = int(events.size), g.records
+            yield locs, events
+            at["events"] += int(events.size)
+            at["records"] += g.records
+            # building the pieces (while the writer took them) is emit's work
+            clock.add("emit", events.seconds, events.cpu_seconds)
+            clock.add("write", -events.seconds, -events.cpu_seconds)
+            for k in ("dma", "dma_completed", "heartbeats"):
+                setattr(estats, k, getattr(estats, k) + getattr(stats, k))
+            for k, v in stats.by_type.items():
+                estats.by_type[k] = estats.by_type.get(k, 0) + v
+            del state, dec, events, stats
+            spill.drop(g.index)
+
+    with clock.stage("write"):
+        write_archive(defs, EventGroups(event_groups()), tmp, name, progress=on_write)
+    # the summary and the report
+    whole.damage = _merge_damage(layout, _infos(groups, first_logs))
+    if spill.written:
+        clock.add("spill", spill.seconds, spill.cpu_seconds)
+    estats.by_type = {k: estats.by_type[k] for k in sorted(estats.by_type, key=Ev.__getitem__)}
+    summary = _summary(whole, "", "", at["events"], estats, dict(clock.wall))
+    summary.messages_matched = (sum(g.info["messages"] for g in groups)
+                                + int(mpi_state.messages.size))
+    summary.stage_cpu_seconds = dict(clock.cpu)
+    return summary, whole
+
+
+#: damage stages run once for the whole run, not per group
+_ONCE = ("read", "layout", "mpi")
+
+
+def _infos(groups: list[_Group], first_logs: dict[str, DamageLog]) -> list[dict]:
+    """Each group's values as ``parallel._whole_run`` and ``_merge_damage`` take them; what
+    the whole run found at once (reading, layout, MPI pairing) counts as the first group's."""
+    out = []
+    for g in groups:
+        logs = {s: (first_logs[s] if g.index == 0 and s in _ONCE else log)
+                for s, log in g.logs.items()}
+        out.append({**g.info, "damage": {s: log.entries() for s, log in logs.items()}})
+    return out

@@ -1,0 +1,194 @@
+"""The serial conversion node group by node group (``stream.py``) equals converting the whole
+run in memory at once (``convert.analyze``, then emit and write, as the converter did before).
+
+Compared, for several simulated runs converted one node per group (every group but the one
+in memory spilled to disk) and with the default grouping: the definitions and every event as
+the otf2 reader reads them back, ``otf2-print`` output, the definition and event files byte for
+byte (``test_parallel._same_archive``), the summary (all but the wall-time line; damage lines
+included) and the sync report. Also: the grouping of nodes, the spill directory is gone after
+a conversion and after a failure in the middle of one, the writer refuses a location in two
+groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_parallel import _same_archive, _sim, _summary_body
+
+from cell_otf2 import stream
+from cell_otf2.convert import (
+    CHUNK_EVENTS,
+    _summary,
+    analyze,
+    convert,
+    drop_analysis,
+    sync_report,
+)
+from cell_otf2.emit import DmaStyle, emit
+from cell_otf2.manifest import load_manifest
+from cell_otf2.otf2_writer import EventGroups, WriterInputError, write_archive
+from cell_otf2.output import ArchiveTarget
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+def in_memory(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
+              alpha: float = 0.5) -> list[str]:
+    """The conversion as it was before ``stream.py``: the whole run analyzed at once, the
+    event table emitted in pieces and written. Returns the summary's lines."""
+    pipe = analyze(run, alpha)
+    pipe.constraints = drop_analysis(pipe.decoded, pipe.matches, pipe.constraints)
+    defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
+                                DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
+    target = ArchiveTarget(anchor)
+    target.prepare(False)
+    with target.staged() as tmp:
+        write_archive(defs, events, tmp, target.name)
+    report.write_text(json.dumps(sync_report(pipe), indent=1) + "\n")
+    return _summary(pipe, str(run), str(anchor), events.size, estats, {}).lines()
+
+
+def streamed(run: Path, anchor: Path, report: Path, monkeypatch, group_bytes: int,
+             dma_style: str = "rma", alpha: float = 0.5) -> list[str]:
+    monkeypatch.setattr(stream, "GROUP_BYTES", group_bytes)
+    return convert(run, anchor, report=report, dma_style=dma_style, alpha=alpha).lines()
+
+
+def _body(lines: list[str]) -> list[str]:
+    return _summary_body("\n".join(lines))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    return {
+        "four_nodes": _sim(base / "four", 11, ranks=8, nodes=4, spes=2, phases=3, chunks=4),
+        "damaged": _sim(base / "damaged", 5, ranks=6, nodes=3, spes=2, phases=4, chunks=4,
+                        damage=["gap", "unmatched-mpi", "undefined-id", "backwards-timebase",
+                                "no-exit", "unknown-code"]),
+        "switches": _sim(base / "switches", 3, ranks=4, nodes=2, spes=4, spus=2, phases=3,
+                         chunks=6, slice_ms=0.05, decrementer_restore="restored",
+                         heartbeats=False),
+    }
+
+
+CASES = [
+    ("four_nodes", "rma", 0.5),
+    ("damaged", "messages", 0.25),
+    ("damaged", "rma", 0.5),
+    ("switches", "rma", 0.5),
+    ("two-nodes-hybrid", "messages", 0.5),
+    ("context-switch-restored", "rma", 0.5),  # a single node: one group
+    ("damaged-gap-truncate", "rma", 0.5),
+]
+
+
+@pytest.mark.parametrize(("name", "dma_style", "alpha"), CASES)
+def test_node_by_node_equals_the_whole_run_in_memory(runs, tmp_path, monkeypatch, name,
+                                                     dma_style, alpha):
+    run = runs[name] if name in runs else SAMPLES / name
+    ref = in_memory(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json", dma_style, alpha)
+    got = streamed(run, tmp_path / "s" / "a.otf2", tmp_path / "s.json", monkeypatch, 0,
+                   dma_style, alpha)
+    assert _body(got) == _body(ref)
+    assert json.loads((tmp_path / "s.json").read_text()) == json.loads(
+        (tmp_path / "m.json").read_text())
+    _same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["a", "a.def", "a.otf2"]
+
+
+def test_default_grouping_equals_one_node_per_group(runs, tmp_path, monkeypatch):
+    """Two nodes per group (uneven: 3 nodes) gives the archive of one node per group."""
+    run = runs["damaged"]
+    man = load_manifest(run)
+    sizes = [man.dump_path(p.rank).stat().st_size for p in man.processes]
+    two = sizes[0] + sizes[1] + sizes[2] + sizes[3]  # nodes 0 and 1 (2 ranks each)
+    assert stream.node_groups(man, sizes, two) == [[0, 1, 2, 3], [4, 5]]
+    a = streamed(run, tmp_path / "a" / "a.otf2", tmp_path / "a.json", monkeypatch, two)
+    b = streamed(run, tmp_path / "b" / "a.otf2", tmp_path / "b.json", monkeypatch, 0)
+    assert _body(a) == _body(b)
+    _same_archive(tmp_path / "a" / "a.otf2", tmp_path / "b" / "a.otf2")
+
+
+def test_node_groups(runs):
+    man = load_manifest(runs["four_nodes"])  # 8 ranks, 2 per node
+    sizes = [100] * 8
+    assert stream.node_groups(man, sizes, 0) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert stream.node_groups(man, sizes, 400) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert stream.node_groups(man, sizes, 10**9) == [list(range(8))]
+    sizes[2] = 1000  # a node larger than the limit is a group of its own
+    assert stream.node_groups(man, sizes, 400) == [[0, 1], [2, 3], [4, 5, 6, 7]]
+
+
+def test_spill_round_trip_and_cleanup(runs, tmp_path, monkeypatch):
+    """Spilled groups are read back as they were written; the spill directory lives in the
+    staging directory and is gone after the conversion and after a failure in the middle."""
+    seen: list[Path] = []
+    real_save = stream._Spill._save
+
+    def save(self, g, state):
+        real_save(self, g, state)
+        seen.append(self.directory)
+
+    monkeypatch.setattr(stream._Spill, "_save", save)
+    out = tmp_path / "out"
+    streamed(runs["four_nodes"], out / "a.otf2", tmp_path / "r.json", monkeypatch, 0)
+    assert seen and all(d.parent.parent == out for d in seen)
+    assert sorted(p.name for p in out.iterdir()) == ["a", "a.def", "a.otf2"]
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stream, "emit", broken)  # after every group was spilled
+    seen.clear()
+    with pytest.raises(KeyboardInterrupt):
+        streamed(runs["four_nodes"], tmp_path / "x" / "a.otf2", tmp_path / "x.json",
+                 monkeypatch, 0)
+    assert seen and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_spill_keeps_every_array(runs, tmp_path, mapped):
+    """A group's state saved and loaded equals the state it was (records with their times
+    kept apart once the records are on disk; or a mapped file from the start)."""
+    pipe = analyze(runs["four_nodes"])
+    spill = stream._Spill(tmp_path / "spill")
+    dec = pipe.decoded
+    if mapped:
+        table = spill.record_table(0)(dec.records.size)
+        assert not table.view(np.uint8).any()  # zeroed
+        table[:] = pipe.decoded.records
+        dec = dataclasses.replace(dec, records=table, _cache={})
+    state = stream._State(dec, pipe.matches, pipe.sync, timed=True)
+    spill.put(0, state)
+    spill.evict()
+    back = spill.get(0)
+    assert np.array_equal(back.dec.records, pipe.decoded.records)
+    assert np.array_equal(back.dec.anchors, pipe.decoded.anchors)
+    assert np.array_equal(back.matches.dma, pipe.matches.dma)
+    assert np.array_equal(back.result.usable, pipe.sync.usable)
+    assert back.dec.records_total == pipe.decoded.records_total
+    back.dec.records["time"] += 1  # only the times change once the records are on disk
+    del back
+    spill.evict()
+    again = spill.get(0)
+    assert np.array_equal(again.dec.records["time"], pipe.decoded.records["time"] + 1)
+    assert (tmp_path / "spill" / "group0" / "records.bin").exists() == mapped
+    del again
+    spill.close()
+    assert not (tmp_path / "spill").exists()
+
+
+def test_writer_refuses_a_location_in_two_groups(tmp_path):
+    from test_otf2_writer import sample_defs, sample_events
+
+    events = sample_events()
+    locs = np.unique(events["loc"])
+    with pytest.raises(WriterInputError, match="written before"):
+        write_archive(sample_defs(), EventGroups([(locs, events), (locs[:1], events[:0])]),
+                      tmp_path, "trace")
