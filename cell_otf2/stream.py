@@ -17,15 +17,17 @@ E. per group: emit its events in pieces and write its locations' event files int
    archive (``otf2_writer.EventGroups``); then the global definitions, summary and report.
 
 Only one group's decoded state (records, anchors, matches, sync arrays) is in memory at a
-time; the others wait in ``.npy`` files (``_Spill``) in a directory inside the output's
-staging directory, which is removed with it on success, error and Ctrl-C (a SIGKILL leaves
-the staging directory behind, as ``output.py`` says). Re-decoding a group instead costs about
-as much as its first decoding, several times more than writing and reading it back.
+time; the others wait in files (``_Spill``) in a directory inside the output's staging
+directory, which is removed with it on success, error and Ctrl-C (a SIGKILL leaves the
+staging directory behind, as ``output.py`` says). The record table, most of a group's state,
+is a shared mapping of its file from decoding on, so setting a group aside writes only the
+smaller arrays (``np.save``); it needs disk space of about 2.5 times the dumps. Re-decoding a
+group instead would cost about as much as its first decoding (reading included), for each of
+phases C and E.
 
 Groups (``node_groups``): nodes in order, consecutive nodes merged while their dumps total at
-most ``GROUP_BYTES``; a run that fits in one group is never spilled. Phase C runs the groups
-backwards and E forwards, so the group used last stays in memory: G groups cost G - 1 spills
-written and read back twice.
+most ``GROUP_BYTES``; a run that fits in one group never touches the disk. Phase C runs the
+groups backwards and E forwards, so the group used last stays in memory.
 
 The archive is the in-memory conversion's (``convert.analyze``, then emit and write), byte
 for byte, and so are the summary's numbers and the report; its damage lines too, except that
