@@ -17,15 +17,17 @@ E. per group: emit its events in pieces and write its locations' event files int
    archive (``otf2_writer.EventGroups``); then the global definitions, summary and report.
 
 Only one group's decoded state (records, anchors, matches, sync arrays) is in memory at a
-time; the others wait in ``.npy`` files (``_Spill``) in a directory inside the output's
-staging directory, which is removed with it on success, error and Ctrl-C (a SIGKILL leaves
-the staging directory behind, as ``output.py`` says). Re-decoding a group instead costs about
-as much as its first decoding, several times more than writing and reading it back.
+time; the others wait in files (``_Spill``) in a directory inside the output's staging
+directory, which is removed with it on success, error and Ctrl-C (a SIGKILL leaves the
+staging directory behind, as ``output.py`` says). The record table, most of a group's state,
+is a shared mapping of its file from decoding on, so setting a group aside writes only the
+smaller arrays (``np.save``); it needs disk space of about 2.5 times the dumps. Re-decoding a
+group instead would cost about as much as its first decoding (reading included), for each of
+phases C and E.
 
 Groups (``node_groups``): nodes in order, consecutive nodes merged while their dumps total at
-most ``GROUP_BYTES``; a run that fits in one group is never spilled. Phase C runs the groups
-backwards and E forwards, so the group used last stays in memory: G groups cost G - 1 spills
-written and read back twice.
+most ``GROUP_BYTES``; a run that fits in one group never touches the disk. Phase C runs the
+groups backwards and E forwards, so the group used last stays in memory.
 
 The archive is the in-memory conversion's (``convert.analyze``, then emit and write), byte
 for byte, and so are the summary's numbers and the report; its damage lines too, except that
@@ -35,8 +37,10 @@ in ``parallel.py``).
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +54,7 @@ from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, read_summari
 from .damage import DamageLog
 from .decode import Decoded, RunLayout, _build_locations, decode
 from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
+from .errors import OutputError
 from .manifest import Manifest, load_manifest
 from .match import Matches, match
 from .model import RECORD_DTYPE, Ev
@@ -152,19 +157,37 @@ class _Spill:
         def allocate(n: int) -> np.ndarray:
             if n == 0:
                 return np.zeros(0, RECORD_DTYPE)
-            where = self._dir(g)
-            where.mkdir(parents=True, exist_ok=True)
-            with open(where / "records.bin", "w+b") as f:
-                f.truncate(n * RECORD_DTYPE.itemsize)
+            path = self._dir(g) / "records.bin"
+            with self._failing(path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "w+b") as f:
+                    try:  # blocks reserved now: a full disk is an error here, not a SIGBUS
+                        os.posix_fallocate(f.fileno(), 0, n * RECORD_DTYPE.itemsize)
+                    except OSError as exc:
+                        if exc.errno == errno.ENOSPC:
+                            raise
+                        return np.zeros(n, RECORD_DTYPE)  # no fallocate here: not mapped
             self.mapped[g] = n
             self.valid.setdefault(g, set())
             return self._map(g)
 
         return allocate
 
+    @contextmanager
+    def _failing(self, path: Path) -> Iterator[None]:
+        """An ``OSError`` of the spill as the ``OutputError`` it is."""
+        try:
+            yield
+        except OSError as exc:
+            raise OutputError(
+                f"{path}: cannot set a group of nodes aside while converting: "
+                f"{exc.strerror or exc} (the conversion needs free space of about 2.5 times "
+                "the run's dumps next to the output)") from exc
+
     def _map(self, g: int) -> np.ndarray:
         n = self.mapped[g]
-        with open(self._dir(g) / "records.bin", "r+b") as f:
+        path = self._dir(g) / "records.bin"
+        with self._failing(path), open(path, "r+b") as f:
             mapping = mmap.mmap(f.fileno(), n * RECORD_DTYPE.itemsize)
         return np.frombuffer(mapping, RECORD_DTYPE, n)  # unmapped with its last view
 
@@ -220,7 +243,8 @@ class _Spill:
 
     def _save(self, g: int, state: _State) -> None:
         where = self._dir(g)
-        where.mkdir(parents=True, exist_ok=True)
+        with self._failing(where):
+            where.mkdir(parents=True, exist_ok=True)
         valid = self.valid.setdefault(g, set())
         rest: dict = {"timed": state.timed, "none": set()}
         for part, names in _ARRAYS.items():
@@ -245,10 +269,15 @@ class _Spill:
         self.rest[g] = rest
 
     def _write(self, where: Path, name: str, value: np.ndarray) -> None:
-        np.save(where / f"{name}.npy", value, allow_pickle=False)
+        with self._failing(where / f"{name}.npy"):
+            np.save(where / f"{name}.npy", value, allow_pickle=False)
         self.written += int(value.nbytes)
 
     def _load(self, g: int) -> _State:
+        with self._failing(self._dir(g)):
+            return self._read(g)
+
+    def _read(self, g: int) -> _State:
         where = self._dir(g)
         rest = self.rest.pop(g)
 

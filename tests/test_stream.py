@@ -6,14 +6,16 @@ in memory spilled to disk) and with the default grouping: the definitions and ev
 the otf2 reader reads them back, ``otf2-print`` output, the definition and event files byte for
 byte (``test_parallel._same_archive``), the summary (all but the wall-time line; damage lines
 included) and the sync report. Also: the grouping of nodes, the spill directory is gone after
-a conversion and after a failure in the middle of one, the writer refuses a location in two
-groups.
+a conversion and after a failure in the middle of one, a full disk is an error that says so,
+the writer refuses a location in two groups.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,7 @@ from cell_otf2.convert import (
     sync_report,
 )
 from cell_otf2.emit import DmaStyle, emit
+from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
 from cell_otf2.otf2_writer import EventGroups, WriterInputError, write_archive
 from cell_otf2.output import ArchiveTarget
@@ -192,3 +195,25 @@ def test_writer_refuses_a_location_in_two_groups(tmp_path):
     with pytest.raises(WriterInputError, match="written before"):
         write_archive(sample_defs(), EventGroups([(locs, events), (locs[:1], events[:0])]),
                       tmp_path, "trace")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EOPNOTSUPP])
+def test_spill_without_space_or_without_fallocate(runs, tmp_path, monkeypatch, code):
+    """No space for a group's record table: an ``OutputError`` that says so, nothing left
+    behind. A file system without ``fallocate``: the tables stay in memory until spilled
+    with ``np.save``, same archive."""
+
+    def refuse(fd, offset, length):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(stream.os, "posix_fallocate", refuse)
+    run = runs["four_nodes"]
+    if code == errno.ENOSPC:
+        with pytest.raises(OutputError, match="No space left on device.*2.5 times"):
+            streamed(run, tmp_path / "out" / "a.otf2", tmp_path / "s.json", monkeypatch, 0)
+        assert not (tmp_path / "out").exists()
+        return
+    got = streamed(run, tmp_path / "s" / "a.otf2", tmp_path / "s.json", monkeypatch, 0)
+    ref = in_memory(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json")
+    assert _body(got) == _body(ref)
+    _same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
