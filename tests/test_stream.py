@@ -59,6 +59,7 @@ def in_memory(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
 def streamed(run: Path, anchor: Path, report: Path, monkeypatch, group_bytes: int,
              dma_style: str = "rma", alpha: float = 0.5) -> list[str]:
     monkeypatch.setattr(stream, "GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(stream, "IN_MEMORY_BYTES", 0)  # these runs are small: group anyway
     return convert(run, anchor, report=report, dma_style=dma_style, alpha=alpha).lines()
 
 
@@ -217,3 +218,23 @@ def test_spill_without_space_or_without_fallocate(runs, tmp_path, monkeypatch, c
     ref = in_memory(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json")
     assert _body(got) == _body(ref)
     _same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
+
+
+def test_small_run_is_one_group(runs, tmp_path, monkeypatch):
+    """A run of at most IN_MEMORY_BYTES of dumps is converted as one group: nothing is
+    spilled (no spill space needed), whatever GROUP_BYTES says."""
+    seen = []
+    real = stream.node_groups
+
+    def spy(man, sizes, limit=stream.GROUP_BYTES):
+        groups = real(man, sizes, limit)
+        seen.append(groups)
+        return groups
+
+    monkeypatch.setattr(stream, "GROUP_BYTES", 1)
+    monkeypatch.setattr(stream, "node_groups", spy)
+    convert(runs["four_nodes"], tmp_path / "a.otf2")
+    assert len(seen) == 1 and len(seen[0]) == 1
+    monkeypatch.setattr(stream, "IN_MEMORY_BYTES", 0)
+    convert(runs["four_nodes"], tmp_path / "b.otf2")
+    assert len(seen[1]) == 4  # one group per node once the run counts as large
