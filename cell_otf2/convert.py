@@ -152,18 +152,20 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
     return Pipeline(dec, matches, cons, result, damage)
 
 
-def read_summaries(man, damage: DamageLog, progress: Progress | None = None) -> list:
-    """Every dump read once, in rank order (a refusal comes before any decoding), only its
-    ``decode.summarize`` kept and its reader damage added to ``damage``; decoding reads the
-    dumps again one at a time (``_Dumps``)."""
+def read_summaries(man, damage: DamageLog, progress: Progress | None = None,
+                   ranks: list[int] | None = None) -> list:
+    """Every dump (or those of ``ranks``, ascending) read once, in rank order (a refusal comes
+    before any decoding), only its ``decode.summarize`` kept and its reader damage added to
+    ``damage``; decoding reads the dumps again one at a time (``_Dumps``)."""
+    ranks = [p.rank for p in man.processes] if ranks is None else ranks
     summaries = []
-    for p in man.processes:
-        dump = read_dump(man.dump_path(p.rank), man, p.rank)
+    for i, rank in enumerate(ranks):
+        dump = read_dump(man.dump_path(rank), man, rank)
         damage.extend(dump.damage)
         summaries.append(summarize(dump))
         del dump
         if progress:
-            progress("read", (p.rank + 1) / man.n_ranks)
+            progress("read", (i + 1) / len(ranks))
     return summaries
 
 

@@ -52,7 +52,7 @@ import numpy as np
 
 from . import format as fmt
 from .damage import Damage, DamageLog
-from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode, summarize
+from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode
 from .emit import DmaStyle, EmitStats, EventChunks, build_definitions, emit, sync_intervals_property
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
 from .manifest import Manifest, load_manifest
@@ -60,7 +60,6 @@ from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
 from .order import Constraints, OrderOptions, build_constraints
 from .output import ArchiveTarget
-from .reader import read_dump
 from .timing import SyncResult, apply_times, synchronize
 
 P = fmt.PpeCode
@@ -271,8 +270,13 @@ class _MpiState:
         self.n_proc = n_proc
 
 
+def _mpi_index(dec: Decoded) -> np.ndarray:
+    """Indexes of ``dec``'s MPI records (the records MPI matching reads), ascending."""
+    return np.flatnonzero(np.isin(dec.records["code"], MPI_CODES))
+
+
 def _mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    sel = np.flatnonzero(np.isin(dec.records["code"], MPI_CODES))
+    sel = _mpi_index(dec)
     epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
              else np.zeros(sel.size, np.int32))
     return dec.records[sel], epoch, sel
@@ -308,6 +312,30 @@ def _match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
         mine["before"], mine["after"] = loc[p["before"]], loc[p["after"]]
         pairs.append(mine)
     return node_maps, pairs, _MpiState(own, loc, order, found.messages, len(parts))
+
+
+def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
+                     result: SyncResult) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
+    """What a share of the run (a converter process's nodes, or a group of ``stream.py``)
+    hands on once its records have their times: the usable flags of its MPI records
+    (``_mpi_index`` order, for ``_paired``), its time span (None: no usable record), and its
+    interval bounds, counts and ``cell2otf2::sync_intervals`` values (``_whole_run``)."""
+    code = dec.records["code"]
+    sel = _mpi_index(dec)
+    good = result.usable[sel] & (code[sel] != 0)
+    t = dec.records["time"][result.usable & (code != 0)]
+    span = (int(t.min()), int(t.max())) if t.size else None
+    iv = slice(dec.n_nodes, None)
+    info = {
+        "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
+        "upper": result.upper[iv], "bounded": result.bounded[iv],
+        "relaxation": result.relaxation, "violations": result.order_violations,
+        "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
+        "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
+        "counts": cons.counts, "assumed": cons.assumed,
+        "sync_intervals": sync_intervals_property(dec, result),
+    }
+    return good, span, info
 
 
 def _paired(state: _MpiState, good_parts: list[np.ndarray]) -> list[np.ndarray]:
@@ -384,7 +412,7 @@ def _remove_made(made: list[Path]) -> None:
 
 def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
              dma_style: DmaStyle, alpha: float, report, order_options, progress, wall0: float):
-    from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, sync_report
+    from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, read_summaries, sync_report
 
     comm, root = steps.comm, steps.rank == 0
     n_proc = comm.Get_size()
@@ -397,18 +425,8 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
     my_ranks = [p.rank for p in man.processes if owner[man.node_of_rank(p.rank)] == steps.rank]
 
     # 2. read (each dump once, only its summary kept, as the serial path does), layout
-    def read() -> list:
-        summaries = []
-        for i, r in enumerate(my_ranks):
-            dump = read_dump(man.dump_path(r), man, r)
-            logs["read"].extend(dump.damage)
-            summaries.append(summarize(dump))
-            del dump
-            if progress:
-                progress("read", (i + 1) / max(1, len(my_ranks)))
-        return summaries
-
-    summaries = steps.run("read", read)
+    summaries = steps.run("read", lambda: read_summaries(man, logs["read"], progress,
+                                                         my_ranks))
     part = steps.run("decode", lambda: _layout_part(man, summaries, logs["layout"]))
     layout = _assemble_layout(man, comm.allgather(part))
 
@@ -444,8 +462,7 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         return result
 
     result = steps.run("sync", sync)
-    sel = _mpi_subset(dec)[2]
-    good = result.usable[sel] & (dec.records["code"][sel] != 0)
+    good, span, info = share_after_sync(dec, matches, cons, result)
     cons = drop_analysis(dec, matches, cons)  # as the serial path frees them before emit
     good_parts = comm.gather(good, root=0)
     paired_parts = steps.run("mpi", lambda: _paired(state, good_parts) if root else None)
@@ -458,28 +475,18 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
                   if dma_style == DmaStyle.RMA else None)
     defs, events, estats = steps.run("emit", lambda: emit(
         dec, matches, result, logs["emit"], dma_style, mpi_paired=mpi_paired,
-        chunk_events=CHUNK_EVENTS, rma_id_offset=rma_offset))
+        chunk_events=CHUNK_EVENTS, rma_id_offset=rma_offset,
+        sync_intervals=info["sync_intervals"]))
     events.reuse_buffer = True  # the writer is done with each piece before the next
     dec._cache.clear()  # the record groupings emit used
     counts = comm.allreduce(events.counts())
-    usable = result.usable & (dec.records["code"] != 0)
-    t = dec.records["time"][usable]
-    spans = comm.allgather((int(t.min()), int(t.max())) if t.size else None)
-    spans = [s for s in spans if s is not None]
+    spans = [s for s in comm.allgather(span) if s is not None]
     first = min(s[0] for s in spans) if spans else 0
     last = max(s[1] for s in spans) if spans else 0
-    iv = slice(dec.n_nodes, None)
-    gathered = comm.gather({
-        "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
-        "upper": result.upper[iv], "bounded": result.bounded[iv],
-        "relaxation": result.relaxation, "violations": result.order_violations,
-        "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
-        "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
-        "events": int(events.size), "dma": estats.dma, "dma_completed": estats.dma_completed,
-        "heartbeats": estats.heartbeats, "counts": cons.counts, "assumed": cons.assumed,
-        "damage": {s: log.entries() for s, log in logs.items()}, "seconds": steps.seconds,
-        "sync_intervals": sync_intervals_property(dec, result),
-    }, root=0)
+    gathered = comm.gather(dict(
+        info, events=int(events.size), dma=estats.dma, dma_completed=estats.dma_completed,
+        heartbeats=estats.heartbeats, damage={s: log.entries() for s, log in logs.items()},
+        seconds=steps.seconds), root=0)
 
     def definitions():
         whole = _whole_run(man, layout, dec, gathered, node_maps)

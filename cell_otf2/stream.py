@@ -55,7 +55,7 @@ import numpy as np
 from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, read_summaries, sync_report
 from .damage import DamageLog
 from .decode import Decoded, RunLayout, _build_locations, decode
-from .emit import DmaStyle, EmitStats, build_definitions, emit, sync_intervals_property
+from .emit import DmaStyle, EmitStats, build_definitions, emit
 from .errors import OutputError
 from .manifest import Manifest, load_manifest
 from .match import Matches, match
@@ -64,7 +64,6 @@ from .order import build_constraints
 from .output import ArchiveTarget
 from .parallel import (
     _STAGES,
-    MPI_CODES,
     _dump_bytes,
     _match_mpi,
     _merge_damage,
@@ -73,6 +72,7 @@ from .parallel import (
     _whole_run,
     rma_id_offset,
     rma_transfers,
+    share_after_sync,
 )
 from .timing import SyncResult, apply_times, synchronize
 
@@ -427,25 +427,9 @@ def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
                                  node_maps=node_maps)
             apply_times(dec, result, g.logs["sync"])
             result.solutions = []
-            code = dec.records["code"]
-            sel = np.flatnonzero(np.isin(code, MPI_CODES))
-            g.good = result.usable[sel] & (code[sel] != 0)
+            g.good, g.span, g.info = share_after_sync(dec, matches, cons, result)
             cons = drop_analysis(dec, matches, cons)
             g.rma = rma_transfers(dec, matches, result.usable)
-            t = dec.records["time"][result.usable & (code != 0)]
-            g.span = (int(t.min()), int(t.max())) if t.size else None
-            del t, sel, code
-            iv = slice(dec.n_nodes, None)
-            g.info = {
-                "domains": dec.domains[iv], "offset": result.offset[iv],
-                "lower": result.lower[iv], "upper": result.upper[iv],
-                "bounded": result.bounded[iv], "relaxation": result.relaxation,
-                "violations": result.order_violations, "clamped": result.clamped,
-                "records": dec.records_total, "slots_lost": dec.slots_lost,
-                "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
-                "counts": cons.counts, "assumed": cons.assumed,
-                "sync_intervals": sync_intervals_property(dec, result),
-            }
         spill.put(g.index, _State(dec, matches, result, timed=True))
         del state, dec, matches, result, cons
         if progress:
