@@ -29,7 +29,13 @@ from otf2check import otf2_print_ok, read_events
 
 from cell_otf2 import cli
 from cell_otf2.manifest import load_manifest
-from cell_otf2.parallel import SERIAL_VAR, launched_size, launched_world, partition
+from cell_otf2.parallel import (
+    SERIAL_VAR,
+    _single_host_transport,
+    launched_size,
+    launched_world,
+    partition,
+)
 from cell_otf2.simulate import simulate_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,3 +279,18 @@ def test_partition_gives_whole_nodes_balanced_by_bytes(tmp_path):
     assert load.tolist() == [2000, 600]
     assert partition(man, sizes, 8).tolist() == [0, 1, 2, 3]  # more processes than nodes
     assert partition(man, [5] * man.n_ranks, 1).tolist() == [0, 0, 0, 0]
+
+
+def test_single_host_launch_chooses_shared_memory_messaging():
+    """Open MPI with every process local and no messaging layer chosen: ob1 (shared memory);
+    a user's choice, a launch over several hosts and other launchers are left alone."""
+    local = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    env = dict(local)
+    _single_host_transport(env)
+    assert env["OMPI_MCA_pml"] == "ob1"
+    for env in (dict(local, OMPI_MCA_pml="ucx"), {**local, "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+                {"PMI_SIZE": "2"}, {}):
+        before = dict(env)
+        _single_host_transport(env)
+        assert env == before
+
