@@ -69,6 +69,10 @@ class Summary:
     stage_cpu_seconds: dict[str, float] = field(default_factory=dict)  # CPU time per stage
     wall_seconds: float = 0.0
     converter_processes: int = 1  # MPI processes that converted (``parallel.py``)
+    #: locations (and their events) a converter process handed to a less busy one while
+    #: writing (``write_share.py``)
+    locations_handed_over: int = 0
+    events_handed_over: int = 0
     rank: int = 0  # the converter process this copy was returned to; only rank 0 prints
 
     @property
@@ -104,6 +108,9 @@ class Summary:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
         on = (f" on {self.converter_processes} converter processes"
               if self.converter_processes > 1 else "")
+        if self.locations_handed_over:
+            on += (f", {self.locations_handed_over} locations ({self.events_handed_over} "
+                   "events) handed to a less busy process while writing")
         out.append(f"  wall time {self.wall_seconds:.2f}s{on} ({stages})")
         return out
 

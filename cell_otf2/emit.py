@@ -777,31 +777,48 @@ class EventChunks:
         #: built (for a consumer that is done with each piece before taking the next, like
         #: the writer; it saves fresh memory, which costs page faults, per piece)
         self.reuse_buffer = False
-        starts = events.loc_start
-        # cut after the location where the running count passes each multiple of the chunk
+        self.chunk_events = chunk_events
+        self.n_locations = events.n_locations
+        #: events before each location (one more entry than locations)
+        self.loc_start = events.loc_start
         cuts = [0]
-        for loc in range(1, events.n_locations):
-            if starts[loc] - starts[cuts[-1]] >= chunk_events:
-                cuts.append(loc)
-        cuts.append(events.n_locations)
+        while cuts[-1] < self.n_locations:
+            cuts.append(self.piece_end(cuts[-1]))
         self.ranges = list(zip(cuts[:-1], cuts[1:], strict=True))
+
+    def piece_end(self, lo: int, stop: int | None = None) -> int:
+        """End (exclusive) of the piece that starts at location ``lo``: after the location where
+        the running count reaches ``chunk_events``, or ``stop`` (default: every location)."""
+        stop = self.n_locations if stop is None else stop
+        starts = self.loc_start
+        end = int(np.searchsorted(starts[:stop], starts[lo] + self.chunk_events, side="left"))
+        return min(max(end, lo + 1), stop)
 
     def counts(self) -> np.ndarray:
         """Events per location (int64, one per location), known before any piece is built."""
-        return np.diff(self._events.loc_start).astype(np.int64)
+        return np.diff(self.loc_start).astype(np.int64)
+
+    def build(self, lo: int, hi: int, buffer: np.ndarray | None = None) -> np.ndarray:
+        """The events of locations ``lo`` .. ``hi`` - 1 (in ``buffer`` when given, which must
+        hold them), counting the time into ``seconds`` / ``cpu_seconds``."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        table = self._events.table(lo, hi, buffer)
+        self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
+        return table
+
+    def piece_buffer(self) -> np.ndarray | None:
+        """One buffer for the largest piece of ``ranges`` (None unless ``reuse_buffer``)."""
+        if not (self.reuse_buffer and self.ranges):
+            return None
+        starts = self.loc_start
+        largest = max(int(starts[hi] - starts[lo]) for lo, hi in self.ranges)
+        return np.empty(largest, EVENT_DTYPE)
 
     def __iter__(self):
-        buffer = None
-        if self.reuse_buffer and self.ranges:
-            starts = self._events.loc_start
-            largest = max(int(starts[hi] - starts[lo]) for lo, hi in self.ranges)
-            buffer = np.empty(largest, EVENT_DTYPE)
+        buffer = self.piece_buffer()
         for lo, hi in self.ranges:
-            t0, c0 = time.perf_counter(), time.process_time()
-            table = self._events.table(lo, hi, buffer)
-            self.seconds += time.perf_counter() - t0
-            self.cpu_seconds += time.process_time() - c0
-            yield table
+            yield self.build(lo, hi, buffer)
 
 
 class _Sparse:

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
+from typing import Any
 
 import _otf2
 import numpy as np
@@ -610,11 +611,12 @@ class _EventStream:
     one group of every location this process writes, unless ``EventGroups``): within a group
     pieces cover consecutive location ranges in order; each location is written in one go
     (the C library's writer of a location is opened once), and exactly once over all groups;
-    locations no piece has get an empty event file."""
+    locations no piece has get an empty event file, except when the groups name every
+    location this process writes (``named_only``: parallel ``EventGroups``)."""
 
     def __init__(self, archive: _Archive, defs: ArchiveDefs,
                  progress: Callable[[int], None] | None,
-                 locations: np.ndarray | None = None) -> None:
+                 locations: np.ndarray | None = None, named_only: bool = False) -> None:
         self.archive = archive
         self.defs = defs
         self.n_locations = len(defs.locations)
@@ -625,6 +627,7 @@ class _EventStream:
             self.owned[np.asarray(locations, dtype=np.int64)] = True
         self.written = np.zeros(self.n_locations, dtype=bool)  # files done, all groups
         self.mine = self.owned.copy()  # the current group's locations
+        self.named_only = named_only
         self.progress = progress
         self.api = _api()
         self.next_loc = 0  # locations before it are written
@@ -698,8 +701,9 @@ class _EventStream:
         self.written |= self.mine
 
     def finish(self) -> None:
-        self.begin(None)  # the locations no group named: empty files
-        self.end()
+        if not self.named_only:
+            self.begin(None)  # the locations no group named: empty files
+            self.end()
         if self.progress is not None and (self.reported != self.done or self.done == 0):
             self.progress(self.done)
 
@@ -880,7 +884,12 @@ class EventGroups:
     The groups' locations are disjoint but need not follow each other (a group of nodes holds
     every fourth rank's locations, say); a location no group names gets an empty event file.
     The groups are taken one at a time, so a caller can build each group's events only when
-    the writer reaches it (``stream.py``)."""
+    the writer reaches it (``stream.py``).
+
+    In parallel writing the groups of all processes together name every location exactly once
+    (``locations`` is then None): a location named by no group of this process is written by
+    another, so the groups may be decided while writing (``parallel.WriteShare`` passes
+    locations not yet written from a busy process to an idle one)."""
 
     def __init__(self, groups: Iterable[tuple[np.ndarray, np.ndarray | Iterable[np.ndarray]]]
                  ) -> None:
@@ -917,8 +926,10 @@ def write_archive(
     is agreed on, so every process closes the archive and raises. Without ``collectives``:
     every location, counts from ``events``.
 
-    ``events`` may also be ``EventGroups`` (one writing process only): each group's
-    locations are written from its pieces, in the groups' order; counts from the events.
+    ``events`` may also be ``EventGroups``: each group's locations are written from its
+    pieces, in the groups' order; without ``collectives`` the locations no group names get
+    empty event files and counts come from the events; with them, ``locations`` must be None
+    and each process writes exactly the locations its groups name.
     """
     t_start = time.perf_counter()
     whole = isinstance(events, np.ndarray)
@@ -938,11 +949,15 @@ def write_archive(
             if defs.system_nodes:
                 _otf2.Archive_SetMachineName(archive.handle, defs.system_nodes[0].name)
             failure: Exception | None = None
+            groups: Any = ()
             try:
-                stream = _EventStream(archive, defs, progress, locs)
-                if isinstance(events, EventGroups):
-                    if collectives is not None:
-                        raise WriterInputError("event groups are written by one process only")
+                grouped = isinstance(events, EventGroups)
+                if grouped and collectives is not None and locs is not None:
+                    raise WriterInputError("in parallel writing, event groups name the "
+                                           "locations themselves (locations=None)")
+                stream = _EventStream(archive, defs, progress, locs,
+                                      named_only=grouped and collectives is not None)
+                if grouped:
                     groups = events.groups
                 else:
                     groups = [(locs, [events] if whole else events)]
@@ -960,6 +975,9 @@ def write_archive(
                 if collectives is None:
                     raise
                 failure = exc
+                close = getattr(groups, "close", None)
+                if close is not None:  # a generator of groups may owe other processes answers
+                    close()
             if collectives is not None:
                 collectives.agree(failure)  # raises on every process if one failed
             archive.close_event_files()

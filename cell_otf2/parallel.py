@@ -22,8 +22,9 @@ traced run) does:
    and the time span are reduced; process 0 builds the definitions from the gathered interval
    bounds (``emit.build_definitions``), the summary and the report;
 7. write: process 0 stages the output (``output.ArchiveTarget``), every process writes its
-   locations' event files through OTF2's collective callbacks (``otf2_mpi``), process 0 the
-   definitions and the anchor file, then moves the archive into place.
+   locations' event files through OTF2's collective callbacks (``otf2_mpi``), then asks the
+   busier processes for locations they have not begun (``write_share``), process 0 writes
+   the definitions and the anchor file, then moves the archive into place.
 
 The archive equals the serial conversion's: same definitions, events per location and
 timestamps (``tests/test_parallel.py`` compares them event by event). The summary's numbers
@@ -514,16 +515,11 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
     my_locs = np.flatnonzero(np.isin(layout.locations["rank"], my_ranks))
 
     # 7. write
-    n_events = max(1, int(events.size))  # progress of process 0's share
-
-    def on_write(done: int) -> None:
-        if progress:
-            progress("write", done / n_events)
-
-    _write(steps, target, defs, events, my_locs, counts, on_write)
+    moved = _write(steps, target, defs, events, my_locs, counts, progress)
     # building the pieces is emit's work, done while writing
     steps.seconds["emit"] += events.seconds
     steps.seconds["write"] -= events.seconds
+    moved = comm.gather(moved, root=0)
 
     def finish():
         timings: dict[str, float] = {}
@@ -538,6 +534,8 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         summary.messages_matched = (sum(g["messages"] for g in gathered)
                                     + int(state.messages.size))
         summary.converter_processes = n_proc
+        summary.locations_handed_over = sum(m[0] for m in moved)
+        summary.events_handed_over = sum(m[1] for m in moved)
         if report is not None:
             _write_report(report, json.dumps(sync_report(whole), indent=1) + "\n")
         summary.wall_seconds = time.perf_counter() - wall0
@@ -616,11 +614,14 @@ def _merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
 
 
 def _write(steps: _Steps, target: ArchiveTarget, defs, events: EventChunks,
-           my_locs: np.ndarray, counts: np.ndarray, on_write) -> None:
-    """Step 7: process 0 stages the output and commits it; every process writes its
-    locations into the staging directory through OTF2's collective callbacks."""
+           my_locs: np.ndarray, counts: np.ndarray, progress) -> tuple[int, int]:
+    """Step 7: process 0 stages the output and commits it; every process writes locations
+    into the staging directory through OTF2's collective callbacks: its own, then those a
+    busier process hands over (``write_share``). Returns the locations and events this
+    process handed over."""
     from .otf2_mpi import MpiCollectives
-    from .otf2_writer import write_archive
+    from .otf2_writer import EventGroups, write_archive
+    from .write_share import WriteShare
 
     comm, root = steps.comm, steps.rank == 0
     staging = target.staged() if root else None
@@ -628,13 +629,20 @@ def _write(steps: _Steps, target: ArchiveTarget, defs, events: EventChunks,
     entered = root
     try:
         tmp = comm.bcast(tmp, root=0)
-        dup = comm.Dup()
+        dup, share_comm = comm.Dup(), comm.Dup()
         try:
             collectives = MpiCollectives(dup)
+            share = WriteShare(share_comm, events, my_locs)
+
+            def on_write(done: int) -> None:
+                if progress:
+                    progress("write", min(1.0, done / max(1, share.expected_events)))
+
             steps.run("write", lambda: write_archive(
-                defs, events, Path(tmp), target.name, on_write, collectives=collectives,
-                locations=my_locs, counts=counts))
+                defs, EventGroups(share.groups()), Path(tmp), target.name, on_write,
+                collectives=collectives, counts=counts))
         finally:
+            share_comm.Free()
             dup.Free()
         entered = False
         steps.run("write", lambda: staging.__exit__(None, None, None) if root else None)
@@ -642,3 +650,4 @@ def _write(steps: _Steps, target: ArchiveTarget, defs, events: EventChunks,
         if entered:
             staging.__exit__(*sys.exc_info())
         raise
+    return share.given_locations, share.given_events

@@ -18,6 +18,7 @@ import filecmp
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -142,6 +143,73 @@ def test_two_processes_write_the_serial_archive(runs, tmp_path, capsys):
     back = read_events(p_anchor)
     assert back.rma and all(op.complete_time is not None for op in back.rma)
     assert not back.unmatched_sends and not back.unmatched_recvs
+
+
+#: a converter whose pieces are 40 events, which hands over any number of events, and whose
+#: process 0 takes 50 ms more per piece it builds for itself: the others run out of their own
+#: locations first and ask it for more
+_SLOW_PROCESS_0 = (
+    "import sys, time\n"
+    "from mpi4py import MPI\n"
+    "import cell_otf2.convert as convert\n"
+    "import cell_otf2.write_share as share\n"
+    "from cell_otf2.emit import EventChunks\n"
+    "convert.CHUNK_EVENTS = 40\n"
+    "share.GIVE_MIN = 1\n"
+    "real = EventChunks.build\n"
+    "def build(self, lo, hi, buffer=None):\n"
+    "    if MPI.COMM_WORLD.Get_rank() == 0 and buffer is not None:\n"
+    "        time.sleep(0.05)\n"
+    "    return real(self, lo, hi, buffer)\n"
+    "EventChunks.build = build\n"
+)
+
+
+@needs_mpi
+@pytest.mark.parametrize("n_proc", [2, 3])
+def test_locations_handed_over_while_writing_give_the_serial_archive(runs, tmp_path, capsys,
+                                                                    n_proc):
+    """A slow process hands its last locations to idle ones (``write_share``): every location
+    still written once, the archive and summary are the serial ones."""
+    run = runs["four_nodes"]
+    s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
+    status, out, _ = _serial([str(run), "-o", str(s_anchor)], capsys)
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW_PROCESS_0 + "from cell_otf2.cli import main\nmain(sys.argv[1:])\n")
+    par = _mpiexec(n_proc, [str(run), "-o", str(p_anchor)], script=script)
+    assert (status, par.returncode) == (0, 0), par.stderr
+    wall = next(ln for ln in par.stdout.splitlines() if "wall time" in ln)
+    handed = re.search(r"(\d+) locations \((\d+) events\) handed to a less busy process", wall)
+    assert handed and int(handed[1]) > 0 and int(handed[2]) > 0, wall
+    assert _summary_body(par.stdout) == _summary_body(out)
+    _same_archive(s_anchor, p_anchor)
+
+
+@needs_mpi
+def test_write_failure_while_handing_over_fails_every_process(runs, tmp_path):
+    """Process 0 fails writing its third piece while the other waits for its locations: both
+    exit with the output error, nobody hangs, nothing is left at the output path."""
+    inject = _SLOW_PROCESS_0 + (
+        "import cell_otf2.otf2_writer as writer\n"
+        "from cell_otf2.errors import OutputError\n"
+        "real_write = writer._EventStream.write\n"
+        "calls = [0]\n"
+        "def write(self, events, checked=False):\n"
+        "    calls[0] += 1\n"
+        "    if MPI.COMM_WORLD.Get_rank() == 0 and calls[0] == 3:\n"
+        "        raise OutputError('injected: disk full')\n"
+        "    return real_write(self, events, checked)\n"
+        "writer._EventStream.write = write\n"
+        "from cell_otf2.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    script = tmp_path / "fail.py"
+    script.write_text(inject)
+    par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(tmp_path / "a.otf2")], timeout=120,
+                   script=script)
+    assert par.returncode == 4, par.stderr
+    assert par.stderr.count("injected: disk full") == 1
+    assert not (tmp_path / "a.otf2").exists() and not (tmp_path / "a").exists()
 
 
 @needs_mpi

@@ -1,0 +1,154 @@
+"""Sharing out the event files of a parallel conversion while they are written.
+
+Step 7 of ``parallel.py``: each converter process writes the event files of the locations whose
+events it built, in pieces of whole locations (``emit.EventChunks``). The processes' loads
+differ (process 0 also paired every MPI record and fitted the node clocks; nodes differ in size;
+a machine's other work slows one process), so a process that has written all of its own pieces
+asks the others, one after the other, for more. A process that is asked (it looks between two
+of its pieces) hands over the last of its locations it has not begun: about half of the events
+it has left, at most ``GIVE_MAX``, built into one table and sent to the asker, which writes
+them. A process with less than ``GIVE_MIN`` events left says it has nothing; an asker every other
+process turned away is done and answers the others' requests ("nothing") until every process is
+done (a non-blocking barrier, so nobody spins a core). Each location is written by exactly one
+process, whole, and its event file does not depend on which process writes it: the archive is
+the same whoever wrote which location (``tests/test_parallel.py``).
+
+What it does not do: split a location, move work of steps before the write, or guess loads in
+advance (the partition of nodes, ``parallel.partition``, does that from the dump sizes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .emit import EVENT_DTYPE, EventChunks
+
+#: message tags on the sharing's own communicator
+REQUEST, REPLY, DATA = 1, 2, 3
+#: the most events handed over at a time: 256 k events (19 MB) built and sent in one table
+GIVE_MAX = 1 << 18
+#: fewer events left than this (twice it, since half is given) are not worth a message
+GIVE_MIN = 1 << 14
+
+
+class WriteShare:
+    """The groups (``otf2_writer.EventGroups``) one process writes: its own locations piece
+    by piece, then the locations others hand over. ``comm`` is used for nothing else while
+    writing (the caller's duplicate); every process of it must iterate ``groups()`` to the
+    end."""
+
+    def __init__(self, comm: Any, chunks: EventChunks, my_locations: np.ndarray,
+                 give_max: int | None = None, give_min: int | None = None) -> None:
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.chunks = chunks
+        self.mine = np.zeros(chunks.n_locations, dtype=bool)
+        self.mine[np.asarray(my_locations, dtype=np.int64)] = True
+        self.give_max = GIVE_MAX if give_max is None else give_max
+        self.give_min = GIVE_MIN if give_min is None else give_min
+        self.next = 0  # own locations before it are written or being written
+        self.stop = chunks.n_locations  # own locations from here on were handed over
+        self.given_events = self.given_locations = 0
+        self.taken_events = self.taken_locations = 0
+
+    @property
+    def expected_events(self) -> int:
+        """Events this process writes, as far as known now (own, minus given, plus taken)."""
+        return int(self.chunks.size) - self.given_events + self.taken_events
+
+    def groups(self) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+        """Own pieces, then handed-over tables, each as (locations, [events]). Closed early
+        (the writer failed: it closes the iterator before agreeing on the failure), it gives
+        nothing more away and still answers the others until every process is done, so none
+        waits for it."""
+        finished = False
+        try:
+            buffer = self.chunks.piece_buffer()
+            while True:
+                self._serve()
+                if self.next >= self.stop:
+                    break
+                lo, hi = self.next, self.chunks.piece_end(self.next, self.stop)
+                piece = self.chunks.build(lo, hi, buffer)
+                self.next = hi
+                yield self._mine_in(lo, hi), [piece]
+                piece = None
+            yield from self._take()
+            finished = True
+        finally:
+            if not finished:
+                self.stop = self.next
+            self._drain()
+
+    def _mine_in(self, lo: int, hi: int) -> np.ndarray:
+        return np.flatnonzero(self.mine[lo:hi]) + lo
+
+    # the asked side --------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=REQUEST, status=status):
+            asker = status.Get_source()
+            self.comm.recv(source=asker, tag=REQUEST)
+            self._give(asker)
+
+    def _give(self, asker: int) -> None:
+        starts = self.chunks.loc_start
+        end = int(starts[self.stop])
+        amount = min((end - int(starts[self.next])) // 2, self.give_max)
+        lo = self.stop
+        if amount >= self.give_min:  # the last locations holding at most ``amount`` events
+            lo = max(self.next, int(np.searchsorted(starts[:self.stop + 1], end - amount,
+                                                    side="left")))
+        if lo >= self.stop or int(starts[lo]) == end:
+            self.comm.send(None, dest=asker, tag=REPLY)
+            return
+        table = self.chunks.build(lo, self.stop)
+        locs = self._mine_in(lo, self.stop)
+        self.stop = lo
+        self.comm.send((locs, int(table.size)), dest=asker, tag=REPLY)
+        self.comm.Send(table.view(np.uint8), dest=asker, tag=DATA)
+        self.given_events += int(table.size)
+        self.given_locations += int(locs.size)
+
+    # the asking side -------------------------------------------------------------------------
+
+    def _take(self) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+        for k in range(1, self.size):
+            peer = (self.rank + k) % self.size
+            while True:
+                self.comm.send(None, dest=peer, tag=REQUEST)
+                reply = self._reply(peer)
+                if reply is None:
+                    break
+                locs, n = reply
+                table = np.empty(n, EVENT_DTYPE)
+                self.comm.Recv(table.view(np.uint8), source=peer, tag=DATA)
+                self.taken_events += n
+                self.taken_locations += int(locs.size)
+                yield locs, [table]
+                table = None
+
+    def _reply(self, peer: int) -> Any:
+        """``peer``'s answer, answering others' requests (nothing to give) meanwhile."""
+        pause = 0.0002
+        while not self.comm.Iprobe(source=peer, tag=REPLY):
+            self._serve()
+            time.sleep(pause)
+            pause = min(2 * pause, 0.005)
+        return self.comm.recv(source=peer, tag=REPLY)
+
+    def _drain(self) -> None:
+        """Until every process is done: answer requests (with nothing)."""
+        request = self.comm.Ibarrier()
+        pause = 0.0002
+        while not request.Test():
+            self._serve()
+            time.sleep(pause)
+            pause = min(2 * pause, 0.005)
