@@ -154,7 +154,8 @@ class WriterInputError(ValueError):
 class WriteStats:
     """What ``write_archive`` wrote."""
 
-    events_per_location: np.ndarray  # int64, indexed by location ref
+    #: int64, indexed by location ref (parallel writing: of every process)
+    events_per_location: np.ndarray
     events_per_type: dict[Ev, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -921,7 +922,8 @@ def write_archive(
     communicator calls this with the same ``archive_dir`` and its own events; ``locations``
     (ascending) are the location refs whose event files this process writes, each location by
     exactly one process, and ``events`` (an array or pieces) hold only those locations;
-    ``counts`` are the events per location of the whole archive. Only the master (rank 0)
+    ``counts`` are the events per location of the whole archive (None: summed over the
+    processes after writing). Only the master (rank 0)
     writes the global definitions (``defs``, with ``counts``); a failure while writing events
     is agreed on, so every process closes the archive and raises. Without ``collectives``:
     every location, counts from ``events``.
@@ -980,10 +982,12 @@ def write_archive(
                     close()
             if collectives is not None:
                 collectives.agree(failure)  # raises on every process if one failed
+                if counts is None:  # what every process wrote
+                    counts = collectives.comm.allreduce(stream.counts)
             archive.close_event_files()
+            counts = stream.counts if counts is None else np.asarray(counts, dtype=np.int64)
             if master:
-                _write_definitions(archive, defs, stream.counts if counts is None
-                                   else np.asarray(counts, dtype=np.int64))
+                _write_definitions(archive, defs, counts)
         finally:
             if stream is not None:
                 stream.close()
@@ -993,7 +997,7 @@ def write_archive(
                           f"{exc.name}: {exc.description}") from exc
     per_type = stream.per_type
     return WriteStats(
-        events_per_location=stream.counts,
+        events_per_location=counts,
         events_per_type={e: int(per_type[e]) for e in Ev if per_type[e]},
         seconds=time.perf_counter() - t_start,
     )
