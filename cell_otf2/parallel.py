@@ -53,15 +53,15 @@ import numpy as np
 
 from . import format as fmt
 from .damage import Damage, DamageLog
-from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations, decode
-from .emit import DmaStyle, EmitStats, EventChunks, build_definitions, emit, sync_intervals_property
+from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations
+from .emit import DmaStyle, sync_intervals_property
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
-from .manifest import Manifest, load_manifest
+from .manifest import Manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
-from .order import Constraints, OrderOptions, build_constraints
+from .order import Constraints, OrderOptions
 from .output import ArchiveTarget
-from .timing import SyncResult, apply_times, synchronize
+from .timing import SyncResult
 
 P = fmt.PpeCode
 Progress = Callable[[str, float], None]
@@ -389,13 +389,71 @@ def _rma_id_offset(dec: Decoded, matches: Matches, usable: np.ndarray, comm: Any
 # --------------------------------------------------------------------------------------------
 
 
+class Team:
+    """The converter processes of ``comm`` as ``stream.convert_groups`` asks them (the serial
+    conversion's is ``stream.Alone``): collectives of mpi4py, every step agreed on
+    (``_Steps``), the nodes of this process (``partition``), the layout assembled from every
+    process's part, and the write through OTF2's collective callbacks with locations handed
+    from busy processes to idle ones (``write_share``)."""
+
+    def __init__(self, steps: _Steps) -> None:
+        self.steps = steps
+        self.comm = steps.comm
+        self.rank, self.size = steps.rank, steps.comm.Get_size()
+        self.handed = (0, 0)  # locations, events this process handed over while writing
+
+    def run(self, step: str, fn: Callable[[], Any]) -> Any:
+        return self.steps.run(step, fn)
+
+    def gather(self, value: Any) -> list | None:
+        return self.comm.gather(value, root=0)
+
+    def allgather(self, value: Any) -> list:
+        return self.comm.allgather(value)
+
+    def bcast(self, value: Any) -> Any:
+        return self.comm.bcast(value, root=0)
+
+    def scatter(self, values: list | None) -> Any:
+        return self.comm.scatter(values, root=0)
+
+    def allreduce(self, value: Any) -> Any:
+        return self.comm.allreduce(value)
+
+    def my_ranks(self, man: Manifest, dump_bytes: list[int]) -> list[int]:
+        owner = partition(man, dump_bytes, self.size)
+        return [p.rank for p in man.processes if owner[man.node_of_rank(p.rank)] == self.rank]
+
+    def layout(self, man: Manifest, summaries: list, damage: DamageLog) -> RunLayout:
+        part = self.run("decode", lambda: _layout_part(man, summaries, damage))
+        return _assemble_layout(man, self.allgather(part))
+
+    def write(self, defs, own, tmp: Path, name: str, on_write):
+        from .otf2_mpi import MpiCollectives
+        from .otf2_writer import EventGroups, write_archive
+        from .write_share import WriteShare
+
+        dup, share_comm = self.comm.Dup(), self.comm.Dup()
+        try:
+            share = WriteShare(share_comm, own)
+            collectives = MpiCollectives(dup)
+            written = self.run("write", lambda: write_archive(
+                defs, EventGroups(share.groups()), tmp, name, on_write,
+                collectives=collectives))
+            self.handed = (share.given_locations, share.given_events)
+            return written
+        finally:
+            share_comm.Free()
+            dup.Free()
+
+
 def convert_parallel(comm: Any, run_dir: str | Path, archive: str | Path, *, force: bool = False,
                      dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
                      report: str | Path | None = None,
                      order_options: OrderOptions | None = None,
-                     progress: Progress | None = None):
+                     progress: Progress | None = None, group_bytes: int | None = None):
     """``convert.convert`` on every process of ``comm``; returns the run's summary on each
-    (with ``rank`` set to the process's rank)."""
+    (with ``rank`` set to the process's rank). ``group_bytes``: ``stream.convert_groups``'."""
     wall0 = time.perf_counter()
     steps = _Steps(comm)
     root = steps.rank == 0
@@ -404,7 +462,8 @@ def convert_parallel(comm: Any, run_dir: str | Path, archive: str | Path, *, for
     try:
         steps.run("output", lambda: target.prepare(force) if root else None)
         summary = _convert(steps, Path(run_dir), target, str(archive), DmaStyle(dma_style),
-                           alpha, report, order_options, progress if root else None, wall0)
+                           alpha, report, order_options, progress if root else None, wall0,
+                           group_bytes)
     except KeyboardInterrupt:
         _remove_made(made)
         sys.stderr.write("cell2otf2: error: interrupted\n")
@@ -426,116 +485,39 @@ def _remove_made(made: list[Path]) -> None:
 
 
 def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
-             dma_style: DmaStyle, alpha: float, report, order_options, progress, wall0: float):
-    from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, read_summaries, sync_report
+             dma_style: DmaStyle, alpha: float, report, order_options, progress, wall0: float,
+             group_bytes: int | None):
+    """Process 0 stages the output; every process converts its nodes group by group into it
+    (``stream.convert_groups``; spilled groups under ``.spill/process<rank>`` inside the
+    staging directory); process 0 commits the archive and writes the report."""
+    from .convert import sync_report
+    from .stream import _Clock, _Spill, convert_groups
 
     comm, root = steps.comm, steps.rank == 0
-    n_proc = comm.Get_size()
-    logs = {s: DamageLog() for s in _STAGES}
-
-    # 1. plan
-    man = steps.run("read", lambda: load_manifest(run_dir))
-    sizes = comm.bcast(_dump_bytes(man) if root else None, root=0)
-    owner = partition(man, sizes, n_proc)
-    my_ranks = [p.rank for p in man.processes if owner[man.node_of_rank(p.rank)] == steps.rank]
-
-    # 2. read (each dump once, only its summary kept, as the serial path does), layout
-    summaries = steps.run("read", lambda: read_summaries(man, logs["read"], progress,
-                                                         my_ranks))
-    part = steps.run("decode", lambda: _layout_part(man, summaries, logs["layout"]))
-    layout = _assemble_layout(man, comm.allgather(part))
-
-    # 3. decode (reading each dump again, one at a time), match all but MPI
-    def local() -> tuple[Decoded, Matches]:
-        dumps = _Dumps(man, summaries, my_ranks)
-        dec = decode(man, dumps, logs["decode"], layout=layout, release=True,
-                     summaries=summaries)
-        steps.seconds["read"] = steps.seconds.get("read", 0.0) + dumps.seconds
-        steps.seconds["decode"] = steps.seconds.get("decode", 0.0) - dumps.seconds
-        return dec, match(dec, logs["match"], mpi=False)
-
-    dec, matches = steps.run("decode", local)
-
-    # 4. MPI across processes, node fit on process 0
-    subsets = comm.gather(_mpi_subset(dec), root=0)
-    if progress:
-        progress("sync", 0.0)
-    fit = steps.run("mpi", lambda: _match_mpi(man, layout, dec.domains[: dec.n_nodes], subsets,
-                                              logs["mpi"]) if root else None)
-    subsets = None
-    node_maps = comm.bcast(fit[0] if root else None, root=0)
-    my_pairs = comm.scatter(fit[1] if root else None, root=0)
-    state = fit[2] if root else None
-    matches.pairs = np.concatenate([matches.pairs, my_pairs])
-
-    # 5. order, sync, times
-    cons = steps.run("order", lambda: build_constraints(dec, matches, order_options))
-
-    def sync() -> SyncResult:
-        result = synchronize(dec, cons, alpha=alpha, damage=logs["sync"], node_maps=node_maps)
-        apply_times(dec, result, logs["sync"])
-        return result
-
-    result = steps.run("sync", sync)
-    good, span, info = share_after_sync(dec, matches, cons, result)
-    cons = drop_analysis(dec, matches, cons)  # as the serial path frees them before emit
-    good_parts = comm.gather(good, root=0)
-    paired_parts = steps.run("mpi", lambda: _paired(state, good_parts) if root else None)
-    mpi_paired = np.zeros(dec.records.size, dtype=bool)
-    mpi_paired[comm.scatter(paired_parts, root=0)] = True
-
-    # 6. emit (pieces of whole locations, built as the writer takes them); global counts,
-    # span, definitions
-    rma_offset = (_rma_id_offset(dec, matches, result.usable, comm)
-                  if dma_style == DmaStyle.RMA else None)
-    defs, events, estats = steps.run("emit", lambda: emit(
-        dec, matches, result, logs["emit"], dma_style, mpi_paired=mpi_paired,
-        chunk_events=CHUNK_EVENTS, rma_id_offset=rma_offset,
-        sync_intervals=info["sync_intervals"]))
-    events.reuse_buffer = True  # the writer is done with each piece before the next
-    dec._cache.clear()  # the record groupings emit used
-    counts = comm.allreduce(events.counts())
-    spans = [s for s in comm.allgather(span) if s is not None]
-    first = min(s[0] for s in spans) if spans else 0
-    last = max(s[1] for s in spans) if spans else 0
-    gathered = comm.gather(dict(
-        info, events=int(events.size), dma=estats.dma, dma_completed=estats.dma_completed,
-        heartbeats=estats.heartbeats, damage={s: log.entries() for s, log in logs.items()},
-        seconds=steps.seconds), root=0)
-
-    def definitions():
-        whole = _whole_run(man, layout, dec, gathered, node_maps)
-        intervals = {loc: v for g in gathered for loc, v in g["sync_intervals"].items()}
-        return whole, build_definitions(whole.decoded, whole.sync, first, last, intervals)[0]
-
-    if root:
-        whole, defs = steps.run("emit", definitions)
-    else:
-        steps.run("emit", lambda: None)
-    my_locs = np.flatnonzero(np.isin(layout.locations["rank"], my_ranks))
-
-    # 7. write
-    moved = _write(steps, target, defs, events, my_locs, counts, progress)
-    # building the pieces is emit's work, done while writing
-    steps.seconds["emit"] += events.seconds
-    steps.seconds["write"] -= events.seconds
-    moved = comm.gather(moved, root=0)
+    staging = target.staged() if root else None
+    tmp = steps.run("output", lambda: str(staging.__enter__()) if root else None)
+    entered = root
+    try:
+        tmp = Path(comm.bcast(tmp, root=0))
+        spill = _Spill(tmp / ".spill" / f"process{steps.rank}")
+        try:
+            summary, whole = convert_groups(Team(steps), run_dir, tmp, target.name, _Clock(),
+                                            spill, dma_style, alpha, order_options, progress,
+                                            group_bytes)
+        finally:
+            spill.close()
+        entered = False
+        steps.run("write", lambda: staging.__exit__(None, None, None) if root else None)
+    except BaseException as exc:
+        if isinstance(exc, CellOtf2Error):  # every process is here (agreed): none still
+            _wait_quietly(comm)  # removes its spill files when process 0 removes the staging
+        if entered:
+            staging.__exit__(*sys.exc_info())
+        raise
 
     def finish():
-        timings: dict[str, float] = {}
-        for part_seconds in [g["seconds"] for g in gathered] + [steps.seconds]:
-            for k, v in part_seconds.items():
-                timings[k] = max(timings.get(k, 0.0), v)
-        timings.pop("output", None)
-        estats_all = EmitStats(dma=sum(g["dma"] for g in gathered),
-                               dma_completed=sum(g["dma_completed"] for g in gathered),
-                               heartbeats=sum(g["heartbeats"] for g in gathered))
-        summary = _summary(whole, str(run_dir), archive, int(counts.sum()), estats_all, timings)
-        summary.messages_matched = (sum(g["messages"] for g in gathered)
-                                    + int(state.messages.size))
-        summary.converter_processes = n_proc
-        summary.locations_handed_over = sum(m[0] for m in moved)
-        summary.events_handed_over = sum(m[1] for m in moved)
+        summary.run_dir, summary.archive = str(run_dir), archive
+        summary.converter_processes = comm.Get_size()
         if report is not None:
             _write_report(report, json.dumps(sync_report(whole), indent=1) + "\n")
         summary.wall_seconds = time.perf_counter() - wall0
@@ -611,43 +593,3 @@ def _merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
         for *_, d in entries:
             log.add_damage(d)
     return log
-
-
-def _write(steps: _Steps, target: ArchiveTarget, defs, events: EventChunks,
-           my_locs: np.ndarray, counts: np.ndarray, progress) -> tuple[int, int]:
-    """Step 7: process 0 stages the output and commits it; every process writes locations
-    into the staging directory through OTF2's collective callbacks: its own, then those a
-    busier process hands over (``write_share``). Returns the locations and events this
-    process handed over."""
-    from .otf2_mpi import MpiCollectives
-    from .otf2_writer import EventGroups, write_archive
-    from .write_share import WriteShare
-
-    comm, root = steps.comm, steps.rank == 0
-    staging = target.staged() if root else None
-    tmp = steps.run("write", lambda: str(staging.__enter__()) if root else None)
-    entered = root
-    try:
-        tmp = comm.bcast(tmp, root=0)
-        dup, share_comm = comm.Dup(), comm.Dup()
-        try:
-            collectives = MpiCollectives(dup)
-            share = WriteShare(share_comm, events, my_locs)
-
-            def on_write(done: int) -> None:
-                if progress:
-                    progress("write", min(1.0, done / max(1, share.expected_events)))
-
-            steps.run("write", lambda: write_archive(
-                defs, EventGroups(share.groups()), Path(tmp), target.name, on_write,
-                collectives=collectives, counts=counts))
-        finally:
-            share_comm.Free()
-            dup.Free()
-        entered = False
-        steps.run("write", lambda: staging.__exit__(None, None, None) if root else None)
-    except BaseException:
-        if entered:
-            staging.__exit__(*sys.exc_info())
-        raise
-    return share.given_locations, share.given_events

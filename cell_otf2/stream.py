@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,13 +86,16 @@ GROUP_BYTES = 64 << 20
 IN_MEMORY_BYTES = 512 << 20
 
 
-def node_groups(man: Manifest, dump_bytes: list[int], limit: int = GROUP_BYTES
-                ) -> list[list[int]]:
+def node_groups(man: Manifest, dump_bytes: list[int], limit: int = GROUP_BYTES,
+                ranks: list[int] | None = None) -> list[list[int]]:
     """Ranks (ascending) of each group: whole nodes in node order, consecutive nodes merged
-    while their dumps total at most ``limit`` bytes. Nodes without ranks are in no group."""
+    while their dumps total at most ``limit`` bytes. Nodes without ranks are in no group.
+    ``ranks``: only these ranks (whole nodes: a converter process's share) are grouped."""
+    keep = None if ranks is None else set(ranks)
     ranks_of: list[list[int]] = [[] for _ in man.nodes]
     for p in man.processes:
-        ranks_of[man.node_of_rank(p.rank)].append(p.rank)
+        if keep is None or p.rank in keep:
+            ranks_of[man.node_of_rank(p.rank)].append(p.rank)
     groups: list[list[int]] = []
     current: list[int] = []
     size = 0
@@ -342,6 +346,43 @@ class _Clock:
             self.add(name, time.perf_counter() - t0, time.process_time() - c0)
 
 
+class Alone:
+    """The one process of a serial conversion, as ``_convert`` asks a team of converter
+    processes (``parallel.Team`` under MPI): every collective is the identity."""
+
+    rank, size = 0, 1
+
+    def run(self, _step: str, fn: Callable[[], Any]) -> Any:
+        return fn()
+
+    def gather(self, value: Any) -> list:
+        return [value]
+
+    allgather = gather
+
+    def bcast(self, value: Any) -> Any:
+        return value
+
+    def scatter(self, values: list) -> Any:
+        return values[0]
+
+    def allreduce(self, value: Any) -> Any:
+        return value
+
+    def my_ranks(self, man: Manifest, dump_bytes: list[int]) -> list[int]:
+        return [p.rank for p in man.processes]
+
+    def layout(self, man: Manifest, summaries: list, damage: DamageLog) -> RunLayout:
+        locations, contexts, _ = _build_locations(man, summaries, damage)
+        return RunLayout(locations, contexts, [d.name for d in summaries],
+                         [d.spe_buffer_records for d in summaries])
+
+    def write(self, defs, own: Iterator, tmp: Path, name: str, on_write):
+        from .otf2_writer import EventGroups, write_archive  # the only importer of otf2
+
+        return write_archive(defs, EventGroups(own), tmp, name, progress=on_write)
+
+
 def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
                      dma_style: DmaStyle, alpha: float, report, order_options, progress,
                      group_bytes: int | None = None):
@@ -352,9 +393,9 @@ def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
     with target.staged() as tmp:
         spill = _Spill(Path(tmp) / ".spill")
         try:
-            summary, whole = _convert(Path(run_dir), Path(tmp), target.name, clock, spill,
-                                      DmaStyle(dma_style), alpha, order_options, progress,
-                                      group_bytes)
+            summary, whole = convert_groups(Alone(), Path(run_dir), Path(tmp), target.name,
+                                            clock, spill, DmaStyle(dma_style), alpha,
+                                            order_options, progress, group_bytes)
         finally:
             spill.close()
     summary.run_dir, summary.archive = str(run_dir), archive
@@ -364,86 +405,154 @@ def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
     return summary
 
 
-def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
-             dma_style: DmaStyle, alpha: float, order_options, progress,
-             group_bytes: int | None):
-    from .otf2_writer import EventGroups, write_archive  # the only importer of otf2
+def _split(values: list, sizes: list[int]) -> list[list]:
+    """``values`` (one per group of every process, process by process) cut into each
+    process's list."""
+    out, at = [], 0
+    for n in sizes:
+        out.append(values[at:at + n])
+        at += n
+    return out
 
-    first_logs = {s: DamageLog() for s in _STAGES}  # what the whole run finds at once
+
+def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
+                   dma_style: DmaStyle, alpha: float, order_options, progress,
+                   group_bytes: int | None):
+    """Phases A-E over this process's groups of nodes; the collectives go through ``team``
+    (``Alone``, or ``parallel.Team``: each process then holds the nodes ``parallel.partition``
+    gives it). Returns (summary, whole-run ``Pipeline``) on process 0, (None, None) on the
+    others. ``group_bytes``: as ``convert_streamed``'s (None: groups of ``GROUP_BYTES`` /
+    processes when the run's dumps total more than ``IN_MEMORY_BYTES``, else one group)."""
+    root = team.rank == 0
+    first_logs = {s: DamageLog() for s in _STAGES}  # what this process finds at once
+
     # A. read, layout; per group decode and match all but MPI
-    with clock.stage("read"):
-        man = load_manifest(run_dir)
-        summaries = read_summaries(man, first_logs["read"], progress)
-        sizes = _dump_bytes(man)
-        if group_bytes is None:
-            group_bytes = GROUP_BYTES if sum(sizes) > IN_MEMORY_BYTES else max(1, sum(sizes))
-        groups = [_Group(i, ranks) for i, ranks in
-                  enumerate(node_groups(man, sizes, group_bytes))]
+    def plan():
+        with clock.stage("read"):
+            return load_manifest(run_dir)
+
+    man = team.run("read", plan)
+    sizes = team.bcast(_dump_bytes(man) if root else None)
+    my_ranks = team.my_ranks(man, sizes)
+
+    def read():
+        with clock.stage("read"):
+            return read_summaries(man, first_logs["read"], progress, my_ranks)
+
+    summaries = team.run("read", read)
+    total = sum(sizes)
+    if group_bytes is None:
+        group_bytes = (max(1, GROUP_BYTES // team.size) if total > IN_MEMORY_BYTES
+                       else max(1, total))
+    groups = [_Group(i, ranks) for i, ranks in
+              enumerate(node_groups(man, sizes, group_bytes, my_ranks) or [[]])]
     with clock.stage("decode"):
-        locations, contexts, _ = _build_locations(man, summaries, first_logs["layout"])
-        layout = RunLayout(locations, contexts, [d.name for d in summaries],
-                           [d.spe_buffer_records for d in summaries])
-    node_domains = skeleton = None
-    for g in groups:
-        spill.evict()
-        with clock.stage("decode"):
-            mine = [summaries[r] for r in g.ranks]
-            dumps = _Dumps(man, mine, g.ranks)
-            dec = decode(man, dumps, g.logs["decode"], layout=layout, release=True,
-                         summaries=mine,
-                         allocate=spill.record_table(g.index) if len(groups) > 1 else None)
-            matches = match(dec, g.logs["match"], mpi=False)
-            g.mpi = _mpi_subset(dec)
-            g.records = int(dec.records.size)
-        clock.add("read", dumps.seconds, dumps.cpu_seconds)  # the second reading
-        clock.add("decode", -dumps.seconds, -dumps.cpu_seconds)
-        if skeleton is None:
-            node_domains = dec.domains[: dec.n_nodes].copy()
-            skeleton = Decoded(man, layout.dump_names, layout.spe_buffer_records, locations,
-                               contexts, dec.records[:0].copy(), dec.anchors[:0].copy(),
-                               node_domains, dec.links[:0].copy(), dec.n_nodes)
-        spill.put(g.index, _State(dec, matches))
-        del dec, matches, dumps
-        if progress:
-            progress("decode", (g.index + 1) / len(groups))
+        layout = team.layout(man, summaries, first_logs["layout"])
+    by_rank = dict(zip(my_ranks, summaries, strict=True))
     del summaries
-    # B. MPI over every group, node clock fit
+    made: dict[str, Any] = {}
+
+    def decode_groups() -> None:
+        for g in groups:
+            spill.evict()
+            with clock.stage("decode"):
+                mine = [by_rank[r] for r in g.ranks]
+                dumps = _Dumps(man, mine, g.ranks)
+                dec = decode(man, dumps, g.logs["decode"], layout=layout, release=True,
+                             summaries=mine, allocate=(spill.record_table(g.index)
+                                                       if len(groups) > 1 else None))
+                matches = match(dec, g.logs["match"], mpi=False)
+                g.mpi = _mpi_subset(dec)
+                g.records = int(dec.records.size)
+            clock.add("read", dumps.seconds, dumps.cpu_seconds)  # the second reading
+            clock.add("decode", -dumps.seconds, -dumps.cpu_seconds)
+            if "skeleton" not in made:
+                made["node_domains"] = dec.domains[: dec.n_nodes].copy()
+                made["skeleton"] = Decoded(
+                    man, layout.dump_names, layout.spe_buffer_records, layout.locations,
+                    layout.contexts, dec.records[:0].copy(), dec.anchors[:0].copy(),
+                    made["node_domains"], dec.links[:0].copy(), dec.n_nodes)
+            spill.put(g.index, _State(dec, matches))
+            del dec, matches, dumps
+            if progress:
+                progress("decode", (g.index + 1) / len(groups))
+
+    team.run("decode", decode_groups)
+    by_rank.clear()
+    n_groups = team.allgather(len(groups))  # per process
+
+    # B. MPI over every group of every process, node clock fit (process 0)
+    mpi_parts = team.gather([g.mpi for g in groups])
+    for g in groups:
+        g.mpi = None
     if progress:
         progress("sync", 0.0)
-    with clock.stage("mpi"):
-        node_maps, pairs, mpi_state = _match_mpi(man, layout, node_domains,
-                                                 [g.mpi for g in groups], first_logs["mpi"])
-        for g in groups:
-            g.mpi = None
+
+    def fit():
+        with clock.stage("mpi"):
+            flat = [m for part in mpi_parts for m in part]
+            node_maps, pairs, state = _match_mpi(man, layout, made["node_domains"], flat,
+                                                 first_logs["mpi"])
+            return node_maps, _split(pairs, n_groups), state
+
+    fitted = team.run("mpi", fit if root else lambda: None)
+    mpi_parts = None
+    node_maps = team.bcast(fitted[0] if root else None)
+    pairs = team.scatter(fitted[1] if root else None)
+    mpi_state = fitted[2] if root else None
+    fitted = None
+
     # C. per group (backwards: the last decoded is still in memory): order, sync, times
-    for g in reversed(groups):
-        state = spill.get(g.index)
-        dec, matches = state.dec, state.matches
-        with clock.stage("order"):
-            matches.pairs = np.concatenate([matches.pairs, pairs[g.index]])
-            cons = build_constraints(dec, matches, order_options)
-        with clock.stage("sync"):
-            result = synchronize(dec, cons, alpha=alpha, damage=g.logs["sync"],
-                                 node_maps=node_maps)
-            apply_times(dec, result, g.logs["sync"])
-            result.solutions = []
-            g.good, g.span, g.info = share_after_sync(dec, matches, cons, result)
-            cons = drop_analysis(dec, matches, cons)
-            g.rma = rma_transfers(dec, matches, result.usable)
-        spill.put(g.index, _State(dec, matches, result, timed=True))
-        del state, dec, matches, result, cons
-        if progress:
-            progress("sync", (len(groups) - g.index) / len(groups))
-    # D. MPI pairs usable at both ends, RMA ids, the whole run's definitions
-    with clock.stage("emit"):
-        paired = _paired(mpi_state, [g.good for g in groups])
-        every = np.sum([g.rma for g in groups], axis=0)
-        spans = [g.span for g in groups if g.span is not None]
-        first = min(s[0] for s in spans) if spans else 0
-        last = max(s[1] for s in spans) if spans else 0
-        whole = _whole_run(man, layout, skeleton, _infos(groups, first_logs), node_maps)
-        intervals = {loc: v for g in groups for loc, v in g.info["sync_intervals"].items()}
-        defs = build_definitions(whole.decoded, whole.sync, first, last, intervals)[0]
+    def sync_groups() -> None:
+        for g in reversed(groups):
+            state = spill.get(g.index)
+            dec, matches = state.dec, state.matches
+            with clock.stage("order"):
+                matches.pairs = np.concatenate([matches.pairs, pairs[g.index]])
+                cons = build_constraints(dec, matches, order_options)
+            with clock.stage("sync"):
+                result = synchronize(dec, cons, alpha=alpha, damage=g.logs["sync"],
+                                     node_maps=node_maps)
+                apply_times(dec, result, g.logs["sync"])
+                result.solutions = []
+                g.good, g.span, g.info = share_after_sync(dec, matches, cons, result)
+                cons = drop_analysis(dec, matches, cons)
+                g.rma = rma_transfers(dec, matches, result.usable)
+            spill.put(g.index, _State(dec, matches, result, timed=True))
+            del state, dec, matches, result, cons
+            if progress:
+                progress("sync", (len(groups) - g.index) / len(groups))
+
+    team.run("sync", sync_groups)
+
+    # D. MPI pairs usable at both ends, RMA ids, the whole run's definitions (process 0)
+    goods = team.gather([g.good for g in groups])
+
+    def pair_up():
+        with clock.stage("emit"):
+            return _split(_paired(mpi_state, [x for part in goods for x in part]), n_groups)
+
+    paired = team.scatter(team.run("emit", pair_up if root else lambda: None))
+    goods = None
+    every = team.allreduce(np.sum([g.rma for g in groups], axis=0))
+    spans = [s for part in team.allgather([g.span for g in groups]) for s in part
+             if s is not None]
+    first = min(s[0] for s in spans) if spans else 0
+    last = max(s[1] for s in spans) if spans else 0
+    infos = team.gather(_infos(groups, first_logs))
+
+    def definitions():
+        with clock.stage("emit"):
+            flat = [i for part in infos for i in part]
+            whole = _whole_run(man, layout, made["skeleton"], flat, node_maps)
+            intervals = {loc: v for i in flat for loc, v in i["sync_intervals"].items()}
+            return whole, build_definitions(whole.decoded, whole.sync, first, last,
+                                            intervals)[0]
+
+    whole, defs = team.run("emit", definitions if root else lambda: (None, None))
+    defs = team.bcast(defs)  # the writer checks every process's events against them
+    infos = None
+
     # E. per group (forwards: the first is in memory): emit and write its locations
     estats = EmitStats()
     # progress: events written of the groups' events, each group weighted by its records
@@ -453,7 +562,7 @@ def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
     def on_write(done: int) -> None:
         if progress:
             part = min(1.0, (done - at["events"]) / max(1, at["size"]))
-            progress("write", (at["records"] + part * at["weight"]) / all_records)
+            progress("write", min(1.0, (at["records"] + part * at["weight"]) / all_records))
 
     def event_groups():
         for g in groups:
@@ -491,16 +600,39 @@ def _convert(run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
             spill.drop(g.index)
 
     with clock.stage("write"):
-        write_archive(defs, EventGroups(event_groups()), tmp, name, progress=on_write)
-    # the summary and the report
-    whole.damage = _merge_damage(layout, _infos(groups, first_logs))
+        written = team.write(defs, event_groups(), tmp, name, on_write)
     if spill.written:
         clock.add("spill", spill.seconds, spill.cpu_seconds)
-    estats.by_type = {k: estats.by_type[k] for k in sorted(estats.by_type, key=Ev.__getitem__)}
-    summary = _summary(whole, "", "", at["events"], estats, dict(clock.wall))
-    summary.messages_matched = (sum(g.info["messages"] for g in groups)
+
+    # the summary and the report (process 0)
+    parts = team.gather((_infos(groups, first_logs), estats, dict(clock.wall), dict(clock.cpu),
+                         getattr(team, "handed", (0, 0))))
+    if not root:
+        return None, None
+    flat = [i for part in parts for i in part[0]]
+    whole.damage = _merge_damage(layout, flat)
+    total_stats = EmitStats()
+    for _, st, *_rest in parts:
+        for k in ("dma", "dma_completed", "heartbeats"):
+            setattr(total_stats, k, getattr(total_stats, k) + getattr(st, k))
+        for k, v in st.by_type.items():
+            total_stats.by_type[k] = total_stats.by_type.get(k, 0) + v
+    total_stats.by_type = {k: total_stats.by_type[k]
+                           for k in sorted(total_stats.by_type, key=Ev.__getitem__)}
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for _, _, w, c, _ in parts:  # per stage, the slowest process
+        for k, v in w.items():
+            wall[k] = max(wall.get(k, v), v)
+        for k, v in c.items():
+            cpu[k] = max(cpu.get(k, v), v)
+    n_events = int(np.asarray(written.events_per_location).sum())
+    summary = _summary(whole, "", "", n_events, total_stats, wall)
+    summary.messages_matched = (sum(i["messages"] for i in flat)
                                 + int(mpi_state.messages.size))
-    summary.stage_cpu_seconds = dict(clock.cpu)
+    summary.stage_cpu_seconds = cpu
+    summary.locations_handed_over = sum(p[4][0] for p in parts)
+    summary.events_handed_over = sum(p[4][1] for p in parts)
     return summary, whole
 
 

@@ -1,17 +1,19 @@
 """Sharing out the event files of a parallel conversion while they are written.
 
-Step 7 of ``parallel.py``: each converter process writes the event files of the locations whose
-events it built, in pieces of whole locations (``emit.EventChunks``). The processes' loads
-differ (process 0 also paired every MPI record and fitted the node clocks; nodes differ in size;
-a machine's other work slows one process), so a process that has written all of its own pieces
-asks the others, one after the other, for more. A process that is asked (it looks between two
-of its pieces) hands over the last of its locations it has not begun: about half of the events
-it has left, at most ``GIVE_MAX``, built into one table and sent to the asker, which writes
-them. A process with less than ``GIVE_MIN`` events left says it has nothing; an asker every other
-process turned away is done and answers the others' requests ("nothing") until every process is
-done (a non-blocking barrier, so nobody spins a core). Each location is written by exactly one
-process, whole, and its event file does not depend on which process writes it: the archive is
-the same whoever wrote which location (``tests/test_parallel.py``).
+The last step of a parallel conversion (``stream.py`` under ``parallel.py``): each converter
+process writes the event files of the locations whose events it built, group of nodes by group,
+in pieces of whole locations (``emit.EventChunks``). The processes' loads differ (process 0
+also paired every MPI record and fitted the node clocks; nodes differ in size; a machine's
+other work slows one process), so a process that has written all of its own pieces asks the
+others, one after the other, for more. A process that is asked (it looks between two of its
+pieces) hands over the last locations of its current group that it has not begun: about half
+of the group's events it has left, at most ``GIVE_MAX``, built into one table and sent to the
+asker, which writes them. A process with less than ``GIVE_MIN`` events to give says it has
+nothing; an asker every other process turned away is done and answers the others' requests
+("nothing") until every process is done (a non-blocking barrier, so nobody spins a core).
+Each location is written by exactly one process, whole, and its event file does not depend on
+which process writes it: the archive is the same whoever wrote which location
+(``tests/test_parallel.py``).
 
 What it does not do: split a location, move work of steps before the write, or guess loads in
 advance (the partition of nodes, ``parallel.partition``, does that from the dump sizes).
@@ -20,7 +22,7 @@ advance (the partition of nodes, ``parallel.partition``, does that from the dump
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -37,51 +39,50 @@ GIVE_MIN = 1 << 14
 
 class WriteShare:
     """The groups (``otf2_writer.EventGroups``) one process writes: its own locations piece
-    by piece, then the locations others hand over. ``comm`` is used for nothing else while
-    writing (the caller's duplicate); every process of it must iterate ``groups()`` to the
-    end."""
+    by piece, then the locations others hand over. ``own`` yields this process's groups as
+    (locations, events in pieces), each built when asked for, the next asked for once the
+    writer has written every piece of the one before. ``comm`` is used for nothing else
+    while writing (the caller's duplicate); every process of it must iterate ``groups()`` to
+    the end."""
 
-    def __init__(self, comm: Any, chunks: EventChunks, my_locations: np.ndarray,
+    def __init__(self, comm: Any, own: Iterable[tuple[np.ndarray, EventChunks]],
                  give_max: int | None = None, give_min: int | None = None) -> None:
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self.chunks = chunks
-        self.mine = np.zeros(chunks.n_locations, dtype=bool)
-        self.mine[np.asarray(my_locations, dtype=np.int64)] = True
+        self.own = own
+        self.chunks: EventChunks | None = None  # the group being written
+        self.mine = np.zeros(0, dtype=bool)  # its locations
         self.give_max = GIVE_MAX if give_max is None else give_max
         self.give_min = GIVE_MIN if give_min is None else give_min
-        self.next = 0  # own locations before it are written or being written
-        self.stop = chunks.n_locations  # own locations from here on were handed over
+        self.next = 0  # the group's locations before it are written or being written
+        self.stop = 0  # the group's locations from here on were handed over
         self.given_events = self.given_locations = 0
         self.taken_events = self.taken_locations = 0
-
-    @property
-    def expected_events(self) -> int:
-        """Events this process writes, as far as known now (own, minus given, plus taken)."""
-        return int(self.chunks.size) - self.given_events + self.taken_events
 
     def groups(self) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
         """Own pieces, then handed-over tables, each as (locations, [events]). Closed early
         (the writer failed: it closes the iterator before agreeing on the failure), it gives
         nothing more away and still answers the others until every process is done, so none
         waits for it."""
-        finished = False
         try:
-            buffer = self.chunks.piece_buffer()
-            while True:
-                self._serve()
-                if self.next >= self.stop:
-                    break
-                lo, hi = self.next, self.chunks.piece_end(self.next, self.stop)
-                piece = self.chunks.build(lo, hi, buffer)
-                self.next = hi
-                yield self._mine_in(lo, hi), [piece]
-                piece = None
+            for locations, chunks in self.own:
+                self.chunks, self.next, self.stop = chunks, 0, chunks.n_locations
+                self.mine = np.zeros(chunks.n_locations, dtype=bool)
+                self.mine[np.asarray(locations, dtype=np.int64)] = True
+                buffer = chunks.piece_buffer()
+                while True:
+                    self._serve()
+                    if self.next >= self.stop:
+                        break
+                    lo, hi = self.next, chunks.piece_end(self.next, self.stop)
+                    piece = chunks.build(lo, hi, buffer)
+                    self.next = hi
+                    yield self._mine_in(lo, hi), [piece]
+                    piece = None
+                self.chunks = buffer = chunks = None
             yield from self._take()
-            finished = True
         finally:
-            if not finished:
-                self.stop = self.next
+            self.chunks = None  # closed early: nothing more to give
             self._drain()
 
     def _mine_in(self, lo: int, hi: int) -> np.ndarray:
@@ -99,6 +100,9 @@ class WriteShare:
             self._give(asker)
 
     def _give(self, asker: int) -> None:
+        if self.chunks is None:
+            self.comm.send(None, dest=asker, tag=REPLY)
+            return
         starts = self.chunks.loc_start
         end = int(starts[self.stop])
         amount = min((end - int(starts[self.next])) // 2, self.give_max)

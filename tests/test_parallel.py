@@ -186,6 +186,45 @@ def test_locations_handed_over_while_writing_give_the_serial_archive(runs, tmp_p
 
 
 @needs_mpi
+@pytest.mark.parametrize("name,n_proc,groups", [("four_nodes", 2, [2, 2]),
+                                                ("damaged", 3, [1, 1, 0])])
+def test_processes_streaming_node_by_node_write_the_serial_archive(runs, tmp_path, capsys,
+                                                                   name, n_proc, groups):
+    """A run counted as large (``IN_MEMORY_BYTES`` 0, groups of one node): each process
+    converts its nodes one group at a time, spilling the others inside the staging
+    directory, and hands locations over while writing; the archive, summary and report are
+    the serial ones and no spill file is left."""
+    run = runs[name]
+    s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
+    status, out, _ = _serial([str(run), "-o", str(s_anchor), "--report",
+                              str(tmp_path / "s.json")], capsys)
+    script = tmp_path / "groups.py"
+    script.write_text(_SLOW_PROCESS_0 + (
+        "import cell_otf2.stream as stream\n"
+        "stream.IN_MEMORY_BYTES = 0\n"
+        "stream.GROUP_BYTES = 1\n"
+        "real_groups = stream.node_groups\n"
+        "def groups(*args, **kw):\n"
+        "    found = real_groups(*args, **kw)\n"
+        "    print(f'@groups {MPI.COMM_WORLD.Get_rank()} {len(found)}', file=sys.stderr)\n"
+        "    return found\n"
+        "stream.node_groups = groups\n"
+        "from cell_otf2.cli import main\n"
+        "main(sys.argv[1:])\n"))
+    par = _mpiexec(n_proc, [str(run), "-o", str(p_anchor), "--report",
+                            str(tmp_path / "p.json")], script=script)
+    assert par.returncode == status, par.stderr
+    per_process = dict(re.findall(r"@groups (\d+) (\d+)", par.stderr))
+    assert [int(per_process[str(q)]) for q in range(n_proc)] == groups  # 0: one empty group
+    assert "handed to a less busy process" in par.stdout
+    assert _summary_body(par.stdout) == _summary_body(out)
+    assert json.loads((tmp_path / "p.json").read_text()) == json.loads(
+        (tmp_path / "s.json").read_text())
+    _same_archive(s_anchor, p_anchor)
+    assert not list(tmp_path.glob("p/.*"))  # no staging (or spill) directory left
+
+
+@needs_mpi
 def test_write_failure_while_handing_over_fails_every_process(runs, tmp_path):
     """Process 0 fails writing its third piece while the other waits for its locations: both
     exit with the output error, nobody hangs, nothing is left at the output path."""

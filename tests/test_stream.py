@@ -226,8 +226,8 @@ def test_small_run_is_one_group(runs, tmp_path, monkeypatch):
     seen = []
     real = stream.node_groups
 
-    def spy(man, sizes, limit=stream.GROUP_BYTES):
-        groups = real(man, sizes, limit)
+    def spy(man, sizes, limit=stream.GROUP_BYTES, ranks=None):
+        groups = real(man, sizes, limit, ranks)
         seen.append(groups)
         return groups
 
