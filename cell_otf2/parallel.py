@@ -1,30 +1,30 @@
 """Parallel conversion under ``mpiexec -n P`` (or ``srun``): each process converts whole nodes.
 
 ``convert.convert`` hands a conversion here when ``launched_world`` finds an MPI launch of more
-than one process. Every converter process ("process" below; "rank" is an MPI rank of the
-traced run) does:
+than one process (on one host with Open MPI it first picks shared-memory messaging,
+``_single_host_transport``). Process 0 stages the output (``output.ArchiveTarget``); then
+every converter process ("process" below; "rank" is an MPI rank of the traced run) runs the
+serial conversion's phases on its share, group of nodes by group (``stream.convert_groups``
+with a ``Team``), which meet here:
 
-1. plan: from the dump sizes process 0 broadcasts, every process computes the same
-   assignment of whole nodes to processes, heaviest first onto the least loaded process
-   (``partition``), so each node's SPE synchronization runs on one process exactly as in a
-   serial conversion;
-2. read its dumps; the run's location layout is assembled from every process's location rows
-   (allgather, ``decode.RunLayout``), so location refs are the serial conversion's;
-3. decode and match its dumps, MPI excepted (``match(..., mpi=False)``);
-4. MPI: every process's MPI records (a small subset) are gathered to process 0, which pairs
-   them with ``match`` on an MPI-only trace in the serial record order, fits the node clocks
-   from the cross-node pairs (``nodefit.fitted_node_maps``) and sends each process its
-   within-node MPI pairs; the node maps are broadcast;
-5. order, synchronize its nodes, give its records their times; the usable flags of the MPI
-   records go to process 0, which tells each process which of its MPI records belong to a
-   message whose both ends are usable (``emit``'s ``mpi_paired``);
-6. emit its records; RMA matching ids are shifted to the serial numbering; events per location
-   and the time span are reduced; process 0 builds the definitions from the gathered interval
-   bounds (``emit.build_definitions``), the summary and the report;
-7. write: process 0 stages the output (``output.ArchiveTarget``), every process writes its
-   locations' event files through OTF2's collective callbacks (``otf2_mpi``), then asks the
-   busier processes for locations they have not begun (``write_share``), process 0 writes
-   the definitions and the anchor file, then moves the archive into place.
+- plan: from the dump sizes process 0 broadcasts, every process computes the same
+  assignment of whole nodes to processes, heaviest first onto the least loaded process
+  (``partition``), so each node's SPE synchronization runs on one process exactly as in a
+  serial conversion; the run's location layout is assembled from every process's location
+  rows (allgather, ``_layout_part``), so location refs are the serial conversion's;
+- MPI: every process's MPI records (a small subset, ``_mpi_subset``) are gathered to
+  process 0, which pairs them with ``match`` on an MPI-only trace in the serial record order,
+  fits the node clocks from the cross-node pairs (``_match_mpi``) and sends each process its
+  within-node MPI pairs; the node maps are broadcast; after synchronization the usable flags
+  of the MPI records go to process 0, which tells each process which of its MPI records
+  belong to a message whose both ends are usable (``_paired``);
+- RMA matching ids are shifted to the serial numbering (``rma_id_offset``); process 0 builds
+  the definitions from the gathered interval bounds (``_whole_run``), the summary and the
+  report;
+- write: every process writes its locations' event files into the staging directory through
+  OTF2's collective callbacks (``otf2_mpi``), then asks the busier processes for locations
+  they have not begun (``write_share``); process 0 writes the definitions and the anchor
+  file and moves the archive into place.
 
 The archive equals the serial conversion's: same definitions, events per location and
 timestamps (``tests/test_parallel.py`` compares them event by event). The summary's numbers

@@ -1,9 +1,10 @@
-"""The serial conversion, node group by node group: peak memory follows the largest group of
-nodes, not the whole run.
+"""The conversion node group by node group (serial, and each process of a parallel one): peak
+memory follows the largest group of nodes, not the whole run.
 
-``convert.convert`` converts here when no MPI launch is found. It is the parallel converter's
-algorithm (``parallel.py``) run in one process over groups of whole nodes one after the
-other, instead of over processes at once:
+``convert.convert`` converts here when no MPI launch is found (``convert_streamed``), and so
+does every process of a parallel conversion over its share of the nodes (``parallel.py``):
+``convert_groups`` asks its collectives of a team, ``Alone`` here, ``parallel.Team`` under
+MPI, where "every group" below means every group of every process:
 
 A. read every dump once (summaries, the run's location layout); then per group: decode its
    dumps (reading each again, one at a time), match all but MPI, keep its MPI records;
@@ -26,8 +27,10 @@ group instead would cost about as much as its first decoding (reading included),
 phases C and E.
 
 Groups (``node_groups``): nodes in order, consecutive nodes merged while their dumps total at
-most ``GROUP_BYTES``; a run of at most ``IN_MEMORY_BYTES`` of dumps is one group (converted
-in memory, no spill space needed); a run that fits in one group never touches the disk. Phase C
+most ``GROUP_BYTES`` (``GROUP_BYTES`` / P per process of a parallel conversion of P); a run of
+at most ``IN_MEMORY_BYTES`` of dumps is one group (each process's share one group in
+parallel: converted in memory, no spill space needed); a run that fits in one group never
+touches the disk. Phase C
 runs the groups backwards and E forwards, so the group used last stays in memory: G groups
 cost G - 1 spills written and read back twice.
 
