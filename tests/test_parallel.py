@@ -145,6 +145,9 @@ def test_two_processes_write_the_serial_archive(runs, tmp_path, capsys):
     assert not back.unmatched_sends and not back.unmatched_recvs
 
 
+#: the end of every injection script: run the command line with the script's arguments
+_RUN_CLI = "from cell_otf2.cli import main\nmain(sys.argv[1:])\n"
+
 #: a converter whose pieces are 40 events, which hands over any number of events, and whose
 #: process 0 takes 50 ms more per piece it builds for itself: the others run out of their own
 #: locations first and ask it for more
@@ -175,7 +178,7 @@ def test_locations_handed_over_while_writing_give_the_serial_archive(runs, tmp_p
     s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
     status, out, _ = _serial([str(run), "-o", str(s_anchor)], capsys)
     script = tmp_path / "slow.py"
-    script.write_text(_SLOW_PROCESS_0 + "from cell_otf2.cli import main\nmain(sys.argv[1:])\n")
+    script.write_text(_SLOW_PROCESS_0 + _RUN_CLI)
     par = _mpiexec(n_proc, [str(run), "-o", str(p_anchor)], script=script)
     assert (status, par.returncode) == (0, 0), par.stderr
     wall = next(ln for ln in par.stdout.splitlines() if "wall time" in ln)
@@ -208,9 +211,7 @@ def test_processes_streaming_node_by_node_write_the_serial_archive(runs, tmp_pat
         "    found = real_groups(*args, **kw)\n"
         "    print(f'@groups {MPI.COMM_WORLD.Get_rank()} {len(found)}', file=sys.stderr)\n"
         "    return found\n"
-        "stream.node_groups = groups\n"
-        "from cell_otf2.cli import main\n"
-        "main(sys.argv[1:])\n"))
+        "stream.node_groups = groups\n") + _RUN_CLI)
     par = _mpiexec(n_proc, [str(run), "-o", str(p_anchor), "--report",
                             str(tmp_path / "p.json")], script=script)
     assert par.returncode == status, par.stderr
@@ -239,9 +240,7 @@ def test_write_failure_while_handing_over_fails_every_process(runs, tmp_path):
         "        raise OutputError('injected: disk full')\n"
         "    return real_write(self, events, checked)\n"
         "writer._EventStream.write = write\n"
-        "from cell_otf2.cli import main\n"
-        "main(sys.argv[1:])\n"
-    )
+    ) + _RUN_CLI
     script = tmp_path / "fail.py"
     script.write_text(inject)
     par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(tmp_path / "a.otf2")], timeout=120,
@@ -312,9 +311,7 @@ def test_unexpected_error_on_one_process_aborts_all(runs, tmp_path):
         "        raise RuntimeError('injected')\n"
         "    return real(man, summaries, damage)\n"
         "par._layout_part = broken\n"
-        "from cell_otf2.cli import main\n"
-        "main(sys.argv[1:])\n"
-    )
+    ) + _RUN_CLI
     script = tmp_path / "broken.py"
     script.write_text(inject)
     par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(tmp_path / "a.otf2")], timeout=120,
@@ -340,9 +337,7 @@ def test_archive_refused_by_one_process_fails_all(runs, tmp_path):
         "        raise OSError('injected: no space left')\n"
         "    return real(*args)\n"
         "w._otf2.Archive_Open = refuse\n"
-        "from cell_otf2.cli import main\n"
-        "main(sys.argv[1:])\n"
-    )
+    ) + _RUN_CLI
     script = tmp_path / "refuse.py"
     script.write_text(inject)
     out = tmp_path / "out"
