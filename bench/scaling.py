@@ -34,6 +34,10 @@ every other session at autogroup nice 19 while converting (``OthersNiced``), so 
 of other users costs the measurement almost nothing; with both options the speedup is what
 two free cores give.
 
+Before and after the rounds it times a memory-bound probe (sorting 128 MB) in P processes at
+once against one alone: on a VM whose memory system is shared with other guests, two busy
+cores are each slower than one by an amount that drifts, and the speedup drifts with it.
+
 It prints numbers; it asserts nothing.
 """
 
@@ -202,6 +206,33 @@ def _autogroup() -> bool:
         return False
 
 
+#: a memory-bound probe: sorts of 16 M random doubles (128 MB), seconds for three
+_PROBE = """
+import time, numpy as np
+a = np.random.default_rng(0).random(1 << 24)
+t = time.perf_counter()
+for _ in range(3):
+    np.sort(a)
+print(time.perf_counter() - t)
+"""
+
+
+def contention(procs: int) -> float:
+    """How much slower a memory-bound probe runs in each of ``procs`` processes at once than
+    in one alone (1.0: not at all): what this machine's shared memory system costs the
+    parallel conversion beyond the work it splits, measured now."""
+    def run(n: int) -> list[float]:
+        children = [subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE,
+                                     text=True) for _ in range(n)]
+        return [float(c.communicate()[0]) for c in children]
+
+    alone, together = [], []
+    for _ in range(3):  # medians of three, alternating
+        alone += run(1)
+        together += run(procs)
+    return statistics.median(together) / statistics.median(alone)
+
+
 def identical(a: Path, b: Path) -> tuple[bool, str]:
     """Global definitions and every event/local definition file equal, byte for byte."""
     da, db = a.with_suffix(""), b.with_suffix("")
@@ -257,6 +288,7 @@ def main() -> None:
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         serial, parallel = [], []
         with OthersNiced() if a.others_niced else nullcontext():
+            before = contention(a.procs)
             for i in range(a.repeat):
                 ways = [(serial, 1, "serial"), (parallel, a.procs, "parallel")]
                 for rows, procs, name in (ways if i % 2 == 0 else ways[::-1]):
@@ -265,7 +297,11 @@ def main() -> None:
                       f"{a.procs} processes {parallel[-1]['wall']:.2f} s "
                       f"({'serial' if i % 2 == 0 else 'parallel'} first; ratio "
                       f"{serial[-1]['wall'] / parallel[-1]['wall']:.2f})", flush=True)
+            after = contention(a.procs)
         print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"memory-bound probe ({a.procs} at once against one alone): {before:.2f} x as "
+              f"long before the rounds, {after:.2f} x after (1.00: the cores do not slow each "
+              "other down; this VM's shared memory system makes it drift)")
         for name, rows in (("serial", serial), (f"mpiexec -n {a.procs}", parallel)):
             walls = [r["wall"] for r in rows]
             inner = statistics.median(r["inner"] for r in rows)
