@@ -29,7 +29,7 @@ It neither matches nor synchronizes; it reads ``records['time']`` as final.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 import numpy as np
@@ -145,6 +145,14 @@ class EmitStats:
     heartbeats: int = 0
     records_written: int = 0  # records that produced at least one event
     by_type: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: EmitStats) -> None:
+        """Count ``other``'s events too (another group's or process's)."""
+        for f in fields(self):
+            if f.name != "by_type":
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        for k, v in other.by_type.items():
+            self.by_type[k] = self.by_type.get(k, 0) + v
 
 
 class _Part:

@@ -151,10 +151,8 @@ class _Steps:
     def __init__(self, comm: Any) -> None:
         self.comm = comm
         self.rank = comm.Get_rank()
-        self.seconds: dict[str, float] = {}
 
     def run(self, name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
         failure = None
         value = raised = None
         try:
@@ -166,7 +164,6 @@ class _Steps:
             self.abort(name, exc)
         _wait_quietly(self.comm)
         failures = self.comm.allgather(failure)
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
         first = next((r for r, f in enumerate(failures) if f is not None), None)
         if first is None:
             return value
@@ -187,9 +184,16 @@ def _wait_quietly(comm: Any) -> None:
     so a process that finished its part would burn a core the others need (process 0's node
     fit, an unbalanced step, other work on the machine). A non-blocking barrier tested with
     growing sleeps (at most 5 ms) costs a few milliseconds per step instead."""
-    request = comm.Ibarrier()
+    poll_quietly(comm.Ibarrier().Test)
+
+
+def poll_quietly(done: Callable[[], bool], meanwhile: Callable[[], None] | None = None) -> None:
+    """Until ``done()``: call ``meanwhile`` (if any), then sleep, 0.2 ms at first, doubling up
+    to 5 ms (MPI's own blocking calls would spin a core instead)."""
     pause = 0.0002
-    while not request.Test():
+    while not done():
+        if meanwhile is not None:
+            meanwhile()
         time.sleep(pause)
         pause = min(2 * pause, 0.005)
 
@@ -377,11 +381,6 @@ def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
     transfers of lower ranks held elsewhere (``every`` - ``mine``, both ``rma_transfers``),
     which ``emit(..., rma_id_offset=)`` adds to that rank's ids."""
     return ((np.cumsum(every) - every) - (np.cumsum(mine) - mine)).astype(np.uint64)
-
-
-def _rma_id_offset(dec: Decoded, matches: Matches, usable: np.ndarray, comm: Any) -> np.ndarray:
-    mine = rma_transfers(dec, matches, usable)
-    return rma_id_offset(mine, comm.allreduce(mine))
 
 
 # --------------------------------------------------------------------------------------------

@@ -350,10 +350,11 @@ class _Clock:
 
 
 class Alone:
-    """The one process of a serial conversion, as ``_convert`` asks a team of converter
+    """The one process of a serial conversion, as ``convert_groups`` asks a team of converter
     processes (``parallel.Team`` under MPI): every collective is the identity."""
 
     rank, size = 0, 1
+    handed = (0, 0)  # nothing is handed to another process
 
     def run(self, _step: str, fn: Callable[[], Any]) -> Any:
         return fn()
@@ -595,10 +596,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
             # building the pieces (while the writer took them) is emit's work
             clock.add("emit", events.seconds, events.cpu_seconds)
             clock.add("write", -events.seconds, -events.cpu_seconds)
-            for k in ("dma", "dma_completed", "heartbeats"):
-                setattr(estats, k, getattr(estats, k) + getattr(stats, k))
-            for k, v in stats.by_type.items():
-                estats.by_type[k] = estats.by_type.get(k, 0) + v
+            estats.add(stats)
             del state, dec, events, stats
             spill.drop(g.index)
 
@@ -609,17 +607,14 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
 
     # the summary and the report (process 0)
     parts = team.gather((_infos(groups, first_logs), estats, dict(clock.wall), dict(clock.cpu),
-                         getattr(team, "handed", (0, 0))))
+                         team.handed))
     if not root:
         return None, None
     flat = [i for part in parts for i in part[0]]
     whole.damage = _merge_damage(layout, flat)
     total_stats = EmitStats()
     for _, st, *_rest in parts:
-        for k in ("dma", "dma_completed", "heartbeats"):
-            setattr(total_stats, k, getattr(total_stats, k) + getattr(st, k))
-        for k, v in st.by_type.items():
-            total_stats.by_type[k] = total_stats.by_type.get(k, 0) + v
+        total_stats.add(st)
     total_stats.by_type = {k: total_stats.by_type[k]
                            for k in sorted(total_stats.by_type, key=Ev.__getitem__)}
     wall: dict[str, float] = {}

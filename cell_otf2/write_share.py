@@ -21,13 +21,13 @@ advance (the partition of nodes, ``parallel.partition``, does that from the dump
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from .emit import EVENT_DTYPE, EventChunks
+from .parallel import poll_quietly
 
 #: message tags on the sharing's own communicator
 REQUEST, REPLY, DATA = 1, 2, 3
@@ -141,18 +141,9 @@ class WriteShare:
 
     def _reply(self, peer: int) -> Any:
         """``peer``'s answer, answering others' requests (nothing to give) meanwhile."""
-        pause = 0.0002
-        while not self.comm.Iprobe(source=peer, tag=REPLY):
-            self._serve()
-            time.sleep(pause)
-            pause = min(2 * pause, 0.005)
+        poll_quietly(lambda: self.comm.Iprobe(source=peer, tag=REPLY), self._serve)
         return self.comm.recv(source=peer, tag=REPLY)
 
     def _drain(self) -> None:
         """Until every process is done: answer requests (with nothing)."""
-        request = self.comm.Ibarrier()
-        pause = 0.0002
-        while not request.Test():
-            self._serve()
-            time.sleep(pause)
-            pause = min(2 * pause, 0.005)
+        poll_quietly(self.comm.Ibarrier().Test, self._serve)
