@@ -29,7 +29,7 @@ from .match import Matches, match
 from .model import DomainKind
 from .nodefit import fitted_node_maps
 from .order import Constraints, OrderOptions, build_constraints
-from .output import ArchiveTarget
+from .output import ArchiveTarget, RunInputs
 from .reader import read_dump
 from .timing import SyncResult, apply_times, synchronize
 
@@ -271,18 +271,13 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
                                 alpha=alpha, report=report, order_options=order_options,
                                 progress=progress)
     wall0 = time.perf_counter()
-    target = ArchiveTarget(archive)
-    made = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
-    target.prepare(force)  # creates the missing directories ``made``, deepest first
+    target = ArchiveTarget(archive, report)
+    target.prepare(force, RunInputs.of(run_dir))  # may create missing output directories
     try:
         return convert_streamed(run_dir, target, str(archive), wall0, DmaStyle(dma_style),
                                 alpha, report, order_options, progress)
     except BaseException:
-        for d in made:
-            try:
-                d.rmdir()
-            except OSError:
-                break
+        target.remove_made()
         raise
 
 

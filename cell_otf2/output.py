@@ -1,47 +1,102 @@
-"""Atomic archive output: ``-o out/name.otf2`` owns ``name.otf2``, ``name.def`` and ``name/``.
+"""Safe output: the archive named by ``-o`` (its anchor, ``.def`` and event folder) and the
+optional sync report, checked before any work and moved into place only once whole.
 
-``ArchiveTarget`` parses the ``-o`` path (it must end in ``.otf2``; ``UsageError`` otherwise)
-and knows the three entries an OTF2 archive consists of. ``prepare(force)`` refuses an existing
-entry unless ``force``, creates a missing parent directory and refuses a parent that is not a
-writable directory. ``staged()`` yields a fresh temporary directory inside the parent
-(``.name.otf2.tmp-XXXX``) for the writer; on normal exit it moves the three new entries into
-place. With ``force``, old entries are first moved aside into ``.name.otf2.old-XXXX`` and deleted
-only after all new ones are in place; if moving fails, the new ones are taken out again and the
-old ones restored. On any exception, ``KeyboardInterrupt`` included, the temporary directory is
-removed and the output path is exactly as it was before. Every failure is an ``OutputError``
-(exit status 4), except the exception raised inside the ``with`` block, which propagates as is.
-
-Use (the CLI's conversion)::
-
-    target = ArchiveTarget(o_option)          # UsageError unless it ends in .otf2
-    target.prepare(force)                     # before the long work: fail early
-    with target.staged() as tmp:
-        write_archive(defs, events, tmp, target.name, progress)
-
-Renames within one directory are atomic per entry, not for the three together: a reader that
-looks between two renames may see a half-replaced archive for a moment. A process killed with
-SIGKILL leaves its hidden temporary directory behind. This module does not look inside the
-archive; it only moves directory entries.
+``ArchiveTarget(path, report)`` parses ``-o`` (``UsageError`` unless it ends in ``.otf2``);
+``prepare(force, inputs)`` refuses, before the long work, anything it must not touch: an entry
+or report that is an input of the run, holds it or lies inside it where it would replace it;
+an existing entry without ``force``; with ``force``, anything that is not recognizably a
+previous archive (an OTF2 anchor, an OTF2 definition file, a folder of OTF2 event and local
+definition files only) or a previous sync report. ``staged()`` yields a fresh hidden directory
+beside the archive; on success the staged files are checked (anchor and definitions present
+and not empty, every file synced to disk), the report is written to a temporary file, and
+under a lock on the output directory (so two conversions never interleave their moves) the old
+entries go aside, the new ones come in and the aside ones are deleted; any failure restores
+the previous state. It moves and checks directory entries only; it never looks inside events.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
 import os
+import re
 import shutil
+import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import OutputError, UsageError
 
 SUFFIX = ".otf2"
+#: the first bytes of every OTF2 file this converter writes: an endianness mark (3) and the
+#: byte order of the writing machine
+_OTF2_FILE_MARKS = (b"\x03B", b"\x03L")
+#: files OTF2 writes into an archive's event folder
+_EVENT_FOLDER_FILE = re.compile(r"\d+\.(evt|def|snap)")
+#: archive bytes per byte of dumps: 0.71-0.80 measured on the bundled samples, rounded up
+ARCHIVE_PER_INPUT_BYTE = 0.85
+#: keys every sync report of ours holds
+_REPORT_KEYS = ("reference", "timebase_hz", "intervals")
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a conversion reads: the run directory and its files (real paths)."""
+
+    run_dir: Path
+    files: frozenset[Path] = field(default_factory=frozenset)
+    #: bytes of the dumps (0 when the manifest could not be read)
+    dump_bytes: int = 0
+
+    @classmethod
+    def of(cls, run_dir: str | Path) -> RunInputs:
+        """The run directory, its manifest and the dumps the manifest names (if it can be
+        read: a manifest that cannot is refused by the conversion itself)."""
+        from .errors import CellOtf2Error
+        from .manifest import MANIFEST_NAME, load_manifest
+
+        root = Path(os.path.realpath(run_dir))
+        files = {root / MANIFEST_NAME}
+        dump_bytes = 0
+        try:
+            man = load_manifest(Path(run_dir))
+            dumps = [Path(os.path.realpath(man.dump_path(p.rank))) for p in man.processes]
+            files |= set(dumps)
+            dump_bytes = sum(os.stat(d).st_size for d in dumps)
+        except (CellOtf2Error, OSError):
+            pass
+        return cls(root, frozenset(files), dump_bytes)
+
+    def clash(self, path: Path) -> str | None:
+        """Why writing or replacing ``path`` would harm the input, or None."""
+        real = _real(path)
+        if real == self.run_dir:
+            return "is the input run directory"
+        if real in self.run_dir.parents:
+            return f"holds the input run directory {self.run_dir}"
+        if real in self.files:
+            return "is a file of the input run"
+        for f in self.files:
+            if real in f.parents:
+                return f"holds the input file {f}"
+        return None
+
+
+def _real(path: Path) -> Path:
+    """``path`` with its directories resolved, its last component kept as it is."""
+    path = Path(path)
+    return Path(os.path.realpath(path.parent)) / path.name
 
 
 class ArchiveTarget:
-    """The output archive named by ``-o``: its parent directory and its three entries."""
+    """The output archive named by ``-o`` (parent directory, three entries) and the report."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, report: str | Path | None = None) -> None:
         text = str(path)
         p = Path(text)
         if not text.endswith(SUFFIX) or p.name == SUFFIX:
@@ -50,7 +105,13 @@ class ArchiveTarget:
         self.anchor = p
         self.parent = p.parent
         self.name = p.name[: -len(SUFFIX)]
+        self.report = None if report is None else Path(report)
         self.force = False
+        self._report_text: str | None = None
+        #: bytes of the run's dumps, for the space an archive needs (``prepare`` sets it)
+        self.input_bytes = 0
+        #: directories ``prepare`` created (deepest first), removed again on failure
+        self.made: list[Path] = []
 
     def __repr__(self) -> str:
         return f"ArchiveTarget({str(self.anchor)!r})"
@@ -73,49 +134,192 @@ class ArchiveTarget:
         """Entries of this archive that exist now (symlinks count, even dangling ones)."""
         return [e for e in self.entries if os.path.lexists(e)]
 
-    def prepare(self, force: bool) -> None:
-        """Check the target before any work is done; create a missing parent directory."""
+    # ---- before the work ---------------------------------------------------------------------
+
+    def prepare(self, force: bool, inputs: RunInputs | None = None) -> None:
+        """Check the archive and report paths before any work is done; create missing parent
+        directories (``made``). Raises ``OutputError`` naming the path and why."""
         self.force = force
-        found = self.existing()
-        if found and not force:
-            names = ", ".join(str(e) for e in found)
-            raise OutputError(f"{names}: already exists; use --force to replace the archive")
+        self.input_bytes = inputs.dump_bytes if inputs is not None else 0
         if self.parent.exists() and not self.parent.is_dir():
             raise OutputError(f"{self.parent}: is not a directory")
+        for entry in self.entries:
+            why = inputs.clash(entry) if inputs is not None else None
+            if why is not None:
+                raise OutputError(f"{entry}: {why}; the archive {self.anchor} would replace "
+                                  f"it. {self._rename_hint()}")
+        self._check_existing(self.existing(), force, "")
+        if self.report is not None:
+            self._check_report(force, inputs)
+        self.made = _missing_dirs(self.parent)
+        if self.report is not None:
+            self.made += [d for d in _missing_dirs(self.report.parent) if d not in self.made]
+        places = [(self.parent, "")]
+        if self.report is not None:
+            places.append((self.report.parent, f"--report {self.report}: "))
+        for directory, what in places:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.remove_made()
+                raise OutputError(f"{what}{directory}: cannot create the output directory: "
+                                  f"{_why(exc)}") from exc
+            if not os.access(directory, os.W_OK | os.X_OK):
+                self.remove_made()
+                raise OutputError(f"{what}{directory}: output directory is not writable")
+        self._remove_stale_staging()
+
+    def remove_made(self) -> None:
+        """Remove the directories ``prepare`` created, if they are still empty."""
+        for d in sorted(self.made, key=lambda p: len(p.parts), reverse=True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        self.made = []
+
+    def _rename_hint(self) -> str:
+        alt = self.parent / f"{self.name}-trace{SUFFIX}"
+        return (f"Name the archive differently (e.g. -o {alt}) or write it into another folder "
+                f"(e.g. -o traces/{self.name}{SUFFIX}).")
+
+    def _check_existing(self, found: list[Path], force: bool, when: str) -> None:
+        if not found:
+            return
+        for entry, kind in zip(self.entries, ("anchor", "definitions", "events"), strict=True):
+            if entry in found:
+                why = _not_archive_entry(entry, kind)
+                if why is not None:
+                    raise OutputError(f"{entry}: exists{when} and {why}; it is not part of a "
+                                      f"previous OTF2 archive and is never replaced, not even "
+                                      f"with --force. {self._rename_hint()}")
+        if not force:
+            names = ", ".join(str(e) for e in found)
+            raise OutputError(f"{names}: already exists{when}; use --force to replace the "
+                              f"previous archive")
+
+    def _check_report(self, force: bool, inputs: RunInputs | None) -> None:
+        report = self.report
+        assert report is not None
+        why = inputs.clash(report) if inputs is not None else None
+        if why is not None:
+            raise OutputError(f"--report {report}: {why}; the report is never written over "
+                              f"the input")
+        real = _real(report)
+        for entry in self.entries:
+            if real == _real(entry) or _real(entry) in real.parents:
+                raise OutputError(f"--report {report}: lies where the archive {self.anchor} "
+                                  f"is written ({entry}); choose another report path")
+        if report.parent.exists() and not report.parent.is_dir():
+            raise OutputError(f"--report {report}: {report.parent} is not a directory")
+        if os.path.lexists(report):
+            why = _not_report(report)
+            if why is not None:
+                raise OutputError(f"--report {report}: exists and {why}; it is not a previous "
+                                  f"sync report and is never replaced, not even with --force")
+            if not force:
+                raise OutputError(f"--report {report}: already exists; use --force to replace "
+                                  f"the previous report")
+
+    def _remove_stale_staging(self) -> None:
+        """Remove staging directories of this archive left by a conversion on this host whose
+        process no longer exists (killed with SIGKILL, or the machine went down)."""
+        prefix = f".{self.name}{SUFFIX}.tmp-{socket.gethostname()}-"
         try:
-            self.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"{self.parent}: cannot create the output directory: "
-                              f"{exc.strerror or exc}") from exc
-        if not os.access(self.parent, os.W_OK | os.X_OK):
-            raise OutputError(f"{self.parent}: output directory is not writable")
+            names = os.listdir(self.parent)
+        except OSError:
+            return
+        for name in names:
+            if not name.startswith(prefix):
+                continue
+            pid_text = name[len(prefix):].partition("-")[0]
+            if pid_text.isdigit() and not _alive(int(pid_text)):
+                shutil.rmtree(self.parent / name, ignore_errors=True)
+
+    # ---- the work ----------------------------------------------------------------------------
+
+    def stage_report(self, text: str) -> None:
+        """The report's text, written and moved into place with the archive."""
+        self._report_text = text
 
     @contextmanager
     def staged(self) -> Iterator[Path]:
         """A fresh directory to write the archive into, moved into place on success."""
+        prefix = f".{self.name}{SUFFIX}.tmp-{socket.gethostname()}-{os.getpid()}-"
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{self.name}{SUFFIX}.tmp-", dir=self.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=self.parent))
         except OSError as exc:
             raise OutputError(f"{self.parent}: cannot create a temporary directory: "
-                              f"{exc.strerror or exc}") from exc
+                              f"{_why(exc)}") from exc
         try:
             yield tmp
             self._commit(tmp)
+        except OutputError as exc:
+            if getattr(exc, "no_space", False):
+                raise self._no_space(tmp) from exc
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    # ----------------------------------------------------------------------------------------
+    def _no_space(self, tmp: Path) -> OutputError:
+        need = ""
+        if self.input_bytes:
+            files = sum(len(f) for _, _, f in os.walk(tmp))  # a block or page each at least
+            mb = (ARCHIVE_PER_INPUT_BYTE * self.input_bytes + files * 8192) / 1e6
+            need = f" (the archive needs about {mb:.1f} MB)"
+        exc = OutputError(f"no space left on the device writing {self.anchor}{need}; "
+                          "nothing was replaced")
+        exc.no_space = True
+        return exc
 
     def _commit(self, tmp: Path) -> None:
-        """Move the staged entries into place; on failure leave the target as it was."""
+        """Check and sync the staged archive, then move it (and the report) into place under
+        the output directory's lock; on failure leave the target as it was."""
         new = self.entries_in(tmp)
         missing = [str(e.name) for e in new if not os.path.lexists(e)]
         if missing:
             raise OutputError(f"{self.anchor}: the writer did not produce {', '.join(missing)}")
+        for path in new[:2]:
+            if not _has_otf2_mark(path):
+                raise OutputError(f"{self.anchor}: the OTF2 library wrote an incomplete "
+                                  f"{path.name} (is the disk full?); nothing was replaced")
+        _sync_tree(tmp, self.anchor)
+        report_tmp = self._write_report_tmp()
+        try:
+            with _locked(self.parent):
+                self._move_in(new, report_tmp)
+        finally:
+            if report_tmp is not None and os.path.lexists(report_tmp):
+                os.unlink(report_tmp)
+
+    def _write_report_tmp(self) -> Path | None:
+        if self.report is None or self._report_text is None:
+            return None
+        report = self.report
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{report.name}.tmp-", dir=report.parent)
+        except OSError as exc:
+            raise OutputError(f"--report {report}: cannot write the report: {_why(exc)}"
+                              ) from exc
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self._report_text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            os.unlink(name)
+            raise OutputError(f"--report {report}: cannot write the report: {_why(exc)}"
+                              ) from exc
+        return Path(name)
+
+    def _move_in(self, new: tuple[Path, Path, Path], report_tmp: Path | None) -> None:
         found = self.existing()
-        if found and not self.force:
-            names = ", ".join(str(e) for e in found)
-            raise OutputError(f"{names}: appeared while converting; not replaced (use --force)")
+        self._check_existing(found, self.force, " (it appeared while converting)")
+        if report_tmp is not None and os.path.lexists(self.report):
+            why = _not_report(self.report)
+            if why is not None or not self.force:
+                raise OutputError(f"--report {self.report}: appeared while converting; not "
+                                  f"replaced{'' if self.force else ' (use --force)'}")
         backup: Path | None = None
         moved_aside: list[tuple[Path, Path]] = []  # (original place, place in backup)
         moved_in: list[Path] = []
@@ -130,32 +334,156 @@ class ArchiveTarget:
             for src, dst in zip(new, self.entries, strict=True):
                 os.rename(src, dst)
                 moved_in.append(dst)
+            if report_tmp is not None:
+                os.replace(report_tmp, self.report)
+            _fsync_dir(self.parent)
         except BaseException as exc:
-            self._roll_back(moved_in, moved_aside)
-            if backup is not None and not _moved_aside_left(moved_aside):
+            _roll_back(moved_in, moved_aside)
+            if backup is not None and not any(os.path.lexists(a) for _, a in moved_aside):
                 shutil.rmtree(backup, ignore_errors=True)
             if isinstance(exc, OSError):
                 raise OutputError(f"{self.anchor}: cannot move the archive into place: "
-                                  f"{exc.strerror or exc}; the previous state was restored"
-                                  ) from exc
+                                  f"{_why(exc)}; the previous state was restored") from exc
             raise
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
 
-    @staticmethod
-    def _roll_back(moved_in: list[Path], moved_aside: list[tuple[Path, Path]]) -> None:
-        for dst in reversed(moved_in):
-            _remove(dst)
-        for original, aside in reversed(moved_aside):
+
+# ---- recognizing what may be replaced -------------------------------------------------------
+
+def _has_otf2_mark(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) in _OTF2_FILE_MARKS
+    except OSError:
+        return False
+
+
+def _not_archive_entry(entry: Path, kind: str) -> str | None:
+    """Why ``entry`` is not recognizably this kind of entry of an OTF2 archive, or None."""
+    try:
+        mode = os.lstat(entry).st_mode
+    except OSError as exc:
+        return f"cannot be examined ({_why(exc)})"
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link"
+    if kind in ("anchor", "definitions"):
+        if not stat.S_ISREG(mode):
+            return "is not a regular file"
+        if kind == "anchor":
+            with open(entry, "rb") as f:
+                head = f.read(6)
+            return None if head[:2] in _OTF2_FILE_MARKS and head[2:6] == b"OTF2" else \
+                "is not an OTF2 anchor file"
+        return None if _has_otf2_mark(entry) else "is not an OTF2 definition file"
+    if not stat.S_ISDIR(mode):
+        return "is not a directory"
+    try:
+        with os.scandir(entry) as it:
+            for item in it:
+                if not (_EVENT_FOLDER_FILE.fullmatch(item.name)
+                        and item.is_file(follow_symlinks=False)):
+                    return f"holds {item.name!r}, which OTF2 does not write"
+    except OSError as exc:
+        return f"cannot be examined ({_why(exc)})"
+    return None
+
+
+def _not_report(path: Path) -> str | None:
+    """Why ``path`` is not recognizably a sync report of ours, or None."""
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            return "is not a regular file"
+        if os.stat(path).st_size > 1 << 30:
+            return "is larger than any sync report"
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return "is not a JSON sync report"
+    if not isinstance(data, dict) or not all(k in data for k in _REPORT_KEYS):
+        return "is not a JSON sync report"
+    return None
+
+
+# ---- file system helpers --------------------------------------------------------------------
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    return exc.strerror or str(exc)
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    return [d for d in (directory, *directory.parents) if not d.exists()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the entries are renamed regardless
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(tmp: Path, anchor: Path) -> None:
+    """fsync every staged file: a write the device could not take fails here, not later."""
+    for root, _dirs, files in os.walk(tmp):
+        for name in files:
+            path = os.path.join(root, name)
             try:
-                os.rename(aside, original)
-            except OSError:
-                pass  # left in the backup directory, which is then kept (see caller)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise OutputError(f"{anchor}: cannot write {name}: {_why(exc)}; nothing was "
+                                  f"replaced") from exc
+        _fsync_dir(Path(root))
 
 
-def _moved_aside_left(moved_aside: list[tuple[Path, Path]]) -> bool:
-    """True if some old entry could not be restored and still lives in the backup directory."""
-    return any(os.path.lexists(aside) for _, aside in moved_aside)
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on ``directory`` (flock), where the file system has one."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no locks here (some network file systems): moves are still atomic each
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _roll_back(moved_in: list[Path], moved_aside: list[tuple[Path, Path]]) -> None:
+    for dst in reversed(moved_in):
+        _remove(dst)
+    for original, aside in reversed(moved_aside):
+        try:
+            os.rename(aside, original)
+        except OSError:
+            pass  # left in the backup directory, which is then kept (see caller)
 
 
 def _remove(path: Path) -> None:

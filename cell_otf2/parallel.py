@@ -55,12 +55,12 @@ from . import format as fmt
 from .damage import Damage, DamageLog
 from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations
 from .emit import DmaStyle, sync_intervals_property
-from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, OutputError, UsageError
+from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
 from .manifest import Manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
 from .order import Constraints, OrderOptions
-from .output import ArchiveTarget
+from .output import ArchiveTarget, RunInputs
 from .timing import SyncResult
 
 P = fmt.PpeCode
@@ -456,31 +456,23 @@ def convert_parallel(comm: Any, run_dir: str | Path, archive: str | Path, *, for
     wall0 = time.perf_counter()
     steps = _Steps(comm)
     root = steps.rank == 0
-    target = steps.run("output", lambda: ArchiveTarget(archive))
-    made = [d for d in (target.parent, *target.parent.parents) if not d.exists()] if root else []
+    target = steps.run("output", lambda: ArchiveTarget(archive, report))
     try:
-        steps.run("output", lambda: target.prepare(force) if root else None)
+        steps.run("output",
+                  lambda: target.prepare(force, RunInputs.of(run_dir)) if root else None)
         summary = _convert(steps, Path(run_dir), target, str(archive), DmaStyle(dma_style),
                            alpha, report, order_options, progress if root else None, wall0,
                            group_bytes)
     except KeyboardInterrupt:
-        _remove_made(made)
+        target.remove_made()
         sys.stderr.write("cell2otf2: error: interrupted\n")
         comm.Abort(EXIT_USAGE)
         raise
     except BaseException:
-        _remove_made(made)
+        target.remove_made()
         raise
     summary.rank = steps.rank
     return summary
-
-
-def _remove_made(made: list[Path]) -> None:
-    for d in made:
-        try:
-            d.rmdir()
-        except OSError:
-            break
 
 
 def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
@@ -505,6 +497,8 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
                                             group_bytes)
         finally:
             spill.close()
+        if root and report is not None:  # moved into place with the archive
+            target.stage_report(json.dumps(sync_report(whole), indent=1) + "\n")
         entered = False
         steps.run("write", lambda: staging.__exit__(None, None, None) if root else None)
     except BaseException as exc:
@@ -517,20 +511,12 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
     def finish():
         summary.run_dir, summary.archive = str(run_dir), archive
         summary.converter_processes = comm.Get_size()
-        if report is not None:
-            _write_report(report, json.dumps(sync_report(whole), indent=1) + "\n")
         summary.wall_seconds = time.perf_counter() - wall0
         return summary
 
     summary = steps.run("report", finish if root else lambda: None)
     return comm.bcast(summary, root=0)
 
-
-def _write_report(path, text: str) -> None:
-    try:
-        Path(path).write_text(text)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
 
 
 def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],

@@ -402,9 +402,9 @@ def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
                                             order_options, progress, group_bytes)
         finally:
             spill.close()
+        if report is not None:  # moved into place with the archive
+            target.stage_report(json.dumps(sync_report(whole), indent=1) + "\n")
     summary.run_dir, summary.archive = str(run_dir), archive
-    if report is not None:
-        Path(report).write_text(json.dumps(sync_report(whole), indent=1) + "\n")
     summary.wall_seconds = time.perf_counter() - wall0
     return summary
 

@@ -27,12 +27,17 @@ def snapshot(directory: Path) -> dict[str, bytes | None]:
     return out
 
 
+#: the first bytes of an OTF2 anchor and of any other OTF2 file (big-endian writer)
+ANCHOR_MARK, FILE_MARK = b"\x03BOTF2", b"\x03B"
+
+
 def fake_archive(directory: Path, name: str, marker: str) -> None:
-    """The three entries of an archive, with content that tells old from new."""
-    (directory / f"{name}.otf2").write_text(f"anchor {marker}")
-    (directory / f"{name}.def").write_text(f"defs {marker}")
+    """The three entries of an archive, recognizable as OTF2 files, with content that tells
+    old from new."""
+    (directory / f"{name}.otf2").write_bytes(ANCHOR_MARK + f" anchor {marker}".encode())
+    (directory / f"{name}.def").write_bytes(FILE_MARK + f" defs {marker}".encode())
     (directory / name).mkdir()
-    (directory / name / "0.evt").write_text(f"events {marker}")
+    (directory / name / "0.evt").write_bytes(FILE_MARK + f" events {marker}".encode())
 
 
 def test_parse_target():
@@ -65,7 +70,7 @@ def test_prepare_refuses_any_existing_entry(tmp_path, which):
     if which == 2:
         entry.mkdir()
     else:
-        entry.write_text("x")
+        entry.write_bytes(ANCHOR_MARK if which == 0 else FILE_MARK)
     with pytest.raises(OutputError, match=r"already exists; use --force") as info:
         target.prepare(force=False)
     assert str(entry) in str(info.value)
@@ -104,18 +109,19 @@ def test_force_replaces_the_old_archive(tmp_path):
     with target.staged() as tmp:
         fake_archive(tmp, "run", "new")
     assert snapshot(tmp_path) == {
-        "run.otf2": b"anchor new", "run.def": b"defs new", "run": None,
-        os.path.join("run", "0.evt"): b"events new", "unrelated.txt": b"keep me",
+        "run.otf2": ANCHOR_MARK + b" anchor new", "run.def": FILE_MARK + b" defs new",
+        "run": None, os.path.join("run", "0.evt"): FILE_MARK + b" events new",
+        "unrelated.txt": b"keep me",
     }
 
 
 def test_force_replaces_a_partial_old_archive(tmp_path):
-    (tmp_path / "run.def").write_text("stale defs only")
+    (tmp_path / "run.def").write_bytes(FILE_MARK + b"stale defs only")
     target = ArchiveTarget(tmp_path / "run.otf2")
     target.prepare(force=True)
     with target.staged() as tmp:
         fake_archive(tmp, "run", "new")
-    assert (tmp_path / "run.def").read_text() == "defs new"
+    assert (tmp_path / "run.def").read_bytes() == FILE_MARK + b" defs new"
     assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]
 
 
@@ -180,5 +186,5 @@ def test_archive_appearing_meanwhile_is_not_overwritten_without_force(tmp_path):
         with target.staged() as tmp:
             fake_archive(tmp, "run", "new")
             fake_archive(tmp_path, "run", "other")
-    assert (tmp_path / "run.otf2").read_text() == "anchor other"
+    assert (tmp_path / "run.otf2").read_bytes() == ANCHOR_MARK + b" anchor other"
     assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]
