@@ -14,7 +14,8 @@ Choices where the contract leaves room (README "Mapping details"):
 - the SPE program run is the region named after the program (START..EXIT);
 - the accelerator group of a process hangs below chip 0's SPE complex of its node (a context
   can run on any SPU of the node; the physical SPU is on each "off SPU" region);
-- a node named "0" is written as "node 0" (a free viewer aborts on a node named "0");
+- a node named "0" is written as "node 0", an application named "0" as machine "machine 0"
+  (a free viewer aborts on a system tree node named "0");
 - each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound) and
   ``cell2otf2::sync_intervals``: one ``FIRST:LAST:WIDTH`` entry per live interval of the
   context in interval order, joined by ``;``. FIRST and LAST are the archive timestamps
@@ -441,8 +442,9 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
                          trace_length=max(0, last - first), realtime_ns=int(realtime)),
         creator=f"cell2otf2 {__version__}",
     )
-    defs.system_nodes.append(SystemNode(man.application or "Cell machine", "machine", None,
-                                        SystemNodeDomain.MACHINE))
+    machine = man.application or "Cell machine"
+    machine = machine if machine != "0" else "machine 0"
+    defs.system_nodes.append(SystemNode(machine, "machine", None, SystemNodeDomain.MACHINE))
     node_sys, chip0_sys = [], []
     for node in man.nodes:
         name = node.name if node.name != "0" else "node 0"

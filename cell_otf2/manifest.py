@@ -26,6 +26,8 @@ ids (``decode.py`` counts those as damage).
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,6 +40,8 @@ from .errors import FormatError
 MANIFEST_NAME = "run.json"
 FORMAT_NAME = "cbt"
 FORMAT_VERSION = 1
+#: a manifest describes processes, regions and communicators: far below this
+MANIFEST_MAX_BYTES = 64 << 20
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
 REGION_ID_MAX = 65535
@@ -176,8 +180,8 @@ def _show(value: object) -> str:
     """Short JSON rendering of a found value for messages."""
     try:
         text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        text = f"<{_type_name(value)}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -241,7 +245,16 @@ class _Checker:
             )
         if not value:
             raise self.fail(where, "empty string", "non-empty string", '""')
+        self.text(value, where)
         return value
+
+    def text(self, value: str, where: str) -> None:
+        """Refuse a string that no UTF-8 file can hold (a lone surrogate such as \\ud800)."""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise self.fail(where, f"lone surrogate at character {exc.start}",
+                            "a string of Unicode characters", _show(value)) from None
 
     def choice(self, obj: dict[str, Any], key: str, path: str, enum: type[StrEnum]) -> Any:
         value = self.key(obj, key, path)
@@ -271,17 +284,39 @@ class _Checker:
 
 
 def _read_json(file: Path) -> Any:
+    run_dir = file.parent
     try:
-        raw = file.read_bytes()
-    except FileNotFoundError:
+        info = os.stat(file)
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.lexists(run_dir):
+            raise FormatError(run_dir, "no such run directory") from None
+        if not run_dir.is_dir():
+            hint = (f" (give the folder that holds it: {run_dir.parent})"
+                    if run_dir.name == MANIFEST_NAME else "")
+            raise FormatError(run_dir, f"not a run directory{hint}") from None
         raise FormatError(file, "no manifest: the run directory must hold run.json") from None
     except OSError as exc:
         raise FormatError(file, f"cannot read the manifest: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FormatError(file, f"not a regular file (a {file_kind(info.st_mode)}); the "
+                          "manifest must be a JSON file")
+    if info.st_size > MANIFEST_MAX_BYTES:
+        raise FormatError(file, "manifest too large", expected=f"<= {MANIFEST_MAX_BYTES} bytes",
+                          found=f"{info.st_size} bytes")
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(MANIFEST_MAX_BYTES + 1)
+    except OSError as exc:
+        raise FormatError(file, f"cannot read the manifest: {exc.strerror or exc}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise FormatError(file, "starts with a UTF-8 byte order mark, which JSON does not "
+                          "allow; save the file as UTF-8 without BOM", offset=0)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FormatError(
-            file, f"not UTF-8 at byte {exc.start}", offset=exc.start, expected="UTF-8 JSON"
+            file, f"not UTF-8 at byte {exc.start} (saved in another encoding, e.g. latin-1?)",
+            offset=exc.start, expected="UTF-8 JSON", found=f"byte 0x{raw[exc.start]:02X}",
         ) from None
     try:
         return json.loads(text)
@@ -289,6 +324,18 @@ def _read_json(file: Path) -> Any:
         raise FormatError(
             file, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise FormatError(file, "JSON nested too deeply for a manifest") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise FormatError(file, f"invalid JSON value: {exc}") from None
+
+
+def file_kind(mode: int) -> str:
+    """What kind of file system entry ``mode`` (from ``os.stat``) says, for messages."""
+    kinds = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "named pipe"),
+             (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+             (stat.S_ISSOCK, "socket"))
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def load_manifest(run_dir: Path) -> Manifest:
@@ -310,6 +357,8 @@ def load_manifest(run_dir: Path) -> Manifest:
             "application", "wrong type", "string", f"{_type_name(application)} "
             f"{_show(application)}"
         )
+    if application is not None:
+        c.text(application, "application")
     timebase_hz = c.integer(top, "timebase_hz", "", lo=1)
     restore = c.choice(top, "decrementer_restore", "", DecrementerRestore)
 
@@ -397,14 +446,26 @@ def _processes(
                 "relative path",
                 _show(x.path),
             )
-        if not (run_dir / x.path).is_file():
-            raise c.fail(
-                f"processes[{i}].path",
-                f"dump file does not exist in {run_dir}",
-                "an existing file",
-                _show(x.path),
-            )
+        problem = _dump_problem(run_dir / x.path)
+        if problem is not None:
+            raise c.fail(f"processes[{i}].path", problem, "an existing regular file",
+                         _show(x.path))
     return tuple(sorted(out, key=lambda x: x.rank))
+
+
+def _dump_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a dump, or None."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return f"dump file does not exist in {path.parent}"
+    except OSError as exc:
+        return f"cannot access the dump file {path}: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"the dump is not a regular file but a {file_kind(info.st_mode)}"
+    if not os.access(path, os.R_OK):
+        return f"the dump file {path} is not readable (permission denied)"
+    return None
 
 
 def _regions(c: _Checker, top: dict[str, Any]) -> tuple[Region, ...]:

@@ -45,6 +45,7 @@ Not checked here (later stages or nobody): reserved header fields, block ``buffe
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageKind
 from .errors import FormatError
-from .manifest import Manifest
+from .manifest import Manifest, file_kind
 
 # --------------------------------------------------------------------------------------------
 # output dtypes (native byte order)
@@ -204,7 +205,11 @@ def read_dump(
     path = Path(path)
     name = _display_name(path, manifest)
     try:
-        size = os.stat(path).st_size
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise FormatError(path, f"not a regular file (a {file_kind(info.st_mode)}); a "
+                              "dump must be a file")
+        size = info.st_size
         header = _read_header(path, size, manifest, rank)
     except OSError as exc:
         raise FormatError(path, f"cannot read the dump: {exc.strerror or exc}") from None
