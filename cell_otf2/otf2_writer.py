@@ -240,6 +240,76 @@ class _CApi:
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
 
 
+#: OTF2_ErrorCallback: (userData, file, line, function, errorCode, msgFormatString, va_list)
+_ERROR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                                   ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int,
+                                   ctypes.c_char_p, ctypes.c_void_p)
+#: OTF2 error codes that mean the device is full (ENOSPC, EDQUOT)
+_NO_SPACE_CODES = frozenset({_otf2.ERROR_ENOSPC.value, _otf2.ERROR_EDQUOT.value})
+#: OTF2 codes below this are warnings and debug notes, not errors
+_FIRST_ERROR_CODE = 1
+
+
+class LibraryErrors:
+    """The OTF2 library's error reports, collected instead of printed on stderr (its default
+    handler prints one ``[OTF2] src/...`` line per layer of a failure), so a failure becomes
+    one message of ours. Registered once per process (``library_errors``)."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.messages: list[str] = []
+        self._callback = _ERROR_CALLBACK(self._on_error)  # referenced as long as registered
+        register = ctypes.CDLL(_otf2.conf.lib._name).OTF2_Error_RegisterCallback
+        register.argtypes = [_ERROR_CALLBACK, ctypes.c_void_p]
+        register.restype = ctypes.c_void_p
+        register(self._callback, None)
+
+    def _on_error(self, _user, _file, _line, _function, code, message, _va) -> int:
+        if len(self.codes) < 64:
+            self.codes.append(int(code))
+            self.messages.append((message or b"").decode("utf-8", "replace"))
+        return code
+
+    def clear(self) -> None:
+        self.codes.clear()
+        self.messages.clear()
+
+    @property
+    def failed(self) -> bool:
+        """Did the library report an error (not a warning) since ``clear``?"""
+        return any(c >= _FIRST_ERROR_CODE for c in self.codes)
+
+    @property
+    def no_space(self) -> bool:
+        return any(c in _NO_SPACE_CODES for c in self.codes)
+
+    def failure(self, where: str) -> OutputError:
+        """One ``OutputError`` for what the library reported while writing ``where``."""
+        if self.no_space:
+            exc = OutputError(f"no space left on the device writing {where}")
+            exc.no_space = True
+            return exc
+        errors = [(c, m) for c, m in zip(self.codes, self.messages, strict=True)
+                  if c >= _FIRST_ERROR_CODE]
+        if not errors:
+            return OutputError(f"{where}: the OTF2 library failed")
+        code, message = errors[0]
+        name = _otf2.Error_GetName(_otf2.ErrorCode(code))
+        return OutputError(f"{where}: the OTF2 library failed: {name}"
+                           + (f": {message}" if message and "%" not in message else ""))
+
+
+_LIBRARY_ERRORS: LibraryErrors | None = None
+
+
+def library_errors() -> LibraryErrors:
+    """The process's ``LibraryErrors`` (registered with the library on first use)."""
+    global _LIBRARY_ERRORS
+    if _LIBRARY_ERRORS is None:
+        _LIBRARY_ERRORS = LibraryErrors()
+    return _LIBRARY_ERRORS
+
+
 _API: _CApi | None = None
 
 
@@ -488,7 +558,7 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
     times = map(ctypes.c_uint64, rows["time"].tolist())
     if any(map(operator.call, fns.tolist(), repeat(ctypes.c_void_p(writer)), repeat(None), times,
                rows["ref"].tolist())):
-        raise OutputError("the OTF2 library refused events (its messages are above)")
+        raise library_errors().failure("the event files")
 
 
 #: shared ``c_uint64`` objects of the values 0 .. 4095 (made on first use)
@@ -944,6 +1014,9 @@ def write_archive(
         raise WriterInputError(f"locations to write must lie in 0..{n_loc - 1}")
     master = collectives is None or collectives.is_master
     stream: _EventStream | None = None
+    errors = library_errors()
+    errors.clear()
+    anchor = f"{Path(archive_dir) / archive_name}.otf2"
     try:
         archive = _Archive(Path(archive_dir), archive_name, collectives)
         try:
@@ -993,8 +1066,16 @@ def write_archive(
                 stream.close()
             archive.close()
     except _otf2.Error as exc:
-        raise OutputError(f"{Path(archive_dir) / archive_name}.otf2: the OTF2 library failed: "
+        if errors.codes:
+            raise errors.failure(anchor) from exc
+        raise OutputError(f"{anchor}: the OTF2 library failed: "
                           f"{exc.name}: {exc.description}") from exc
+    except OutputError as exc:
+        if errors.no_space and not getattr(exc, "no_space", False):
+            raise errors.failure(anchor) from exc
+        raise
+    if errors.failed:  # reported but not returned (e.g. closing the anchor file)
+        raise errors.failure(anchor)
     per_type = stream.per_type
     return WriteStats(
         events_per_location=counts,
@@ -1065,7 +1146,7 @@ def _timed_calls(rows: np.ndarray, tmpdir: Path) -> float:
             finally:
                 archive.close_location_writer(writer)
             if bad:
-                raise OutputError("the OTF2 library refused events (its messages are above)")
+                raise library_errors().failure("the event files")
         finally:
             _otf2.AttributeList_Delete(attr_list)
             archive.close()
