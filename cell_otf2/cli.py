@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,12 +28,11 @@ from typing import Annotated
 
 import typer
 
+from . import signals
 from .emit import DmaStyle
 from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
 
 SUBCOMMANDS = ("simulate", "check", "inspect", "report", "convert")
-#: exit status after Ctrl-C (128 + SIGINT)
-EXIT_INTERRUPTED = 130
 #: what ``cell2otf2 report`` says when matplotlib is missing
 NEEDS_MATPLOTLIB = "cell2otf2 report needs matplotlib: pip install 'cell2otf2[report]'"
 
@@ -46,23 +46,23 @@ app = typer.Typer(
 
 
 class _Interrupted(SystemExit):
-    """The exit after Ctrl-C, once its message is printed."""
+    """The exit after Ctrl-C (or SIGTERM, SIGHUP), once its message is printed."""
 
 
-def _interrupted() -> None:
-    typer.echo("cell2otf2: interrupted", err=True)
-    raise _Interrupted(EXIT_INTERRUPTED)
+def _interrupted(exc: BaseException | None = None) -> None:
+    typer.echo(f"cell2otf2: {signals.describe(exc)}", err=True)
+    raise _Interrupted(signals.exit_status(exc))
 
 
 def _interruptible(func: Callable[..., None]) -> Callable[..., None]:
-    """Ctrl-C inside a command: one message and ``EXIT_INTERRUPTED``, whatever typer does."""
+    """Ctrl-C inside a command: one message and 130 (143 for SIGTERM), whatever typer does."""
 
     @functools.wraps(func)  # typer reads the signature through __wrapped__
     def run(*args: object, **kwargs: object) -> None:
         try:
             func(*args, **kwargs)
-        except KeyboardInterrupt:
-            _interrupted()
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
 
     return run
 
@@ -105,6 +105,13 @@ class _Progress:
             sys.stderr.flush()
 
 
+def _finite(value: float) -> float:
+    """Refuse nan (which passes any min/max check) and infinities as usage errors."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 @app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command).")
 @_interruptible
 def convert_command(
@@ -123,7 +130,7 @@ def convert_command(
         DmaStyle, typer.Option("--dma-style", help="DMA as RMA records or as messages")
     ] = DmaStyle.RMA,
     alpha: Annotated[
-        float, typer.Option("--alpha", min=0.0, max=1.0,
+        float, typer.Option("--alpha", min=0.0, max=1.0, callback=_finite,
                             help="where offsets sit between their bounds (0 lower, 1 upper)")
     ] = 0.5,
     read_delay_ticks: Annotated[
@@ -209,19 +216,20 @@ def _fail(message: str, status: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     args = list(sys.argv[1:] if argv is None else argv)
-    _register()
-    if args and not args[0].startswith("-") and args[0] not in SUBCOMMANDS:
-        args = ["convert", *args]
+    signals.install()
     try:
+        _register()
+        if args and not args[0].startswith("-") and args[0] not in SUBCOMMANDS:
+            args = ["convert", *args]
         app(args=args, prog_name="cell2otf2", standalone_mode=True)
     except CellOtf2Error as exc:
         if getattr(exc, "secondary", False):  # another converter process printed it
             raise SystemExit(exc.exit_status) from None
         _fail(str(exc), exc.exit_status)
-    except KeyboardInterrupt:  # outside a command, e.g. while typer parses
-        _interrupted()
+    except KeyboardInterrupt as exc:  # outside a command, e.g. while typer parses
+        _interrupted(exc)
     except SystemExit as exc:
-        if (exc.code == EXIT_INTERRUPTED and not isinstance(exc, _Interrupted)
+        if (exc.code == signals.EXIT_INTERRUPTED and not isinstance(exc, _Interrupted)
                 and _caused_by_ctrl_c(exc)):
             _interrupted()  # typer's own Ctrl-C exit (130, silent): say it
         raise

@@ -16,6 +16,7 @@ import pytest
 
 import cell_otf2
 from cell_otf2 import cli as cli_mod
+from cell_otf2 import signals
 from cell_otf2.cli import main as cli_main
 from cell_otf2.errors import CellOtf2Error
 
@@ -196,7 +197,7 @@ def test_ctrl_c_in_a_command(tmp_path, capsys, monkeypatch, command):
     run = str(SAMPLES / "wraps-heartbeats")
     args = {"convert": [run, "-o", str(tmp_path / "o" / "a.otf2")],
             "inspect": ["inspect", run], "check": ["check", run]}[command]
-    assert cli(args) == cli_mod.EXIT_INTERRUPTED == 130
+    assert cli(args) == signals.EXIT_INTERRUPTED == 130
     out, err = capsys.readouterr()
     assert err == "cell2otf2: interrupted\n" and out == ""
     assert not (tmp_path / "o").exists()

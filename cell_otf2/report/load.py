@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FormatError
+from ..signals import Deferred
 
 
 class _Channels:
@@ -327,8 +328,9 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         _otf2.GlobalEvtReaderCallbacks_Delete(cbs)
     try:
         batch = 65536
-        while _otf2.GlobalEvtReader_ReadEvents(handle, batch) == batch:
-            pass
+        with Deferred() as signals:  # never raised inside a callback, checked between batches
+            while _otf2.GlobalEvtReader_ReadEvents(handle, batch) == batch:
+                signals.check()
     except Exception as exc:
         raise FormatError(anchor, f"the otf2 reader failed after {st['i']} events: {exc}"
                           ) from None

@@ -1,0 +1,25 @@
+"""``python -m cell_otf2`` and the ``cell2otf2`` command: installs the signal handling before
+anything heavy is imported (so Ctrl-C or SIGTERM during start-up is one message and 130/143,
+not a traceback), then runs the command line (``cli.main``). Nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    """Console entry point."""
+    from . import signals
+
+    signals.install()
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
+        raise SystemExit(signals.exit_status(exc)) from None
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Signals a user or a batch system sends: SIGTERM and SIGHUP become ``Terminated``, a kind of
+``KeyboardInterrupt``, so every clean-up that runs after Ctrl-C (removing the staging
+directory, restoring an archive being replaced) runs for them too; ``exit_status`` gives the
+shell's 128 + signal number. It only installs handlers and names statuses; the commands
+print the message.
+"""
+
+from __future__ import annotations
+
+import signal
+
+#: exit status after Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop by ``signal_number`` (SIGTERM, SIGHUP)."""
+
+    def __init__(self, signal_number: int) -> None:
+        super().__init__(signal_number)
+        self.signal_number = signal_number
+
+
+def _raise_terminated(signal_number: int, _frame: object) -> None:
+    raise Terminated(signal_number)
+
+
+def install() -> None:
+    """Turn SIGTERM and SIGHUP into ``Terminated`` in this (main) thread."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, _raise_terminated)
+
+
+def exit_status(exc: BaseException | None) -> int:
+    """128 + the signal behind ``exc`` (SIGINT for a plain ``KeyboardInterrupt``)."""
+    if isinstance(exc, Terminated):
+        return 128 + exc.signal_number
+    return EXIT_INTERRUPTED
+
+
+def describe(exc: BaseException | None) -> str:
+    """``interrupted``, with the signal's name when it was not Ctrl-C."""
+    if isinstance(exc, Terminated):
+        return f"interrupted ({signal.Signals(exc.signal_number).name})"
+    return "interrupted"
+
+
+class Deferred:
+    """Within ``with Deferred() as d:`` Ctrl-C, SIGTERM and SIGHUP are only noted; ``d.check()``
+    (call it where stopping is safe, e.g. between batches of library callbacks) and leaving the
+    block raise what was noted. For C libraries that call back into Python: an exception
+    raised inside a callback is lost in the library or printed as a traceback by ctypes."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.noted: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _note(self, signal_number: int, _frame: object) -> None:
+        if self.noted is None:
+            self.noted = signal_number
+
+    def __enter__(self) -> Deferred:
+        try:
+            for sig in self._SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._note)
+        except ValueError:  # not the main thread: signals cannot be handled here anyway
+            self._restore()
+        return self
+
+    def check(self) -> None:
+        if self.noted is not None:
+            noted, self.noted = self.noted, None
+            if noted == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Terminated(noted)
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+        if exc[0] is None:
+            self.check()
