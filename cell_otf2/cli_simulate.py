@@ -1,15 +1,21 @@
 """``cell2otf2 simulate OUT_DIR``: write a synthetic CBT 1 run with its ground truth.
 
-A thin typer command: parses options, refuses a non-empty OUT_DIR unless ``--force``, calls
-``cell_otf2.simulate.simulate_run`` and prints a short summary. No simulation logic here.
+A thin typer command: parses options, refuses an OUT_DIR that is not empty unless it is a
+previous simulated run and ``--force`` is given, calls ``cell_otf2.simulate.simulate_run`` into
+a hidden staging folder beside OUT_DIR and moves the finished run into place (a failure leaves
+nothing), and prints a short summary. No simulation logic here.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import shutil
+import tempfile
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -81,18 +87,18 @@ def simulate_command(
     """Write a synthetic CBT 1 run with its ground truth."""
     from .simulate import simulate_run
 
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        if not force:
-            typer.echo(f"cell2otf2: error: {out_dir} exists and is not empty (use --force)",
-                       err=True)
-            raise SystemExit(EXIT_OUTPUT)
-        if out_dir.is_dir():
-            shutil.rmtree(out_dir)
-        else:
-            out_dir.unlink()
+    replace = _check_out_dir(out_dir, force)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would otherwise stay with the run
+    except OSError as exc:
+        _fail_output(f"{out_dir}: cannot create the run directory: {_why(exc)}")
     try:
         summary = simulate_run(
-            out_dir, workload.value, seed, spes=spes, ranks=ranks, nodes=nodes, phases=phases,
+            staging, workload.value, seed, spes=spes, ranks=ranks, nodes=nodes, phases=phases,
             duration_s=duration_s, chunks=chunks, timebase_hz=timebase_hz, spus=spus,
             slice_ms=slice_ms, decrementer_restore=decrementer_restore.value,
             decr_writes=decr_writes,
@@ -100,9 +106,14 @@ def simulate_command(
             spe_buffers=spe_buffers, byte_order=byte_order.value, max_ppm=max_ppm,
             damage=[d.value for d in (damage or [])],
         )
+        _move_into_place(staging, out_dir, replace)
     except ValueError as exc:
         typer.echo(f"cell2otf2: error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
+    except OSError as exc:
+        _fail_output(f"{out_dir}: cannot write the run: {_why(exc)}; nothing was written")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     typer.echo(
         f"simulated {workload.value} (seed {seed}) into {out_dir}: {summary.records} records in "
         f"{summary.slots} slots, {summary.contexts} SPE contexts, {summary.ranks} ranks on "
@@ -110,3 +121,60 @@ def simulate_command(
         f"({summary.preemptions} preemptions), "
         f"{summary.bytes_written} bytes of dumps"
     )
+
+
+#: what ``simulate`` writes into a run directory, and all it writes
+_SIMULATED_FILE = re.compile(r"run\.json|truth\.json|truth\.npz|rank\d+\.cbt")
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> bool:
+    """Whether an existing ``out_dir`` is to be replaced; exits 4 when it must not be:
+    anything but an empty directory without ``--force``, and anything but a previous simulated
+    run (only the files ``simulate`` writes) even with it."""
+    if not os.path.lexists(out_dir):
+        return False
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        _fail_output(f"{out_dir}: exists and is not a directory; not replaced")
+    try:
+        names = os.listdir(out_dir)
+    except OSError as exc:
+        _fail_output(f"{out_dir}: cannot be examined: {_why(exc)}")
+    if not names:
+        return True
+    foreign = [n for n in names if not (_SIMULATED_FILE.fullmatch(n)
+                                         and (out_dir / n).is_file()
+                                         and not (out_dir / n).is_symlink())]
+    if foreign:
+        _fail_output(f"{out_dir}: holds {foreign[0]!r}, which simulate does not write; a "
+                     "folder that is not a previous simulated run is never replaced, not even "
+                     "with --force: choose another OUT_DIR")
+    if not force:
+        _fail_output(f"{out_dir}: holds a previous simulated run; use --force to replace it")
+    return True
+
+
+def _move_into_place(staging: Path, out_dir: Path, replace: bool) -> None:
+    """The finished run takes ``out_dir``'s place (the previous run is removed only then)."""
+    if replace:
+        aside = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.rename(out_dir, aside / "run")
+        try:
+            os.rename(staging, out_dir)
+        except OSError:
+            os.rename(aside / "run", out_dir)
+            raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.rename(staging, out_dir)
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    return exc.strerror or str(exc)
+
+
+def _fail_output(message: str) -> NoReturn:
+    typer.echo(f"cell2otf2: error: {message}", err=True)
+    raise SystemExit(EXIT_OUTPUT)
