@@ -1,0 +1,422 @@
+"""Output safety and clear failures, through the real command (subprocesses): nothing of the
+user's is replaced unless it is recognizably a previous archive, report or simulated run;
+disk-full, permission, special-file, manifest and signal cases end in one message, the right
+exit status and nothing half-written or left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from otf2check import otf2_print_ok
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_traces"
+SMALL = SAMPLES / "wraps-heartbeats"  # the smallest sample: conversions take a fraction of a s
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+#: root without the capabilities that ignore file permissions (the tests run as root)
+NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def run(*args: str, cwd: Path | None = None, prefix: list[str] | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "cell_otf2", *args],
+                          capture_output=True, text=True, env=ENV, cwd=cwd, timeout=timeout)
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for root, dirs, files in os.walk(directory):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), directory)] = None
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, directory)] = Path(p).read_bytes()
+    return out
+
+
+def one_error(r: subprocess.CompletedProcess, status: int, *needles: str) -> str:
+    """Exit ``status`` with exactly one line on stderr, ours, holding every needle."""
+    assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cell2otf2: "), r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def hidden(directory: Path) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.startswith("."))
+
+
+@pytest.fixture
+def myrun(tmp_path) -> Path:
+    shutil.copytree(SMALL, tmp_path / "myrun")
+    return tmp_path / "myrun"
+
+
+# ---- 1. --force never replaces the input or anything that is not a previous archive ---------
+
+def test_archive_named_after_the_run_never_replaces_it(myrun):
+    before = snapshot(myrun)
+    for force in ([], ["--force"]):
+        r = run("myrun", "-o", "myrun.otf2", *force, cwd=myrun.parent)
+        one_error(r, 4, "myrun", "is the input run directory", "-o myrun-trace.otf2")
+        assert snapshot(myrun) == before
+    assert sorted(os.listdir(myrun.parent)) == ["myrun"]
+
+
+def test_archive_whose_folder_holds_the_run_is_refused(tmp_path):
+    shutil.copytree(SMALL, tmp_path / "results" / "run1")
+    before = snapshot(tmp_path)
+    r = run(str(tmp_path / "results" / "run1"), "-o", str(tmp_path / "results.otf2"), "--force")
+    one_error(r, 4, "holds the input run directory")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("entry", ["folder", "anchor", "def", "symlink"])
+def test_force_replaces_only_a_recognizable_previous_archive(tmp_path, entry):
+    out = tmp_path / "out"
+    out.mkdir()
+    if entry == "folder":
+        (out / "results").mkdir()
+        (out / "results" / "notes.txt").write_text("my notes")
+    elif entry == "anchor":
+        (out / "results.otf2").write_text("not an anchor")
+    elif entry == "def":
+        (out / "results.def").write_text("my definitions of words")
+    else:
+        (out / "results").symlink_to(tmp_path)
+    before = snapshot(out)
+    r = run(str(SMALL), "-o", str(out / "results.otf2"), "--force")
+    one_error(r, 4, "never replaced, not even with --force")
+    assert snapshot(out) == before
+
+
+def test_force_replaces_a_previous_archive_and_report(tmp_path):
+    out = tmp_path / "out"
+    args = [str(SMALL), "-o", str(out / "a.otf2"), "--report", str(out / "a.json")]
+    assert run(*args).returncode == 0
+    r = run(*args)
+    one_error(r, 4, "already exists; use --force")
+    r = run(*args, "--force")
+    assert r.returncode == 0, r.stderr
+    otf2_print_ok(out / "a.otf2")
+    assert json.loads((out / "a.json").read_text())["timebase_hz"] > 0
+    assert hidden(out) == []
+
+
+def test_simulate_force_replaces_only_a_previous_simulated_run(tmp_path):
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "thesis.tex").write_text("chapter 1")
+    sim = ["--workload", "fft", "--spes", "2", "--phases", "1"]
+    r = run("simulate", str(thesis), "--force", *sim)
+    one_error(r, 4, "thesis.tex", "never replaced")
+    assert (thesis / "thesis.tex").read_text() == "chapter 1"
+    assert run("simulate", str(tmp_path / "s"), *sim, "--seed", "1").returncode == 0
+    one_error(run("simulate", str(tmp_path / "s"), *sim), 4, "use --force")
+    first = (tmp_path / "s" / "run.json").read_bytes()
+    r = run("simulate", str(tmp_path / "s"), *sim, "--seed", "2", "--force")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "s" / "run.json").read_bytes() != first
+    assert oct((tmp_path / "s").stat().st_mode & 0o777) != oct(0o700)
+    assert sorted(os.listdir(tmp_path)) == ["s", "thesis"]
+
+
+# ---- 2. / 5. the report: never an input, never an existing file without --force, checked first
+
+def test_report_never_overwrites_the_manifest(myrun, tmp_path):
+    before = snapshot(myrun)
+    for force in ([], ["--force"]):
+        r = run(".", "-o", "../o.otf2", "--report", "run.json", *force, cwd=myrun)
+        one_error(r, 4, "run.json", "is a file of the input run")
+        assert snapshot(myrun) == before
+    assert not (tmp_path / "o.otf2").exists()
+
+
+def test_report_path_is_checked_before_converting_and_keeps_the_old_archive(tmp_path):
+    out = tmp_path / "out"
+    assert run(str(SMALL), "-o", str(out / "a.otf2")).returncode == 0
+    (out / "notes.json").write_text('{"mine": 1}')
+    before = snapshot(out)
+    for force in ([], ["--force"]):
+        r = run(str(SMALL), "-o", str(out / "a.otf2"), "--force", "--report",
+                str(out / "notes.json"), *force)
+        one_error(r, 4, "notes.json")
+        assert snapshot(out) == before
+    r = run(str(SMALL), "-o", str(out / "b.otf2"), "--report", str(out / "a"))
+    one_error(r, 4, "--report")  # the archive's event folder
+    assert snapshot(out) == before
+
+
+def test_report_in_a_missing_folder_is_created(tmp_path):
+    r = run(str(SMALL), "-o", str(tmp_path / "a.otf2"), "--report",
+            str(tmp_path / "reports" / "deep" / "a.json"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "reports" / "deep" / "a.json").read_text())["intervals"]
+
+
+def test_report_in_a_read_only_folder_is_refused_before_work(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    r = run(str(SMALL), "-o", str(tmp_path / "o" / "a.otf2"), "--report", str(ro / "s.json"),
+            prefix=NO_DAC)
+    one_error(r, 4, "--report", "not writable")
+    assert sorted(os.listdir(tmp_path)) == ["ro"]  # the archive's folder was not left behind
+
+
+# ---- 3. / 9. a full disk: one message, exit 4, nothing written --------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def fill(mnt: Path, free_kib: int) -> None:
+    total = os.statvfs(mnt).f_blocks * os.statvfs(mnt).f_frsize // 1024
+    (mnt / "filler").write_bytes(b"\0" * ((total - free_kib) * 1024))
+
+
+def test_disk_full_at_swept_levels_never_gives_a_broken_archive(small_disk):
+    outcomes = set()
+    for free_kib in range(8, 170, 12):
+        for name in os.listdir(small_disk):
+            shutil.rmtree(small_disk / name) if (small_disk / name).is_dir() else \
+                (small_disk / name).unlink()
+        fill(small_disk, free_kib)
+        out = small_disk / "out"
+        r = run(str(SMALL), "-o", str(out / "a.otf2"), "--report", str(out / "a.json"))
+        outcomes.add(r.returncode)
+        if r.returncode == 0:
+            otf2_print_ok(out / "a.otf2")
+            json.loads((out / "a.json").read_text())
+        else:
+            line = one_error(r, 4, "no space left on the device")
+            assert "[OTF2]" not in r.stderr, line
+            assert not out.exists() or os.listdir(out) == [], os.listdir(out)
+    assert outcomes == {0, 4}  # the sweep reached both sides
+
+
+def test_simulate_into_a_full_disk(small_disk):
+    fill(small_disk, 16)
+    r = run("simulate", str(small_disk / "s"), "--workload", "fft", "--spes", "2",
+            "--phases", "2")
+    one_error(r, 4, "no space left on the device")
+    assert sorted(os.listdir(small_disk)) == ["filler"]
+
+
+# ---- 4. two conversions into one archive at once ---------------------------------------------
+
+def test_concurrent_conversions_leave_one_whole_archive(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cell_otf2", str(SAMPLES / "fft-16spe"), "-o",
+           str(out / "a.otf2"), "--force", "--report", str(out / "a.json")]
+    for _ in range(3):
+        procs = [subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(3)]
+        results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+        for status, err in results:
+            assert status in (0, 4) and "Traceback" not in err, err
+        assert any(status == 0 for status, _ in results)
+        assert sorted(os.listdir(out)) == ["a", "a.def", "a.json", "a.otf2"]
+        otf2_print_ok(out / "a.otf2")
+
+
+# ---- 6. / 7. / 8. input that cannot be read: exit 3 naming the file and why ----------------
+
+def test_dump_that_cannot_be_read(myrun):
+    dump = next(myrun.glob("*.cbt"))
+    dump.chmod(0)
+    r = run(str(myrun), "-o", str(myrun.parent / "a.otf2"), prefix=NO_DAC)
+    one_error(r, 3, dump.name, "not readable")
+    dump.chmod(0o644)
+    man = json.loads((myrun / "run.json").read_text())
+    man["processes"][0]["path"] = "x" * 300
+    (myrun / "run.json").write_text(json.dumps(man))
+    r = run(str(myrun), "-o", str(myrun.parent / "a.otf2"))
+    one_error(r, 3, "processes[0].path", "File name too long")
+
+
+def test_run_behind_an_inaccessible_folder(tmp_path):
+    shutil.copytree(SMALL, tmp_path / "locked" / "run")
+    (tmp_path / "locked").chmod(0)
+    try:
+        r = run(str(tmp_path / "locked" / "run"), "-o", str(tmp_path / "a.otf2"), prefix=NO_DAC)
+        one_error(r, 3, "run.json", "Permission denied")
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+
+
+@pytest.mark.parametrize("special", ["fifo-manifest", "zero-dump", "dir-dump"])
+def test_special_files_are_refused_without_reading(myrun, special):
+    dump = next(myrun.glob("*.cbt"))
+    if special == "fifo-manifest":
+        (myrun / "run.json").unlink()
+        os.mkfifo(myrun / "run.json")
+        file, kind = "run.json", "named pipe"
+    elif special == "zero-dump":
+        dump.unlink()
+        dump.symlink_to("/dev/zero")
+        file, kind = dump.name, "character device"
+    else:
+        dump.unlink()
+        dump.mkdir()
+        file, kind = dump.name, "directory"
+    r = run(str(myrun), "-o", str(myrun.parent / "a.otf2"), timeout=30)
+    one_error(r, 3, file, kind)
+
+
+@pytest.mark.parametrize("case", ["deep", "digits", "surrogate", "bom", "latin1",
+                                  "missing-dir", "manifest-as-run"])
+def test_manifests_that_break_parsers_are_refused_precisely(myrun, case):
+    text = (myrun / "run.json").read_text()
+    target = str(myrun)
+    if case == "deep":
+        raw = ("[" * 100_000 + "]" * 100_000).encode()
+        needle = "nested too deeply"
+    elif case == "digits":
+        raw = text.replace('"timebase_hz": ', '"timebase_hz": ' + "9" * 5000 + " + ", 1)
+        raw = text[:-2] + ', "x": ' + "9" * 5000 + "}\n"
+        raw = raw.encode()
+        needle = "invalid JSON value"
+    elif case == "surrogate":
+        man = json.loads(text)
+        man["nodes"][0]["name"] = "\ud800x"
+        for p in man["processes"]:
+            p["node"] = "\ud800x"
+        raw = json.dumps(man).encode()
+        needle = "lone surrogate"
+    elif case == "bom":
+        raw = b"\xef\xbb\xbf" + text.encode()
+        needle = "byte order mark"
+    elif case == "latin1":
+        man = json.loads(text)
+        man["application"] = "caf\u00e9"
+        raw = json.dumps(man, ensure_ascii=False).encode("latin-1")
+        needle = "not UTF-8"
+    elif case == "missing-dir":
+        raw = text.encode()
+        target = str(myrun.parent / "no-such-run")
+        needle = "no such run directory"
+    else:
+        raw = text.encode()
+        target = str(myrun / "run.json")
+        needle = "give the folder that holds it"
+    (myrun / "run.json").write_bytes(raw)
+    r = run(target, "-o", str(myrun.parent / "a.otf2"), timeout=60)
+    one_error(r, 3, needle)
+
+
+@pytest.mark.parametrize("field", ["application", "node"])
+def test_names_0_are_renamed_not_refused(myrun, tmp_path, field):
+    man = json.loads((myrun / "run.json").read_text())
+    if field == "application":
+        man["application"] = "0"
+    else:
+        old = man["nodes"][0]["name"]
+        man["nodes"][0]["name"] = "0"
+        for p in man["processes"]:
+            if p["node"] == old:
+                p["node"] = "0"
+    (myrun / "run.json").write_text(json.dumps(man))
+    r = run(str(myrun), "-o", str(tmp_path / "a.otf2"))
+    assert r.returncode == 0, r.stderr
+    otf2_print_ok(tmp_path / "a.otf2")
+    import otf2
+
+    with otf2.reader.open(str(tmp_path / "a.otf2")) as reader:
+        names = [n.name for n in reader.definitions.system_tree_nodes]
+    assert "0" not in names and ("machine 0" in names or "node 0" in names)
+
+
+# ---- 10. signals: one message, 130 / 143, nothing half-written or left behind ---------------
+
+def big_run(tmp_path: Path) -> Path:
+    r = run("simulate", str(tmp_path / "big"), "--workload", "matmul", "--spes", "8",
+            "--phases", "6")
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "big"
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130),
+                                        (signal.SIGHUP, 129)])
+def test_signal_during_conversion_leaves_nothing(tmp_path, sig, status):
+    src = big_run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for delay in (0.05, 0.4, 1.0):
+        p = subprocess.Popen([sys.executable, "-m", "cell_otf2", str(src), "-o",
+                              str(out / "a.otf2"), "--report", str(out / "a.json")],
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(sig)
+        code = p.wait(timeout=120)
+        err = p.stderr.read()
+        assert "Traceback" not in err, err
+        if code == 0:  # finished before the signal
+            shutil.rmtree(out)
+            out.mkdir()
+            continue
+        assert code == status, (code, err)
+        assert err.strip().splitlines()[-1].startswith("cell2otf2: interrupted"), err
+        assert os.listdir(out) == [], os.listdir(out)
+
+
+def test_stale_staging_of_a_killed_conversion_is_removed(tmp_path):
+    src = big_run(tmp_path)
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "cell_otf2", str(src), "-o",
+                          str(out / "a.otf2")], env=ENV, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out.exists() and hidden(out)):
+        time.sleep(0.02)
+    p.kill()
+    p.wait()
+    if not hidden(out):
+        pytest.skip("the conversion finished before it could be killed")
+    assert run(str(SMALL), "-o", str(out / "a.otf2"), "--force").returncode == 0
+    assert hidden(out) == []
+
+
+def test_ctrl_c_while_reading_an_archive_back_for_the_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    src = big_run(tmp_path)
+    assert run(str(src), "-o", str(tmp_path / "a.otf2")).returncode == 0
+    for delay in (0.3, 1.0, 2.0):
+        p = subprocess.Popen([sys.executable, "-m", "cell_otf2", "report",
+                              str(tmp_path / "a.otf2"), "-o", str(tmp_path / f"r{delay}")],
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        code = p.wait(timeout=120)
+        err = p.stderr.read()
+        assert "Traceback" not in err and "INTERRUPTED_BY_CALLBACK" not in err, err
+        assert code in (0, 130), (code, err)
+        if code == 130:
+            assert err.strip().splitlines() == ["cell2otf2: interrupted"], err
+
+
+# ---- 11. options that are not numbers a conversion can use -----------------------------------
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-0.5", "2"])
+def test_alpha_must_be_a_finite_number_in_range(tmp_path, value):
+    r = run(str(SMALL), "-o", str(tmp_path / "a.otf2"), "--alpha", value)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert not (tmp_path / "a.otf2").exists()
