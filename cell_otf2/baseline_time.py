@@ -2,7 +2,7 @@
 
 Every method returns an ``Estimate``: offsets per clock domain in node-timebase ticks (true
 node time = offset + local, node domains 0, NaN where the method places nothing), and bounds
-where the method has them. The methods (ARCHITECTURE.md 2, "Baselines"):
+where the method has them. The methods (README, "Synchronization"):
 
 - ``ours``: ``convert.analyze`` with its defaults (the pipeline's ``SyncResult``).
 - ``anchored``: raw times. Each context's first reading is put at the timebase of its first

@@ -9,7 +9,7 @@ damage it reports is exactly what ``cell2otf2 RUN -o A.otf2`` would put in its s
 
 Outcomes (``CheckResult.status``, the command's exit status):
 - 0: no damage;
-- 1: contained damage (FORMAT.md 3.7); ``lines`` holds one line per kind, with the first
+- 1: contained damage (docs/damage.md); ``lines`` holds one line per kind, with the first
   file and slot index;
 - 3: refused: ``check_run`` raises the pipeline's ``CellOtf2Error`` (a ``FormatError``
   naming the file, offset or slot, field, expected and found), as conversion would.

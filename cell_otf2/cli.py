@@ -1,7 +1,7 @@
 """Command line: ``cell2otf2 RUN_DIR -o ARCHIVE.otf2`` plus subcommands.
 
 Thin typer commands only: each parses options, calls the pipeline, prints, and maps a
-``CellOtf2Error`` to one message and its exit status (CONTRACT.md section 1). No traceback
+``CellOtf2Error`` to one message and its exit status (README: Command line). No traceback
 reaches a user: anything unexpected is reported as an internal error with exit status 3.
 Pipeline logic lives in the modules the commands call.
 

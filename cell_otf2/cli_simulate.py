@@ -81,7 +81,7 @@ def simulate_command(
     byte_order: Annotated[ByteOrder, typer.Option(help="B (big-endian) or L.")] = ByteOrder.B,
     max_ppm: Annotated[float, typer.Option(help="Largest node drift, ppm (<= 100).")] = 50.0,
     damage: Annotated[list[DamageKind] | None, typer.Option(
-        help="Damage of FORMAT 3.7 to inject (repeatable).")] = None,
+        help="Damage to inject, see docs/damage.md (repeatable).")] = None,
     force: Annotated[bool, typer.Option(help="Replace a non-empty OUT_DIR.")] = False,
 ) -> None:
     """Write a synthetic CBT 1 run with its ground truth."""

@@ -2,10 +2,10 @@
 
 For one SPE context, given its decrementer readings in program order (record ``decr`` values
 and block-header ``decr`` values), its DECR_WRITE readings and its CTX_SWITCH STOP/START pairs,
-``split_intervals`` assigns every reading to a live interval (CONTRACT.md section 4) and
+``split_intervals`` assigns every reading to a live interval (docs/format.md section 7) and
 computes ``local = -unwrapped(decr)``, counting up from minus the interval's first reading.
 
-Rules (FORMAT.md 3.5):
+Rules (docs/format.md section 6):
 - a DECR_WRITE reading belongs to the interval before the write; the next reading starts a
   new interval that counts from the written value;
 - readings down to and including a STOP's saved value belong to the interval before it; every

@@ -41,7 +41,7 @@ CHUNK_EVENTS = 1 << 16
 
 @dataclass
 class Summary:
-    """What one conversion did (CONTRACT.md section 1's summary)."""
+    """What one conversion did (the command line's summary)."""
 
     run_dir: str
     archive: str
@@ -206,7 +206,7 @@ class _Dumps:
 
 
 def sync_report(pipe: Pipeline) -> dict:
-    """The synchronization report of CONTRACT.md section 4."""
+    """The synchronization report (docs/sync-report.md)."""
     dec, res = pipe.decoded, pipe.sync
     man = dec.manifest
 

@@ -1,4 +1,4 @@
-"""Contained damage (FORMAT.md 3.7): what kind, how much, where first, in words.
+"""Contained damage (docs/damage.md): what kind, how much, where first, in words.
 
 Damage that can be contained is worked around by the stage that finds it and recorded here,
 never fatal and never silent. A stage returns ``Damage`` entries (one per kind and file, already

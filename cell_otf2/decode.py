@@ -1,8 +1,8 @@
 """Slot arrays of every dump -> the decoded trace: locations, records in program order, clock
 domains with local times, the slot-order anchor stream and the links between intervals.
 
-What it does, per process (FORMAT.md 3.5):
-- locations: rank r's main PPE thread is location r (CONTRACT.md 3); then, per rank, its other
+What it does, per process (docs/format.md section 6):
+- locations: rank r's main PPE thread is location r (docs/archive.md); then, per rank, its other
   PPE threads, its main-memory pseudo-location and its SPE contexts, in that order;
 - program order: PPE records per thread and SPE records per context in slot order (blocks of
   one context appear in seq order, records inside a block in array order);
@@ -483,7 +483,7 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     it, in its own stream, may have lost records of that stream; 0 = none) and the process's
     cut: the first slot position from which some record of any stream may be missing
     (``NO_LOSS`` if none). A lost record shifts every later k-th-with-k-th pairing of its
-    stream, so ``match`` pairs only records of epoch 0 (FORMAT 3.7: a GAP must remove the
+    stream, so ``match`` pairs only records of epoch 0 (docs/damage.md: a GAP must remove the
     order it would have given, never invent one).
 
     PPE streams (per process, slot order): from the first GAP, top-level slot with an undefined

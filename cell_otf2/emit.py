@@ -1,9 +1,9 @@
 """Decoded, matched and synchronized trace -> OTF2 definitions and the sorted event table.
 
-This is CONTRACT.md section 3 as code: the system tree, location groups (group ref = MPI rank),
+This is docs/archive.md as code: the system tree, location groups (group ref = MPI rank),
 locations (rank r's main thread is location r), regions with roles, metrics, communicators
 (the manifest's, "Cell mailboxes" and "DMA", both with rank = location ref), the DMA RMA
-window, attributes, location properties and clock properties (section 2); and one event row
+window, attributes, location properties and clock properties (its Time); and one event row
 per OTF2 event, vectorized per record kind, sorted by (location, time, seq).
 
 Choices where the contract leaves room (README "Mapping details"):

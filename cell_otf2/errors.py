@@ -1,4 +1,4 @@
-"""Domain exceptions and the exit status each maps to (CONTRACT.md section 1).
+"""Domain exceptions and the exit status each maps to (README: Command line).
 
 A ``FormatError`` carries what a user needs to find the problem: the file, the slot index or
 byte offset, the field, what was expected and what was found. The CLI turns each exception

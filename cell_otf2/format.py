@@ -1,4 +1,4 @@
-"""Byte layout of CBT 1 (FORMAT.md section 3): one declaration that both encodes and decodes.
+"""Byte layout of CBT 1 (docs/format.md section 4): one declaration that both encodes and decodes.
 
 Every structure of a CBT 1 dump is declared here once, as an explicit-endian numpy structured
 dtype, for both byte orders. Decoding is ``np.frombuffer(data, dtype)``; encoding is filling a
@@ -27,10 +27,10 @@ BYTE_ORDER_LITTLE = ord("L")
 NUMPY_ORDER = {BYTE_ORDER_BIG: ">", BYTE_ORDER_LITTLE: "<"}
 
 DECR_MODULUS = 1 << 32
-#: PS: problem-state area, LS: Local Store (FORMAT 3.5 "DMA")
+#: PS: problem-state area, LS: Local Store (docs/format.md 5.3)
 LS_SIZE = 256 * 1024
 PS_SIZE = 128 * 1024
-#: offsets of the signal-notification registers inside a problem-state area (FORMAT 3.4)
+#: offsets of the signal-notification registers inside a problem-state area (docs/format.md 5.3)
 SIGNAL1_PS_OFFSET = 0x1400C
 SIGNAL2_PS_OFFSET = 0x1C00C
 
@@ -44,7 +44,7 @@ class SlotClass(IntEnum):
 
 
 class PpeCode(IntEnum):
-    """PPE record codes (FORMAT 3.3)."""
+    """PPE record codes (docs/format.md 5.1)."""
 
     ENTER = 0x0101
     LEAVE = 0x0102
@@ -73,7 +73,7 @@ class PpeCode(IntEnum):
 
 
 class SpeCode(IntEnum):
-    """SPE record codes (FORMAT 3.4)."""
+    """SPE record codes (docs/format.md 5.2)."""
 
     ENTER = 0x0201
     LEAVE = 0x0202
@@ -96,7 +96,7 @@ class SpeCode(IntEnum):
 
 
 class ControlCode(IntEnum):
-    """Control slot codes (FORMAT 3.2)."""
+    """Control slot codes (docs/format.md 4.2)."""
 
     BLOCK = 0x0301
     GAP = 0x0302
@@ -147,7 +147,7 @@ ROOTLESS = 0xFFFFFFFF
 
 
 class MfcOpcode(IntEnum):
-    """MFC command opcodes the DMA record may carry (FORMAT 3.4)."""
+    """MFC command opcodes the DMA record may carry (docs/format.md 5.3)."""
 
     PUT = 0x20
     PUTB = 0x21
@@ -204,7 +204,7 @@ def _dtype(order: str, fields: list[tuple[str, str, int]], itemsize: int) -> np.
 
 
 def header_dtype(order: str) -> np.dtype:
-    """File header (FORMAT 3.1), 64 bytes."""
+    """File header (docs/format.md 4.1), 64 bytes."""
     return _dtype(
         order,
         [

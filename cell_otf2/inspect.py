@@ -9,7 +9,7 @@ raises the reader's ``CellOtf2Error`` (exit status 3 on the command line); anyth
 be read is inspected (exit status 0, damage or not: ``inspect`` reports, ``check`` judges).
 
 Where each number comes from:
-- records per kind: the slots the reader framed, by their FORMAT names (``format.PpeCode``,
+- records per kind: the slots the reader framed, by their docs/format.md names (``format.PpeCode``,
   ``format.SpeCode``); slots with undefined codes are not records (see the damage lines);
 - blocks: SPE block headers; ``partial`` = declared ``count`` below the header's
   ``spe_buffer_records`` (a buffer flushed before it was full, e.g. at exit);
@@ -18,7 +18,7 @@ Where each number comes from:
 - ``lost_slots`` / ``gaps``: the GAP records' lost-slot counts and the GAP records;
 - node timebase: first (smallest) and last (largest) raw PPE reading of the process or node,
   leaving out readings that decode found running backwards; ``span_s`` = (last - first) / Hz;
-- SPE context: ``intervals`` = live intervals (CONTRACT.md 4; an interval split at a wrap the
+- SPE context: ``intervals`` = live intervals (docs/format.md 7; an interval split at a wrap the
   trace cannot count is still one interval, its extra parts are ``unresolved_wraps``);
   ``switches`` = its CTX_SWITCH STOP records; ``decr_writes`` = its DECR_WRITE records;
   ``wraps`` = decrementer wraps passed inside its intervals (from decode's unwrapping:

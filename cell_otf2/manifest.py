@@ -1,4 +1,4 @@
-"""The run manifest ``run.json`` (FORMAT.md section 2) -> frozen dataclasses, fully checked.
+"""The run manifest ``run.json`` (docs/format.md section 2) -> frozen dataclasses, fully checked.
 
 ``load_manifest(run_dir)`` reads ``run_dir/run.json`` and checks everything section 2 states:
 ``format == "cbt"``, ``version == 1``, every required key with its JSON type, a duplicate id or

@@ -6,10 +6,10 @@ Input is a ``Decoded`` trace; output, all numpy arrays of record indexes:
   message, send record -> receive record;
 - ``dma`` (DMA_DTYPE): one row per DMA command with its target location and completing
   TAG_WAIT_END (-1 when no later tag wait has its tag);
-- ``pairs`` (PAIR_DTYPE): happened-before pairs between records, every one sound by FORMAT.md
-  3.5 alone, for ``order.py``.
+- ``pairs`` (PAIR_DTYPE): happened-before pairs between records, every one sound by docs/format.md
+  section 6 alone, for ``order.py``.
 
-Rules (FORMAT.md 3.3-3.5): mailbox values match by count per context and direction (the values
+Rules (docs/format.md 5-6): mailbox values match by count per context and direction (the values
 are compared and a disagreement is counted); the inbound mailbox holds 4 values, outbound ones
 1, so read BEGIN(k) happened before write END(k + capacity). Signals: the k-th write of a
 register (SIGNAL_WRITE or SNDSIG) is consumed by its k-th SIGNAL_READ; writes from several
@@ -20,7 +20,7 @@ receiver, tag); MPI pairs between nodes are returned separately (``node_pairs``)
 clocks drift. Collectives: the k-th collective of a communicator on each member is one
 instance. Unmatched items are counted in the damage log, never dropped silently.
 
-Around lost records (``Decoded.loss_epoch``, FORMAT 3.7) pairing by count is no longer
+Around lost records (``Decoded.loss_epoch``, docs/damage.md) pairing by count is no longer
 certain: a lost write or send would shift every later pair onto the wrong partner and invent
 an order. So only records before the first possible loss of their stream are paired (for MPI
 also before a record whose communicator or peer is undefined; for a collective instance, the
@@ -230,7 +230,7 @@ def _mailboxes(b: _Builder, rank: int, ctx: int, loc: int) -> None:
         if bad.size:
             b.lost(DamageKind.unmatched_mailbox, re_[bad],
                    f"mailbox value read differs from the value written (SPE context {ctx}); "
-                   "matched by count as FORMAT 3.5 says")
+                   "matched by count (docs/format.md 6.4)")
         b.add_msgs(kind, wb[:n], re_[:n])
         b.add_pairs(wb[:n], re_[:n])  # value entered before it left
         cap = _CAPACITY[kind]

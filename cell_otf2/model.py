@@ -29,7 +29,7 @@ import numpy as np
 RECORD_DTYPE = np.dtype(
     [
         ("loc", "<u4"),  # index into the location table
-        ("code", "<u2"),  # FORMAT slot code (PpeCode or SpeCode)
+        ("code", "<u2"),  # CBT 1 slot code (PpeCode or SpeCode)
         ("slot", "<i8"),  # slot index in its process's dump (for messages and tie-breaks)
         ("domain", "<i4"),  # clock domain index, -1 if the record has no usable time
         ("local", "<i8"),  # local clock: PPE raw timebase; SPE -unwrapped(decr) in its interval
@@ -95,7 +95,7 @@ DOMAIN_DTYPE = np.dtype(
         ("node", "<i4"),  # node index (for an interval: the node its process runs on)
         ("rank", "<i4"),  # -1 for a node domain
         ("ctx", "<i4"),  # -1 for a node domain
-        ("interval", "<i4"),  # interval number within the context (CONTRACT 4), -1 for a node
+        ("interval", "<i4"),  # interval number within the context (docs/format.md 7), -1 for a node
         ("segment", "<i4"),  # part of the interval after 0, 1, 2 undecidable wraps (0 normally)
         ("loc", "<i4"),  # SPE location index, -1 for a node domain
         ("readings", "<i8"),  # decrementer readings in the interval (0 for a node domain)

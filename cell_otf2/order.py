@@ -4,7 +4,7 @@ A pair e1 -> e2 (e1 in domain d1 at local t1 happened before e2 in domain d2 at 
 means g(d1) + t1 <= g(d2) + t2, i.e. the constraint ``x[d1] - x[d2] <= t2 - t1``, returned in
 ``sync.solve``'s convention ``x[dst] - x[src] <= weight`` with src = d2, dst = d1.
 
-Sources, each sound by FORMAT.md 3.5 alone (ARCHITECTURE.md section 2):
+Sources, each sound by docs/format.md section 6 alone:
 - slot order: consecutive anchors (PPE records and block headers) of one process's buffer;
   anchors without a usable clock are skipped, which keeps the order of the others (slot
   order is transitive) and invents nothing for lost slots;
@@ -44,7 +44,7 @@ class OrderOptions:
     restore_latency_s: float = 10e-6  # compensated restore: clock late by 0..this
     write_latency_s: float = 1e-6  # DECR_WRITE: write this long after its reading at most
     kernel_read_slack_ticks: int = 4  # kernel's two timebase readings vs the real instants
-    #: how long after its reservation a clock is read at most (FORMAT 3.5: "a few ticks");
+    #: how long after its reservation a clock is read at most (docs/format.md 6.3: "a few ticks");
     #: slot-order pairs are loosened by it so that they hold for the true times
     read_delay_ticks: float = 8.0
     #: constraint sources to build (None: all): "slot_order", "block", "semantic", "switch",

@@ -1,4 +1,4 @@
-"""Write one OTF2 archive from ``ArchiveDefs`` and an ``EVENT_DTYPE`` table (CONTRACT.md 2, 3).
+"""Write one OTF2 archive from ``ArchiveDefs`` and an ``EVENT_DTYPE`` table (docs/archive.md).
 
 The only module of the project that imports the OTF2 bindings for writing. It goes below the
 high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly:
@@ -801,7 +801,7 @@ def _check_defs(defs: ArchiveDefs) -> None:
     for i, node in enumerate(defs.system_nodes):
         if node.name == "0":
             raise WriterInputError(f"system node {i} is named '0': ViTE aborts on such a node "
-                                   f"(CONTRACT.md section 3)")
+                                   f"(docs/archive.md, System tree)")
         if node.parent is not None and not 0 <= node.parent < i:
             raise WriterInputError(f"system node {i} '{node.name}': parent {node.parent} must be "
                                   f"defined before it")

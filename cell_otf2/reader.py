@@ -1,4 +1,4 @@
-"""One shared-buffer dump (FORMAT.md section 3) -> native-endian numpy arrays of its slots.
+"""One shared-buffer dump (docs/format.md section 4) -> native-endian numpy arrays of its slots.
 
 ``read_dump(path, manifest, rank)`` first identifies the file (pyelftools style) and refuses it
 with a ``FormatError`` naming the file, byte offset, field, expected and found value when it is

@@ -2,7 +2,7 @@
 
 Per node, the node's timebase domain is the reference (tau, offset 0) for the SPE intervals of
 that node (``sync.solve`` with alpha, default 1/2). Each node's timebase then maps to the
-reference node's (the node hosting rank 0, CONTRACT.md 2) through its ``NodeMap``
+reference node's (the node hosting rank 0, docs/archive.md) through its ``NodeMap``
 (``offset + rate * timebase``, or piecewise linear: ``nodefit.PiecewiseMap``): the reference
 node is the identity; other nodes use the fit of ``nodefit.py`` when the caller passes it,
 otherwise the start-time baseline from the manifest (wall clocks read with each process's start

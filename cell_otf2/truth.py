@@ -1,9 +1,9 @@
 """Ground truth of a simulated run: what really happened, beside the CBT 1 files.
 
 ``truth.npz`` holds the arrays, ``truth.json`` the small things (options, node maps at the
-run's midpoint, damage). Both are ignored by readers of the run (FORMAT.md 1: other files).
+run's midpoint, damage). Both are ignored by readers of the run (docs/format.md 1: other files).
 
-Conventions (CONTRACT.md 4): times are reference ticks (rank 0's node timebase), as floats.
+Conventions (docs/sync-report.md): times are reference ticks (rank 0's node timebase), as floats.
 ``slot_time[rank][i]`` is the true time of slot i's clock reading (NaN for a GAP),
 ``slot_reserve[rank][i]`` the true time of its reservation (an SPE record: its block's).
 ``intervals`` rows give, per live decrementer interval, ``offset_ticks`` such that for every

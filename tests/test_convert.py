@@ -1,4 +1,4 @@
-"""End to end: CBT 1 runs -> archive, checked like a user would (CONTRACT.md 1-3).
+"""End to end: CBT 1 runs -> archive, checked like a user would (README, docs/archive.md).
 
 Every archive must pass otf2-print, read back with the otf2 reader with exactly the events the
 input implies (counted per kind and per location from the raw dump, independently of the
@@ -32,7 +32,7 @@ SNDSIG = (0xA0, 0xA1, 0xA2)
 
 
 def expected_counts(run_dir: Path) -> Counter:
-    """(location name, OTF2 event class) -> count, from the raw dumps (CONTRACT.md 3).
+    """(location name, OTF2 event class) -> count, from the raw dumps (docs/archive.md).
 
     Assumes an undamaged run in which every mailbox value, signal and DMA has its partner.
     """
@@ -130,7 +130,7 @@ def test_minirun_converts_exactly(tmp_path, order, per_block):
     (op,) = rb.rma
     assert op.remote == "Main memory (rank 0)" and op.bytes == 4096 and op.kind == "RmaGet"
     assert op.attrs["DMA tag"] == 3 and op.attrs["MFC opcode"] == 0x40
-    # rank 0's PPE records carry their raw timebase (CONTRACT 2)
+    # rank 0's PPE records carry their raw timebase (docs/archive.md 2)
     enters = [e.time for e in rb.events if e.loc == "PPE thread 0 (rank 0)"]
     assert enters[0] == 101
     clock = rb.defs.clock
@@ -226,7 +226,7 @@ def test_sync_against_truth(sim_run):
 
 
 # ------------------------------------------------------------------------------------------
-# the command line (CONTRACT 1)
+# the command line (README: Command line)
 # ------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Damaged runs (FORMAT.md 3.7): contained and counted, never a crash, never a silent change.
+"""Damaged runs (docs/damage.md): contained and counted, never a crash, never a silent change.
 
 Scenarios are named after the damage they hold. Simulated runs get their damage either from
 the simulator's ``damage`` option (with ground truth of where it is) or from byte edits of a

@@ -29,7 +29,7 @@ def cli(args: list[str]) -> int:
 
 
 class Raw:
-    """One dump parsed straight from its bytes (FORMAT.md 3.1-3.2)."""
+    """One dump parsed straight from its bytes (docs/format.md 4.1-4.2)."""
 
     def __init__(self, path: Path) -> None:
         data = path.read_bytes()
@@ -112,7 +112,7 @@ def test_records_per_kind_blocks_and_slots_match_the_raw_dump(infos, name):
 @pytest.mark.parametrize("name", UNDAMAGED)
 def test_switches_writes_and_intervals(infos, name):
     """Switches = CTX_SWITCH STOP records of the context, also the simulator's count; every
-    STOP/START pair and every DECR_WRITE starts a live interval (CONTRACT.md 4)."""
+    STOP/START pair and every DECR_WRITE starts a live interval (docs/format.md 7)."""
     info = infos[name]
     truth = json.loads((SAMPLES / name / "truth.json").read_text())["summary"]
     assert info.totals["switches"] == truth["context_switches"]

@@ -1,4 +1,4 @@
-"""manifest.py: a valid run.json loads with every value; each FORMAT section 2 check refuses."""
+"""manifest.py: a valid run.json loads with every value; each docs/format.md 2 check refuses."""
 
 from __future__ import annotations
 

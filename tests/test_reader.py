@@ -464,7 +464,7 @@ OPS = st.one_of(
 
 
 def reference_frame(ops: list[tuple[str, int]], spe_buffer_records: int) -> dict:
-    """The framing rule of FORMAT 3.2 applied one slot at a time."""
+    """The framing rule of docs/format.md 4.3 applied one slot at a time."""
     out = {k: [] for k in ("ppe", "blocks", "spe", "gaps")}
     present: list[int] = []
     dmg = {k: 0 for k in DamageKind}

@@ -1,4 +1,4 @@
-"""The simulator's runs obey FORMAT.md 3.5 against their ground truth.
+"""The simulator's runs obey docs/format.md section 6 against their ground truth.
 
 Checked independently of the simulator's internals: the dumps are decoded here with the
 ``cell_otf2.format`` dtypes only, order and semantics are rebuilt from the records as a reader
@@ -233,7 +233,7 @@ def test_ppe_timebase_is_node_clock(runs: dict[str, Path], name: str) -> None:
 
 
 def _intervals_from_records(d: Dump, t_read: np.ndarray, ctx: int) -> tuple[np.ndarray, int]:
-    """Interval number of every reading of ``ctx`` by CONTRACT 4, and the interval count."""
+    """Interval number of every reading of ``ctx`` by docs/format.md 7, and the interval count."""
     readings = d.readings(ctx)
     starts = d.ppe_sel(P.CTX_SWITCH, a=ctx, b=int(fmt.SwitchType.START))
     stops = d.ppe_sel(P.CTX_SWITCH, a=ctx, b=int(fmt.SwitchType.STOP))

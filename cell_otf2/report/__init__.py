@@ -71,7 +71,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                               ) from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise FormatError(sync_report, "not a cell2otf2 synchronization report "
-                              f"(CONTRACT.md section 4): {exc}") from None
+                              f"(docs/sync-report.md): {exc}") from None
     loaded = load_archive(archive, max_events=max_events)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ def archive_summary(loaded: Loaded) -> list[tuple[str, str]]:
 
 
 def sync_summary(report: dict) -> list[tuple[str, str]]:
-    """Headline numbers of a CONTRACT.md section 4 report."""
+    """Headline numbers of a sync report (docs/sync-report.md)."""
     hz = report.get("timebase_hz") or 1
     rows = []
     ref = report.get("reference", {})

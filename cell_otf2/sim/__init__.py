@@ -4,6 +4,6 @@
 generator appends to), ``spu`` (SPU scheduling, context switches and decrementer intervals),
 ``bodies`` (vectorized SPE phase bodies per workload), ``driver`` (one process: PPE threads,
 mailboxes, signals, phases), ``mpi`` (MPI between processes), ``buffer`` (blocks, reservations,
-slots, bytes), ``damage`` (FORMAT 3.7 damage on request), ``manifest`` (run.json).
+slots, bytes), ``damage`` (docs/damage.md damage on request), ``manifest`` (run.json).
 ``cell_otf2.simulate`` is the public entry; ``cell_otf2.truth`` reads the ground truth back.
 """

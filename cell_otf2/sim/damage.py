@@ -1,4 +1,4 @@
-"""Damage on request: one kind per FORMAT.md 3.7 item, applied to an otherwise clean run.
+"""Damage on request: one kind per docs/format.md section 8 item, applied to an otherwise clean run.
 
 Record-level kinds edit a process's record table before it becomes slots (``dmg`` = 1 marks
 what they touched): ``unknown-code`` (a PPE record gets code 0x01EE), ``undefined-id`` (a PPE

@@ -1,4 +1,4 @@
-"""run.json of a simulated run (FORMAT.md section 2). Builds the dict; does not write files.
+"""run.json of a simulated run (docs/format.md section 2). Builds the dict; does not write files.
 
 ``communicators`` defaults to MPI_COMM_WORLD alone; the MPI part passes its own list (world
 plus one communicator per node with two or more ranks).

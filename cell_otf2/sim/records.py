@@ -2,7 +2,7 @@
 
 Every generator appends rows here: PPE records (``core`` 0, ``actor`` = PPE thread) and SPE
 records (``core`` 1, ``actor`` = context id). ``t`` is the true reference time at which the
-record's clock was read (the moment FORMAT 3.3/3.4 names); the buffer stage derives reservation
+record's clock was read (docs/format.md 5.1/5.2 say when); the buffer stage derives reservation
 times and raw clock values from it. ``done`` carries a second true time where one exists (a DMA
 command's completion, an MPI message's arrival), ``dmg`` marks records damage touched.
 ``uid`` is the insertion order: the tie-break for equal times and the key the truth uses.

@@ -16,7 +16,7 @@ context, and a context that preempted another is not preempted itself before it 
 chain of moves). The first load and the final unload write no CTX_SWITCH record; only a
 STOP/START pair does.
 
-Restore modes (FORMAT 3.5): "restored" resumes from the saved value (the local clock stood
+Restore modes (docs/format.md 6.6): "restored" resumes from the saved value (the local clock stood
 still); "compensated" resumes from the saved value minus the kernel's two timebase readings'
 difference, and the decrementer starts counting only after a restore latency, so the interval
 offset grows by that latency.
