@@ -10,6 +10,10 @@ signals, MPI over two nodes). Each case takes one of them and applies 1 to 3 mut
 - manifest: a JSON value deleted, replaced (wrong type, negative, huge, string), a list
   element duplicated or deleted, the text cut short, or garbage bytes.
 
+A fifth of the cases (``--env-share``) instead vary what surrounds a valid run
+(``fuzz_env.py``: manifest JSON that breaks parsers, special files, output paths that clash
+with the input, a full disk, missing permissions, concurrent conversions, signals).
+
 Then it runs ``convert`` (archive written into a scratch directory, ``--force``) and
 ``check.check_run`` in a worker process and sorts the outcome: converted (exit 0), converted
 with contained damage (1), refused with a ``CellOtf2Error`` (its exit status, normally 3),
@@ -47,6 +51,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from cell_otf2 import format as fmt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_env import Disk, pick_class, run_env_case  # noqa: E402  (beside this script)
+
+#: the share of cases that vary the environment (fuzz_env) instead of the run's bytes
+ENV_SHARE = 0.2
 
 #: the valid runs mutations start from: name -> simulate_run options (all tiny)
 BASES: dict[str, dict] = {
@@ -339,18 +349,30 @@ def _otf2_print_fails(anchor: Path) -> str:
     return "" if p.returncode == 0 else (p.stdout + p.stderr).strip()[:300]
 
 
-def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False) -> dict:
-    """Convert and check one mutated run; never raises. ``verify``: otf2-print the archive."""
+def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False,
+             disk: Disk | None = None, env_share: float = ENV_SHARE) -> dict:
+    """Convert and check one mutated run (or one environment case, ``fuzz_env``); never
+    raises. ``verify``: otf2-print the archive."""
     from cell_otf2.check import check_run
     from cell_otf2.convert import convert
     from cell_otf2.errors import CellOtf2Error
 
     base, files, muts = make_case(case, seed, bases)
+    klass = pick_class(case, seed, env_share)
+    if klass is not None:  # the environment is the case: the run's own bytes stay valid
+        files = bases[base]
     run = work / "run"
+    if work.exists():
+        for p in (work, run, work / "out"):
+            if p.exists():
+                p.chmod(0o755)
     shutil.rmtree(work, ignore_errors=True)
     run.mkdir(parents=True)
     for name, data in files.items():
         (run / name).write_bytes(bytes(data))
+    if klass is not None:
+        return {"case": case, "base": base, "env": klass,
+                **run_env_case(klass, case, seed, run, work, disk)}
     out: dict = {"case": case, "base": base, "mutations": muts}
 
     def outcome(fn) -> tuple[str, int | None, str, list[str]]:
@@ -386,17 +408,21 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
     return out
 
 
-def _worker(conn, seed: int, bases: dict, work: str, mem_gb: float, verify_every: int) -> None:
+def _worker(conn, seed: int, bases: dict, work: str, mem_gb: float, verify_every: int,
+            env_share: float = ENV_SHARE) -> None:
     if mem_gb > 0:
         limit = int(mem_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    disk = Disk(Path(work)) if env_share > 0 else None
     while True:
         case = conn.recv()
         if case is None:
+            if disk is not None:
+                disk.close()
             return
         try:
             verify = verify_every > 0 and case % verify_every == 0
-            conn.send(run_case(case, seed, bases, Path(work), verify))
+            conn.send(run_case(case, seed, bases, Path(work), verify, disk, env_share))
         except BaseException as exc:  # noqa: BLE001 - report, keep serving
             conn.send({"case": case, "kind": "internal", "message":
                        f"fuzz worker: {type(exc).__name__}: {exc} @ {_where(exc)}",
@@ -407,8 +433,8 @@ class _Slot:
     """One worker process and the case it is running."""
 
     def __init__(self, ctx, seed: int, bases: dict, root: Path, index: int, mem_gb: float,
-                 verify_every: int):
-        self.args = (seed, bases, str(root / f"w{index}"), mem_gb, verify_every)
+                 verify_every: int, env_share: float):
+        self.args = (seed, bases, str(root / f"w{index}"), mem_gb, verify_every, env_share)
         self.ctx = ctx
         self.start()
 
@@ -431,7 +457,7 @@ class _Slot:
 
 
 def fuzz(runs: int, seed: int, workers: int, timeout: float, mem_gb: float,
-         verbose: bool, verify_every: int) -> int:
+         verbose: bool, verify_every: int, env_share: float = ENV_SHARE) -> int:
     t0 = time.monotonic()
     bases = make_bases(seed)
     print(f"fuzz: {runs} mutated runs from {len(bases)} base runs "
@@ -441,7 +467,7 @@ def fuzz(runs: int, seed: int, workers: int, timeout: float, mem_gb: float,
     root = Path(tempfile.mkdtemp(prefix="cell2otf2-fuzz-"))
     results: list[dict] = []
     pending = list(range(runs))[::-1]
-    slots = [_Slot(ctx, seed, bases, root, i, mem_gb, verify_every)
+    slots = [_Slot(ctx, seed, bases, root, i, mem_gb, verify_every, env_share)
              for i in range(max(1, workers))]
     try:
         for s in slots:
@@ -498,7 +524,9 @@ def report(results: list[dict], seconds: float) -> int:
     kinds = Counter(r["kind"] for r in results)
     statuses = Counter(r.get("status") for r in results if r["kind"] in ("ok", "refused"))
     bugs = [r for r in results if r["kind"] in ("internal", "hang", "crash", "output",
-                                                "mismatch", "invalid")]
+                                                "mismatch", "invalid", "leftover",
+                                                "input-changed")]
+    envs = Counter(r["env"] for r in results if r.get("env"))
     print(f"runs {len(results)} in {seconds:.0f} s ({len(results) / max(seconds, 1e-9):.1f}/s)")
     print(f"  converted clean (exit 0) {statuses.get(0, 0)}, converted with contained damage "
           f"(exit 1) {statuses.get(1, 0)}, refused with a precise message (exit 3) "
@@ -506,6 +534,11 @@ def report(results: list[dict], seconds: float) -> int:
     print(f"  internal errors (tracebacks) {kinds.get('internal', 0)}, hangs "
           f"{kinds.get('hang', 0)}, worker crashes {kinds.get('crash', 0)}, output errors "
           f"{kinds.get('output', 0)}, check/convert mismatches {kinds.get('mismatch', 0)}")
+    print(f"  leftovers (staging, spill, half-written) {kinds.get('leftover', 0)}, inputs "
+          f"changed {kinds.get('input-changed', 0)}, environment cases skipped "
+          f"{kinds.get('skipped', 0)}")
+    print("  environment cases: " + (", ".join(f"{k} {n}" for k, n in sorted(envs.items()))
+                                     or "none"))
     verified = sum(1 for r in results if r.get("verified"))
     print(f"  archives checked with otf2-print -Werror {verified}, rejected "
           f"{kinds.get('invalid', 0)}")
@@ -566,13 +599,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-gb", type=float, default=4.0, help="address-space limit per worker")
     ap.add_argument("--verify-every", type=int, default=25,
                     help="otf2-print -Werror every N-th converted archive (0: never)")
+    ap.add_argument("--env-share", type=float, default=ENV_SHARE,
+                    help="share of cases that vary the environment (fuzz_env.py), 0 to 1")
     ap.add_argument("--replay", type=int, default=None, help="run one case in-process")
     ap.add_argument("--keep", type=Path, default=None, help="with --replay: keep the run here")
     ap.add_argument("-v", "--verbose", action="store_true", help="progress every 500 runs")
     a = ap.parse_args(argv)
     if a.replay is not None:
         return replay(a.replay, a.seed, a.keep)
-    return fuzz(a.runs, a.seed, a.workers, a.timeout, a.mem_gb, a.verbose, a.verify_every)
+    return fuzz(a.runs, a.seed, a.workers, a.timeout, a.mem_gb, a.verbose, a.verify_every,
+                a.env_share)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,8 @@ def check_run(run_dir: str | Path) -> CheckResult:
 
 
 def check_command(
-    run_dir: Annotated[Path, typer.Argument(help="CBT 1 run directory (holds run.json)")],
+    run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
+                                             help="CBT 1 run directory (holds run.json)")],
     quiet: Annotated[bool, typer.Option("--quiet", help="print nothing, exit status only")]
     = False,
 ) -> None:

@@ -115,7 +115,8 @@ def _finite(value: float) -> float:
 @app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command).")
 @_interruptible
 def convert_command(
-    run_dir: Annotated[Path, typer.Argument(help="CBT 1 run directory (holds run.json)")],
+    run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
+                                             help="CBT 1 run directory (holds run.json)")],
     output: Annotated[
         str, typer.Option("-o", "--output", help="archive anchor, e.g. out/run.otf2")
     ],
@@ -159,7 +160,8 @@ def convert_command(
              "decrementer writes and wraps (exit 0 inspected, 3 refused).")
 @_interruptible
 def inspect_command(
-    run_dir: Annotated[Path, typer.Argument(help="CBT 1 run directory (holds run.json)")],
+    run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
+                                             help="CBT 1 run directory (holds run.json)")],
     as_json: Annotated[
         bool, typer.Option("--json", help="print one JSON object (keys: see cell_otf2.inspect)")
     ] = False,
@@ -229,16 +231,17 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt as exc:  # outside a command, e.g. while typer parses
         _interrupted(exc)
     except SystemExit as exc:
-        if (exc.code == signals.EXIT_INTERRUPTED and not isinstance(exc, _Interrupted)
-                and _caused_by_ctrl_c(exc)):
-            _interrupted()  # typer's own Ctrl-C exit (130, silent): say it
+        cause = None if isinstance(exc, _Interrupted) else _interrupt_behind(exc)
+        if exc.code == signals.EXIT_INTERRUPTED and cause is not None:
+            _interrupted(cause)  # typer's own Ctrl-C exit (130, silent): say it
         raise
     except Exception as exc:  # noqa: BLE001 - the contract: no traceback for any input
         _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INPUT)
 
 
-def _caused_by_ctrl_c(exc: BaseException) -> bool:
-    """Was ``exc`` raised while handling a KeyboardInterrupt (typer: Exit(130) from it)?"""
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or ``signals.Terminated``) ``exc`` was raised while handling
+    (typer: Exit(130) from it), or None."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -246,10 +249,10 @@ def _caused_by_ctrl_c(exc: BaseException) -> bool:
         if e is None or id(e) in seen:
             continue
         if isinstance(e, KeyboardInterrupt):
-            return True
+            return e
         seen.add(id(e))
         todo += [e.__cause__, e.__context__]
-    return False
+    return None
 
 
 if __name__ == "__main__":

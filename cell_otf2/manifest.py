@@ -42,6 +42,8 @@ FORMAT_NAME = "cbt"
 FORMAT_VERSION = 1
 #: a manifest describes processes, regions and communicators: far below this
 MANIFEST_MAX_BYTES = 64 << 20
+#: longest name (application, node, region, program, ...) written into an archive
+NAME_MAX_CHARS = 4096
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
 REGION_ID_MAX = 65535
@@ -249,7 +251,11 @@ class _Checker:
         return value
 
     def text(self, value: str, where: str) -> None:
-        """Refuse a string that no UTF-8 file can hold (a lone surrogate such as \\ud800)."""
+        """Refuse a string that no UTF-8 file can hold (a lone surrogate such as \\ud800) or
+        that is too long for a name (OTF2 refuses definitions past its buffer chunk)."""
+        if len(value) > NAME_MAX_CHARS:
+            raise self.fail(where, "string too long for a name", f"<= {NAME_MAX_CHARS} "
+                            "characters", f"{len(value)} characters")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
