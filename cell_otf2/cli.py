@@ -29,6 +29,7 @@ from typing import Annotated
 import typer
 
 from . import signals
+from .cli_common import choice
 from .emit import DmaStyle
 from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
 
@@ -36,13 +37,68 @@ SUBCOMMANDS = ("simulate", "check", "inspect", "report", "convert")
 #: what ``cell2otf2 report`` says when matplotlib is missing
 NEEDS_MATPLOTLIB = "cell2otf2 report needs matplotlib: pip install 'cell2otf2[report]'"
 
+#: the exit statuses, as every command's help lists them
+EXIT_HELP = ("\b\nExit status: 0 converted; 1 converted with lost or unusable input (listed\n"
+             "in the summary); 2 wrong usage; 3 input unreadable or not CBT 1; 4 output\n"
+             "problem; 130 interrupted (143 SIGTERM, 129 SIGHUP).")
+#: options that belong to the program, not to the default ``convert`` command
+PROGRAM_OPTIONS = ("--help", "-h", "--version", "-V", "--install-completion",
+                   "--show-completion")
+
 app = typer.Typer(
-    add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
-    help="Convert Cell BE trace runs (CBT 1) into OTF2. "
-    "Usage: cell2otf2 RUN_DIR -o ARCHIVE.otf2 OPTIONS..., or cell2otf2 COMMAND ...",
+    rich_markup_mode=None,  # plain help: no <bool>/<str> type noise, readable at 80 columns
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    help="Convert Cell BE trace runs (CBT 1) into synchronized OTF2 archives.\n\n"
+    "\b\ncell2otf2 RUN_DIR -o ARCHIVE.otf2 [OPTIONS]   convert (the default command)\n"
+    "cell2otf2 COMMAND [ARGS]...                  check, inspect, report, simulate",
+    epilog=EXIT_HELP,
 )
+
+
+def _plain_argument_help() -> None:
+    """Typer 0.2x writes an argument as ``{RUN_DIR}`` in the usage line, ``RUN_DIR <path>`` in
+    the help and options as ``--spes <int range>`` even without rich: show plain names and
+    upper-case types, as click and every other command line do."""
+    argument = getattr(typer.core, "TyperArgument", None)
+    if argument is None:
+        return
+    if hasattr(argument, "_usage_display_name"):
+        argument._usage_display_name = (
+            lambda self: self.display_name_raw if self.required else f"[{self.display_name_raw}]")
+    if hasattr(argument, "display_type_rich"):
+        argument.display_type_rich = lambda self, ctx: None
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is not None:  # "--spes <int range>" -> "--spes INT", as click writes it
+
+        def plain(self, ctx):
+            if self.metavar:
+                return self.metavar
+            return (shown(self, ctx) or "").strip("<>").replace(" range", "").upper()
+
+        option.display_type_rich = plain
+
+
+_plain_argument_help()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"cell2otf2 {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _program(
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", callback=_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Convert Cell BE trace runs (CBT 1) into synchronized OTF2 archives."""
 
 
 class _Interrupted(SystemExit):
@@ -112,30 +168,37 @@ def _finite(value: float) -> float:
     return value
 
 
-@app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command).")
+@app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command: "
+             "cell2otf2 RUN_DIR -o ARCHIVE.otf2).", epilog=EXIT_HELP)
 @_interruptible
 def convert_command(
-    run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
-                                             help="CBT 1 run directory (holds run.json)")],
+    run_dir: Annotated[Path, typer.Argument(
+        readable=False, metavar="RUN_DIR",  # readable=False: our own message, exit 3
+        help="CBT 1 run directory (holds run.json)")],
     output: Annotated[
-        str, typer.Option("-o", "--output", help="archive anchor, e.g. out/run.otf2")
+        str, typer.Option("-o", "--output", metavar="ARCHIVE.otf2",
+                          help="archive anchor, e.g. out/run.otf2 (also writes out/run.def "
+                               "and out/run/)")
     ],
     force: Annotated[
-        bool, typer.Option("--force", help="replace an existing archive")
+        bool, typer.Option("-f", "--force",
+                           help="replace a previous archive or report (never anything else)")
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="print nothing")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="print nothing")] = False,
     report: Annotated[
-        Path | None, typer.Option("--report", help="write the sync report (JSON) here")
+        Path | None, typer.Option("--report", metavar="FILE.json",
+                                  help="write the synchronization report (JSON) here")
     ] = None,
     dma_style: Annotated[
-        DmaStyle, typer.Option("--dma-style", help="DMA as RMA records or as messages")
-    ] = DmaStyle.RMA,
+        str, typer.Option("--dma-style", metavar="rma|messages", callback=choice(DmaStyle),
+                          help="DMA as RMA records or as messages")
+    ] = DmaStyle.RMA.value,
     alpha: Annotated[
-        float, typer.Option("--alpha", min=0.0, max=1.0, callback=_finite,
+        float, typer.Option("--alpha", min=0.0, max=1.0, callback=_finite, metavar="A",
                             help="where offsets sit between their bounds (0 lower, 1 upper)")
     ] = 0.5,
     read_delay_ticks: Annotated[
-        float, typer.Option("--read-delay-ticks", min=0.0,
+        float, typer.Option("--read-delay-ticks", min=0.0, metavar="D",
                             help="assumed longest delay between a slot's reservation and its "
                                  "clock reading; 0 = the published algorithm's assumption")
     ] = 8.0,
@@ -221,8 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     signals.install()
     try:
         _register()
-        if args and not args[0].startswith("-") and args[0] not in SUBCOMMANDS:
-            args = ["convert", *args]
+        if args and args[0] not in SUBCOMMANDS and args[0] not in PROGRAM_OPTIONS:
+            args = ["convert", *args]  # the default command, options first or not
         app(args=args, prog_name="cell2otf2", standalone_mode=True)
     except CellOtf2Error as exc:
         if getattr(exc, "secondary", False):  # another converter process printed it

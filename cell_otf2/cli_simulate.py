@@ -19,6 +19,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from .cli_common import choice
 from .errors import EXIT_OUTPUT, EXIT_USAGE
 
 
@@ -54,23 +55,28 @@ class DamageKind(StrEnum):
 
 
 def simulate_command(
-    out_dir: Annotated[Path, typer.Argument(help="Run directory to write.")],
-    workload: Annotated[WorkloadName, typer.Option(help="Benchmark shape.")] = WorkloadName.fft,
+    out_dir: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="Run directory to write.")],
+    workload: Annotated[str, typer.Option(
+        callback=choice(WorkloadName), metavar="|".join(WorkloadName),
+        help="Benchmark shape.")] = WorkloadName.fft.value,
     seed: Annotated[int, typer.Option(help="Random seed; same seed, same bytes.")] = 1,
-    spes: Annotated[int | None, typer.Option(help="SPE contexts per rank.")] = None,
-    ranks: Annotated[int | None, typer.Option(help="MPI processes.")] = None,
-    nodes: Annotated[int | None, typer.Option(help="Nodes (one timebase each).")] = None,
-    phases: Annotated[int | None, typer.Option(help="Barrier phases.")] = None,
+    spes: Annotated[int | None, typer.Option(min=1, help="SPE contexts per rank.")] = None,
+    ranks: Annotated[int | None, typer.Option(min=1, help="MPI processes.")] = None,
+    nodes: Annotated[int | None, typer.Option(min=1, help="Nodes (one timebase each).")] = None,
+    phases: Annotated[int | None, typer.Option(min=1, help="Barrier phases.")] = None,
     duration_s: Annotated[float | None, typer.Option(
         "--duration-s", help="Approximate run length; picks the number of phases.")] = None,
-    chunks: Annotated[int | None, typer.Option(help="Loop iterations per phase per SPE.")] = None,
-    timebase_hz: Annotated[int, typer.Option(help="Nominal timebase frequency.")] = 14_318_000,
+    chunks: Annotated[int | None, typer.Option(
+        min=1, help="Loop iterations per phase per SPE.")] = None,
+    timebase_hz: Annotated[int, typer.Option(min=1, help="Nominal timebase frequency.")
+                           ] = 14_318_000,
     spus: Annotated[int | None, typer.Option(
         help="Physical SPUs per node; fewer than contexts forces context switches.")] = None,
     slice_ms: Annotated[float, typer.Option(
         help="SPU time slice in ms; a waiting context preempts after it (<= 0: never).")] = 100.0,
-    decrementer_restore: Annotated[RestoreMode, typer.Option(
-        help="How the kernel restores a decrementer.")] = RestoreMode.compensated,
+    decrementer_restore: Annotated[str, typer.Option(
+        callback=choice(RestoreMode), metavar="compensated|restored",
+        help="How the kernel restores a decrementer.")] = RestoreMode.compensated.value,
     decr_writes: Annotated[bool, typer.Option(
         "--decr-writes/--no-decr-writes", help="SPE programs rewrite their decrementer.")] = False,
     heartbeats: Annotated[bool, typer.Option(
@@ -78,11 +84,15 @@ def simulate_command(
     spe_buffer_records: Annotated[int, typer.Option(
         help="Records per SPE Local Store buffer (1 = flush every record).")] = 16,
     spe_buffers: Annotated[int, typer.Option(help="1 or 2 (double buffering).")] = 2,
-    byte_order: Annotated[ByteOrder, typer.Option(help="B (big-endian) or L.")] = ByteOrder.B,
+    byte_order: Annotated[str, typer.Option(callback=choice(ByteOrder), metavar="B|L",
+                                            help="B (big-endian) or L.")] = ByteOrder.B.value,
     max_ppm: Annotated[float, typer.Option(help="Largest node drift, ppm (<= 100).")] = 50.0,
     damage: Annotated[list[DamageKind] | None, typer.Option(
-        help="Damage to inject, see docs/damage.md (repeatable).")] = None,
-    force: Annotated[bool, typer.Option(help="Replace a non-empty OUT_DIR.")] = False,
+        metavar="KIND", help="Damage to inject (repeatable): " + ", ".join(DamageKind)
+        + "; see docs/damage.md.")] = None,
+    force: Annotated[bool, typer.Option(
+        "-f", "--force", help="Replace a previous simulated run in OUT_DIR (nothing else).")
+    ] = False,
 ) -> None:
     """Write a synthetic CBT 1 run with its ground truth."""
     from .simulate import simulate_run
@@ -98,12 +108,12 @@ def simulate_command(
         _fail_output(f"{out_dir}: cannot create the run directory: {_why(exc)}")
     try:
         summary = simulate_run(
-            staging, workload.value, seed, spes=spes, ranks=ranks, nodes=nodes, phases=phases,
+            staging, workload, seed, spes=spes, ranks=ranks, nodes=nodes, phases=phases,
             duration_s=duration_s, chunks=chunks, timebase_hz=timebase_hz, spus=spus,
-            slice_ms=slice_ms, decrementer_restore=decrementer_restore.value,
+            slice_ms=slice_ms, decrementer_restore=decrementer_restore,
             decr_writes=decr_writes,
             heartbeats=heartbeats, spe_buffer_records=spe_buffer_records,
-            spe_buffers=spe_buffers, byte_order=byte_order.value, max_ppm=max_ppm,
+            spe_buffers=spe_buffers, byte_order=byte_order, max_ppm=max_ppm,
             damage=[d.value for d in (damage or [])],
         )
         _move_into_place(staging, out_dir, replace)
@@ -115,7 +125,7 @@ def simulate_command(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     typer.echo(
-        f"simulated {workload.value} (seed {seed}) into {out_dir}: {summary.records} records in "
+        f"simulated {workload} (seed {seed}) into {out_dir}: {summary.records} records in "
         f"{summary.slots} slots, {summary.contexts} SPE contexts, {summary.ranks} ranks on "
         f"{summary.nodes} node(s), {summary.context_switches} context switches "
         f"({summary.preemptions} preemptions), "

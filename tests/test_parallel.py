@@ -293,7 +293,8 @@ def test_existing_archive_refused_by_every_process(runs, tmp_path):
     anchor.write_text("not an archive")
     par = _mpiexec(2, [str(runs["four_nodes"]), "-o", str(anchor)])
     assert par.returncode == 4, par.stderr
-    assert par.stderr.count("already exists") == 1
+    assert par.stderr.count("cell2otf2: error:") == 1  # one message, from process 0
+    assert "exists and is not an OTF2 anchor file" in par.stderr  # never replaced
     assert anchor.read_text() == "not an archive"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.otf2"]
 

@@ -1,0 +1,70 @@
+"""Command-line conventions users of other tools expect: --version, short options, python -m,
+options before RUN_DIR, plain help within 80 columns listing the exit statuses, completion,
+and wrong values answered in our own words."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cell_otf2 import __version__
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ROOT / "sample_traces" / "wraps-heartbeats"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+COMMANDS = ([], ["convert"], ["check"], ["inspect"], ["report"], ["simulate"])
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cell_otf2", *args], capture_output=True,
+                          text=True, env=ENV, timeout=120)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(flag):
+    r = run(flag)
+    assert r.returncode == 0 and r.stdout.strip() == f"cell2otf2 {__version__}"
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0] if c else "top")
+def test_help_is_plain_and_fits_80_columns(command):
+    r = run(*command, "-h")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    for noise in ("<bool>", "<str>", "<int", "<path>", "<float", "{", "}", "╭", "<list"):
+        assert noise not in text, (noise, text)
+    assert max(map(len, text.splitlines())) <= 80, text
+    if command in ([], ["convert"]):
+        assert "Exit status: 0 converted" in text and "4 output" in text
+    if command == []:
+        assert "--install-completion" in text
+
+
+def test_short_options_and_options_before_the_run(tmp_path):
+    r = run("-q", "-o", str(tmp_path / "a.otf2"), str(SMALL))
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    r = run("-o", str(tmp_path / "a.otf2"), "-f", "-q", str(SMALL))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a.otf2").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--dma-style", "foo"], "'foo' is not one of 'rma', 'messages'"),
+    (["--alpha", "nan"], "--alpha"),
+])
+def test_wrong_values_in_our_own_words(tmp_path, args, needle):
+    r = run(str(SMALL), "-o", str(tmp_path / "a.otf2"), *args)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert "Value error" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["--spes", "0"], ["--ranks", "0"], ["--workload", "nope"],
+                                  ["--byte-order", "X"]])
+def test_simulate_refuses_impossible_shapes(tmp_path, args):
+    r = run("simulate", str(tmp_path / "s"), *args)
+    assert r.returncode == 2, r.stderr
+    assert "Value error" not in r.stderr and not (tmp_path / "s").exists()
