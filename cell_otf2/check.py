@@ -12,7 +12,9 @@ Outcomes (``CheckResult.status``, the command's exit status):
 - 1: contained damage (docs/damage.md); ``lines`` holds one line per kind, with the first
   file and slot index;
 - 3: refused: ``check_run`` raises the pipeline's ``CellOtf2Error`` (a ``FormatError``
-  naming the file, offset or slot, field, expected and found), as conversion would.
+  naming the file, offset or slot, field, expected and found), as conversion would, with
+  every other dump that is refused on its own (and every missing dump) in its ``more``;
+  the command lists them all.
 
 ``check_command`` is the typer command (registered by ``cli._register``); it prints
 ``CheckResult.report()`` and exits with the status.
@@ -30,7 +32,7 @@ import typer
 
 from .convert import analyze
 from .emit import emit
-from .errors import EXIT_LOSSY, EXIT_OK
+from .errors import EXIT_LOSSY, EXIT_OK, FormatError
 
 
 @dataclass
@@ -62,7 +64,12 @@ def check_run(run_dir: str | Path) -> CheckResult:
     """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
     from .otf2_writer import _check_defs, _check_events  # the writer's refusals, no writing
 
-    pipe = analyze(Path(run_dir))
+    try:
+        pipe = analyze(Path(run_dir))
+    except FormatError as first:
+        first.more += [e for e in _other_dump_refusals(Path(run_dir), first)
+                       if str(e) not in {str(m) for m in first.more}]
+        raise
     defs, events, _ = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage)
     _check_events(defs, events)
     _check_defs(defs)
@@ -77,6 +84,29 @@ def check_run(run_dir: str | Path) -> CheckResult:
     )
 
 
+def _other_dump_refusals(run_dir: Path, first: FormatError) -> list[FormatError]:
+    """Every dump refused on its own (header, framing), beside the refusal ``first`` that
+    stopped the pipeline: a run with two bad dumps gets both named."""
+    from .damage import DamageLog
+    from .manifest import load_manifest
+    from .reader import read_dump
+
+    try:
+        man = load_manifest(run_dir)
+    except FormatError:
+        return []  # the manifest itself was refused: its problems are in ``first``
+    found = []
+    for p in man.processes:
+        path = man.dump_path(p.rank)
+        if str(path) == first.file:
+            continue
+        try:
+            DamageLog().extend(read_dump(path, man, p.rank).damage)
+        except FormatError as exc:
+            found.append(exc)
+    return found
+
+
 def check_command(
     run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
                                              help="CBT 1 run directory (holds run.json)")],
@@ -84,7 +114,16 @@ def check_command(
     = False,
 ) -> None:
     """Report every problem of RUN_DIR without converting it (writes nothing)."""
-    result = check_run(run_dir)  # a CellOtf2Error becomes one message and exit 3 in cli.main
+    try:
+        result = check_run(run_dir)  # any other CellOtf2Error: one message, exit 3 (cli.main)
+    except FormatError as exc:
+        if not quiet:
+            problems = [exc, *exc.more]
+            typer.echo(f"cell2otf2 check: {run_dir}: refused, {len(problems)} "
+                       f"problem{'s' if len(problems) > 1 else ''}:", err=True)
+            for p in problems:
+                typer.echo(f"  {p}", err=True)
+        raise SystemExit(exc.exit_status) from None
     if not quiet:
         typer.echo("\n".join(result.report()))
     raise SystemExit(result.status)

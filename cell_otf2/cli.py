@@ -290,7 +290,10 @@ def main(argv: list[str] | None = None) -> None:
     except CellOtf2Error as exc:
         if getattr(exc, "secondary", False):  # another converter process printed it
             raise SystemExit(exc.exit_status) from None
-        _fail(str(exc), exc.exit_status)
+        more = len(getattr(exc, "more", []))
+        hint = (f" (and {more} more problem{'s' if more > 1 else ''}: 'cell2otf2 check' "
+                "lists them all)") if more else ""
+        _fail(str(exc) + hint, exc.exit_status)
     except KeyboardInterrupt as exc:  # outside a command, e.g. while typer parses
         _interrupted(exc)
     except SystemExit as exc:

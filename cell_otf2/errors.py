@@ -45,6 +45,8 @@ class FormatError(CellOtf2Error):
         self.expected = expected
         self.found = found
         self.detail = message
+        #: further refusals of the same run found independently (``check`` lists them all)
+        self.more: list[FormatError] = []
         super().__init__(self._render())
 
     def _render(self) -> str:

@@ -452,10 +452,13 @@ def _processes(
                 "relative path",
                 _show(x.path),
             )
-        problem = _dump_problem(run_dir / x.path)
-        if problem is not None:
-            raise c.fail(f"processes[{i}].path", problem, "an existing regular file",
-                         _show(x.path))
+    missing = [c.fail(f"processes[{i}].path", problem, "an existing regular file",
+                      _show(x.path))
+               for i, x in enumerate(out)
+               if (problem := _dump_problem(run_dir / x.path)) is not None]
+    if missing:  # every missing dump, not only the first (``check`` lists them all)
+        missing[0].more = missing[1:]
+        raise missing[0]
     return tuple(sorted(out, key=lambda x: x.rank))
 
 

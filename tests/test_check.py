@@ -73,11 +73,47 @@ def test_refused_run_exits_3_with_the_conversion_message(tmp_path, capsys):
     data[0:4] = b"CBT2"
     dump.write_bytes(bytes(data))
     assert cli(["check", str(run)]) == 3
-    err = capsys.readouterr().err
+    checked = capsys.readouterr().err.splitlines()
     assert cli([str(run), "-o", str(tmp_path / "a.otf2")]) == 3
-    assert capsys.readouterr().err == err
+    err = capsys.readouterr().err
+    assert checked[0].endswith("refused, 1 problem:")
+    assert checked[1:] == ["  " + err.strip().removeprefix("cell2otf2: error: ")]
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "rank00000.cbt" in err and "'magic'" in err and "b'CBT2'" in err
     with pytest.raises(FormatError):
         check_run(run)
     assert not list(tmp_path.glob("a*"))
+
+
+def test_check_lists_every_refusal_of_a_run(tmp_path):
+    """Two missing dumps, or two dumps that are not CBT: both named, exit 3; convert names the
+    first and says how many more there are."""
+    import subprocess
+    import sys
+
+    from cell_otf2.simulate import simulate_run
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "cell_otf2", *args], capture_output=True,
+                              text=True, env=env, timeout=120)
+
+    for how in ("missing", "not-cbt"):
+        run = tmp_path / how
+        simulate_run(run, "hybrid", 1, spes=1, ranks=3, nodes=2, phases=1)
+        for rank in (1, 2):
+            dump = run / f"rank{rank:05d}.cbt"
+            if how == "missing":
+                dump.unlink()
+            else:
+                dump.write_bytes(b"XXXX" + dump.read_bytes()[4:])
+        r = cli("check", str(run))
+        assert r.returncode == 3, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert "refused, 2 problems" in lines[0]
+        assert any("rank00001.cbt" in x for x in lines[1:])
+        assert any("rank00002.cbt" in x for x in lines[1:])
+        if how == "missing":  # found together by the manifest's check
+            r = cli(str(run), "-o", str(tmp_path / "a.otf2"))
+            assert r.returncode == 3 and "and 1 more problem" in r.stderr, r.stderr
