@@ -32,6 +32,7 @@ from . import signals
 from .cli_common import choice
 from .emit import DmaStyle
 from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
+from .progress import TerminalProgress
 
 SUBCOMMANDS = ("simulate", "check", "inspect", "report", "convert")
 #: what ``cell2otf2 report`` says when matplotlib is missing
@@ -139,28 +140,6 @@ def _register() -> None:
     )
 
 
-class _Progress:
-    """One self-overwriting line on stderr, only when stderr is a terminal."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.last = ""
-
-    def __call__(self, stage: str, fraction: float) -> None:
-        if not self.enabled:
-            return
-        text = f"\r{stage:>6} {100 * min(1.0, fraction):5.1f}%"
-        if text != self.last:
-            sys.stderr.write(text)
-            sys.stderr.flush()
-            self.last = text
-
-    def close(self) -> None:
-        if self.enabled and self.last:
-            sys.stderr.write("\r" + " " * 20 + "\r")
-            sys.stderr.flush()
-
-
 def _finite(value: float) -> float:
     """Refuse nan (which passes any min/max check) and infinities as usage errors."""
     if not math.isfinite(value):
@@ -206,7 +185,7 @@ def convert_command(
     from .convert import convert
     from .order import OrderOptions
 
-    progress = _Progress(not quiet)
+    progress = TerminalProgress(not quiet)
     try:
         summary = convert(run_dir, output, force=force, dma_style=dma_style, alpha=alpha,
                           report=report, progress=progress,

@@ -492,9 +492,9 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         tmp = Path(comm.bcast(tmp, root=0))
         spill = _Spill(tmp / ".spill" / f"process{steps.rank}")
         try:
-            summary, whole = convert_groups(Team(steps), run_dir, tmp, target.name, _Clock(),
-                                            spill, dma_style, alpha, order_options, progress,
-                                            group_bytes)
+            summary, whole = convert_groups(Team(steps), run_dir, tmp, target.name,
+                                            _Clock(progress), spill, dma_style, alpha,
+                                            order_options, progress, group_bytes)
         finally:
             spill.close()
         if root and report is not None:  # moved into place with the archive

@@ -330,11 +330,13 @@ class _Group:
 
 
 class _Clock:
-    """Wall and CPU seconds per stage."""
+    """Wall and CPU seconds per stage; ``on_stage(name, 0.0)`` as each stage is entered (the
+    progress display names the stage running now)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_stage: Callable[[str, float], None] | None = None) -> None:
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+        self.on_stage = on_stage
 
     def add(self, stage: str, wall: float, cpu: float) -> None:
         self.wall[stage] = self.wall.get(stage, 0.0) + wall
@@ -342,6 +344,8 @@ class _Clock:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        if self.on_stage is not None:
+            self.on_stage(name, 0.0)
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
@@ -393,7 +397,7 @@ def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
     """``convert.convert``'s serial conversion (the output target prepared); returns the
     summary. ``group_bytes``: ``node_groups``' limit (None: ``GROUP_BYTES`` when the dumps
     total more than ``IN_MEMORY_BYTES``, else the whole run as one group)."""
-    clock = _Clock()
+    clock = _Clock(progress)
     with target.staged() as tmp:
         spill = _Spill(Path(tmp) / ".spill")
         try:
