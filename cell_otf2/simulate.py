@@ -30,7 +30,7 @@ from .sim import damage as dmg
 from .sim.buffer import KIND_BLOCK, KIND_PPE, KIND_SPE, build_slots
 from .sim.clocks import make_node_clock
 from .sim.driver import ProcessOptions, ProcessSim
-from .sim.manifest import CELL_CHIPS, SPES_PER_CHIP, build_manifest, node_name
+from .sim.manifest import build_manifest, node_hardware, node_name
 from .sim.mpi import MpiWorld
 from .sim.spu import heartbeat_rows
 from .sim.workloads import WORKLOADS, phase_estimate_us
@@ -94,8 +94,9 @@ def _resolve(o: SimOptions) -> SimOptions:
             o.phases = max(1, int(round(o.duration_s / est)))
         else:
             o.phases = w.default_phases
+    chips, per_chip = node_hardware(o.timebase_hz)
     if o.spus is None:
-        o.spus = CELL_CHIPS * SPES_PER_CHIP
+        o.spus = chips * per_chip
     checks = [
         (o.decrementer_restore in ("restored", "compensated"),
          "decrementer_restore must be 'restored' or 'compensated'"),
@@ -105,8 +106,9 @@ def _resolve(o: SimOptions) -> SimOptions:
         (o.ranks >= o.nodes >= 1, "need at least one rank per node"),
         (o.spes >= 1 and o.phases >= 1 and o.chunks >= 1, "spes, phases, chunks must be >= 1"),
         (o.spus >= o.ranks // o.nodes + (o.ranks % o.nodes > 0), "need one SPU per rank"),
-        (o.spus <= CELL_CHIPS * SPES_PER_CHIP,
-         f"a node has {CELL_CHIPS * SPES_PER_CHIP} SPUs ({CELL_CHIPS} Cell chips)"),
+        (o.spus <= chips * per_chip,
+         f"a node has {chips * per_chip} SPUs ({chips} Cell chip{'s' * (chips > 1)} of "
+         f"{per_chip} SPEs)"),
         (0 <= o.max_ppm <= 100, "max_ppm must be within 0..100"),
         (o.timebase_hz > 0, "timebase_hz must be positive"),
     ]
@@ -116,6 +118,10 @@ def _resolve(o: SimOptions) -> SimOptions:
     for kind in o.damage:
         if kind not in dmg.KINDS:
             raise ValueError(f"unknown damage {kind!r}; choose from {', '.join(dmg.KINDS)}")
+    if "unmatched-mpi" in o.damage and not (w.mpi and o.ranks >= 2):
+        raise ValueError(f"--damage unmatched-mpi cannot apply to this run: it needs MPI "
+                         f"between two or more ranks (--workload hybrid), not {o.workload} "
+                         f"with {o.ranks} rank{'s' * (o.ranks > 1)}")
     return o
 
 
@@ -138,7 +144,7 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     clocks = []
     for i in range(o.nodes):
         start_tb = t0 if i == 0 else int(rng.integers(50_000_000_000, 500_000_000_000))
-        clocks.append(make_node_clock(rng, node_name(i), is_reference=(i == 0), t_begin=t0,
+        clocks.append(make_node_clock(rng, node_name(i, hz), is_reference=(i == 0), t_begin=t0,
                                       t_end=t0 + est, start_timebase=int(start_tb),
                                       max_ppm=o.max_ppm))
     slice_ticks = o.slice_ms * 1e3 * us if o.slice_ms > 0 else np.inf
@@ -179,7 +185,11 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     damage_log: list[dict] = []
     for kind in dmg.RECORD_KINDS:
         if kind in o.damage:
-            dmg.apply_record_damage(kind, recs_by_rank, procs, drng, damage_log)
+            try:
+                dmg.apply_record_damage(kind, recs_by_rank, procs, drng, damage_log)
+            except ValueError as exc:  # no record of the kind the damage needs
+                raise ValueError(f"--damage {kind} cannot apply to this {o.workload} run: "
+                                 f"{exc}") from None
 
     processes, slot_time, slot_res, slot_int, damaged = [], {}, {}, {}, {}
     intervals, dma_rows = [], []
@@ -193,7 +203,12 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         _collect_intervals(r, node_of[r], pr, slots.meta, intervals)
         for kind in dmg.SLOT_KINDS:
             if kind in o.damage:
-                slots = dmg.apply_slot_damage(kind, r, slots, drng, damage_log, o.ranks - 1)
+                try:
+                    slots = dmg.apply_slot_damage(kind, r, slots, drng, damage_log,
+                                                  o.ranks - 1)
+                except ValueError as exc:  # no slot of the kind the damage needs
+                    raise ValueError(f"--damage {kind} cannot apply to this {o.workload} "
+                                     f"run: {exc}") from None
         data = slots.to_bytes(r, hz)
         cut = dmg.truncation(o.damage, r, len(data), slots, drng, damage_log, o.ranks - 1)
         data = data[:cut]
@@ -225,7 +240,7 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         dma_rows.append(rows)
         tb_start = int(pr.node.tb_floor(t_start[r]))
         processes.append({
-            "rank": r, "node": node_name(node_of[r]), "path": path, "pid": 4000 + 17 * r,
+            "rank": r, "node": node_name(node_of[r], hz), "path": path, "pid": 4000 + 17 * r,
             "start_timebase": tb_start,
             "start_realtime_ns": int(REALTIME_BASE_NS + (t_start[r] - t0) / hz * 1e9
                                      + node_of[r] * 1_300_000),

@@ -760,3 +760,28 @@ def test_truth_round_trip_and_clock_maps(runs: dict[str, Path]) -> None:
         assert np.all(np.diff(x) > 0)
     assert len(truth.dma) > 0 and np.all(truth.dma["done"] > truth.dma["issue"])
     assert truth.damage == [] and all(len(v) == 0 for v in truth.damaged_slots.values())
+
+
+def test_ps3_timebase_makes_a_ps3(tmp_path):
+    """--timebase-hz 79800000: one Cell chip of 6 usable SPEs per node, named ps3-*."""
+    s = simulate_run(tmp_path / "ps3", "hybrid", 1, timebase_hz=79_800_000, spes=6, phases=2)
+    man = json.loads((tmp_path / "ps3" / "run.json").read_text())
+    assert {(n["cell_chips"], n["spes_per_chip"]) for n in man["nodes"]} == {(1, 6)}
+    assert all(n["name"].startswith("ps3-") for n in man["nodes"])
+    assert s.context_switches > 0  # 2 ranks x 6 contexts share one node's 6 SPUs
+    with pytest.raises(ValueError, match="a node has 6 SPUs"):
+        simulate_run(tmp_path / "x", "fft", 1, timebase_hz=79_800_000, spus=8)
+
+
+@pytest.mark.parametrize("spes,spus", [(20, 8), (40, 16), (7, 6)])
+def test_more_contexts_than_spus_switch_between_phases(tmp_path, spes, spus):
+    """Contexts beyond the SPUs wait for a free one; a context that blocks between phases is
+    switched out for a waiting one (in a one-phase run each runs to completion: no switch)."""
+    s = simulate_run(tmp_path / "r", "fft", 1, spes=spes, spus=spus, phases=2, chunks=1)
+    assert s.context_switches >= spes - spus
+
+
+def test_damage_that_cannot_apply_says_so(tmp_path):
+    with pytest.raises(ValueError, match="unmatched-mpi cannot apply.*--workload hybrid"):
+        simulate_run(tmp_path / "r", "fft", 1, damage=["unmatched-mpi"])
+    assert not (tmp_path / "r").exists()

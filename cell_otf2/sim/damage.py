@@ -36,7 +36,7 @@ P, S = fmt.PpeCode, fmt.SpeCode
 
 def _pick(rng: np.random.Generator, idx: np.ndarray) -> int:
     if len(idx) == 0:
-        raise ValueError("nothing to damage")
+        raise ValueError("the run has no record or slot this damage changes")
     return int(idx[len(idx) // 2 + int(rng.integers(0, max(1, len(idx) // 4)))
                    if len(idx) > 4 else 0])
 

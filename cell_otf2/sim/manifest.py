@@ -8,13 +8,24 @@ from __future__ import annotations
 
 from .workloads import COUNTERS, PROGRAM_ID, REGIONS
 
-CELL_CHIPS = 2
+CELL_CHIPS = 2  # a QS20/QS21/QS22 blade: two Cell chips of 8 SPEs
 SPES_PER_CHIP = 8
+#: a PlayStation 3: its timebase runs at 79.8 MHz; one Cell chip, 6 SPEs usable under Linux
+PS3_TIMEBASE_HZ = 79_800_000
+PS3_CHIPS, PS3_SPES = 1, 6
+
+
+def node_hardware(timebase_hz: int) -> tuple[int, int]:
+    """(Cell chips, SPEs per chip) of a node whose timebase runs at ``timebase_hz``."""
+    return (PS3_CHIPS, PS3_SPES) if int(timebase_hz) == PS3_TIMEBASE_HZ \
+        else (CELL_CHIPS, SPES_PER_CHIP)
 NODE_NAMES = [f"qs20-{chr(ord('a') + i)}" for i in range(26)]
 
 
-def node_name(i: int) -> str:
-    return NODE_NAMES[i] if i < len(NODE_NAMES) else f"qs20-n{i}"
+def node_name(i: int, timebase_hz: int = 0) -> str:
+    """Node ``i``'s name: qs20-a, qs20-b, ... (ps3-a, ... for a PS3 timebase)."""
+    name = NODE_NAMES[i] if i < len(NODE_NAMES) else f"qs20-n{i}"
+    return name.replace("qs20", "ps3") if int(timebase_hz) == PS3_TIMEBASE_HZ else name
 
 
 def build_manifest(
@@ -33,8 +44,8 @@ def build_manifest(
         "application": application,
         "timebase_hz": int(timebase_hz),
         "decrementer_restore": decrementer_restore,
-        "nodes": [{"name": node_name(i), "cell_chips": CELL_CHIPS, "spes_per_chip": SPES_PER_CHIP}
-                  for i in range(n_nodes)],
+        "nodes": [{"name": node_name(i, timebase_hz), "cell_chips": node_hardware(timebase_hz)[0],
+                   "spes_per_chip": node_hardware(timebase_hz)[1]} for i in range(n_nodes)],
         "processes": processes,
         "regions": REGIONS,
         "programs": [{"id": PROGRAM_ID, "name": program_name}],
