@@ -6,11 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 import minirun  # noqa: E402
+import pytest
 
 from cell_otf2.check import check_run  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
@@ -89,7 +86,6 @@ def test_check_lists_every_refusal_of_a_run(tmp_path):
     """Two missing dumps, or two dumps that are not CBT: both named, exit 3; convert names the
     first and says how many more there are."""
     import subprocess
-    import sys
 
     from cell_otf2.simulate import simulate_run
 

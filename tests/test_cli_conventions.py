@@ -13,6 +13,8 @@ import pytest
 
 from cell_otf2 import __version__
 
+pytestmark = pytest.mark.slow  # each test starts the real command
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ROOT / "sample_traces" / "wraps-heartbeats"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}

@@ -9,16 +9,12 @@ non-decreasing. Synchronization is checked against the simulator's ground truth.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
+import minirun  # noqa: E402
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-import minirun  # noqa: E402
 from otf2check import otf2_print_ok, read_events, vite_render  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from otf2check import otf2_print_ok, read_events  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402

@@ -9,16 +9,14 @@ events that do not sit on their own record's location.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.convert import analyze
 from cell_otf2.emit import DmaStyle, EventChunks, emit
 from cell_otf2.model import Ev, LocKind
-
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 
 @pytest.fixture(scope="module", params=["context-switch-restored", "two-nodes-hybrid"])

@@ -9,10 +9,9 @@ truth with zero order violations, and a deliberately wrong offset shows up in ev
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
+import minirun  # noqa: E402
 import numpy as np
 import pytest
 
@@ -23,9 +22,6 @@ from cell_otf2.convert import analyze
 from cell_otf2.match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches
 from cell_otf2.model import DOMAIN_DTYPE, RECORD_DTYPE, DomainKind, LocKind
 from cell_otf2.order import Constraints
-
-sys.path.insert(0, str(Path(__file__).parent))
-import minirun  # noqa: E402
 
 P, S = fmt.PpeCode, fmt.SpeCode
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import format as fmt
 from cell_otf2.cli import main as cli_main
 from cell_otf2.inspect import _readings, inspect
 from cell_otf2.manifest import load_manifest
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ALL = sorted(p.name for p in SAMPLES.iterdir() if (p / "run.json").exists())
 UNDAMAGED = [s for s in ALL if s != "damaged-gap-truncate"]
 MOD = 1 << 32

@@ -28,6 +28,8 @@ import _otf2
 from cell_otf2.errors import OutputError
 from cell_otf2.otf2_mpi import MpiCollectives
 
+pytestmark = pytest.mark.mpi  # every test here needs mpi4py
+
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 c = MpiCollectives(comm)

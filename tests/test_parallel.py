@@ -39,6 +39,8 @@ from cell_otf2.parallel import (
 )
 from cell_otf2.simulate import simulate_run
 
+pytestmark = pytest.mark.mpi  # every test here launches mpiexec or needs mpi4py
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = shutil.which("mpiexec")
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None  # found, not imported

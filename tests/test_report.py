@@ -20,10 +20,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from otf2check import read_events  # noqa: E402
+from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.convert import convert  # noqa: E402
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
@@ -36,7 +34,6 @@ from cell_otf2.report.derive import (  # noqa: E402
 )
 from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from otf2check import otf2_print_ok
 
+pytestmark = pytest.mark.slow  # each test runs the real command, several times
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 SMALL = SAMPLES / "wraps-heartbeats"  # the smallest sample: conversions take a fraction of a s

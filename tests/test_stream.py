@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import SAMPLES  # noqa: E402
 from test_parallel import _same_archive, _sim, _summary_body
 
 from cell_otf2 import stream
@@ -36,8 +37,6 @@ from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
 from cell_otf2.otf2_writer import EventGroups, WriterInputError, write_archive
 from cell_otf2.output import ArchiveTarget
-
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 
 def in_memory(run: Path, anchor: Path, report: Path, dma_style: str = "rma",

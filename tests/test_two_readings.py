@@ -5,14 +5,12 @@ memory gives, and a dump that changes between the two readings is refused, not m
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import minirun  # noqa: E402
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import minirun  # noqa: E402
+from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import convert as convert_mod  # noqa: E402
 from cell_otf2.damage import DamageLog  # noqa: E402
@@ -20,8 +18,6 @@ from cell_otf2.decode import decode  # noqa: E402
 from cell_otf2.errors import FormatError  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
 from cell_otf2.reader import read_dump  # noqa: E402
-
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 
 @pytest.mark.parametrize("name", ["two-nodes-hybrid", "damaged-gap-truncate"])
