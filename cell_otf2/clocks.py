@@ -15,7 +15,9 @@ Rules (FORMAT.md 3.5):
   STOP's saved value. A switch whose STOP value is not reached before a DECR_WRITE belongs to
   the counting after that write.
 - consecutive readings of one interval are less than 2^31 ticks apart (heartbeats); a step of
-  2^31 or more is ambiguous and reported in ``big_steps`` (the caller decides what to do).
+  2^31 or more is ambiguous and reported in ``big_steps`` (the caller decides what to do),
+  unless the caller says which steps are (``force_split``: decode weighs them against the
+  slot order).
 
 Vectorized per context: numpy over readings, a Python step per switch and per DECR_WRITE only.
 This module does not know about records, slots or files, and does not estimate offsets.
@@ -123,9 +125,8 @@ def split_intervals(
     if n:
         first = np.ones(n, dtype=bool)
         first[1:] = interval[1:] != interval[:-1]
-        big = np.flatnonzero((steps >= HALF) & ~first)
-        if force_split is not None:
-            big = np.flatnonzero(((steps >= HALF) | force_split) & ~first)
+        big = np.flatnonzero(((steps >= HALF) if force_split is None else force_split)
+                             & ~first)
         if split_big_steps and big.size:
             # an ambiguous wrap count: the readings after it get an interval of their own
             is_big = np.zeros(n, dtype=np.int32)
