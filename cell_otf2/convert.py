@@ -205,6 +205,23 @@ class _Dumps:
         return dump
 
 
+def interval_widths(domains: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Per live interval (CONTRACT 4), the widest bound of the domains it was solved as (its
+    segments, split where a step may hide wraps; inf if any is unbounded), in domain order."""
+    spe = np.flatnonzero(domains["kind"] == DomainKind.SPE_INTERVAL)
+    if not spe.size:
+        return np.zeros(0)
+    first = domains["segment"][spe] == 0
+    w = np.where(np.isnan(width[spe]), np.inf, width[spe])
+    return np.maximum.reduceat(w, np.flatnonzero(first)) if first[0] else np.full(1, np.inf)
+
+
+#: damage kinds counted in records (the others count slots, blocks, messages or runs)
+RECORD_KINDS = frozenset({
+    "block_overrun", "block_broken", "spe_outside_block", "undefined_id",
+    "backwards_timebase", "unusable_time", "unresolved_wrap"})
+
+
 def sync_report(pipe: Pipeline) -> dict:
     """The synchronization report of CONTRACT.md section 4."""
     dec, res = pipe.decoded, pipe.sync
@@ -241,7 +258,7 @@ def sync_report(pipe: Pipeline) -> dict:
         "order_violations": res.order_violations,
         "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
                  "records": int(sum(e.count for e in pipe.damage.entries()
-                                    if e.kind not in ("gap", "missing_block")))},
+                                    if e.kind in RECORD_KINDS))},
         "assumed": pipe.constraints.assumed,
         "constraints": pipe.constraints.counts,
     }
@@ -304,8 +321,7 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
              timings: dict[str, float]) -> Summary:
     dec, res = pipe.decoded, pipe.sync
     hz = dec.manifest.timebase_hz
-    iv = dec.domains["kind"] == DomainKind.SPE_INTERVAL
-    width = (res.upper - res.lower)[iv]
+    width = interval_widths(dec.domains, res.upper - res.lower)
     finite = width[np.isfinite(width)]
     s = Summary(run_dir=run_dir, archive=archive)
     s.processes = dec.manifest.n_ranks
@@ -314,7 +330,7 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
     s.events_written = int(n_events)
     s.messages_matched = int(pipe.matches.messages.size)
     s.dma_transfers, s.dma_completed = estats.dma, estats.dma_completed
-    s.intervals = int(iv.sum())
+    s.intervals = int(width.size)
     s.intervals_bounded = int(finite.size)
     if finite.size:
         s.bound_worst_ticks = float(finite.max())
