@@ -6,7 +6,9 @@ reference node's (the node hosting rank 0, CONTRACT.md 2) through its ``NodeMap`
 (``offset + rate * timebase``, or piecewise linear: ``nodefit.PiecewiseMap``): the reference
 node is the identity; other nodes use the fit of ``nodefit.py`` when the caller passes it,
 otherwise the start-time baseline from the manifest (wall clocks read with each process's start
-timebase; NTP-accurate only, said in the report).
+timebase; NTP-accurate only, said in the report). Segments of a live interval that decode
+split at a step that may hide wraps are joined again where the bounds allow one wrap count
+(``_decide_wraps``, linear in the run), the rest reported.
 
 Records get ``time`` = round(node map(offset[domain] + local)) in integer reference ticks. A
 record without a usable clock (backwards PPE timebase) takes its predecessor's time on its
