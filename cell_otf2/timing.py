@@ -217,8 +217,9 @@ def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
             on = np.zeros(dec.domains.size + 1, dtype=bool)  # the last: no domain (-1)
             on[doms] = True
             steps = int((step_rank == rank).sum())
-            damage.add(DamageKind.unresolved_wrap, dec.dump_names[rank], None,
-                       int(on[rec_dom].sum()),
+            hit = on[rec_dom]
+            slot = int(dec.records["slot"][hit].min()) if hit.any() else None
+            damage.add(DamageKind.unresolved_wrap, dec.dump_names[rank], slot, int(hit.sum()),
                        "decrementer steps whose wrap count neither slot order nor the other "
                        "constraints decide (no heartbeat, no PPE record bounding them): the "
                        "records after each are placed by their own constraints only, as their "
