@@ -339,7 +339,10 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
         sw_by_ctx, sw_ctx_bounds = _group(ppe["a"][switches].astype(np.uint16))
         switches = switches[sw_by_ctx]
-        ppe_slot, ppe_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
+        # PPE readings that bound SPE windows: not those found running backwards (a corrupt
+        # reading could make a window look short)
+        clocked = prec["domain"] >= 0
+        ppe_slot, ppe_tb = ppe["slot"][clocked], ppe["timebase"][clocked].astype(np.int64)
         spe_block = spe["block"]
         # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart
         trusted = bool((spe["code"] == S.HEARTBEAT).any())
@@ -552,8 +555,9 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
         ok = lo_i >= 0
         lo[1:][ok] = tb[lo_i[ok]]
         begun = run_begin[run_begin < h_slot[0]]
-        if begun.size:
-            lo[0] = tb[np.searchsorted(p_slot, begun.max())]
+        at = np.searchsorted(p_slot, begun.max(), side="right") - 1 if begun.size else -1
+        if at >= 0:  # the CTX_RUN_BEGIN, or the last clocked PPE record before it
+            lo[0] = tb[at]
     pos = np.empty(int(blk_idx.max()) + 1, dtype=np.int64)
     pos[blk_idx] = np.arange(nb)
     win = pos[reading_block]

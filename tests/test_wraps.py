@@ -24,6 +24,7 @@ import minirun  # noqa: E402
 
 from cell_otf2 import decode  # noqa: E402
 from cell_otf2 import evaluate as ev  # noqa: E402
+from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.clocks import MOD  # noqa: E402
 from cell_otf2.convert import analyze, interval_widths, sync_report  # noqa: E402
 from cell_otf2.simulate import simulate_run  # noqa: E402
@@ -233,3 +234,30 @@ def test_deciding_many_wraps_fits_in_linear_memory(tmp_path):
     links, damage = (int(x) for x in out.stdout.split())
     assert links > 15_000  # the candidates: (links)^2 * 8 bytes would be gigabytes
     assert damage == 0
+
+
+def test_corrupt_ppe_reading_does_not_shorten_a_window(tmp_path):
+    """The PPE record right after the block that ends a 5e9-tick mailbox wait reads 300 (a
+    corrupt timebase): it is dropped as running backwards, and must not serve as the end of
+    that block's window, which would then look too short to hide the wrap it does hide."""
+    run = tmp_path / "run"
+    wait = 5_000_000_000
+    minirun.build(run, records_per_block=1, wait=wait)
+    path = run / "rank00000.cbt"
+    data = bytearray(path.read_bytes())
+    slots = np.frombuffer(data, dtype=fmt.BIG.ppe, offset=fmt.HEADER_SIZE)
+    at = int(np.flatnonzero(slots["code"] == fmt.PpeCode.OUT_MBOX_READ_BEGIN)[0])
+    row = np.frombuffer(data, dtype=fmt.BIG.ppe, count=1,
+                        offset=fmt.HEADER_SIZE + at * fmt.SLOT_SIZE)
+    assert int(row["timebase"][0]) == 301 + wait
+    row["timebase"] = 301
+    path.write_bytes(bytes(data))
+    pipe = analyze(run)
+    assert [e.kind for e in pipe.damage.entries()] == ["backwards_timebase"]
+    dec, res = pipe.decoded, pipe.sync
+    rec = dec.records
+    spe = rec["domain"] >= dec.n_nodes
+    true_t = np.array([150, 160, 170, 260, 270, 280 + wait, 500 + wait, 510 + wait,
+                       600 + wait])
+    width = (res.upper - res.lower)[rec["domain"][spe]]
+    assert np.all(np.abs(rec["time"][spe] - true_t) <= width + 1), rec["time"][spe] - true_t
