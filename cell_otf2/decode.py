@@ -532,8 +532,8 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
     the window) each of its steps is a candidate, for the order constraints to decide
     (``timing.synchronize``). Absent heartbeats prove nothing; present ones (``trusted``:
     anywhere in the dump) prove an SPE library that keeps consecutive readings < 2^31 apart
-    (FORMAT 3.6), so then only steps of 2^31 or more, and steps across lost blocks (their
-    heartbeats may be lost too), are candidates.
+    (FORMAT 3.6), so then only steps of 2^31 or more, and steps across lost blocks or
+    records (they may have been heartbeats), are candidates.
 
     Numpy over readings and blocks: memory linear in them.
     """
@@ -574,12 +574,15 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
     room = (hi - lo)[win[start]] + 2 * WINDOW_SLACK >= apparent + MOD
     out = room[run] & same
     if trusted:
+        # records lost before a block (seq skips) or inside it (fewer present than its
+        # count) may have been heartbeats: the steps across them prove nothing
         seq = blocks["seq"][blk_idx].astype(np.int64)
-        skipped = np.zeros(nb, dtype=bool)
-        skipped[1:] = seq[1:] != seq[:-1] + 1
+        broken = blocks["present"][blk_idx] < blocks["count"][blk_idx]
+        lost_before = np.zeros(nb, dtype=bool)
+        lost_before[1:] = (seq[1:] != seq[:-1] + 1) | broken[:-1]
         first_of_win = np.zeros(n, dtype=bool)
         first_of_win[1:] = win[1:] != win[:-1]
-        out &= (step >= HALF) | (first_of_win & skipped[win])
+        out &= (step >= HALF) | broken[win] | (first_of_win & lost_before[win])
     return out
 
 
