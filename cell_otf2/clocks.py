@@ -132,11 +132,15 @@ def split_intervals(
             is_big = np.zeros(n, dtype=np.int32)
             is_big[big] = 1
             shift = np.cumsum(is_big)
+            # each old interval keeps its start, followed by the wraps inside it (big is
+            # ascending, so the wraps of interval k are one run of it): one merge, not a scan
+            # of every wrap per interval
+            where = np.searchsorted(interval[big], np.arange(len(starts) + 1))
+            wraps = [("wrap", i) for i in big.tolist()]
             new_starts: list[tuple[str, int]] = []
             for k_old, start in enumerate(starts):
                 new_starts.append(start)
-                inside = big[interval[big] == k_old]
-                new_starts.extend(("wrap", int(i)) for i in inside)
+                new_starts.extend(wraps[where[k_old]:where[k_old + 1]])
             interval = interval + shift.astype(np.int32)
             starts = new_starts
             n_intervals += int(big.size)
