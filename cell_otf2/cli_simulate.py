@@ -81,6 +81,15 @@ def simulate_command(
         "--decr-writes/--no-decr-writes", help="SPE programs rewrite their decrementer.")] = False,
     heartbeats: Annotated[bool, typer.Option(
         "--heartbeats/--no-heartbeats", help="HEARTBEAT records against wrap ambiguity.")] = True,
+    heartbeat_ticks: Annotated[int, typer.Option(
+        help="A step of this many ticks gets heartbeats (docs/format.md 6.8: 2147483648 = 2^31, "
+             "only when needed).")] = 1 << 30,
+    poll_s: Annotated[float, typer.Option(
+        "--poll-s", help="A monitoring PPE thread samples a counter this often (0: none).")
+    ] = 0.0,
+    compute_s: Annotated[float | None, typer.Option(
+        "--compute-s", help="Mean seconds of one SPE compute step (default: the workload's).")
+    ] = None,
     spe_buffer_records: Annotated[int, typer.Option(
         help="Records per SPE Local Store buffer (1 = flush every record).")] = 16,
     spe_buffers: Annotated[int, typer.Option(help="1 or 2 (double buffering).")] = 2,
@@ -112,7 +121,8 @@ def simulate_command(
             duration_s=duration_s, chunks=chunks, timebase_hz=timebase_hz, spus=spus,
             slice_ms=slice_ms, decrementer_restore=decrementer_restore,
             decr_writes=decr_writes,
-            heartbeats=heartbeats, spe_buffer_records=spe_buffer_records,
+            heartbeats=heartbeats, heartbeat_ticks=heartbeat_ticks, poll_s=poll_s,
+            compute_s=compute_s, spe_buffer_records=spe_buffer_records,
             spe_buffers=spe_buffers, byte_order=byte_order, max_ppm=max_ppm,
             damage=[d.value for d in (damage or [])],
         )

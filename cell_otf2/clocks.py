@@ -15,7 +15,9 @@ Rules (docs/format.md section 6):
   STOP's saved value. A switch whose STOP value is not reached before a DECR_WRITE belongs to
   the counting after that write.
 - consecutive readings of one interval are less than 2^31 ticks apart (heartbeats); a step of
-  2^31 or more is ambiguous and reported in ``big_steps`` (the caller decides what to do).
+  2^31 or more is ambiguous and reported in ``big_steps`` (the caller decides what to do),
+  unless the caller says which steps are (``force_split``: decode weighs them against the
+  slot order).
 
 Vectorized per context: numpy over readings, a Python step per switch and per DECR_WRITE only.
 This module does not know about records, slots or files, and does not estimate offsets.
@@ -123,19 +125,22 @@ def split_intervals(
     if n:
         first = np.ones(n, dtype=bool)
         first[1:] = interval[1:] != interval[:-1]
-        big = np.flatnonzero((steps >= HALF) & ~first)
-        if force_split is not None:
-            big = np.flatnonzero(((steps >= HALF) | force_split) & ~first)
+        big = np.flatnonzero(((steps >= HALF) if force_split is None else force_split)
+                             & ~first)
         if split_big_steps and big.size:
             # an ambiguous wrap count: the readings after it get an interval of their own
             is_big = np.zeros(n, dtype=np.int32)
             is_big[big] = 1
             shift = np.cumsum(is_big)
+            # each old interval keeps its start, followed by the wraps inside it (big is
+            # ascending, so the wraps of interval k are one run of it): one merge, not a scan
+            # of every wrap per interval
+            where = np.searchsorted(interval[big], np.arange(len(starts) + 1))
+            wraps = [("wrap", i) for i in big.tolist()]
             new_starts: list[tuple[str, int]] = []
             for k_old, start in enumerate(starts):
                 new_starts.append(start)
-                inside = big[interval[big] == k_old]
-                new_starts.extend(("wrap", int(i)) for i in inside)
+                new_starts.extend(wraps[where[k_old]:where[k_old + 1]])
             interval = interval + shift.astype(np.int32)
             starts = new_starts
             n_intervals += int(big.size)

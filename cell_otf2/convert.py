@@ -205,6 +205,24 @@ class _Dumps:
         return dump
 
 
+def interval_widths(domains: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Per live interval (docs/sync-report.md), the widest bound of the domains it was solved
+    as (its segments, split where a step may hide wraps; inf if any is unbounded), in domain
+    order."""
+    spe = np.flatnonzero(domains["kind"] == DomainKind.SPE_INTERVAL)
+    if not spe.size:
+        return np.zeros(0)
+    first = domains["segment"][spe] == 0
+    w = np.where(np.isnan(width[spe]), np.inf, width[spe])
+    return np.maximum.reduceat(w, np.flatnonzero(first)) if first[0] else np.full(1, np.inf)
+
+
+#: damage kinds counted in records (the others count slots, blocks, messages or runs)
+RECORD_KINDS = frozenset({
+    "block_overrun", "block_broken", "spe_outside_block", "undefined_id",
+    "backwards_timebase", "unusable_time", "unresolved_wrap"})
+
+
 def sync_report(pipe: Pipeline) -> dict:
     """The synchronization report (docs/sync-report.md)."""
     dec, res = pipe.decoded, pipe.sync
@@ -241,7 +259,7 @@ def sync_report(pipe: Pipeline) -> dict:
         "order_violations": res.order_violations,
         "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
                  "records": int(sum(e.count for e in pipe.damage.entries()
-                                    if e.kind not in ("gap", "missing_block")))},
+                                    if e.kind in RECORD_KINDS))},
         "assumed": pipe.constraints.assumed,
         "constraints": pipe.constraints.counts,
     }
@@ -299,9 +317,11 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
              timings: dict[str, float]) -> Summary:
     dec, res = pipe.decoded, pipe.sync
     hz = dec.manifest.timebase_hz
-    iv = dec.domains["kind"] == DomainKind.SPE_INTERVAL
-    width = (res.upper - res.lower)[iv]
-    finite = width[np.isfinite(width)]
+    w = res.upper - res.lower
+    width = interval_widths(dec.domains, w)  # inf: some segment of the interval unbounded
+    # the bounds stated: per live interval, its widest bounded segment
+    part = interval_widths(dec.domains, np.where(np.isfinite(w), w, -np.inf))
+    finite = part[np.isfinite(part)]
     s = Summary(run_dir=run_dir, archive=archive)
     s.processes = dec.manifest.n_ranks
     s.locations = int(dec.locations.size)
@@ -309,8 +329,8 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
     s.events_written = int(n_events)
     s.messages_matched = int(pipe.matches.messages.size)
     s.dma_transfers, s.dma_completed = estats.dma, estats.dma_completed
-    s.intervals = int(iv.sum())
-    s.intervals_bounded = int(finite.size)
+    s.intervals = int(width.size)
+    s.intervals_bounded = int(np.isfinite(width).sum())
     if finite.size:
         s.bound_worst_ticks = float(finite.max())
         s.bound_mean_ticks = float(finite.mean())

@@ -41,8 +41,7 @@ class DamageKind(StrEnum):
     backwards_timebase = "backwards_timebase"  # PPE timebase runs backwards within a thread
     missing_block = "missing_block"  # a context's block seq skips
     unusable_time = "unusable_time"  # a record whose time cannot be determined
-    missing_heartbeat = "missing_heartbeat"  # decrementer readings 2^31 ticks or more apart
-    unresolved_wrap = "unresolved_wrap"  # a wrap count the order constraints cannot decide
+    unresolved_wrap = "unresolved_wrap"  # records after a wrap count the trace leaves open
 
 
 #: kind -> (unit of count, what one occurrence is, or None when occurrences == count always);
@@ -67,11 +66,9 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.backwards_timebase: ("PPE record{s} with a timebase running backwards", None),
     DamageKind.missing_block: ("SPE block{s} missing (seq skips)", None),
     DamageKind.unusable_time: ("record{s} without usable time", None),
-    DamageKind.missing_heartbeat: (
-        "decrementer step{s} that may hide a wrap (missing heartbeat)", None),
     DamageKind.unresolved_wrap: (
-        "wrap count{s} the order constraints cannot decide (readings after it synchronized "
-        "as a separate segment)", None),
+        "record{s} after a decrementer step whose wrap count the trace leaves open (placed "
+        "by their own order constraints only)", "step{s}"),
 }
 
 

@@ -16,7 +16,9 @@ What it does, per process (docs/format.md section 6):
 Contained damage is recorded, never silent: records naming a context, region, program or
 counter that was never defined; a PPE timebase running backwards within a thread (the record
 keeps its raw reading but gets no clock domain, so it constrains nothing); missing blocks
-(seq skips); CTX_SWITCH records that do not pair; ambiguous decrementer wraps.
+(seq skips); CTX_SWITCH records that do not pair. Decrementer steps that may hide a wrap
+(``_wrap_candidates``) start a segment of their interval (a domain of its own), for
+``timing.synchronize`` to join again or report.
 
 It does not match messages (``match.py``), build constraints (``order.py``) or correct time.
 """
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import format as fmt
-from .clocks import MOD, split_intervals
+from .clocks import HALF, MOD, split_intervals
 from .damage import DamageKind, DamageLog
 from .manifest import Manifest
 from .model import (
@@ -337,8 +339,13 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
         sw_by_ctx, sw_ctx_bounds = _group(ppe["a"][switches].astype(np.uint16))
         switches = switches[sw_by_ctx]
-        ppe_slot, ppe_tb = ppe["slot"], ppe["timebase"].astype(np.int64)
+        # PPE readings that bound SPE windows: not those found running backwards (a corrupt
+        # reading could make a window look short)
+        clocked = prec["domain"] >= 0
+        ppe_slot, ppe_tb = ppe["slot"][clocked], ppe["timebase"][clocked].astype(np.int64)
         spe_block = spe["block"]
+        # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart
+        trusted = bool((spe["code"] == S.HEARTBEAT).any())
         for ctx in np.unique(blocks["ctx"]).tolist():
             loc = ctx_loc[(r, int(ctx))]
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
@@ -371,17 +378,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # block of each reading (a record's block, or the header's own)
             reading_block = which.copy()
             reading_block[is_rec] = rows["block"]
-            force = None
-            if not (rows["code"] == S.HEARTBEAT).any():
-                force = _hidden_wrap_risk(ppe_slot, ppe_tb, blocks, blk_idx, reading_block,
-                                          keys[po])
-                if force.any():
-                    damage.add(DamageKind.missing_heartbeat, dump.name,
-                               int(blocks["slot"][blk_idx[0]]), int(force.sum()),
-                               f"SPE context {ctx} has no HEARTBEAT records and blocks whose "
-                               "time window reaches 2^31 ticks: steps there may hide whole "
-                               "wraps, so each is decided from the order constraints or left "
-                               "open, never assumed")
+            run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
             del rows
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
@@ -389,17 +386,13 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
-            split = split_intervals(raw, write_new, sw_stop[:, 0], sw_start[:, 0],
-                                    split_big_steps=split_ambiguous_wraps, force_split=force,
-                                    certain_before=before)
-            if split.big_steps.size:
-                i = int(split.big_steps[0])
-                slot = int(spe["slot"][which[i]] if is_rec[i] else blocks["slot"][which[i]])
-                damage.add(DamageKind.missing_heartbeat, dump.name, slot,
-                           int(split.big_steps.size),
-                           f"SPE context {ctx}: consecutive decrementer readings 2^31 ticks or "
-                           "more apart; the wrap count is decided from the order constraints "
-                           "where they allow only one, never guessed")
+            args = (raw, write_new, sw_stop[:, 0], sw_start[:, 0])
+            plain = split_intervals(*args, certain_before=before)
+            force = _wrap_candidates(ppe_slot, ppe_tb, blocks, blk_idx, reading_block, raw,
+                                     plain.interval, run_begin, trusted)
+            split = (split_intervals(*args, split_big_steps=split_ambiguous_wraps,
+                                     force_split=force, certain_before=before)
+                     if force.any() else plain)
             dom0 = len(domains)
             counts = np.bincount(split.interval, minlength=split.n_intervals)
             contract_k = segment = -1
@@ -520,31 +513,77 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return ppe_epoch, spe_epoch, cut
 
 
-def _hidden_wrap_risk(p_slot, p_tb, blocks, blk_idx, reading_block, keys) -> np.ndarray:
+#: ticks by which clock readings may trail the order the slots give (PPE readings and block
+#: headers alike), allowed on both ends of a window in ``_wrap_candidates``; tiny beside 2^32
+WINDOW_SLACK = 1 << 16
+
+
+def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval, run_begin,
+                     trusted: bool) -> np.ndarray:
     """Per reading (program order): may the step before it hide a whole wrap?
 
-    Without heartbeats a step that looks short can be 2^32 ticks longer. The readings of block
-    k lie between the previous header's reservation and block k's header; PPE records around
-    them in slot order bound that window in node time. Where the window cannot be shown to be
-    under 2^31 ticks (or no PPE record bounds it), every step inside the block is suspect.
+    The readings of the context's block j (its records, then its header) were made after
+    block j-1's header was read and before the first PPE record after block j's header in
+    slot order; block j-1's header after the last PPE record before it. So all of them lie in
+    a window of node time ``[lo_j, hi_j]`` (for the first block ``lo`` is the context's last
+    CTX_RUN_BEGIN before it). Within one live interval the steps of a window sum to their
+    apparent ticks A plus 2^32 per hidden wrap, and at most ``hi - lo``: when that is below
+    A + 2^32, no step of the window hides a wrap. Otherwise (or when no PPE record bounds
+    the window) each of its steps is a candidate, for the order constraints to decide
+    (``timing.synchronize``). Absent heartbeats prove nothing; present ones (``trusted``:
+    anywhere in the dump) prove an SPE library that keeps consecutive readings < 2^31 apart
+    (docs/format.md 6.8), so then only steps of 2^31 or more, and steps across lost blocks or
+    records (they may have been heartbeats), are candidates.
+
+    Numpy over readings and blocks: memory linear in them.
     """
-    if not p_slot.size or not blk_idx.size:
-        return np.ones(keys.size, dtype=bool)
-    h_slot = blocks["slot"][blk_idx]
-    # window of block j: from the last PPE record before the previous header (or before this
-    # block's first record) to the first PPE record after this header
-    lo_slot = np.concatenate([[h_slot[0]], h_slot[:-1]])
-    lo_i = np.searchsorted(p_slot, lo_slot) - 1
-    hi_i = np.searchsorted(p_slot, h_slot)
-    ok = (lo_i >= 0) & (hi_i < p_slot.size)
-    window = np.full(blk_idx.size, np.inf)
-    window[ok] = p_tb[hi_i[ok]] - p_tb[lo_i[ok]]
-    suspect = window >= (1 << 31)
-    # position of each reading's block (``reading_block``: in the same program order as
-    # ``keys``; all of them blocks of this context) among the context's blocks
+    n = raw.size
+    out = np.zeros(n, dtype=bool)
+    if n < 2 or not blk_idx.size:
+        return out
+    h_slot = blocks["slot"][blk_idx].astype(np.int64)
+    nb = blk_idx.size
+    inf = np.inf
+    hi = np.full(nb, inf)
+    lo = np.full(nb, -inf)
+    if p_slot.size:
+        tb = p_tb.astype(np.float64)
+        hi_i = np.searchsorted(p_slot, h_slot)
+        ok = hi_i < p_slot.size
+        hi[ok] = tb[hi_i[ok]]
+        lo_i = np.searchsorted(p_slot, h_slot[:-1]) - 1
+        ok = lo_i >= 0
+        lo[1:][ok] = tb[lo_i[ok]]
+        begun = run_begin[run_begin < h_slot[0]]
+        at = np.searchsorted(p_slot, begun.max(), side="right") - 1 if begun.size else -1
+        if at >= 0:  # the CTX_RUN_BEGIN, or the last clocked PPE record before it
+            lo[0] = tb[at]
     pos = np.empty(int(blk_idx.max()) + 1, dtype=np.int64)
-    pos[blk_idx] = np.arange(blk_idx.size)
-    return suspect[pos[reading_block]]
+    pos[blk_idx] = np.arange(nb)
+    win = pos[reading_block]
+    step = np.zeros(n, dtype=np.int64)
+    step[1:] = (raw[:-1] - raw[1:]) % MOD
+    same = np.zeros(n, dtype=bool)
+    same[1:] = interval[1:] == interval[:-1]
+    step[~same] = 0
+    # runs of readings of one window and one interval: their steps' apparent sum
+    start = np.ones(n, dtype=bool)
+    start[1:] = (win[1:] != win[:-1]) | ~same[1:]
+    run = np.cumsum(start) - 1
+    apparent = np.add.reduceat(step, np.flatnonzero(start)).astype(np.float64)
+    room = (hi - lo)[win[start]] + 2 * WINDOW_SLACK >= apparent + MOD
+    out = room[run] & same
+    if trusted:
+        # records lost before a block (seq skips) or inside it (fewer present than its
+        # count) may have been heartbeats: the steps across them prove nothing
+        seq = blocks["seq"][blk_idx].astype(np.int64)
+        broken = blocks["present"][blk_idx] < blocks["count"][blk_idx]
+        lost_before = np.zeros(nb, dtype=bool)
+        lost_before[1:] = (seq[1:] != seq[:-1] + 1) | broken[:-1]
+        first_of_win = np.zeros(n, dtype=bool)
+        first_of_win[1:] = win[1:] != win[:-1]
+        out &= (step >= HALF) | broken[win] | (first_of_win & lost_before[win])
+    return out
 
 
 #: passes of the outlier rule in ``_check_backwards`` before the running-maximum fallback

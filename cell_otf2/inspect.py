@@ -18,8 +18,10 @@ Where each number comes from:
 - ``lost_slots`` / ``gaps``: the GAP records' lost-slot counts and the GAP records;
 - node timebase: first (smallest) and last (largest) raw PPE reading of the process or node,
   leaving out readings that decode found running backwards; ``span_s`` = (last - first) / Hz;
-- SPE context: ``intervals`` = live intervals (docs/format.md 7; an interval split at a wrap the
-  trace cannot count is still one interval, its extra parts are ``unresolved_wraps``);
+- SPE context: ``intervals`` = live intervals (docs/format.md 7; an interval split at a step
+  whose slot-order window leaves room for a wrap is still one interval, its extra parts are
+  ``unresolved_wraps``: decode's candidates, most of which conversion then decides from the
+  whole order);
   ``switches`` = its CTX_SWITCH STOP records; ``decr_writes`` = its DECR_WRITE records;
   ``wraps`` = decrementer wraps passed inside its intervals (from decode's unwrapping:
   ``(raw + local) / 2^32`` at each interval's last reading); ``first_decr`` / ``last_decr`` =

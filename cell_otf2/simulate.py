@@ -12,7 +12,9 @@ Choices where the contracts leave room (also in the final report):
 - ``--duration-s`` picks the number of phases from a per-workload phase estimate; the actual
   run length differs (waits, scheduling).
 - ``--spus`` counts physical SPUs per node, split evenly between the node's ranks.
-- Heartbeats keep consecutive readings of an interval < 2^30 ticks apart (half the limit).
+- Heartbeats keep consecutive readings of an interval < 2^30 ticks apart (half the limit),
+  and are written only where a step would reach that (``heartbeat_ticks``: 2^31 is FORMAT
+  3.6's own rule); ``poll_s`` adds a monitoring PPE thread that samples a counter that often.
 
 This module wires the parts together; it does not check the run (tests do).
 """
@@ -20,7 +22,7 @@ This module wires the parts together; it does not check the run (tests do).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +35,7 @@ from .sim.driver import ProcessOptions, ProcessSim
 from .sim.manifest import build_manifest, node_hardware, node_name
 from .sim.mpi import MpiWorld
 from .sim.spu import heartbeat_rows
-from .sim.workloads import WORKLOADS, phase_estimate_us
+from .sim.workloads import WORKLOADS, Workload, phase_estimate_us
 from .truth import DMA_DTYPE, INTERVAL_DTYPE, MESSAGE_DTYPE, NodeTruth, Truth, save_truth
 
 DEFAULT_TIMEBASE_HZ = 14_318_000
@@ -56,6 +58,12 @@ class SimOptions:
     decrementer_restore: str = "compensated"
     decr_writes: bool = False
     heartbeats: bool = True
+    #: a step of this many local ticks or more gets heartbeats (docs/format.md 6.8's limit is 2^31)
+    heartbeat_ticks: int = 1 << 30
+    #: seconds between the samples of a monitoring PPE thread (0: no such thread)
+    poll_s: float = 0.0
+    #: mean seconds of one compute step of the SPE loop (None: the workload's)
+    compute_s: float | None = None
     spe_buffer_records: int = 16
     spe_buffers: int = 2
     byte_order: str = "B"
@@ -78,10 +86,19 @@ class SimSummary:
     per_rank_slots: list[int]
 
 
+def _workload(o: SimOptions) -> Workload:
+    """The workload with ``compute_s`` applied."""
+    w = WORKLOADS[o.workload]
+    if o.compute_s is None:
+        return w
+    loop = replace(w.loop, compute_us=(o.compute_s * 1e6, w.loop.compute_us[1]))
+    return replace(w, loop=loop)
+
+
 def _resolve(o: SimOptions) -> SimOptions:
     if o.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {o.workload!r}; choose one of {sorted(WORKLOADS)}")
-    w = WORKLOADS[o.workload]
+    w = _workload(o)
     o.spes = o.spes or w.default_spes
     if o.nodes is None:
         o.nodes = 2 if w.mpi else 1
@@ -111,6 +128,9 @@ def _resolve(o: SimOptions) -> SimOptions:
          f"{per_chip} SPEs)"),
         (0 <= o.max_ppm <= 100, "max_ppm must be within 0..100"),
         (o.timebase_hz > 0, "timebase_hz must be positive"),
+        (1 <= o.heartbeat_ticks <= 1 << 31, "heartbeat_ticks must be within 1..2^31"),
+        (o.poll_s >= 0, "poll_s must be >= 0"),
+        (o.compute_s is None or o.compute_s > 0, "compute_s must be positive"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -133,7 +153,7 @@ def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0,
 
 
 def _run(out_dir: Path, o: SimOptions) -> SimSummary:
-    w = WORKLOADS[o.workload]
+    w = _workload(o)
     hz = int(o.timebase_hz)
     us = hz / 1e6
     rng = np.random.default_rng([o.seed, 0])
@@ -170,6 +190,8 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
             world.phase(p)
     for pr in procs:
         pr.finish()
+        if o.poll_s > 0:
+            pr.poll(o.poll_s * hz)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     drng = np.random.default_rng([o.seed, 3])
@@ -177,7 +199,7 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     for pr in procs:
         recs = pr.sink.finish()
         if o.heartbeats:
-            hb = heartbeat_rows(recs[recs["core"] == 1], pr.clocks)
+            hb = heartbeat_rows(recs[recs["core"] == 1], pr.clocks, o.heartbeat_ticks)
             if len(hb):
                 hb["uid"] = recs["uid"].max() + 1 + np.arange(len(hb))
                 recs = np.concatenate([recs, hb])

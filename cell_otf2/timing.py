@@ -6,7 +6,9 @@ reference node's (the node hosting rank 0, docs/archive.md) through its ``NodeMa
 (``offset + rate * timebase``, or piecewise linear: ``nodefit.PiecewiseMap``): the reference
 node is the identity; other nodes use the fit of ``nodefit.py`` when the caller passes it,
 otherwise the start-time baseline from the manifest (wall clocks read with each process's start
-timebase; NTP-accurate only, said in the report).
+timebase; NTP-accurate only, said in the report). Segments of a live interval that decode
+split at a step that may hide wraps are joined again where the bounds allow one wrap count
+(``_decide_wraps``, linear in the run), the rest reported.
 
 Records get ``time`` = round(node map(offset[domain] + local)) in integer reference ticks. A
 record without a usable clock (backwards PPE timebase) takes its predecessor's time on its
@@ -28,7 +30,7 @@ from .damage import DamageKind, DamageLog
 from .decode import Decoded, LinkKind
 from .model import DomainKind
 from .order import Constraints
-from .sync import SyncSolution, all_pairs_bounds, solve
+from .sync import SyncSolution, solve
 
 
 @dataclass
@@ -77,69 +79,151 @@ def start_time_maps(dec: Decoded) -> list[NodeMap]:
     return maps  # type: ignore[return-value]
 
 
-def _decide_wraps(dec: Decoded, cons: Constraints, relaxation: float
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Wrap counts that the constraints allow only one value for -> exact link constraints.
+#: rounds of deciding wrap counts and solving again with the decided ones joined
+_WRAP_ROUNDS = 8
+#: ticks of slack on either side of a wrap decision (bounds are loosened by the relaxation
+#: already; the readings' truncation to whole ticks on both sides of the step)
+_WRAP_TOL = 2.0
 
-    Across a decrementer step of 2^31 ticks or more, x[next] - x[prev] = c + m * 2^32 for an
-    unknown m >= 0 (c from the readings, ``decode`` WRAP links). The constraints bound that
-    difference pairwise (shortest paths prev -> next and next -> prev); when exactly one m fits,
-    the two segments are joined by that equality (1 tick either side for the truncation of
-    readings); otherwise they stay independent. Returns constraints and the undecided count.
+
+def _wrap_chains(links: np.ndarray) -> np.ndarray:
+    """Chain number of every WRAP link (sorted by ``prev``): the links of one live interval
+    follow each other, each one's ``next`` segment being the following one's ``prev``."""
+    if not links.size:
+        return np.zeros(0, dtype=np.int64)
+    new = np.ones(links.size, dtype=bool)
+    new[1:] = links["prev"][1:] != links["next"][:-1]
+    return np.cumsum(new) - 1
+
+
+def _decide_wraps(links: np.ndarray, chain: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                  m: np.ndarray) -> int:
+    """Wrap counts the bounds of the segments allow only one value for; fills ``m`` (-1 =
+    undecided) in place and returns how many it decided.
+
+    Across WRAP link k, x[next] - x[prev] = c_k + m_k * 2^32 with m_k >= 0 (c_k from the
+    readings). Along a chain of segments s_0, s_1, ... of one live interval put
+    y[s_j] = x[s_j] - (c_0 + ... + c_{j-1}) - 2^32 * (decided m's before s_j): y never
+    decreases and steps by 2^32 per hidden wrap. ``lower``/``upper`` bound every x against
+    the node's timebase (the two single-source searches of ``sync.solve``), so they bound y.
+    A link k hides no wrap when some segment at or before it and some after it are less than
+    2^32 apart in y (a prefix maximum of the lower bounds against a suffix minimum of the
+    upper ones); segments so joined share their y, and between two such groups the wrap count
+    is decided when exactly one whole number of wraps fits their bounds. Memory and time
+    linear in the links.
     """
-    links = dec.links[dec.links["kind"] == LinkKind.WRAP]
-    src, dst, w = [], [], []
-    undecided = 0
-    node_of = dec.domains["node"]
-    for node in np.unique(node_of[links["prev"]]).tolist():
-        mine = links[node_of[links["prev"]] == node]
-        members = np.flatnonzero(node_of == node)
-        index = np.full(node_of.size, -1, dtype=np.int64)
-        index[members] = np.arange(members.size)
-        s, d = index[cons.src], index[cons.dst]
-        keep = (s >= 0) & (d >= 0)
-        subset = np.unique(np.concatenate([index[mine["prev"]], index[mine["next"]]]))
-        dist = all_pairs_bounds(members.size, s[keep], d[keep], cons.weight[keep], relaxation,
-                                subset=subset)
-        pos = {int(v): i for i, v in enumerate(subset.tolist())}
-        for row in mine.tolist():
-            prev, nxt = row[0], row[1]
-            i, j = pos[int(index[prev])], pos[int(index[nxt])]
-            c = row[5] + row[3] - row[6]  # local_prev + step - local_next
-            lo, hi = -dist[j, i], dist[i, j]  # x[next] - x[prev] in [lo, hi]
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                undecided += 1
-                continue
-            m_lo = max(0, int(np.ceil((lo - 1 - c) / MOD)))
-            m_hi = int(np.floor((hi + 1 - c) / MOD))
-            if m_hi != m_lo:
-                undecided += 1
-                continue
-            gap = c + m_lo * MOD
-            src += [prev, nxt]
-            dst += [nxt, prev]
-            w += [gap + 1.0, -(gap - 1.0)]
-    return (np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
-            np.array(w, dtype=np.float64), undecided)
+    before = int((m >= 0).sum())
+    c = (links["local_prev"].astype(np.float64) + links["value"] - links["local_next"])
+    for ch in np.unique(chain[m < 0]).tolist():
+        k = np.flatnonzero(chain == ch)
+        seg = np.concatenate([links["prev"][k[:1]], links["next"][k]]).astype(np.int64)
+        shift = np.concatenate([[0.0], np.cumsum(c[k] + np.where(m[k] > 0, m[k], 0) * MOD)])
+        lo, hi = lower[seg] - shift, upper[seg] - shift
+        lo = np.where(np.isnan(lo), -np.inf, lo)
+        hi = np.where(np.isnan(hi), np.inf, hi)
+        open_ = m[k] < 0
+        # a prefix of segments against a suffix: nothing hidden between them
+        zero = (np.minimum.accumulate(hi[::-1])[::-1][1:]
+                - np.maximum.accumulate(lo)[:-1]) < MOD - _WRAP_TOL
+        m[k[open_ & zero]] = 0
+        open_ = m[k] < 0
+        if not open_.any():
+            continue
+        # groups of segments joined by decided links: one y each
+        group = np.concatenate([[0], np.cumsum(open_)])
+        g_lo = np.full(group[-1] + 1, -np.inf)
+        g_hi = np.full(group[-1] + 1, np.inf)
+        np.maximum.at(g_lo, group, lo)
+        np.minimum.at(g_hi, group, hi)
+        b = np.flatnonzero(open_)  # link b joins group[b] and group[b] + 1
+        gl, gh = group[b], group[b] + 1
+        lo_d, hi_d = g_lo[gh] - g_hi[gl], g_hi[gh] - g_lo[gl]
+        fin = np.isfinite(lo_d) & np.isfinite(hi_d)
+        m_lo = np.maximum(0, np.ceil((np.where(fin, lo_d, 0) - _WRAP_TOL) / MOD))
+        m_hi = np.floor((np.where(fin, hi_d, 0) + _WRAP_TOL) / MOD)
+        one = fin & (m_lo == m_hi)
+        m[k[b[one]]] = m_lo[one].astype(np.int64)
+    return int((m >= 0).sum()) - before
+
+
+def _joined(links: np.ndarray, chain: np.ndarray, m: np.ndarray, n: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Segments joined by decided wrap counts as one clock: per domain, the domain standing
+    for its run of joined segments (``rep``) and its offset from it in ticks
+    (x[d] = x[rep[d]] + shift[d]; 0 and itself for every other domain). Exact integers: both
+    segments read the same decrementer."""
+    rep = np.arange(n, dtype=np.int64)
+    shift = np.zeros(n, dtype=np.int64)
+    done = m >= 0
+    gap = np.where(done, links["local_prev"] + links["value"] - links["local_next"]
+                   + np.maximum(m, 0) * MOD, 0).astype(np.int64)
+    start = np.ones(links.size, dtype=bool)
+    start[1:] = chain[1:] != chain[:-1]
+    start |= ~done  # a run of joined segments begins at an open link or a chain's start
+    first = np.flatnonzero(start)
+    run = np.cumsum(start) - 1
+    root = np.where(done[first], links["prev"][first], links["next"][first]).astype(np.int64)
+    total = np.cumsum(gap)
+    before = total[first] - gap[first]
+    nxt = links["next"][done].astype(np.int64)
+    rep[nxt] = root[run[done]]
+    shift[nxt] = total[done] - before[run[done]]
+    return rep, shift.astype(np.float64)
 
 
 def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
                 node_maps: list[NodeMap] | None = None,
                 damage: DamageLog | None = None) -> SyncResult:
-    """Solve every node's SPE intervals against that node's timebase."""
+    """Solve every node's SPE intervals against that node's timebase.
+
+    Segments of a live interval that ``decode`` split at a step that may hide wraps are joined
+    again where the bounds decide the wrap count (``_decide_wraps``): solved again as one
+    clock (``_joined``: their offsets differ by ticks known exactly from the readings), until
+    a round decides nothing more. What stays
+    open is damage counted in records: those of the segments after the first open link of
+    their interval, which their own constraints still place."""
     result = _synchronize(dec, cons, alpha, node_maps)
-    if (dec.links["kind"] == LinkKind.WRAP).any():
-        src, dst, w, undecided = _decide_wraps(dec, cons, result.relaxation)
-        if src.size:
-            joined = Constraints(np.concatenate([cons.src, src]),
-                                 np.concatenate([cons.dst, dst]),
-                                 np.concatenate([cons.weight, w]), cons.counts, cons.assumed)
-            cons.counts["wrap_decided"] = int(src.size)
-            result = _synchronize(dec, joined, alpha, node_maps)
-        if undecided and damage is not None:
-            damage.add(DamageKind.unresolved_wrap, dec.dump_names[0], None, undecided,
-                       "a decrementer step of 2^31 ticks or more whose wrap count the order "
-                       "constraints leave open")
+    links = dec.links[dec.links["kind"] == LinkKind.WRAP]
+    if not links.size:
+        return result
+    links = links[np.argsort(links["prev"], kind="stable")]
+    chain = _wrap_chains(links)
+    m = np.full(links.size, -1, dtype=np.int64)
+    for _ in range(_WRAP_ROUNDS):
+        if not _decide_wraps(links, chain, result.lower, result.upper, m):
+            break
+        cons.counts["wrap_decided"] = int((m >= 0).sum())
+        rep, shift = _joined(links, chain, m, dec.domains.size)
+        merged = Constraints(rep[cons.src], rep[cons.dst],
+                             cons.weight + shift[cons.src] - shift[cons.dst], cons.counts,
+                             cons.assumed)
+        result = _synchronize(dec, merged, alpha, node_maps)
+        for values in (result.offset, result.lower, result.upper):
+            values[:] = values[rep] + shift
+        result.bounded[:] = result.bounded[rep]
+    open_ = m < 0
+    if open_.any() and damage is not None:
+        # every segment after an open link of its chain
+        after = np.zeros(links.size, dtype=bool)
+        for ch in np.unique(chain[open_]).tolist():
+            k = np.flatnonzero(chain == ch)
+            after[k] = np.cumsum(open_[k]) > 0
+        rec_dom = dec.records["domain"].astype(np.int64)
+        rank_of = dec.domains["rank"].astype(np.int64)
+        step_rank = rank_of[links["next"][open_].astype(np.int64)]
+        for rank in np.unique(step_rank).tolist():
+            doms = links["next"][after].astype(np.int64)
+            doms = doms[rank_of[doms] == rank]
+            on = np.zeros(dec.domains.size + 1, dtype=bool)  # the last: no domain (-1)
+            on[doms] = True
+            steps = int((step_rank == rank).sum())
+            hit = on[rec_dom]
+            slot = int(dec.records["slot"][hit].min()) if hit.any() else None
+            damage.add(DamageKind.unresolved_wrap, dec.dump_names[rank], slot, int(hit.sum()),
+                       "decrementer steps whose wrap count neither slot order nor the other "
+                       "constraints decide (no heartbeat, no PPE record bounding them): the "
+                       "records after each are placed by their own constraints only, as their "
+                       "bounds say", occurrences=steps)
     return result
 
 

@@ -26,11 +26,15 @@ def decr_at(node_tb: int) -> int:
     return (-(node_tb - SPE_OFFSET)) % (1 << 32)
 
 
-def build(run_dir: Path, order: str = ">", records_per_block: int = 4, jump: int = 0) -> dict:
+def build(run_dir: Path, order: str = ">", records_per_block: int = 4, jump: int = 0,
+          wait: int = 0) -> dict:
     """Write the run; returns counts of what went in.
 
     ``jump`` ticks are added to every moment from 490 on (a long computation between the
-    SPE's inbound mailbox read and its outbound write, with no heartbeat in it).
+    SPE's inbound mailbox read and its outbound write, with no heartbeat in it). ``wait``
+    ticks: the PPE sleeps (region 2, from 273) and writes the inbound mailbox that much later
+    (at 272 + wait), while the SPE waits in its read from 270 on (no heartbeat either); every
+    later moment moves with it.
     """
     lay = fmt.Layout(order)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -59,6 +63,13 @@ def build(run_dir: Path, order: str = ">", records_per_block: int = 4, jump: int
         (510, S.OUT_MBOX_WRITE_END, dict()),
         (600, S.EXIT, dict(b=0)),
     ]
+    if wait:
+        ppe = [(272 if c == P.IN_MBOX_WRITE_BEGIN else 276 if c == P.IN_MBOX_WRITE_END else t,
+                c, f) for t, c, f in ppe]
+        ppe = [(t + wait if t >= 272 else t, c, f) for t, c, f in ppe]
+        ppe += [(273, P.ENTER, dict(a=2)), (271 + wait, P.LEAVE, dict(a=2))]
+        ppe.sort(key=lambda x: x[0])
+        spe = [(t + wait if t >= 272 else t, c, f) for t, c, f in spe]
     ppe = [(t + jump if t >= 490 else t, c, f) for t, c, f in ppe]
     spe = [(t + jump if t >= 490 else t, c, f) for t, c, f in spe]
     # blocks: flushed when full or at exit; header reserved 2 ticks after its last record
@@ -101,7 +112,8 @@ def build(run_dir: Path, order: str = ">", records_per_block: int = 4, jump: int
         "nodes": [{"name": "qs20-a", "cell_chips": 1, "spes_per_chip": 8}],
         "processes": [{"rank": 0, "node": "qs20-a", "path": "rank00000.cbt",
                        "start_timebase": 50, "start_realtime_ns": 1226400000000000000}],
-        "regions": [{"id": 1, "name": "main", "core": "ppe", "kind": "function"}],
+        "regions": [{"id": 1, "name": "main", "core": "ppe", "kind": "function"}]
+        + ([{"id": 2, "name": "usleep", "core": "ppe", "kind": "function"}] if wait else []),
         "programs": [{"id": 1, "name": "dma_spu"}],
         "counters": [],
         "communicators": [{"id": 0, "name": "MPI_COMM_WORLD", "ranks": [0]}],

@@ -281,16 +281,18 @@ def test_dma_as_messages_vite(tmp_path):
 
 @pytest.mark.parametrize("jump", [3_000_000_000, 6_000_000_000])
 def test_missing_heartbeat_wrap_decided_from_order(tmp_path, jump):
-    """Steps that may hide wraps (no heartbeats): reported, decided from slot order or left
-    open, and never a timestamp outside its bounds."""
+    """Steps that may hide wraps (no heartbeats): decided from slot order (no damage) or left
+    open (damage, counted in the records after the open step), and never a timestamp outside
+    its bounds."""
     run = tmp_path / "run"
     minirun.build(run, jump=jump)
     pipe = analyze(run)
-    kinds = {e.kind for e in pipe.damage.entries()}
-    assert "missing_heartbeat" in kinds
+    kinds = {e.kind: e for e in pipe.damage.entries()}
     # 3e9 ticks: one wrap count fits the order; 6e9: a whole wrap hides behind a short step
-    # and the order cannot tell 1 from 2 wraps: said, and the truth still inside the bounds
+    # and the order cannot tell where: said, and the truth still inside the bounds
     assert ("unresolved_wrap" in kinds) == (jump > (1 << 32))
+    if jump > (1 << 32):  # records after the first open step: at most the 9 SPE records
+        assert 1 <= kinds["unresolved_wrap"].count <= 9
     rec = pipe.decoded.records
     spe = rec["domain"] > 0
     # SPE records are read at exactly these node times (minirun's SPE list)

@@ -330,7 +330,7 @@ SIM_MPI = dict(workload="hybrid", spes=1, ranks=2, nodes=1, phases=2, chunks=3)
 LOSS_FOLLOWS = {"no_exit", "no_run_end", "unmatched_mailbox", "unmatched_dma", "unmatched_mpi"}
 #: ... and a cut end: the last blocks of a context without heartbeats have no PPE record
 #: after them to show that no wrap hides in their steps (decode's wrap check)
-CUT_FOLLOWS = LOSS_FOLLOWS | {"slot_count_mismatch", "missing_heartbeat", "unresolved_wrap"}
+CUT_FOLLOWS = LOSS_FOLLOWS | {"slot_count_mismatch", "unresolved_wrap"}
 
 #: scenario -> (simulator options, damage option, kinds beyond the named one it may cause)
 SIM_SCENARIOS = {

@@ -34,7 +34,7 @@ import numpy as np
 from .. import format as fmt
 from .bodies import dma_loop
 from .clocks import NodeClock
-from .records import PPE, SPE, RecordSink
+from .records import PPE, SPE, RecordSink, empty
 from .spu import ContextClock, SpuScheduler, Timing
 from .workloads import C_PHASE, PROGRAM_ID, R_MAIN, R_SPE_MAIN, R_SPE_RUN, Workload
 
@@ -123,6 +123,7 @@ class ProcessSim:
     def start(self, t0: float) -> None:
         """main(): create and load every context, start the runner threads."""
         t = t0
+        self.t_begin = t0
         self.ppe(0, t, P.ENTER, R_MAIN)
         for c in self.ctxs:
             t += self.u(20, 60)
@@ -344,6 +345,20 @@ class ProcessSim:
                 t += self.u(0.3, 1.0)
         self.ppe(0, t, P.COUNTER, C_PHASE, p)
         self.t_main = t + self.u(0.3, 1.0)
+
+    def poll(self, every: float) -> None:
+        """A monitoring PPE thread (the thread after the runners) samples the phase counter
+        every ``every`` ticks (+- 1 %) from main's start to its end: a PPE that polls, whose
+        records bound the SPEs' blocks in slot order however long they compute."""
+        n = int((self.t_main - self.t_begin) // every)
+        if n < 1:
+            return
+        rows = empty(n)
+        rows["t"] = self.t_begin + every * (np.arange(1, n + 1)
+                                            + self.rng.uniform(-0.01, 0.01, n))
+        rows["core"], rows["actor"], rows["code"] = PPE, len(self.ctxs) + 1, P.COUNTER
+        rows["a"], rows["b"] = C_PHASE, np.arange(n)
+        self.sink.add_array(rows)
 
     def finish(self) -> None:
         """Runner threads return, main joins and destroys every context, leaves main."""

@@ -245,11 +245,14 @@ class SpuScheduler:
 HEARTBEAT_TICKS = 1 << 30  # the library's wake-up period: half the 2^31 limit
 
 
-def heartbeat_rows(spe: np.ndarray, clocks: dict[int, ContextClock]) -> np.ndarray:
-    """HEARTBEAT records so consecutive readings of one interval are < 2^30 local ticks apart.
+def heartbeat_rows(spe: np.ndarray, clocks: dict[int, ContextClock],
+                   limit: int = HEARTBEAT_TICKS) -> np.ndarray:
+    """HEARTBEAT records so consecutive readings of one interval are < ``limit`` local ticks
+    apart, and only where a step would otherwise reach it (docs/format.md 6.8: ``limit`` = 2^31 is the
+    library's rule, the default 2^30 leaves a margin).
 
     ``spe`` holds SPE records (REC_DTYPE). A gap of ``step`` local ticks gets
-    ``step // 2^30`` heartbeats evenly spaced in true time (the context is on its SPU for the
+    ``step // limit`` heartbeats evenly spaced in true time (the context is on its SPU for the
     whole gap: intervals end at every switch).
     """
     from .records import empty
@@ -264,7 +267,7 @@ def heartbeat_rows(spe: np.ndarray, clocks: dict[int, ContextClock]) -> np.ndarr
         k = np.asarray(clock.k_values, dtype=np.int64)[idx]
         local = clock.node.tb_floor(t) - k
         step = np.diff(local)
-        m = np.where(idx[1:] == idx[:-1], step // HEARTBEAT_TICKS, 0)
+        m = np.where(idx[1:] == idx[:-1], step // limit, 0)
         total = int(m.sum())
         if total == 0:
             continue
