@@ -248,8 +248,8 @@ HEARTBEAT_TICKS = 1 << 30  # the library's wake-up period: half the 2^31 limit
 def heartbeat_rows(spe: np.ndarray, clocks: dict[int, ContextClock],
                    limit: int = HEARTBEAT_TICKS) -> np.ndarray:
     """HEARTBEAT records so consecutive readings of one interval are < ``limit`` local ticks
-    apart, and only where a step would otherwise reach it (docs/format.md 6.8: ``limit`` = 2^31 is the
-    library's rule, the default 2^30 leaves a margin).
+    apart, and only where a step would otherwise reach it (docs/format.md 6.8: ``limit`` = 2^31 is
+    the library's rule, the default 2^30 leaves a margin).
 
     ``spe`` holds SPE records (REC_DTYPE). A gap of ``step`` local ticks gets
     ``step // limit`` heartbeats evenly spaced in true time (the context is on its SPU for the
