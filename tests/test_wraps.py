@@ -1,12 +1,11 @@
 """Decrementer wraps over families of simulated runs, against the simulator's ground truth.
 
 Heartbeats are written only when needed (docs/format.md 6.8), so a context without any is no
-evidence of damage. Clean runs (heartbeats where a step reaches 2^31 or 2^30 ticks, none at
-all where the slot order or the mailboxes still prove no wrap hides) must convert without
-damage, with one report interval per live interval and bounds as tight as if every step were known; runs
-whose steps really hide wraps must be decided from the order or reported, in records, and
-never moved by a whole wrap silently. Deciding wraps must take memory linear in the run.
-"""
+evidence of damage. Clean runs (heartbeats where a step reaches 2^31 or 2^30 ticks, none at all
+where the slot order or the mailboxes still prove no wrap hides) must convert without damage,
+with one report interval per live interval and bounds as tight as if every step were known; runs
+whose steps really hide wraps must be decided from the order or reported, in records, and never
+moved by a whole wrap silently. Deciding wraps must take memory linear in the run. """
 
 from __future__ import annotations
 
