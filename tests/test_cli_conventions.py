@@ -4,20 +4,19 @@ and wrong values answered in our own words."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from paths import ENV as BASE_ENV
+from paths import SAMPLES
 
 from cell_otf2 import __version__
 
 pytestmark = pytest.mark.slow  # each test starts the real command
 
-ROOT = Path(__file__).resolve().parent.parent
-SMALL = ROOT / "sample_traces" / "wraps-heartbeats"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+SMALL = SAMPLES / "wraps-heartbeats"
+ENV = {**BASE_ENV, "COLUMNS": "80"}
 COMMANDS = ([], ["convert"], ["check"], ["inspect"], ["report"], ["simulate"])
 
 

@@ -7,25 +7,13 @@ from pathlib import Path
 
 import pytest
 from otf2check import otf2_print_ok, read_events
+from paths import snapshot
 from test_otf2_writer import sample_defs, sample_events
 
 from cell_otf2 import output
 from cell_otf2.errors import OutputError, UsageError
 from cell_otf2.otf2_writer import write_archive
 from cell_otf2.output import ArchiveTarget
-
-
-def snapshot(directory: Path) -> dict[str, bytes | None]:
-    """Every entry below ``directory``: relative path -> file bytes (None for a directory)."""
-    out: dict[str, bytes | None] = {}
-    for root, dirs, files in os.walk(directory):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(root, d), directory)] = None
-        for f in files:
-            path = os.path.join(root, f)
-            out[os.path.relpath(path, directory)] = Path(path).read_bytes()
-    return out
-
 
 #: the first bytes of an OTF2 anchor and of any other OTF2 file (big-endian writer)
 ANCHOR_MARK, FILE_MARK = b"\x03BOTF2", b"\x03B"

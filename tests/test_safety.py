@@ -16,13 +16,11 @@ from pathlib import Path
 
 import pytest
 from otf2check import otf2_print_ok
+from paths import ENV, SAMPLES, snapshot
 
 pytestmark = pytest.mark.slow  # each test runs the real command, several times
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT / "sample_traces"
 SMALL = SAMPLES / "wraps-heartbeats"  # the smallest sample: conversions take a fraction of a s
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 #: root without the capabilities that ignore file permissions (the tests run as root)
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
 
@@ -31,17 +29,6 @@ def run(*args: str, cwd: Path | None = None, prefix: list[str] | None = None,
         timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([*(prefix or []), sys.executable, "-m", "cell_otf2", *args],
                           capture_output=True, text=True, env=ENV, cwd=cwd, timeout=timeout)
-
-
-def snapshot(directory: Path) -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for root, dirs, files in os.walk(directory):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(root, d), directory)] = None
-        for f in files:
-            p = os.path.join(root, f)
-            out[os.path.relpath(p, directory)] = Path(p).read_bytes()
-    return out
 
 
 def one_error(r: subprocess.CompletedProcess, status: int, *needles: str) -> str:
