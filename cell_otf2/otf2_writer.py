@@ -53,6 +53,7 @@ The writer never sorts and never changes a timestamp.
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import shutil
 import tempfile
@@ -299,15 +300,10 @@ class LibraryErrors:
                            + (f": {message}" if message and "%" not in message else ""))
 
 
-_LIBRARY_ERRORS: LibraryErrors | None = None
-
-
+@functools.cache
 def library_errors() -> LibraryErrors:
     """The process's ``LibraryErrors`` (registered with the library on first use)."""
-    global _LIBRARY_ERRORS
-    if _LIBRARY_ERRORS is None:
-        _LIBRARY_ERRORS = LibraryErrors()
-    return _LIBRARY_ERRORS
+    return LibraryErrors()
 
 
 _API: _CApi | None = None
