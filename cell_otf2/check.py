@@ -117,6 +117,8 @@ def check_command(
     try:
         result = check_run(run_dir)  # any other CellOtf2Error: one message, exit 3 (cli.main)
     except FormatError as exc:
+        if not exc.more:
+            raise  # one problem: one message, as conversion prints it (cli.main)
         if not quiet:
             problems = [exc, *exc.more]
             typer.echo(f"cell2otf2 check: {run_dir}: refused, {len(problems)} "
