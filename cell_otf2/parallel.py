@@ -565,7 +565,7 @@ def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[di
         records_total=sum(g["records"] for g in gathered),
     )
     counts: dict[str, int] = {}
-    assumed: dict[str, float] = {}
+    assumed: dict[str, float | str] = {}
     for g in gathered:
         for k, v in g["counts"].items():
             counts[k] = counts.get(k, 0) + v
