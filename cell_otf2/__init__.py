@@ -5,8 +5,9 @@ below load their modules on first use):
 
 - ``cell_otf2.convert(run_dir, archive, *, force=False, dma_style="rma", alpha=0.5,
   report=None, read_delay_ticks=0.0, accept_unsynchronized_nodes=False, progress=None) ->
-  Summary``: what ``cell2otf2 RUN_DIR -o ARCHIVE`` does, with the same options; raises ``CellOtf2Error`` (``cell_otf2.errors``)
-  where the command line would exit 3 or 4, ``ValueError`` for an option out of range.
+  Summary``: what ``cell2otf2 RUN_DIR -o ARCHIVE`` does, with the same options; raises
+  ``CellOtf2Error`` (``cell_otf2.errors``) where the command line would exit 3 or 4,
+  ``ValueError`` for an option out of range.
 - ``cell_otf2.inspect(run_dir) -> RunInfo``: what ``cell2otf2 inspect`` shows.
 - ``Summary`` (``to_dict()``, ``lines()``, ``lossy``) and ``RunInfo`` (``to_dict()``,
   ``lines()``): the dataclasses they return.
