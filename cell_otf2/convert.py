@@ -31,7 +31,7 @@ from .nodefit import fitted_node_maps
 from .order import Constraints, OrderOptions, build_constraints
 from .output import ArchiveTarget
 from .reader import read_dump
-from .timing import SyncResult, apply_times, synchronize
+from .timing import SyncResult, apply_times, pair_table, synchronize
 
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
@@ -240,6 +240,24 @@ class _Dumps:
         return dump
 
 
+def map_segments(m) -> list[dict]:
+    """A node map's pieces as the report lists them (CONTRACT 4), ascending: piece k maps a
+    raw node timebase x with ``first_timebase[k] <= x < first_timebase[k + 1]`` (the first
+    piece also below, the last also above) as ``offset_ticks + rate * x``. ``first_timebase``
+    is the smallest integer the archive mapped with that piece (``PiecewiseMap.to_reference``
+    takes piece k from knot k on); a straight map is one piece from 0."""
+    kn = getattr(m, "knots_node", None)
+    if kn is None or np.asarray(kn).size < 2:
+        return [{"first_timebase": 0, "offset_ticks": float(m.offset), "rate": float(m.rate)}]
+    kn = np.asarray(kn, dtype=np.float64)
+    kr = np.asarray(m.knots_ref, dtype=np.float64)
+    rate = np.diff(kr) / np.diff(kn)
+    offset = kr[:-1] - rate * kn[:-1]
+    first = np.ceil(kn[:-1]).astype(np.int64)
+    return [{"first_timebase": int(f), "offset_ticks": float(o), "rate": float(r)}
+            for f, o, r in zip(first.tolist(), offset.tolist(), rate.tolist(), strict=True)]
+
+
 def sync_report(pipe: Pipeline) -> dict:
     """The synchronization report of CONTRACT.md section 4."""
     dec, res = pipe.decoded, pipe.sync
@@ -253,7 +271,8 @@ def sync_report(pipe: Pipeline) -> dict:
         m = res.node_maps[i]
         nodes.append({"node": node.name, "offset_ticks": m.offset, "rate": m.rate,
                       "bound_ticks": m.bound, "method": m.method,
-                      "synchronized": m.method not in ("start-times", "unused")})
+                      "synchronized": m.method not in ("start-times", "unused"),
+                      "segments": map_segments(m)})
     intervals = []
     d = dec.domains
     for k in np.flatnonzero(d["kind"] == DomainKind.SPE_INTERVAL).tolist():
@@ -279,6 +298,8 @@ def sync_report(pipe: Pipeline) -> dict:
         "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
                  "records": int(sum(e.count for e in pipe.damage.entries()
                                     if e.kind not in ("gap", "missing_block")))},
+        "pairs": [{k: num(v) if isinstance(v, float) else v for k, v in p.items()}
+                  for p in (res.pairs if res.pairs is not None else pair_table(dec, res))],
         "assumed": pipe.constraints.assumed,
         "constraints": pipe.constraints.counts,
     }

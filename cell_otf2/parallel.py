@@ -61,7 +61,7 @@ from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
 from .order import Constraints, OrderOptions
 from .output import ArchiveTarget
-from .timing import SyncResult
+from .timing import SyncResult, pair_table
 
 P = fmt.PpeCode
 Progress = Callable[[str, float], None]
@@ -353,6 +353,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
         "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
         "counts": cons.counts, "assumed": cons.assumed,
         "sync_intervals": sync_intervals_property(dec, result),
+        "pairs": pair_table(dec, result), "node_relaxation": result.node_relaxation,
     }
     return good, span, info
 
@@ -554,6 +555,9 @@ def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[di
         relaxation=max(g["relaxation"] for g in gathered), node_maps=node_maps,
         order_violations=sum(g["violations"] for g in gathered),
         clamped=sum(g["clamped"] for g in gathered),
+        node_relaxation=np.max([g["node_relaxation"] for g in gathered], axis=0),
+        pairs=sorted((p for g in gathered for p in g["pairs"]),
+                     key=lambda p: [n.name for n in man.nodes].index(p["node"])),
     )
     decoded = Decoded(
         manifest=man, dump_names=layout.dump_names,

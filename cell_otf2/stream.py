@@ -520,6 +520,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
                 apply_times(dec, result, g.logs["sync"])
                 result.solutions = []
                 g.good, g.span, g.info = share_after_sync(dec, matches, cons, result)
+                result.constraints = None  # the report's pairs are in g.info
                 cons = drop_analysis(dec, matches, cons)
                 g.rma = rma_transfers(dec, matches, result.usable)
             spill.put(g.index, _State(dec, matches, result, timed=True))
