@@ -531,8 +531,9 @@ def pair_width_stats(
 
     Width of a pair = D[i, j] + D[j, i], the width of x[j] - x[i]'s feasible interval in
     the graph loosened by ``relaxation`` (Johnson: one potential, then Dijkstra from every
-    domain of ``keep`` forwards and backwards, in blocks of at most ``max_cells`` / len(keep)
-    sources, so memory is 16 * ``max_cells`` bytes whatever len(keep)). On reduced weights
+    domain of ``keep`` forwards and backwards, in blocks of at most ``max_cells`` /
+    ``n_domains`` sources, so memory is 16 * ``max_cells`` bytes beside the graph whatever
+    len(keep), and no matrix of len(keep)**2 is ever built). On reduced weights
     the potential cancels in the sum, so no precision is lost on raw clock values. Keys:
     ``max_all`` (every pair of ``keep``), ``max_spe`` (pairs of two SPE domains, ``is_spe``
     a mask over ``keep``), ``mean_spe_ppe`` (each SPE domain with ``ppe``, a domain of
@@ -560,7 +561,7 @@ def pair_width_stats(
     max_all = max_spe = -math.inf
     sum_spe = 0.0
     spe_ppe = []
-    block = max(1, max_cells // k)
+    block = max(1, max_cells // n_domains)  # Dijkstra gives rows x n_domains
     for at in range(0, k, block):
         rows = np.arange(at, min(k, at + block))
         w = (dijkstra(fwd, directed=True, indices=keep[rows])[:, keep]
