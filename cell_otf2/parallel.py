@@ -333,12 +333,13 @@ def _match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
     return node_maps, pairs, _MpiState(own, loc, order, found.messages, len(parts))
 
 
-def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
-                     result: SyncResult) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
+def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: SyncResult,
+                     pairs: bool = True) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
     """What a share of the run (a converter process's nodes, or a group of ``stream.py``)
     hands on once its records have their times: the usable flags of its MPI records
     (``_mpi_index`` order, for ``_paired``), its time span (None: no usable record), and its
-    interval bounds, counts and ``cell2otf2::sync_intervals`` values (``_whole_run``)."""
+    interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
+    report's pair figures (``_whole_run``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
@@ -353,7 +354,8 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
         "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
         "counts": cons.counts, "assumed": cons.assumed,
         "sync_intervals": sync_intervals_property(dec, result),
-        "pairs": pair_table(dec, result), "node_relaxation": result.node_relaxation,
+        "pairs": pair_table(dec, result) if pairs else [],
+        "node_relaxation": result.node_relaxation,
     }
     return good, span, info
 
@@ -503,7 +505,8 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         try:
             summary, whole = convert_groups(Team(steps), run_dir, tmp, target.name, _Clock(),
                                             spill, dma_style, alpha, order_options, progress,
-                                            group_bytes)
+                                            group_bytes,
+                                            pairs=report is not None)
         finally:
             spill.close()
         entered = False
