@@ -41,7 +41,8 @@ def _readings_only(pipe) -> Constraints:
     """The constraints with the switch links of the readings around each switch only: the
     last reading before STOP before the STOP record, START before the first reading after."""
     dec = pipe.decoded
-    base = build_constraints(dec, pipe.matches, OrderOptions(sources=ALL - {"switch"}))
+    base = build_constraints(dec, pipe.matches, OrderOptions(sources=ALL - {"switch"},
+                                                             read_delay_ticks=8))
     sw = dec.links[dec.links["kind"] == LinkKind.SWITCH]
     rec = dec.records
     stop, start = rec[sw["stop_rec"]], rec[sw["start_rec"]]
