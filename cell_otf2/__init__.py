@@ -4,9 +4,10 @@ Python API (everything else is internal; ``import cell_otf2`` imports nothing he
 below load their modules on first use):
 
 - ``cell_otf2.convert(run_dir, archive, *, force=False, dma_style="rma", alpha=0.5,
-  report=None, read_delay_ticks=8.0, progress=None) -> Summary``: what ``cell2otf2 RUN_DIR
-  -o ARCHIVE`` does, with the same options; raises ``CellOtf2Error`` (``cell_otf2.errors``)
-  where the command line would exit 3 or 4, ``ValueError`` for an option out of range.
+  report=None, read_delay_ticks=0.0, accept_unsynchronized_nodes=False, progress=None) ->
+  Summary``: what ``cell2otf2 RUN_DIR -o ARCHIVE`` does, with the same options; raises
+  ``CellOtf2Error`` (``cell_otf2.errors``) where the command line would exit 3 or 4,
+  ``ValueError`` for an option out of range.
 - ``cell_otf2.inspect(run_dir) -> RunInfo``: what ``cell2otf2 inspect`` shows.
 - ``Summary`` (``to_dict()``, ``lines()``, ``lossy``) and ``RunInfo`` (``to_dict()``,
   ``lines()``): the dataclasses they return.
@@ -36,21 +37,25 @@ if TYPE_CHECKING:
 def _api_convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
                  dma_style: str = "rma", alpha: float = 0.5, report: str | Path | None = None,
                  read_delay_ticks: float | None = None,
+                 accept_unsynchronized_nodes: bool = False,
                  progress: Progress | None = None) -> Summary:
     """Convert ``run_dir`` into the OTF2 archive ``archive`` (``.../name.otf2``).
 
     Options as on the command line: ``force`` replaces an existing archive, ``dma_style``
     "rma" or "messages", ``alpha`` in [0, 1], ``report`` a path for the sync report JSON,
-    ``read_delay_ticks`` >= 0 (default 8), ``progress(stage, fraction)`` a callback.
+    ``read_delay_ticks`` in 0..2^31 (default 0: slot order exact, least uniform relaxation;
+    D > 0: bounds that hold for any read delay up to D), ``accept_unsynchronized_nodes``
+    (a node placed only by its start readings is unusable input, ``lossy``, unless
+    accepted), ``progress(stage, fraction)`` a callback.
     """
     from .convert import convert
     from .emit import DmaStyle
-    from .order import OrderOptions
+    from .order import OrderOptions, check_read_delay
 
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-    if read_delay_ticks is not None and not read_delay_ticks >= 0:
-        raise ValueError(f"read_delay_ticks must be >= 0, got {read_delay_ticks}")
+    if read_delay_ticks is not None:
+        read_delay_ticks = check_read_delay(read_delay_ticks)
     try:
         style = DmaStyle(dma_style)
     except ValueError:
@@ -59,7 +64,8 @@ def _api_convert(run_dir: str | Path, archive: str | Path, *, force: bool = Fals
     options = (OrderOptions() if read_delay_ticks is None
                else OrderOptions(read_delay_ticks=float(read_delay_ticks)))
     return convert(run_dir, archive, force=force, dma_style=style, alpha=alpha, report=report,
-                   order_options=options, progress=progress)
+                   order_options=options, progress=progress,
+                   accept_unsynchronized_nodes=accept_unsynchronized_nodes)
 
 
 def _api_inspect(run_dir: str | Path) -> RunInfo:

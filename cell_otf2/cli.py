@@ -147,6 +147,16 @@ def _finite(value: float) -> float:
     return value
 
 
+def _read_delay(value: float) -> float:
+    """``--read-delay-ticks``: finite, 0 .. 2^31 ticks (``order.MAX_READ_DELAY_TICKS``)."""
+    from .order import check_read_delay
+
+    try:
+        return check_read_delay(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 @app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command: "
              "cell2otf2 RUN_DIR -o ARCHIVE.otf2).", epilog=EXIT_HELP)
 @_interruptible
@@ -177,10 +187,15 @@ def convert_command(
                             help="where offsets sit between their bounds (0 lower, 1 upper)")
     ] = 0.5,
     read_delay_ticks: Annotated[
-        float, typer.Option("--read-delay-ticks", min=0.0, metavar="D",
-                            help="assumed longest delay between a slot's reservation and its "
-                                 "clock reading; 0 = the published algorithm's assumption")
-    ] = 8.0,
+        float, typer.Option("--read-delay-ticks", callback=_read_delay, metavar="D",
+                            help="guaranteed mode: bounds hold for any delay up to D ticks "
+                                 "between a slot's reservation and its clock reading; 0 "
+                                 "(default): slot order exact, least uniform relaxation")
+    ] = 0.0,
+    accept_unsynchronized_nodes: Annotated[
+        bool, typer.Option("--accept-unsynchronized-nodes",
+                           help="exit 0 even if a node is placed only by its start readings")
+    ] = False,
 ) -> None:
     from .convert import convert
     from .order import OrderOptions
@@ -189,7 +204,8 @@ def convert_command(
     try:
         summary = convert(run_dir, output, force=force, dma_style=dma_style, alpha=alpha,
                           report=report, progress=progress,
-                          order_options=OrderOptions(read_delay_ticks=read_delay_ticks))
+                          order_options=OrderOptions(read_delay_ticks=read_delay_ticks),
+                          accept_unsynchronized_nodes=accept_unsynchronized_nodes)
     finally:
         progress.close()
     if not quiet and summary.rank == 0:  # a parallel conversion prints once

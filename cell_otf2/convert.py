@@ -31,7 +31,7 @@ from .nodefit import fitted_node_maps
 from .order import Constraints, OrderOptions, build_constraints
 from .output import ArchiveTarget, RunInputs
 from .reader import read_dump
-from .timing import SyncResult, apply_times, synchronize
+from .timing import SyncResult, apply_times, pair_table, synchronize
 
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
@@ -74,10 +74,18 @@ class Summary:
     locations_handed_over: int = 0
     events_handed_over: int = 0
     rank: int = 0  # the converter process this copy was returned to; only rank 0 prints
+    #: every node but the reference's that hosts a process: name, method (``NodeMap``),
+    #: bound_ticks and bound_us (None: unknown)
+    nodes: list[dict] = field(default_factory=list)
+    #: nodes placed only by the manifest's start readings (NTP-accurate at best): unusable
+    #: input unless ``accept_unsynchronized_nodes``
+    unsynchronized_nodes: list[str] = field(default_factory=list)
+    accept_unsynchronized_nodes: bool = False
 
     @property
     def lossy(self) -> bool:
-        return bool(self.damage)
+        return bool(self.damage) or bool(self.unsynchronized_nodes
+                                         and not self.accept_unsynchronized_nodes)
 
     def to_dict(self) -> dict:
         """Every field (JSON-ready) plus ``lossy``; ``damage`` holds the summary's lines."""
@@ -95,14 +103,25 @@ class Summary:
             f"  messages matched {self.messages_matched} (mailbox, signal, MPI), DMA transfers "
             f"{self.dma_transfers} ({self.dma_completed} completed at a tag wait)",
             f"  clock intervals synchronized {self.intervals_bounded} of {self.intervals}; "
-            f"bound worst {self.bound_worst_ticks:.1f} ticks ({self.bound_worst_us:.3f} us), "
-            f"mean {self.bound_mean_ticks:.1f} ticks ({self.bound_mean_us:.3f} us); "
             f"relaxation {self.relaxation_ticks:.2f} ticks; "
             f"order violations {self.order_violations}",
+            f"  bound worst {self.bound_worst_ticks:.1f} ticks ({self.bound_worst_us:.3f} us), "
+            f"mean {self.bound_mean_ticks:.1f} ticks ({self.bound_mean_us:.3f} us)",
         ]
-        if self.damage:
-            out.append(f"  lost or unusable input ({len(self.damage)} kinds):")
-            out.extend(f"    {line}" for line in self.damage)
+        accepted = " (accepted)" if self.accept_unsynchronized_nodes else ""
+        out.extend(_node_line(n) + (accepted if n["method"] == "start-times" else "")
+                   for n in self.nodes)
+        unusable = list(self.damage)
+        if self.unsynchronized_nodes and not accepted:
+            names = self.unsynchronized_nodes
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
+                                            else "")
+            unusable.append(f"unsynchronized_node: {shown} by start readings only\n"
+                            "      (exit 1; --accept-unsynchronized-nodes accepts them)")
+        if unusable:
+            out.append(f"  lost or unusable input ({len(unusable)} kinds):")
+            out.extend(f"    {part}" if i == 0 else part for line in unusable
+                       for i, part in enumerate(line.split("\n")))
         else:
             out.append("  lost or unusable records: none")
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
@@ -113,6 +132,22 @@ class Summary:
                    "events) handed to a less busy process while writing")
         out.append(f"  wall time {self.wall_seconds:.2f}s{on} ({stages})")
         return out
+
+
+#: how a node's clock was placed, in the summary's words (``NodeMap.method``)
+_NODE_METHODS = {"fit": "fitted to MPI messages", "constant": "constant offset from MPI",
+                 "linear": "linear interpolation of MPI", "start-times": "start readings only"}
+
+
+def _node_line(n: dict) -> str:
+    """One summary line for a non-reference node (at most 100 columns for names of 24)."""
+    how = _NODE_METHODS.get(n["method"], n["method"])
+    if n["method"] == "start-times":
+        return f"  node {n['name']}: {how}, NOT synchronized (NTP-accurate at best)"
+    if n["bound_ticks"] is None:
+        return f"  node {n['name']}: {how}, bound unknown"
+    return (f"  node {n['name']}: {how}, bound {n['bound_ticks']:.1f} ticks "
+            f"({n['bound_us']:.3f} us)")
 
 
 @dataclass
@@ -223,6 +258,24 @@ RECORD_KINDS = frozenset({
     "backwards_timebase", "unusable_time", "unresolved_wrap"})
 
 
+def map_segments(m) -> list[dict]:
+    """A node map's pieces as the report lists them (docs/sync-report.md), ascending: piece k maps a
+    raw node timebase x with ``first_timebase[k] <= x < first_timebase[k + 1]`` (the first
+    piece also below, the last also above) as ``offset_ticks + rate * x``. ``first_timebase``
+    is the smallest integer the archive mapped with that piece (``PiecewiseMap.to_reference``
+    takes piece k from knot k on); a straight map is one piece from 0."""
+    kn = getattr(m, "knots_node", None)
+    if kn is None or np.asarray(kn).size < 2:
+        return [{"first_timebase": 0, "offset_ticks": float(m.offset), "rate": float(m.rate)}]
+    kn = np.asarray(kn, dtype=np.float64)
+    kr = np.asarray(m.knots_ref, dtype=np.float64)
+    rate = np.diff(kr) / np.diff(kn)
+    offset = kr[:-1] - rate * kn[:-1]
+    first = np.ceil(kn[:-1]).astype(np.int64)
+    return [{"first_timebase": int(f), "offset_ticks": float(o), "rate": float(r)}
+            for f, o, r in zip(first.tolist(), offset.tolist(), rate.tolist(), strict=True)]
+
+
 def sync_report(pipe: Pipeline) -> dict:
     """The synchronization report (docs/sync-report.md)."""
     dec, res = pipe.decoded, pipe.sync
@@ -235,7 +288,9 @@ def sync_report(pipe: Pipeline) -> dict:
     for i, node in enumerate(man.nodes):
         m = res.node_maps[i]
         nodes.append({"node": node.name, "offset_ticks": m.offset, "rate": m.rate,
-                      "bound_ticks": m.bound, "method": m.method})
+                      "bound_ticks": m.bound, "method": m.method,
+                      "synchronized": m.method not in ("start-times", "unused"),
+                      "segments": map_segments(m)})
     intervals = []
     d = dec.domains
     for k in np.flatnonzero(d["kind"] == DomainKind.SPE_INTERVAL).tolist():
@@ -255,11 +310,14 @@ def sync_report(pipe: Pipeline) -> dict:
         "timebase_hz": man.timebase_hz,
         "relaxation_ticks": res.relaxation,
         "nodes": nodes,
+        "unsynchronized_nodes": [n["node"] for n in nodes if n["method"] == "start-times"],
         "intervals": intervals,
         "order_violations": res.order_violations,
         "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
                  "records": int(sum(e.count for e in pipe.damage.entries()
                                     if e.kind in RECORD_KINDS))},
+        "pairs": [{k: num(v) if isinstance(v, float) else v for k, v in p.items()}
+                  for p in (res.pairs if res.pairs is not None else pair_table(dec, res))],
         "assumed": pipe.constraints.assumed,
         "constraints": pipe.constraints.counts,
     }
@@ -268,8 +326,12 @@ def sync_report(pipe: Pipeline) -> dict:
 def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
             dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
             report: str | Path | None = None, order_options: OrderOptions | None = None,
-            progress: Progress | None = None) -> Summary:
+            progress: Progress | None = None,
+            accept_unsynchronized_nodes: bool = False) -> Summary:
     """Convert one run directory into an OTF2 archive; returns the summary.
+
+    A node placed only by the manifest's start readings makes the summary ``lossy`` (exit 1)
+    unless ``accept_unsynchronized_nodes``.
 
     On any failure or interruption the output path is left as it was: ``ArchiveTarget``
     removes its staging directory, and the directories ``prepare`` created are removed again.
@@ -285,15 +347,19 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
     if world is not None:
         from .parallel import convert_parallel
 
-        return convert_parallel(world, run_dir, archive, force=force, dma_style=dma_style,
-                                alpha=alpha, report=report, order_options=order_options,
-                                progress=progress)
+        summary = convert_parallel(world, run_dir, archive, force=force, dma_style=dma_style,
+                                   alpha=alpha, report=report, order_options=order_options,
+                                   progress=progress)
+        summary.accept_unsynchronized_nodes = accept_unsynchronized_nodes
+        return summary
     wall0 = time.perf_counter()
     target = ArchiveTarget(archive, report)
     target.prepare(force, RunInputs.of(run_dir))  # may create missing output directories
     try:
-        return convert_streamed(run_dir, target, str(archive), wall0, DmaStyle(dma_style),
-                                alpha, report, order_options, progress)
+        summary = convert_streamed(run_dir, target, str(archive), wall0, DmaStyle(dma_style),
+                                   alpha, report, order_options, progress)
+        summary.accept_unsynchronized_nodes = accept_unsynchronized_nodes
+        return summary
     except BaseException:
         target.remove_made()
         raise
@@ -344,4 +410,21 @@ def _summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
     s.lost_blocks = dec.blocks_missing
     s.damage = pipe.damage.summary_lines()
     s.stage_seconds = dict(timings)
+    s.nodes = node_placements(dec, res)
+    s.unsynchronized_nodes = [n["name"] for n in s.nodes if n["method"] == "start-times"]
     return s
+
+
+def node_placements(dec: Decoded, res: SyncResult) -> list[dict]:
+    """Every node but the reference's that hosts a process: how its clock was placed."""
+    man = dec.manifest
+    hz = man.timebase_hz
+    out = []
+    for i, node in enumerate(man.nodes):
+        m = res.node_maps[i]
+        if m.method in ("reference", "unused"):
+            continue
+        b = None if m.bound is None or not np.isfinite(m.bound) else float(m.bound)
+        out.append({"name": node.name, "method": m.method, "bound_ticks": b,
+                    "bound_us": None if b is None else b / hz * 1e6})
+    return out

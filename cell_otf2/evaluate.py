@@ -20,7 +20,7 @@ offset + local). Metrics, each a small function on arrays so tests can check it 
 - ``order_violations``: pairs whose written times are reversed: matched messages (send after
   receive), DMA issue after its completing tag wait, CTX_RUN_BEGIN after START, EXIT after
   CTX_RUN_END; plus ``held``.
-- ``table1``: the paper's Table 1 columns (``sync.error_table``) from ``sync.all_pairs_bounds``
+- ``table1``: the paper's Table 1 columns (``sync.error_table``'s) from ``sync.pair_width_stats``
   over the node domain and the non-empty SPE intervals of one node (an evenly spaced subset
   when there are more than ``max_domains``).
 
@@ -43,7 +43,7 @@ from .decode import Decoded
 from .match import Matches
 from .model import DomainKind, LocKind
 from .order import Constraints
-from .sync import all_pairs_bounds, error_table
+from .sync import pair_width_stats
 from .timing import NodeMap, SyncResult, apply_times
 from .truth import Truth
 
@@ -201,16 +201,20 @@ def table1_subset(dec: Decoded, node: int, max_domains: int = 400) -> np.ndarray
 
 def table1(dec: Decoded, cons: Constraints, relaxation: float, node: int,
            subset: np.ndarray) -> dict[str, float]:
-    """Table 1 columns of ``cons`` (loosened by ``relaxation``) over ``subset`` of ``node``."""
+    """Table 1 columns of ``cons`` (loosened by ``relaxation``) over ``subset`` of ``node``
+    (its node domain first), with the report's code (``sync.pair_width_stats``); the error
+    of a pair here is half the width (``sync.error_table``'s keys and meaning)."""
     members = np.flatnonzero(dec.domains["node"] == node)
     index = np.full(dec.domains.size, -1, dtype=np.int64)
     index[members] = np.arange(members.size)
     s, d = index[cons.src], index[cons.dst]
     keep = (s >= 0) & (d >= 0)
-    D = all_pairs_bounds(members.size, s[keep], d[keep], cons.weight[keep], relaxation,
-                         subset=index[subset])
     is_spe = dec.domains["kind"][subset] == DomainKind.SPE_INTERVAL
-    return error_table(D, is_spe, 0)
+    st = pair_width_stats(members.size, s[keep], d[keep], cons.weight[keep], relaxation,
+                          index[subset], is_spe, int(index[subset[0]]))
+    return {"max_error_all": st["max_all"] / 2, "max_error_spe": st["max_spe"] / 2,
+            "mean_error_spe_ppe": st["mean_spe_ppe"] / 2,
+            "mean_error_spe_spe": st["mean_spe_spe"] / 2}
 
 
 def evaluate(pipe: Pipeline, truth: Truth, est: Estimate,

@@ -44,12 +44,27 @@ class OrderOptions:
     restore_latency_s: float = 10e-6  # compensated restore: clock late by 0..this
     write_latency_s: float = 1e-6  # DECR_WRITE: write this long after its reading at most
     kernel_read_slack_ticks: int = 4  # kernel's two timebase readings vs the real instants
-    #: how long after its reservation a clock is read at most (docs/format.md 6.3: "a few ticks");
-    #: slot-order pairs are loosened by it so that they hold for the true times
-    read_delay_ticks: float = 8.0
+    #: how long after its reservation a clock is read at most (docs/format.md 6.3: "a few
+    #: ticks"). 0 (default, docs/sync-report.md): slot-order pairs are taken as exact and the
+    #: solver loosens every constraint by the least uniform amount that makes them feasible;
+    #: D > 0 (the guaranteed mode): slot-order pairs are loosened by D so the bounds hold for
+    #: any delay up to D
+    read_delay_ticks: float = 0.0
     #: constraint sources to build (None: all): "slot_order", "block", "semantic", "switch",
     #: "continuity"; the published algorithm uses slot order only
     sources: frozenset[str] | None = None
+
+
+#: the largest read delay accepted (a decrementer step of 2^31 ticks is a possible wrap)
+MAX_READ_DELAY_TICKS = float(2**31)
+
+
+def check_read_delay(value: float) -> float:
+    """``value`` as a read delay in ticks, or ValueError unless finite and 0..2^31."""
+    value = float(value)
+    if not 0.0 <= value <= MAX_READ_DELAY_TICKS:  # also false for NaN
+        raise ValueError(f"read delay must be a finite number of ticks in 0..2^31, got {value}")
+    return value
 
 
 @dataclass
@@ -58,7 +73,8 @@ class Constraints:
     dst: np.ndarray  # int64
     weight: np.ndarray  # float64: x[dst] - x[src] <= weight
     counts: dict[str, int] = field(default_factory=dict)  # constraints per source
-    assumed: dict[str, float] = field(default_factory=dict)  # slacks used, in ticks
+    #: slacks used, in ticks, and ``slot_order``: "exact" or "read delay" (``OrderOptions``)
+    assumed: dict[str, float | str] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -96,7 +112,9 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     src, dst, w = _pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
                          a["domain"][1:][same_rank], a["local"][1:][same_rank])
     add("slot_order", (src, dst, w + opts.read_delay_ticks))
-    assumed: dict[str, float] = {"read_delay_ticks": float(opts.read_delay_ticks)}
+    assumed: dict[str, float | str] = {
+        "slot_order": "read delay" if opts.read_delay_ticks > 0 else "exact",
+        "read_delay_ticks": float(opts.read_delay_ticks)}
     # block records before their header (only records whose header reads another clock give
     # a constraint: found from the header's domain alone, then the readings of those)
     head_domain = anc["domain"][rec["anchor"]]

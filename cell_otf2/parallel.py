@@ -61,7 +61,7 @@ from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
 from .order import Constraints, OrderOptions
 from .output import ArchiveTarget, RunInputs
-from .timing import SyncResult
+from .timing import SyncResult, pair_table
 
 P = fmt.PpeCode
 Progress = Callable[[str, float], None]
@@ -333,12 +333,13 @@ def _match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
     return node_maps, pairs, _MpiState(own, loc, order, found.messages, len(parts))
 
 
-def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
-                     result: SyncResult) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
+def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: SyncResult,
+                     pairs: bool = True) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
     """What a share of the run (a converter process's nodes, or a group of ``stream.py``)
     hands on once its records have their times: the usable flags of its MPI records
     (``_mpi_index`` order, for ``_paired``), its time span (None: no usable record), and its
-    interval bounds, counts and ``cell2otf2::sync_intervals`` values (``_whole_run``)."""
+    interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
+    report's pair figures (``_whole_run``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
@@ -353,6 +354,8 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
         "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
         "counts": cons.counts, "assumed": cons.assumed,
         "sync_intervals": sync_intervals_property(dec, result),
+        "pairs": pair_table(dec, result) if pairs else [],
+        "node_relaxation": result.node_relaxation,
     }
     return good, span, info
 
@@ -494,7 +497,8 @@ def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
         try:
             summary, whole = convert_groups(Team(steps), run_dir, tmp, target.name,
                                             _Clock(progress), spill, dma_style, alpha,
-                                            order_options, progress, group_bytes)
+                                            order_options, progress, group_bytes,
+                                            pairs=report is not None)
         finally:
             spill.close()
         if root and report is not None:  # moved into place with the archive
@@ -540,6 +544,9 @@ def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[di
         relaxation=max(g["relaxation"] for g in gathered), node_maps=node_maps,
         order_violations=sum(g["violations"] for g in gathered),
         clamped=sum(g["clamped"] for g in gathered),
+        node_relaxation=np.max([g["node_relaxation"] for g in gathered], axis=0),
+        pairs=sorted((p for g in gathered for p in g["pairs"]),
+                     key=lambda p: [n.name for n in man.nodes].index(p["node"])),
     )
     decoded = Decoded(
         manifest=man, dump_names=layout.dump_names,
@@ -551,7 +558,7 @@ def _whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[di
         records_total=sum(g["records"] for g in gathered),
     )
     counts: dict[str, int] = {}
-    assumed: dict[str, float] = {}
+    assumed: dict[str, float | str] = {}
     for g in gathered:
         for k, v in g["counts"].items():
             counts[k] = counts.get(k, 0) + v

@@ -403,7 +403,8 @@ def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
         try:
             summary, whole = convert_groups(Alone(), Path(run_dir), Path(tmp), target.name,
                                             clock, spill, DmaStyle(dma_style), alpha,
-                                            order_options, progress, group_bytes)
+                                            order_options, progress, group_bytes,
+                                            pairs=report is not None)
         finally:
             spill.close()
         if report is not None:  # moved into place with the archive
@@ -425,12 +426,13 @@ def _split(values: list, sizes: list[int]) -> list[list]:
 
 def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
                    dma_style: DmaStyle, alpha: float, order_options, progress,
-                   group_bytes: int | None):
+                   group_bytes: int | None, *, pairs: bool = True):
     """Phases A-E over this process's groups of nodes; the collectives go through ``team``
     (``Alone``, or ``parallel.Team``: each process then holds the nodes ``parallel.partition``
     gives it). Returns (summary, whole-run ``Pipeline``) on process 0, (None, None) on the
     others. ``group_bytes``: as ``convert_streamed``'s (None: groups of ``GROUP_BYTES`` /
-    processes when the run's dumps total more than ``IN_MEMORY_BYTES``, else one group)."""
+    processes when the run's dumps total more than ``IN_MEMORY_BYTES``, else one group).
+    ``pairs``: compute the report's pair figures (``timing.pair_table``; only for a report)."""
     root = team.rank == 0
     first_logs = {s: DamageLog() for s in _STAGES}  # what this process finds at once
 
@@ -523,7 +525,8 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
                                      node_maps=node_maps)
                 apply_times(dec, result, g.logs["sync"])
                 result.solutions = []
-                g.good, g.span, g.info = share_after_sync(dec, matches, cons, result)
+                g.good, g.span, g.info = share_after_sync(dec, matches, cons, result, pairs)
+                result.constraints = None  # the report's pairs are in g.info
                 cons = drop_analysis(dec, matches, cons)
                 g.rma = rma_transfers(dec, matches, result.usable)
             spill.put(g.index, _State(dec, matches, result, timed=True))

@@ -523,6 +523,68 @@ def all_pairs_bounds(
     return dist if subset is None else dist[:, rows]
 
 
+def pair_width_stats(
+    n_domains: int, src, dst, weight, relaxation: float, keep, is_spe, ppe: int,
+    max_cells: int = 1 << 22,
+) -> dict[str, float]:
+    """The paper's Table 1 figures over the domains ``keep`` without an all-pairs matrix.
+
+    Width of a pair = D[i, j] + D[j, i], the width of x[j] - x[i]'s feasible interval in
+    the graph loosened by ``relaxation`` (Johnson: one potential, then Dijkstra from every
+    domain of ``keep`` forwards and backwards, in blocks of at most ``max_cells`` /
+    ``n_domains`` sources, so memory is 16 * ``max_cells`` bytes beside the graph whatever
+    len(keep), and no matrix of len(keep)**2 is ever built). On reduced weights
+    the potential cancels in the sum, so no precision is lost on raw clock values. Keys:
+    ``max_all`` (every pair of ``keep``), ``max_spe`` (pairs of two SPE domains, ``is_spe``
+    a mask over ``keep``), ``mean_spe_ppe`` (each SPE domain with ``ppe``, a domain of
+    ``keep``), ``mean_spe_spe`` (every unordered SPE pair); NaN where there is no such pair,
+    inf where a pair is unbounded. Raises ValueError like ``all_pairs_bounds``.
+    """
+    src, dst, weight = _as_edges(n_domains, src, dst, weight)
+    keep = np.asarray(keep, dtype=np.int64)
+    is_spe = np.asarray(is_spe, dtype=bool)
+    k = keep.size
+    stats = {"max_all": math.nan, "max_spe": math.nan, "mean_spe_ppe": math.nan,
+             "mean_spe_spe": math.nan}
+    if k < 2:
+        return stats
+    graph, potential = _reduced_graph(n_domains, src, dst, weight, anchor=int(keep[0]))
+    need = potential.relaxation
+    if relaxation < need - 1e-9 * max(1.0, abs(need)):
+        raise ValueError(f"relaxation {relaxation} below the required {need}: negative cycles")
+    graph = graph.loosened(max(0.0, relaxation - need))
+    shape = (n_domains, n_domains)
+    fwd = csr_matrix((graph.red, (graph.src, graph.dst)), shape=shape)
+    bwd = csr_matrix((graph.red, (graph.dst, graph.src)), shape=shape)
+    ppe_at = int(np.flatnonzero(keep == ppe)[0]) if (keep == ppe).any() else -1
+    spe_pos = np.flatnonzero(is_spe)
+    max_all = max_spe = -math.inf
+    sum_spe = 0.0
+    spe_ppe = []
+    block = max(1, max_cells // n_domains)  # Dijkstra gives rows x n_domains
+    for at in range(0, k, block):
+        rows = np.arange(at, min(k, at + block))
+        w = (dijkstra(fwd, directed=True, indices=keep[rows])[:, keep]
+             + dijkstra(bwd, directed=True, indices=keep[rows])[:, keep])
+        w[np.arange(rows.size), rows] = -math.inf  # not a pair
+        max_all = max(max_all, float(w.max()))
+        mine = is_spe[rows]
+        if mine.any() and spe_pos.size:
+            ws = w[np.ix_(mine, spe_pos)]
+            max_spe = max(max_spe, float(ws.max()))
+            sum_spe += float(ws[ws > -math.inf].sum())  # the diagonal is no pair
+            if ppe_at >= 0:
+                spe_ppe.append(w[mine, ppe_at])
+    n_spe = spe_pos.size
+    stats["max_all"] = max_all
+    if n_spe >= 2:
+        stats["max_spe"] = max_spe
+        stats["mean_spe_spe"] = sum_spe / (n_spe * (n_spe - 1))  # each pair counted twice
+    if spe_ppe:
+        stats["mean_spe_ppe"] = float(np.concatenate(spe_ppe).mean())
+    return stats
+
+
 def pair_errors(D: np.ndarray) -> np.ndarray:
     """E[i, j] = (D[i, j] + D[j, i]) / 2: half the width of x[j] - x[i]'s feasible interval."""
     D = np.asarray(D, dtype=np.float64)

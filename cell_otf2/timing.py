@@ -30,7 +30,7 @@ from .damage import DamageKind, DamageLog
 from .decode import Decoded, LinkKind
 from .model import DomainKind
 from .order import Constraints
-from .sync import SyncSolution, solve
+from .sync import SyncSolution, pair_width_stats, solve
 
 
 @dataclass
@@ -57,6 +57,12 @@ class SyncResult:
     usable: np.ndarray | None = None  # per record
     order_violations: int = 0
     clamped: int = 0  # records held at their predecessor's time
+    #: per node, the relaxation of its own solution (0 where nothing was solved)
+    node_relaxation: np.ndarray | None = None
+    #: the constraints actually solved (wrap links included), until the caller drops them
+    constraints: Constraints | None = None
+    #: the report's ``pairs`` (``pair_table``), once computed
+    pairs: list[dict] | None = None
 
 
 def start_time_maps(dec: Decoded) -> list[NodeMap]:
@@ -236,6 +242,7 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
     upper = np.zeros(n)
     bounded = np.full(n, "both", dtype="<U5")
     relaxation = 0.0
+    node_relaxation = np.zeros(dec.n_nodes)
     solutions = []
     node_of_dom = doms["node"]
     for node in range(dec.n_nodes):
@@ -251,12 +258,65 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
         offset[members], lower[members], upper[members] = sol.offset, sol.lower, sol.upper
         bounded[members] = sol.bounded
         relaxation = max(relaxation, sol.relaxation)
+        node_relaxation[node] = sol.relaxation
         solutions.append(sol)
     is_node = doms["kind"] == DomainKind.NODE
     offset[is_node] = lower[is_node] = upper[is_node] = 0.0
     bounded[is_node] = "both"
     return SyncResult(offset, lower, upper, bounded, relaxation,
-                      node_maps or start_time_maps(dec), solutions)
+                      node_maps or start_time_maps(dec), solutions,
+                      node_relaxation=node_relaxation, constraints=cons)
+
+
+#: the report's pairs cost one Dijkstra over a node's domains per pair domain and direction
+#: (~2 ms each for 2400 domains, ~25 per domain after collapsing): the pair domains of a node
+#: are all of them while domains x pair domains stays within this, else an evenly spaced
+#: subset of at least ``PAIRS_MIN_DOMAINS`` (the report's ``domains`` < ``of``): about 2 s
+#: per node at most
+PAIRS_BUDGET = 1000 * 1000
+PAIRS_MIN_DOMAINS = 100
+
+
+def pair_table(dec: Decoded, result: SyncResult, max_domains: int | None = None) -> list[dict]:
+    """The report's ``pairs`` (docs/sync-report.md): per node with SPE intervals, the published
+    Table 1 figures over its node domain and its SPE intervals bounded from both sides (at
+    most ``max_domains`` in all, evenly spaced; default from ``PAIRS_BUDGET``), in the
+    constraints ``result`` solved, loosened by that node's relaxation
+    (``sync.pair_width_stats``: error of a pair = width of the two domains' relative offset;
+    memory linear in the node's domains). Stores them in ``result.pairs`` too. Needs
+    ``result.constraints``."""
+    if result.pairs is not None:
+        return result.pairs
+    cons = result.constraints
+    if cons is None:
+        raise ValueError("pair_table needs the constraints the result solved")
+    doms = dec.domains
+    names = [n.name for n in dec.manifest.nodes]
+    out = []
+    iv = (doms["kind"] == DomainKind.SPE_INTERVAL) & (result.bounded == "both")
+    for node in np.unique(doms["node"][iv]).tolist():
+        members = np.flatnonzero(doms["node"] == node)
+        index = np.full(doms.size, -1, dtype=np.int64)
+        index[members] = np.arange(members.size)
+        s, d = index[cons.src], index[cons.dst]
+        ok = (s >= 0) & (d >= 0)
+        mine = np.flatnonzero(iv & (doms["node"] == node))
+        total = mine.size
+        most = (max_domains if max_domains is not None
+                else max(PAIRS_MIN_DOMAINS, PAIRS_BUDGET // members.size))
+        if mine.size > most - 1:
+            mine = mine[np.linspace(0, mine.size - 1, most - 1).round().astype(np.int64)]
+        keep = np.r_[node, mine]
+        relax = (float(result.node_relaxation[node]) if result.node_relaxation is not None
+                 else float(result.relaxation))
+        st = pair_width_stats(members.size, s[ok], d[ok], cons.weight[ok], relax,
+                              index[keep], np.arange(keep.size) > 0, int(index[node]))
+        out.append({"node": names[node], "max_all_ticks": st["max_all"],
+                    "max_spe_ticks": st["max_spe"], "mean_spe_ppe_ticks": st["mean_spe_ppe"],
+                    "mean_spe_spe_ticks": st["mean_spe_spe"], "domains": int(keep.size),
+                    "of": int(total) + 1})
+    result.pairs = out
+    return out
 
 
 def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:

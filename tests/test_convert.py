@@ -21,6 +21,7 @@ from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.convert import analyze, convert  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
+from cell_otf2.order import OrderOptions  # noqa: E402
 from cell_otf2.reader import read_dump  # noqa: E402
 
 P, S = fmt.PpeCode, fmt.SpeCode
@@ -184,12 +185,22 @@ def test_simulated_run_converts(sim_run, tmp_path):
     check_archive(anchor, run)
 
 
-def test_sync_against_truth(sim_run):
+#: read delay -> how far the truth may lie outside a bound loosened by the relaxation: the
+#: default (slot order exact, docs/sync-report.md) bounds have the published algorithm's meaning and
+#: the simulator's readings trail their reservations by up to 8 ticks, so the truth lies
+#: within 4 ticks of them (3 but after a restored context switch); with
+#: ``--read-delay-ticks 8`` (guaranteed mode) inside them
+TRUTH_BEYOND_BOUND = {0.0: 4.0, 8.0: 0.0}
+
+
+@pytest.mark.parametrize("read_delay", sorted(TRUTH_BEYOND_BOUND))
+def test_sync_against_truth(sim_run, read_delay):
     """Every record's synchronized time is within its interval's bound of the truth."""
     truth_mod = pytest.importorskip("cell_otf2.truth")
     name, run = sim_run
     truth = truth_mod.load_truth(run)
-    pipe = analyze(run)
+    pipe = analyze(run, order_options=OrderOptions(read_delay_ticks=read_delay))
+    beyond = TRUTH_BEYOND_BOUND[read_delay]
     dec, res = pipe.decoded, pipe.sync
     rec = dec.records
     rank = dec.locations["rank"][rec["loc"]]
@@ -200,7 +211,7 @@ def test_sync_against_truth(sim_run):
         true_t[sel] = times[rec["slot"][sel]]
     err = rec["time"][has] - true_t[has]
     width = (res.upper - res.lower)[rec["domain"][has]]
-    slack = width + 2 * res.relaxation + 1  # + rounding of the result
+    slack = width + 2 * (res.relaxation + beyond) + 1  # + rounding of the result
     bad = np.abs(err) > slack
     assert not bad.any(), (name, np.abs(err).max(), int(bad.sum()))
     # interval offsets: truth inside the bounds loosened by the relaxation
@@ -213,7 +224,8 @@ def test_sync_against_truth(sim_run):
         key = (int(d["rank"][k]), int(d["ctx"][k]), int(d["interval"][k]))
         if not np.isfinite(res.lower[k]) or not np.isfinite(res.upper[k]):
             continue
-        assert res.lower[k] - res.relaxation - 1 <= tv[key] <= res.upper[k] + res.relaxation + 1
+        loose = res.relaxation + beyond + 1
+        assert res.lower[k] - loose <= tv[key] <= res.upper[k] + loose
     # dense workloads: the well-observed intervals are tight
     if name.startswith(("fft", "matmul")) and "restored" not in name:
         big = iv[d["readings"][iv] >= 50]

@@ -24,7 +24,13 @@ from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.convert import analyze  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
 from cell_otf2.model import LocKind  # noqa: E402
+from cell_otf2.order import OrderOptions  # noqa: E402
 from cell_otf2.reader import read_dump  # noqa: E402
+
+#: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
+#: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact
+#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_sync.py)
+GUARANTEED = OrderOptions(read_delay_ticks=8)
 
 P, S = fmt.PpeCode, fmt.SpeCode
 
@@ -180,7 +186,7 @@ def test_gap_invents_no_order(tmp_path, seed):
     300 to 1300 ticks and put true offsets outside their bounds. Pairing stops at the loss."""
     run = simulate(tmp_path / "run", seed=seed, workload="fft", spes=4, phases=3, chunks=6,
                    damage=["gap"])
-    pipe = analyze(run)
+    pipe = analyze(run, order_options=GUARANTEED)
     assert pipe.damage.summary_lines()[0].startswith("gap: ")
     assert pipe.sync.relaxation == 0.0
     assert not truth_offsets_inside(run, pipe)
@@ -443,7 +449,7 @@ def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
     assert_archive_valid(anchor)
 
     # --- the records: only the damaged ones are gone
-    pipe, clean_pipe = analyze(run), analyze(clean)
+    pipe, clean_pipe = analyze(run), analyze(clean)  # the archive's (default) times
     keys, clean_keys = record_keys(pipe, truth), record_keys(clean_pipe, clean_truth)
     gone, added = set(clean_keys) - set(keys), set(keys) - set(clean_keys)
     assert len(gone) == records_removed(kind, log, clean_pipe, truth)
@@ -474,7 +480,8 @@ def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
     assert np.all(np.abs(t - ct) <= slack), np.abs(t - ct).max()
     true_t = np.array([truth.slot_time[int(r)][s] for r, s in
                        zip(r_of.tolist(), rec["slot"][i].tolist(), strict=True)])
-    assert np.all(np.abs(t - true_t) <= width + 2 * res.relaxation + 1)
+    # default mode: the truth lies within 3 ticks of the bounds (tests/test_convert.py)
+    assert np.all(np.abs(t - true_t) <= width + 2 * (res.relaxation + 3) + 1)
     node_level = rec["domain"][i] < pipe.decoded.n_nodes
     assert np.array_equal(t[node_level], ct[node_level])  # PPE times are the raw timebase
     # ... and arrive in the archive: an event at that time on that location
