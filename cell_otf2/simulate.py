@@ -138,10 +138,6 @@ def _resolve(o: SimOptions) -> SimOptions:
     for kind in o.damage:
         if kind not in dmg.KINDS:
             raise ValueError(f"unknown damage {kind!r}; choose from {', '.join(dmg.KINDS)}")
-    if "unmatched-mpi" in o.damage and not (w.mpi and o.ranks >= 2):
-        raise ValueError(f"--damage unmatched-mpi cannot apply to this run: it needs MPI "
-                         f"between two or more ranks (--workload hybrid), not {o.workload} "
-                         f"with {o.ranks} rank{'s' * (o.ranks > 1)}")
     return o
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.mpi  # every test here launches mpiexec
 
 SCRIPT = r"""
 import ctypes
@@ -27,8 +28,6 @@ from mpi4py import MPI
 import _otf2
 from cell_otf2.errors import OutputError
 from cell_otf2.otf2_mpi import MpiCollectives
-
-pytestmark = pytest.mark.mpi  # every test here needs mpi4py
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()

@@ -358,14 +358,16 @@ def test_signal_during_conversion_leaves_nothing(tmp_path, sig, status):
         p.send_signal(sig)
         code = p.wait(timeout=120)
         err = p.stderr.read()
-        assert "Traceback" not in err, err
         if code == 0:  # finished before the signal
             shutil.rmtree(out)
             out.mkdir()
             continue
+        assert os.listdir(out) == [], os.listdir(out)  # whenever it came: nothing left
+        if code == -sig or err.startswith("Fatal Python error: init_import_site"):
+            continue  # the interpreter was still starting: none of our code had run yet
+        assert "Traceback" not in err, err
         assert code == status, (code, err)
         assert err.strip().splitlines()[-1].startswith("cell2otf2: interrupted"), err
-        assert os.listdir(out) == [], os.listdir(out)
 
 
 def test_stale_staging_of_a_killed_conversion_is_removed(tmp_path):
