@@ -134,12 +134,15 @@ def simulate_command(
         _fail_output(f"{out_dir}: cannot write the run: {_why(exc)}; nothing was written")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    from .convert import plural
+
     typer.echo(
-        f"simulated {workload} (seed {seed}) into {out_dir}: {summary.records} records in "
-        f"{summary.slots} slots, {summary.contexts} SPE contexts, {summary.ranks} ranks on "
-        f"{summary.nodes} node(s), {summary.context_switches} context switches "
-        f"({summary.preemptions} preemptions), "
-        f"{summary.bytes_written} bytes of dumps"
+        f"simulated {workload} (seed {seed}) into {out_dir}: "
+        f"{plural(summary.records, 'record')} in {plural(summary.slots, 'slot')}, "
+        f"{plural(summary.contexts, 'SPE context')}, {plural(summary.ranks, 'rank')} on "
+        f"{plural(summary.nodes, 'node')}, {plural(summary.context_switches, 'context switch')} "
+        f"({plural(summary.preemptions, 'preemption')}), "
+        f"{plural(summary.bytes_written, 'byte')} of dumps"
     )
 
 

@@ -13,6 +13,7 @@ It prints nothing: progress goes through the ``progress`` callback, the summary 
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,13 +99,15 @@ class Summary:
     def lines(self) -> list[str]:
         out = [
             f"cell2otf2: {self.run_dir} -> {self.archive}",
-            f"  processes {self.processes}, locations {self.locations}, "
-            f"records read {self.records_in}, events written {self.events_written}",
-            f"  messages matched {self.messages_matched} (mailbox, signal, MPI), DMA transfers "
-            f"{self.dma_transfers} ({self.dma_completed} completed at a tag wait)",
+            f"  {plural(self.processes, 'process')}, {plural(self.locations, 'location')}, "
+            f"{plural(self.records_in, 'record')} read, "
+            f"{plural(self.events_written, 'event')} written",
+            f"  {plural(self.messages_matched, 'message')} matched (mailbox, signal, MPI), "
+            f"{plural(self.dma_transfers, 'DMA transfer')} ({self.dma_completed} completed at "
+            "a tag wait)",
             f"  clock intervals synchronized {self.intervals_bounded} of {self.intervals}; "
             f"relaxation {self.relaxation_ticks:.2f} ticks; "
-            f"order violations {self.order_violations}",
+            f"{plural(self.order_violations, 'order violation')}",
             f"  bound worst {self.bound_worst_ticks:.1f} ticks ({self.bound_worst_us:.3f} us), "
             f"mean {self.bound_mean_ticks:.1f} ticks ({self.bound_mean_us:.3f} us)",
         ]
@@ -119,19 +122,41 @@ class Summary:
             unusable.append(f"unsynchronized_node: {shown} by start readings only\n"
                             "      (exit 1; --accept-unsynchronized-nodes accepts them)")
         if unusable:
-            out.append(f"  lost or unusable input ({len(unusable)} kinds):")
+            out.append(f"  lost or unusable input ({plural(len(unusable), 'kind')}):")
             out.extend(f"    {part}" if i == 0 else part for line in unusable
                        for i, part in enumerate(line.split("\n")))
         else:
             out.append("  lost or unusable records: none")
-        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.stage_seconds.items())
-        on = (f" on {self.converter_processes} converter processes"
-              if self.converter_processes > 1 else "")
-        if self.locations_handed_over:
-            on += (f", {self.locations_handed_over} locations ({self.events_handed_over} "
-                   "events) handed to a less busy process while writing")
-        out.append(f"  wall time {self.wall_seconds:.2f}s{on} ({stages})")
+        out = [wrapped for line in out for wrapped in _fit(line)]
+        if self.converter_processes > 1:
+            handed = (f"; {self.locations_handed_over} locations ({self.events_handed_over} "
+                      "events) handed to a less busy process while writing"
+                      if self.locations_handed_over else "")
+            out.append(f"  on {self.converter_processes} converter processes{handed}")
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in self.stage_seconds.items())
+        out.append(f"  wall time {self.wall_seconds:.2f}s ({stages} s)")  # one line: parsed
         return out
+
+
+#: the summary's lines are wrapped to this many columns
+SUMMARY_COLUMNS = 100
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 process``, ``2 processes``, ``1 DMA transfer``, ``0 order violations``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun}es" if noun.endswith(("s", "x", "ch", "sh")) else f"{n} {noun}s"
+
+
+def _fit(line: str) -> list[str]:
+    """``line`` wrapped at SUMMARY_COLUMNS, continuation lines indented under its text (a
+    path longer than the width stays whole on its own line)."""
+    if len(line) <= SUMMARY_COLUMNS:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, SUMMARY_COLUMNS, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [line]
 
 
 #: how a node's clock was placed, in the summary's words (``NodeMap.method``)

@@ -69,3 +69,21 @@ def test_simulate_refuses_impossible_shapes(tmp_path, args):
     r = run("simulate", str(tmp_path / "s"), *args)
     assert r.returncode == 2, r.stderr
     assert "Value error" not in r.stderr and not (tmp_path / "s").exists()
+
+
+def test_summary_counts_in_words_and_fits_100_columns():
+    from cell_otf2.convert import Summary, plural
+
+    assert [plural(n, "process") for n in (0, 1, 2)] == ["0 processes", "1 process",
+                                                         "2 processes"]
+    s = Summary(run_dir="run", archive="a.otf2", processes=1, locations=1, records_in=1,
+                events_written=1, messages_matched=1, dma_transfers=1, order_violations=1,
+                damage=["unresolved_wrap: " + "records after a decrementer step " * 6],
+                stage_seconds={k: 1234.56 for k in ("read", "decode", "sync", "write")},
+                converter_processes=2, locations_handed_over=3, events_handed_over=40)
+    lines = s.lines()
+    text = "\n".join(lines)
+    for words in ("1 process,", "1 location,", "1 record read", "1 event written",
+                  "1 message matched", "1 DMA transfer", "1 order violation", "(1 kind)"):
+        assert words in text, words
+    assert all(len(ln) <= 100 for ln in lines), [ln for ln in lines if len(ln) > 100]
