@@ -8,8 +8,11 @@ high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly
   ``defs.location_groups``, region ref = index, ...). Nothing is merged by value, paradigms are
   written once each, and the clock properties are exactly ``defs.clock``
   (``realtime_timestamp = ClockProps.realtime_ns``, never the time the conversion ran).
-- **Events** go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as ctypes function
-  objects fetched once per process (``_CApi``: through ``PyDLL``, called without ``argtypes``
+- **Events** are written by a C loop (``_evtwrite``, built at install time from
+  ``_evtwrite.c``) over each location's rows, calling the same C entry points as below, in the
+  same order, with the same arguments (byte-identical archives). Where it is not built (no C
+  compiler at install) they go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as
+  ctypes function objects fetched once per process (``_CApi``: through ``PyDLL``, called without ``argtypes``
   with ready argument objects, about twice as fast per call as ``argtypes`` conversion). Each
   location is written in one pass over its slice of the table, its columns converted to Python
   lists once; the events are one ``map(operator.call, ...)`` over C functions (Enter/Leave)
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import os
 import shutil
 import tempfile
 import time
@@ -84,6 +88,11 @@ from .model import (
     RegionRole,
     SystemNodeDomain,
 )
+
+try:  # the per-event loop in C, built at install time when a C compiler is there (setup.py)
+    from . import _evtwrite
+except ImportError:
+    _evtwrite = None
 
 #: progress is reported after every this many events
 PROGRESS_EVENTS = 100_000
@@ -238,6 +247,43 @@ class _CApi:
         self.region_fns[Ev.LEAVE] = self.leave
         self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
+        #: the C loop (``_evtwrite``) is bound to the same functions, if built
+        self.compiled = _evtwrite is not None and _bind_compiled(self)
+
+
+#: ``_evtwrite.bind``'s function table, in its order
+_C_FUNCTIONS = ("enter", "leave", "mpi_send", "mpi_recv", "mpi_isend", "mpi_irecv",
+                "mpi_isend_complete", "mpi_irecv_request", "mpi_coll_begin", "mpi_coll_end",
+                "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64")
+#: the EVENT_DTYPE columns the C loop reads, with the C type it reads them as
+_C_COLUMNS = {"type": "u1", "ref": "<u4", "time": "<i8", **{f"p{k}": "<u8" for k in range(1, 7)}}
+
+
+def _bind_compiled(api: _CApi) -> bool:
+    """Hand ``_evtwrite`` the addresses of ``api``'s C functions, the row layout of
+    ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t. False (the ctypes
+    path) if a column the C loop reads changed its type."""
+    fields = EVENT_DTYPE.fields
+    if any(name not in fields or fields[name][0] != np.dtype(kind)
+           for name, kind in _C_COLUMNS.items()):
+        return False
+    _evtwrite.bind(
+        tuple(_address(getattr(api, name)) for name in _C_FUNCTIONS),
+        (EVENT_DTYPE.itemsize, *(fields[name][1] for name in _C_COLUMNS)),
+        (ATTR_DMA_TAG, ATTR_MFC_OPCODE, ATTR_LIST_ELEMENTS, ATTR_EA, ATTR_LS_ADDRESS,
+         ATTR_PHYSICAL_SPU),
+        _otf2.TYPE_UINT64.value,
+    )
+    return True
+
+
+#: set (to anything non-empty) to write through the ctypes path even where ``_evtwrite`` is
+#: built: for the test that compares the two paths' archives and for bench/throughput.py only
+PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_WRITER"
+
+
+def _use_compiled(api: _CApi) -> bool:
+    return api.compiled and not os.environ.get(PYTHON_PATH_VARIABLE)
 
 
 #: OTF2_ErrorCallback: (userData, file, line, function, errorCode, msgFormatString, va_list)
@@ -541,9 +587,12 @@ class _Archive:
         _otf2.Archive_CloseEvtWriter(self.handle, writer)
 
 
-def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray) -> None:
+def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray,
+                            compiled: bool = False) -> None:
     """Write one location's rows, in order. The per-event hot loop of the converter.
 
+    ``compiled``: in C (``_evtwrite.write``, the same calls in the same order, no Python call
+    per event). Otherwise through ctypes, as follows.
     Every event is one ``fn(writer, None, time, ref)`` call made by ``map`` in C (no Python
     bytecode per event; arguments as ``_CApi`` explains): ``fn`` is the C function itself for
     Enter and Leave (most events); for every other kind a small function of this chunk that
@@ -551,6 +600,14 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
     kind are consumed in order) and makes the C call(s). The first non-zero return code stops
     the writing.
     """
+    if compiled:
+        try:
+            code = _evtwrite.write(writer, attrs, np.ascontiguousarray(rows))
+        except LookupError as exc:  # _check_events refuses unknown kinds before writing
+            raise WriterInputError(f"event type {exc} has no writer") from None
+        if code:
+            raise library_errors().failure("the event files")
+        return
     types = rows["type"]
     fns = api.region_fns[types]
     if types.size and int(types.max()) > Ev.LEAVE:
@@ -701,6 +758,7 @@ class _EventStream:
         self.named_only = named_only
         self.progress = progress
         self.api = _api()
+        self.compiled = _use_compiled(self.api)
         self.next_loc = 0  # locations before it are written
         self.done = self.reported = 0
         self.counts = np.zeros(self.n_locations, dtype=np.int64)
@@ -735,7 +793,8 @@ class _EventStream:
             try:
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
-                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop])
+                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop],
+                                           self.compiled)
                     self.done += stop - start
                     if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
                         self.progress(self.done)
