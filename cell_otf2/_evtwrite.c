@@ -1,5 +1,6 @@
 /* The event writer's per-event loop in C (issue 18): one location's EVENT_DTYPE rows in, the
- * OTF2 C calls made in a loop, the first non-zero OTF2 error code out.
+ * OTF2 C calls made in a loop, the first non-zero OTF2 error code out; and the writer's input
+ * checks of a table in one pass (`check`).
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the writer
  * keeps its ctypes path, otf2_writer.py). It does not link against OTF2: `bind` receives the
@@ -59,9 +60,10 @@ static struct {
 } api;
 #define N_FUNCTIONS 15
 
-/* row layout: itemsize and byte offsets of type (u1), ref (u4), time (i8), p1..p6 (u8) */
+/* row layout: itemsize and byte offsets of loc (u4), type (u1), ref (u4), time (i8),
+ * p1..p6 (u8) */
 static Py_ssize_t itemsize;
-static Py_ssize_t off_type, off_ref, off_time, off_p[7];
+static Py_ssize_t off_loc, off_type, off_ref, off_time, off_p[7];
 /* attribute refs: DMA tag, MFC opcode, list elements, EA, LS address, physical SPU */
 static uint32_t attr_tag, attr_opcode, attr_elements, attr_ea, attr_ls, attr_spu;
 static OTF2_Type metric_types[1];
@@ -84,12 +86,13 @@ static inline uint32_t u32_at(const char *row, Py_ssize_t off)
 static PyObject *bind_api(PyObject *self, PyObject *args)
 {
     PyObject *addresses;
-    Py_ssize_t layout[10];
+    Py_ssize_t layout[11];
     unsigned int attrs[6], uint64_type;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!(nnnnnnnnnn)(IIIIII)I", &PyTuple_Type, &addresses,
+    if (!PyArg_ParseTuple(args, "O!(nnnnnnnnnnn)(IIIIII)I", &PyTuple_Type, &addresses,
                           &layout[0], &layout[1], &layout[2], &layout[3], &layout[4],
                           &layout[5], &layout[6], &layout[7], &layout[8], &layout[9],
+                          &layout[10],
                           &attrs[0], &attrs[1], &attrs[2], &attrs[3], &attrs[4], &attrs[5],
                           &uint64_type))
         return NULL;
@@ -108,11 +111,12 @@ static PyObject *bind_api(PyObject *self, PyObject *args)
     }
     memcpy(&api, table, sizeof api);
     itemsize = layout[0];
-    off_type = layout[1];
-    off_ref = layout[2];
-    off_time = layout[3];
+    off_loc = layout[1];
+    off_type = layout[2];
+    off_ref = layout[3];
+    off_time = layout[4];
     for (int k = 1; k <= 6; k++)
-        off_p[k] = layout[3 + k];
+        off_p[k] = layout[4 + k];
     attr_tag = attrs[0];
     attr_opcode = attrs[1];
     attr_elements = attrs[2];
@@ -223,7 +227,110 @@ static PyObject *evt_write(PyObject *self, PyObject *args)
     return PyLong_FromLong(code);
 }
 
+/* check(rows, n_locations, n_regions, n_communicators, n_windows, n_metrics, comm_sizes,
+ *       window_sizes) -> the first row that breaks otf2_writer._check_events' rules, or -1.
+ * The rules (the caller reports a broken one with _check_events' own message): locations
+ * exist and never decrease; time is non-negative and never decreases within a location; the
+ * type is an Ev; the ref exists in its kind's list; peer and remote ranks and collective roots
+ * (0xFFFFFFFF: none) are ranks of the event's communicator; uint32_t and uint8_t parameters
+ * fit. comm_sizes and window_sizes: int64 buffers, the size of each communicator and of each
+ * window's communicator. */
+static PyObject *evt_check(PyObject *self, PyObject *args)
+{
+    Py_buffer view, comm_view, win_view;
+    long long n_loc, n_regions, n_comms, n_windows, n_metrics;
+    (void)self;
+    if (!bound) {
+        PyErr_SetString(PyExc_RuntimeError, "check before bind");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*LLLLLy*y*", &view, &n_loc, &n_regions, &n_comms,
+                          &n_windows, &n_metrics, &comm_view, &win_view))
+        return NULL;
+    Py_ssize_t bad = -1;
+    if (view.len % itemsize || comm_view.len < n_comms * 8 || win_view.len < n_windows * 8) {
+        PyErr_SetString(PyExc_ValueError, "check: a partial row or short size tables");
+        goto fail;
+    }
+    const int64_t *comm_size = comm_view.buf, *win_size = win_view.buf;
+    const char *base = view.buf;
+    const Py_ssize_t n = view.len / itemsize;
+    uint32_t prev_loc = 0;
+    int64_t prev_time = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *row = base + i * itemsize;
+        const uint32_t loc = u32_at(row, off_loc);
+        const int64_t t = (int64_t)u64_at(row, off_time);
+        const uint8_t type = *(const uint8_t *)(row + off_type);
+        const uint64_t ref = u32_at(row, off_ref);
+        if (loc >= (uint64_t)n_loc || t < 0 || (i && (loc < prev_loc ||
+                                                       (loc == prev_loc && t < prev_time)))) {
+            bad = i;
+            break;
+        }
+        prev_loc = loc;
+        prev_time = t;
+        int ok;
+        switch (type) {
+        case ENTER:
+        case LEAVE:
+        case ENTER_OFF_SPU:
+            ok = ref < (uint64_t)n_regions;
+            break;
+        case MPI_SEND:
+        case MPI_RECV:
+        case MPI_ISEND:
+        case MPI_IRECV:
+            ok = ref < (uint64_t)n_comms
+                 && u64_at(row, off_p[1]) < (uint64_t)comm_size[ref]
+                 && u64_at(row, off_p[1]) <= UINT32_MAX && u64_at(row, off_p[2]) <= UINT32_MAX;
+            break;
+        case MPI_COLL_END: {
+            const uint64_t root = u64_at(row, off_p[2]);
+            ok = ref < (uint64_t)n_comms
+                 && (root < (uint64_t)comm_size[ref] || root == UINT32_MAX)
+                 && u64_at(row, off_p[1]) <= UINT8_MAX;
+            break;
+        }
+        case RMA_GET:
+        case RMA_PUT:
+            ok = ref < (uint64_t)n_windows && u64_at(row, off_p[1]) < (uint64_t)win_size[ref]
+                 && u64_at(row, off_p[1]) <= UINT32_MAX;
+            break;
+        case RMA_OP_COMPLETE_BLOCKING:
+            ok = ref < (uint64_t)n_windows;
+            break;
+        case METRIC:
+            ok = ref < (uint64_t)n_metrics;
+            break;
+        case MPI_ISEND_COMPLETE:
+        case MPI_IRECV_REQUEST:
+        case MPI_COLL_BEGIN:
+            ok = 1;
+            break;
+        default:
+            ok = 0;
+        }
+        if (!ok) {
+            bad = i;
+            break;
+        }
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&comm_view);
+    PyBuffer_Release(&win_view);
+    return PyLong_FromSsize_t(bad);
+fail:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&comm_view);
+    PyBuffer_Release(&win_view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"check", evt_check, METH_VARARGS,
+     "check(rows, n_locations, n_regions, n_communicators, n_windows, n_metrics, comm_sizes, "
+     "window_sizes) -> first row breaking the writer's input rules, or -1"},
     {"bind", bind_api, METH_VARARGS,
      "bind(addresses, layout, attribute_refs, uint64_type): the OTF2 functions and rows"},
     {"write", evt_write, METH_VARARGS,

@@ -12,8 +12,9 @@ high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly
   ``_evtwrite.c``) over each location's rows, calling the same C entry points as below, in the
   same order, with the same arguments (byte-identical archives). Where it is not built (no C
   compiler at install) they go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as
-  ctypes function objects fetched once per process (``_CApi``: through ``PyDLL``, called without ``argtypes``
-  with ready argument objects, about twice as fast per call as ``argtypes`` conversion). Each
+  ctypes function objects fetched once per process (``_CApi``: through ``PyDLL``, called
+  without ``argtypes`` with ready argument objects, about twice as fast per call as
+  ``argtypes`` conversion). Each
   location is written in one pass over its slice of the table, its columns converted to Python
   lists once; the events are one ``map(operator.call, ...)`` over C functions (Enter/Leave)
   and small per-kind functions (the rest), so there is no Python bytecode per Enter/Leave
@@ -256,7 +257,8 @@ _C_FUNCTIONS = ("enter", "leave", "mpi_send", "mpi_recv", "mpi_isend", "mpi_irec
                 "mpi_isend_complete", "mpi_irecv_request", "mpi_coll_begin", "mpi_coll_end",
                 "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64")
 #: the EVENT_DTYPE columns the C loop reads, with the C type it reads them as
-_C_COLUMNS = {"type": "u1", "ref": "<u4", "time": "<i8", **{f"p{k}": "<u8" for k in range(1, 7)}}
+_C_COLUMNS = {"loc": "<u4", "type": "u1", "ref": "<u4", "time": "<i8",
+              **{f"p{k}": "<u8" for k in range(1, 7)}}
 
 
 def _bind_compiled(api: _CApi) -> bool:
@@ -381,6 +383,8 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
                               f" of dtype {getattr(events, 'dtype', None)}")
     if events.size == 0:
         return
+    if _compiled_check(defs, events):
+        return
     loc = events["loc"]
     n_loc = len(defs.locations)
     if int(loc.max()) >= n_loc:
@@ -426,6 +430,20 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
 
 
 _EV_VALUES = frozenset(int(e) for e in Ev)
+
+
+def _compiled_check(defs: ArchiveDefs, events: np.ndarray) -> bool:
+    """True if ``_evtwrite.check`` passes the table in one pass over its rows (the same rules
+    as the numpy checks below, which then only run to name what a failing table breaks)."""
+    api = _api()
+    if not _use_compiled(api):
+        return False
+    comm_size = np.array([len(c.members) for c in defs.communicators], dtype=np.int64)
+    win_size = np.array([comm_size[w.comm] if 0 <= w.comm < comm_size.size else 0
+                         for w in defs.rma_windows], dtype=np.int64)
+    return _evtwrite.check(np.ascontiguousarray(events), len(defs.locations), len(defs.regions),
+                           comm_size.size, win_size.size, len(defs.metrics),
+                           comm_size.tobytes(), win_size.tobytes()) < 0
 
 
 class _RowsByType:

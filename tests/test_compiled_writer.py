@@ -142,6 +142,38 @@ def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch):
     assert_same_archives(tmp_path / "c" / "t.otf2", tmp_path / "py" / "t.otf2")
 
 
+@needs_compiled
+def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
+    """Single-field corruptions of the every-kind table, near each rule's limits: the one-pass
+    C check passes a table exactly when the numpy checks (the writer's messages) pass it."""
+    from test_otf2_writer import sample_defs, sample_events
+
+    defs, good = sample_defs(), sample_events()
+    rng = np.random.default_rng(3)
+    values = {"loc": [0, 3, 4, 1 << 31], "type": [0, 1, 15, 16, 99], "ref": [0, 1, 3, 11, 12],
+              "time": [-1, 0, 149, 1 << 40],
+              **{f"p{k}": [0, 1, 2, 3, 4, 255, 256, (1 << 32) - 1, 1 << 32, (1 << 64) - 1]
+                 for k in range(1, 7)}}
+    seen = set()
+    for _ in range(1500):
+        events = good.copy()
+        column = str(rng.choice(list(values)))
+        i = int(rng.integers(events.size))
+        value = values[column][int(rng.integers(len(values[column])))]
+        events[column][i] = value
+        compiled_ok = otf2_writer._compiled_check(defs, events)
+        monkeypatch.setenv(otf2_writer.PYTHON_PATH_VARIABLE, "1")
+        try:
+            otf2_writer._check_events(defs, events)
+            numpy_ok = True
+        except otf2_writer.WriterInputError:
+            numpy_ok = False
+        monkeypatch.delenv(otf2_writer.PYTHON_PATH_VARIABLE)
+        assert compiled_ok == numpy_ok, (column, i, value, Ev(int(good["type"][i])).name)
+        seen.add(numpy_ok)
+    assert seen == {True, False}
+
+
 def test_without_the_extension_the_ctypes_path_writes_silently(tmp_path, monkeypatch, capfd):
     run = SAMPLES / "fft-16spe"
     monkeypatch.setattr(otf2_writer, "_evtwrite", None)
