@@ -42,7 +42,7 @@ typedef OTF2_ErrorCode (*attr_u64_fn)(OTF2_AttributeList *, uint32_t, uint64_t);
 enum {
     ENTER = 1, LEAVE, MPI_SEND, MPI_RECV, MPI_ISEND, MPI_ISEND_COMPLETE, MPI_IRECV_REQUEST,
     MPI_IRECV, MPI_COLL_BEGIN, MPI_COLL_END, RMA_GET, RMA_PUT, RMA_OP_COMPLETE_BLOCKING,
-    METRIC, ENTER_OFF_SPU
+    METRIC, ENTER_OFF_SPU, MAX_TYPE = ENTER_OFF_SPU
 };
 
 /* the function table, in the order `bind` takes the addresses (otf2_writer._C_FUNCTIONS) */
@@ -128,33 +128,40 @@ static PyObject *bind_api(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* write(writer, attribute_list, rows) -> first non-zero OTF2 error code, or 0.
+/* write(writer, attribute_list, rows, per_type) -> first non-zero OTF2 error code, or 0.
  * rows: a C-contiguous buffer of whole rows. An event's calls are all made (as the Python
- * path's `a | b` does); the first event whose calls return non-zero stops the writing. */
+ * path's `a | b` does); the first event whose calls return non-zero stops the writing.
+ * per_type: a writable int64 buffer indexed by event type, incremented for every event. */
 static PyObject *evt_write(PyObject *self, PyObject *args)
 {
     PyObject *writer_obj, *attrs_obj;
-    Py_buffer view;
+    Py_buffer view, counts_view;
     (void)self;
     if (!bound) {
         PyErr_SetString(PyExc_RuntimeError, "write before bind");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOy*", &writer_obj, &attrs_obj, &view))
+    if (!PyArg_ParseTuple(args, "OOy*w*", &writer_obj, &attrs_obj, &view, &counts_view))
         return NULL;
     OTF2_EvtWriter *w = PyLong_AsVoidPtr(writer_obj);
     OTF2_AttributeList *a = PyLong_AsVoidPtr(attrs_obj);
-    if (PyErr_Occurred() || w == NULL || a == NULL || view.len % itemsize) {
+    if (PyErr_Occurred() || w == NULL || a == NULL || view.len % itemsize
+        || counts_view.len < (MAX_TYPE + 1) * (Py_ssize_t)sizeof(int64_t)) {
         PyBuffer_Release(&view);
+        PyBuffer_Release(&counts_view);
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "write: NULL writer or a partial row");
+            PyErr_SetString(PyExc_ValueError,
+                            "write: NULL writer, a partial row or a short per_type buffer");
         return NULL;
     }
+    int64_t *per_type = counts_view.buf;
     const char *row = view.buf;
     const char *end = row + view.len;
     OTF2_ErrorCode code = 0;
     for (; row < end && code == 0; row += itemsize) {
         const uint8_t type = *(const uint8_t *)(row + off_type);
+        if (type <= MAX_TYPE)
+            per_type[type]++;
         const OTF2_TimeStamp t = u64_at(row, off_time);
         const uint32_t ref = u32_at(row, off_ref);
         switch (type) {
@@ -219,11 +226,13 @@ static PyObject *evt_write(PyObject *self, PyObject *args)
             break;
         default:
             PyBuffer_Release(&view);
+            PyBuffer_Release(&counts_view);
             PyErr_Format(PyExc_LookupError, "%d", (int)type);
             return NULL;
         }
     }
     PyBuffer_Release(&view);
+    PyBuffer_Release(&counts_view);
     return PyLong_FromLong(code);
 }
 
@@ -334,7 +343,7 @@ static PyMethodDef methods[] = {
     {"bind", bind_api, METH_VARARGS,
      "bind(addresses, layout, attribute_refs, uint64_type): the OTF2 functions and rows"},
     {"write", evt_write, METH_VARARGS,
-     "write(writer, attribute_list, rows) -> first non-zero OTF2 error code, or 0"},
+     "write(writer, attribute_list, rows, per_type) -> first non-zero OTF2 error code, or 0"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,6 +56,7 @@ The writer never sorts and never changes a timestamp.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import operator
 import os
@@ -606,11 +607,12 @@ class _Archive:
 
 
 def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray,
-                            compiled: bool = False) -> None:
+                            per_type: np.ndarray | None = None) -> None:
     """Write one location's rows, in order. The per-event hot loop of the converter.
 
-    ``compiled``: in C (``_evtwrite.write``, the same calls in the same order, no Python call
-    per event). Otherwise through ctypes, as follows.
+    ``per_type`` (int64, indexed by Ev): in C (``_evtwrite.write``, the same calls in the same
+    order, no Python call per event), adding the events of each type to ``per_type``.
+    Otherwise through ctypes, as follows.
     Every event is one ``fn(writer, None, time, ref)`` call made by ``map`` in C (no Python
     bytecode per event; arguments as ``_CApi`` explains): ``fn`` is the C function itself for
     Enter and Leave (most events); for every other kind a small function of this chunk that
@@ -618,9 +620,9 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
     kind are consumed in order) and makes the C call(s). The first non-zero return code stops
     the writing.
     """
-    if compiled:
+    if per_type is not None:
         try:
-            code = _evtwrite.write(writer, attrs, np.ascontiguousarray(rows))
+            code = _evtwrite.write(writer, attrs, np.ascontiguousarray(rows), per_type)
         except LookupError as exc:  # _check_events refuses unknown kinds before writing
             raise WriterInputError(f"event type {exc} has no writer") from None
         if code:
@@ -752,6 +754,15 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
         fns[sel] = fn
 
 
+def _location_bounds(loc: np.ndarray, first: int, last: int) -> np.ndarray:
+    """Where each location ``first .. last + 1`` starts in the sorted column ``loc``: binary
+    searches on the (strided) column itself for a few locations, a contiguous copy for many."""
+    if last - first < 4096:
+        return np.array([bisect.bisect_left(loc, k) for k in range(first, last + 1)]
+                        + [loc.size], dtype=np.int64)
+    return np.searchsorted(loc, np.arange(first, last + 2), side="left")
+
+
 class _EventStream:
     """Writes the event table piece by piece, in groups of locations (``begin`` .. ``end``;
     one group of every location this process writes, unless ``EventGroups``): within a group
@@ -791,17 +802,21 @@ class _EventStream:
             return
         if not checked:
             _check_events(self.defs, events)
-        first, last = int(events["loc"][0]), int(events["loc"][-1])
-        if not self.mine[events["loc"]].all():
-            bad = int(events["loc"][~self.mine[events["loc"]]][0])
+        loc_column = events["loc"]  # sorted (checked)
+        first, last = int(loc_column[0]), int(loc_column[-1])
+        bounds = _location_bounds(loc_column, first, last)
+        per_loc = np.diff(bounds)
+        if not self.mine[first:last + 1][per_loc > 0].all():
+            bad = first + int(np.flatnonzero((per_loc > 0) & ~self.mine[first:last + 1])[0])
             raise WriterInputError(f"an event of location {bad}, which this process does not "
                                    "write")
         if first < self.next_loc:
             raise WriterInputError(f"events of location {first} come after those of location "
                                    f"{self.next_loc - 1} (pieces must follow location order)")
-        self.counts += np.bincount(events["loc"], minlength=self.n_locations)
-        self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
-        bounds = np.searchsorted(events["loc"], np.arange(first, last + 2), side="left")
+        self.counts[first:last + 1] += per_loc
+        per_type = self.per_type if self.compiled else None  # the C loop counts types
+        if per_type is None:
+            self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
         self._empty_until(first)
         for loc in range(first, last + 1):
             lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
@@ -812,7 +827,7 @@ class _EventStream:
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
                     _write_location_events(self.api, writer_at, self.attrs, events[start:stop],
-                                           self.compiled)
+                                           per_type)
                     self.done += stop - start
                     if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
                         self.progress(self.done)
