@@ -369,6 +369,37 @@ def _api() -> _CApi:
     return _API
 
 
+#: glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: blocks below this come from the heap, not from mmap: above OTF2's 1 MiB event chunks
+HEAP_BLOCKS_BELOW = 4 << 20
+#: free memory at the top of the heap kept instead of given back to the system
+HEAP_KEPT = 64 << 20
+#: False: leave glibc's malloc as it is (bench/throughput.py measures both)
+TUNE_MALLOC = True
+_MALLOC_TUNED = [False]
+
+
+def _tune_malloc() -> None:
+    """Once per process: tell glibc to serve OTF2's 1 MiB event chunks from the heap and keep
+    them when freed. A location's event writer takes chunks as its events fill them and frees
+    them when it is closed; by default glibc hands such blocks back to the system (munmap, or
+    trimming the top of the heap), so the next location faults the same memory in afresh (page
+    faults cost about 2 ms per MiB on this VM). On the 7.8 M events of the 6 M-record run:
+    minor page faults 72.7 k -> 34.2 k, write_archive 1.03 -> 0.92 CPU s (medians of 5
+    alternating runs). Not glibc (no ``mallopt``): nothing."""
+    if _MALLOC_TUNED[0] or not TUNE_MALLOC:
+        return
+    _MALLOC_TUNED[0] = True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCKS_BELOW)
+    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
+
+
 def _address(pointer: object) -> int:
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
@@ -1096,6 +1127,7 @@ def write_archive(
     and each process writes exactly the locations its groups name.
     """
     t_start = time.perf_counter()
+    _tune_malloc()
     whole = isinstance(events, np.ndarray)
     if whole:
         _check_events(defs, events)
