@@ -2,7 +2,7 @@
 
 Everything else of the package is declared in pyproject.toml. The extension is optional: on a
 machine without a C compiler (or without Python's headers) the install goes on without it and
-the writer uses its ctypes path, several times slower. It does not link against OTF2; it gets
+the writer uses its ctypes path (writing about 25x slower). It does not link against OTF2; it gets
 the library's functions at run time from the `otf2` bindings.
 """
 

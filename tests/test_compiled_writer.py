@@ -4,7 +4,9 @@ Every sample run and a simulated hybrid (MPI + SPEs) and context-switch run, eac
 RMA records and as messages, is converted twice: through the C loop and through the ctypes
 path (``otf2_writer.PYTHON_PATH_VARIABLE`` set); every file of the two archives must be equal
 byte for byte, but for the anchor file's random trace identifier (different in any two
-conversions). Also: without the extension the writer falls back to the ctypes path silently.
+conversions); the same for a hand-built table of every event kind with extreme values. Also:
+the one-pass C input check passes exactly the tables the numpy checks pass, and without the
+extension the writer falls back to the ctypes path silently.
 """
 
 from __future__ import annotations
