@@ -176,6 +176,34 @@ def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
     assert seen == {True, False}
 
 
+@needs_compiled
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_library_error_stops_the_location_with_one_message(tmp_path, compiled):
+    """Rows the checks would refuse (time going backwards), handed to the loop directly: the
+    library's error code stops the writing and becomes one OutputError, on both paths."""
+    rows = np.zeros(6, otf2_writer.EVENT_DTYPE)
+    rows["type"] = [Ev.ENTER, Ev.LEAVE, Ev.ENTER, Ev.LEAVE, Ev.ENTER, Ev.LEAVE]
+    rows["time"] = [10, 20, 5, 30, 40, 50]
+    api = otf2_writer._api()
+    errors = otf2_writer.library_errors()
+    errors.clear()
+    archive = otf2_writer._Archive(tmp_path, "e")
+    attrs = _otf2.AttributeList_New()
+    per_type = np.zeros(max(Ev) + 1, dtype=np.int64)
+    try:
+        writer, at = archive.location_writer(0)
+        with pytest.raises(otf2_writer.OutputError, match="the OTF2 library failed"):
+            otf2_writer._write_location_events(api, at, otf2_writer._address(attrs), rows,
+                                               per_type if compiled else None)
+        archive.close_location_writer(writer)
+    finally:
+        _otf2.AttributeList_Delete(attrs)
+        archive.close()
+        errors.clear()
+    if compiled:  # counted up to the event that failed
+        assert per_type[Ev.ENTER] == 2 and per_type[Ev.LEAVE] == 1
+
+
 def test_without_the_extension_the_ctypes_path_writes_silently(tmp_path, monkeypatch, capfd):
     run = SAMPLES / "fft-16spe"
     monkeypatch.setattr(otf2_writer, "_evtwrite", None)
