@@ -386,7 +386,7 @@ def _tune_malloc() -> None:
     them when it is closed; by default glibc hands such blocks back to the system (munmap, or
     trimming the top of the heap), so the next location faults the same memory in afresh (page
     faults cost about 2 ms per MiB on this VM). On the 7.8 M events of the 6 M-record run:
-    minor page faults 72.7 k -> 34.2 k, write_archive 1.03 -> 0.92 CPU s (medians of 5
+    minor page faults 72.7 k -> 34.2 k, write_archive 0.91 -> 0.71 CPU s (medians of 9
     alternating runs). Not glibc (no ``mallopt``): nothing."""
     if _MALLOC_TUNED[0] or not TUNE_MALLOC:
         return
