@@ -7,7 +7,9 @@ DEMO_OUT ?= demo-out
 
 .PHONY: demo test lint tools clean bench
 
-$(STAMP): pyproject.toml
+# setup.py builds the writer's C helper (cell_otf2/_evtwrite.c) into the package: rebuilt when
+# either changes
+$(STAMP): pyproject.toml setup.py cell_otf2/_evtwrite.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,report]'

@@ -1,31 +1,21 @@
-"""Conversion throughput and peak memory, measured against the OTF2 write ceiling (issue 7).
+"""Conversion throughput, peak memory, and the writer against the OTF2 library's own rate.
 
 One command::
 
-    .venv/bin/python bench/throughput.py [--records N] [--reuse DIR] [--keep]
+    .venv/bin/python bench/throughput.py [--records N] [--reuse DIR] [--repeat R] [--keep]
 
-1. Simulates a hybrid run (MPI + SPEs) of at least N input records (default 10 million) once
-   and caches it under ``bench/out/throughput/`` (reruns reuse it; ``--reuse DIR`` takes any
-   run directory instead).
-2. Converts it in a child process (so neither the simulator's memory nor this script's counts)
-   and prints seconds and records/s per stage, end to end, and the child's peak RSS
-   (``ru_maxrss`` of the child, read by the child itself at the end; the RSS of a child that
-   only imports the same modules is printed beside it), the input's size on disk (dumps +
-   run.json) and their ratio, the same against the largest node's dumps (the serial
-   converter holds one group of whole nodes at a time), and the synchronization share of
-   the total.
-3. Measures, in a fresh child process in the same run, the write ceiling: the rate at which
-   this machine pushes the same number of events through the same OTF2 C entry points from
-   Python with nothing else to do (``otf2_writer.write_ceiling``: Enter/Leave pairs, one
-   location, the writer's own calling technique), and prints
-   ``ratio = ceiling_seconds(N_events) / conversion_seconds``, i.e. the conversion's
-   end-to-end speed as a fraction of the ceiling (1.0 = as fast as writing alone).
-   A second ceiling writes the conversion's own event mix (same count per event type,
-   attributes included, dummy arguments) and gives a second ratio.
-
-Wall-clock figures on a shared machine vary; CPU seconds of the conversion child are printed
-beside them (more wall than CPU means other processes had the cores). It measures; it asserts
-nothing. ``--keep`` keeps the converted archive (under bench/out/throughput/).
+Simulates (once, cached under ``bench/out/throughput/``) a hybrid run of at least N records
+(``--reuse DIR`` takes any run directory instead) and measures, each in a fresh child process:
+the conversion end to end (seconds and records/s per stage, wall and CPU, peak RSS against the
+input's size on disk and against the largest node's dumps, the synchronization share); then,
+on the conversion's own events (captured once from a second conversion into a file), the
+writer (``write_archive`` on the whole table, input checks and definitions included) through
+its compiled loop (``cell_otf2/_evtwrite.c``), through the same loop without the malloc
+tuning, and through the old ctypes path, and the OTF2 library's own rate for the same events
+from ``bench/otf2_rate.c``, compiled with gcc into a temporary folder and run on the library
+the bindings load, with and without the same malloc tuning; R rounds interleaved, medians
+printed, and the writer's share of the library's rate. Wall-clock figures on a shared machine
+vary; CPU seconds are printed beside them. It measures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -33,8 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import pickle
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -136,15 +129,88 @@ def child_idle() -> dict:
     return {"maxrss": _maxrss_bytes()}
 
 
-def child_ceiling(n_events: int, mix: dict | None) -> dict:
-    from cell_otf2.otf2_writer import LAST_CEILING_CPU_SECONDS, write_ceiling, write_mix_ceiling
+def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> dict:
+    """Convert ``run`` once more, saving every event table piece the writer receives (sorted
+    by location afterwards: node groups may come in any order) and the definitions."""
+    import numpy as np
 
-    with tempfile.TemporaryDirectory(prefix="tp-ceiling-", dir=OUT) as tmp:
-        rate = write_ceiling(n_events, Path(tmp))
-        cpu = LAST_CEILING_CPU_SECONDS[0]
-        mix_rate = write_mix_ceiling(mix, Path(tmp)) if mix else None
-        mix_cpu = LAST_CEILING_CPU_SECONDS[0]
-    return {"rate": rate, "cpu": cpu, "mix_rate": mix_rate, "mix_cpu": mix_cpu}
+    from cell_otf2 import otf2_writer
+    from cell_otf2.convert import convert
+
+    original = otf2_writer._EventStream.write
+    seen: dict = {}
+    with open(events_file, "wb") as out:
+        def write(self, events, checked=False):
+            seen["defs"] = self.defs
+            out.write(np.ascontiguousarray(events).tobytes())
+            return original(self, events, checked)
+
+        otf2_writer._EventStream.write = write
+        convert(run, archive, force=True)
+    events = np.fromfile(events_file, dtype=otf2_writer.EVENT_DTYPE)
+    events = events[np.argsort(events["loc"], kind="stable")]
+    events.tofile(events_file)
+    Path(defs_file).write_bytes(pickle.dumps(seen["defs"]))
+    per_type = np.bincount(events["type"], minlength=len(otf2_writer.Ev) + 1)
+    mix = {e.name: int(per_type[e]) for e in otf2_writer.Ev if per_type[e]}
+    return {"events": int(events.size), "locations": len(seen["defs"].locations), "mix": mix}
+
+
+def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
+    """``write_archive`` of the captured table: mode "c" (compiled loop), "c-plain-malloc"
+    (the same without the malloc tuning) or "python" (the ctypes path)."""
+    import numpy as np
+
+    from cell_otf2 import otf2_writer
+
+    if mode == "python":
+        os.environ[otf2_writer.PYTHON_PATH_VARIABLE] = "1"
+    if mode == "c-plain-malloc":
+        otf2_writer.TUNE_MALLOC = False
+    defs = pickle.loads(Path(defs_file).read_bytes())
+    events = np.fromfile(events_file, dtype=otf2_writer.EVENT_DTYPE)
+    with tempfile.TemporaryDirectory(prefix="tp-writer-", dir=OUT) as tmp:
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        otf2_writer.write_archive(defs, events, Path(tmp), "w")
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        c0 = time.process_time()
+        otf2_writer._check_events(defs, events)
+        check_cpu = time.process_time() - c0
+    compiled = otf2_writer._api().compiled and mode != "python"
+    return {"events": int(events.size), "wall": wall, "cpu": cpu, "check_cpu": check_cpu,
+            "compiled": compiled}
+
+
+def build_library_rate(tmp: Path) -> Path:
+    """bench/otf2_rate.c compiled with gcc into ``tmp``."""
+    exe = tmp / "otf2_rate"
+    subprocess.run(["gcc", "-O2", "-o", str(exe), str(Path(__file__).parent / "otf2_rate.c"),
+                    "-ldl"], check=True)
+    return exe
+
+
+def library_rate(exe: Path, events_file: str, n_locations: int, use_mallopt: bool) -> dict:
+    """The library's own rate for the captured table (bench/otf2_rate.c)."""
+    import _otf2
+
+    from cell_otf2 import model
+
+    fields = model.EVENT_DTYPE.fields
+    layout = [model.EVENT_DTYPE.itemsize] + [fields[k][1] for k in (
+        "loc", "type", "ref", "time", "p1", "p2", "p3", "p4", "p5", "p6")]
+    constants = [_otf2.FILEMODE_WRITE.value, _otf2.SUBSTRATE_POSIX.value,
+                 _otf2.COMPRESSION_NONE.value, _otf2.FLUSH.value, _otf2.TYPE_UINT64.value,
+                 model.ATTR_DMA_TAG, model.ATTR_MFC_OPCODE, model.ATTR_LIST_ELEMENTS,
+                 model.ATTR_EA, model.ATTR_LS_ADDRESS, model.ATTR_PHYSICAL_SPU]
+    with tempfile.TemporaryDirectory(prefix="tp-library-", dir=OUT) as tmp:
+        proc = subprocess.run(
+            [str(exe), _otf2.conf.lib._name, events_file, tmp, str(n_locations),
+             str(int(use_mallopt)), *map(str, layout), *map(str, constants)],
+            capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"otf2_rate failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _child(*args: str) -> dict:
@@ -165,6 +231,8 @@ def main() -> None:
                     help="at least this many input records (default 10 million)")
     ap.add_argument("--reuse", type=Path, default=None, help="convert this run directory")
     ap.add_argument("--keep", action="store_true", help="keep the converted archive")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds of the writer and library measurements (default 3)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -173,8 +241,10 @@ def main() -> None:
             out = child_convert(*rest)
         elif kind == "idle":
             out = child_idle()
+        elif kind == "capture":
+            out = child_capture(*rest)
         else:
-            out = child_ceiling(int(rest[0]), json.loads(rest[1]) if len(rest) > 1 else None)
+            out = child_writer(*rest)
         print(json.dumps(out))
         return
 
@@ -186,7 +256,6 @@ def main() -> None:
     try:
         idle = _child("idle")
         conv = _child("convert", str(run), str(archive))
-        ceil = _child("ceiling", str(conv["events"]), json.dumps(conv["by_type"] or {}))
     finally:
         if not args.keep:
             shutil.rmtree(archive_dir, ignore_errors=True)
@@ -215,24 +284,61 @@ def main() -> None:
     sync_share = stages.get("sync", 0.0) / wall
     print(f"synchronization share of the total: {sync_share:.1%} (CPU: "
           f"{cpu_stages.get('sync', 0.0) / cpu:.1%})")
-    ceiling_s = n_ev / ceil["rate"]
-    print(f"write ceiling: {ceil['rate'] / 1e6:.2f} M events/s (Enter/Leave, same C entry "
-          f"points, nothing else to do): {n_ev:,} events in {ceiling_s:.2f} s")
-    print(f"ratio ceiling_seconds({n_ev:,} events) / conversion_seconds = "
-          f"{ceiling_s:.2f} / {wall:.2f} = {ceiling_s / wall:.2f}")
-    if ceil.get("mix_rate"):
-        mix_s = n_ev / ceil["mix_rate"]
-        print(f"write ceiling for the conversion's own event mix: "
-              f"{ceil['mix_rate'] / 1e6:.2f} M events/s; ratio {mix_s:.2f} / {wall:.2f} = "
-              f"{mix_s / wall:.2f}")
-    print(f"the same ratios in CPU seconds (less sensitive to a shared machine): "
-          f"{ceil['cpu']:.2f} / {cpu:.2f} = {ceil['cpu'] / cpu:.2f}"
-          + (f"; own mix {ceil['mix_cpu']:.2f} / {cpu:.2f} = {ceil['mix_cpu'] / cpu:.2f}"
-             if ceil.get("mix_rate") else ""))
     if conv["damage"]:
         print("damage:", *conv["damage"], sep="\n  ")
     if args.keep:
         print(f"archive kept: {archive}")
+    writer_section(run, args.repeat, wall)
+
+
+def writer_section(run: Path, repeat: int, conversion_wall: float) -> None:
+    """The writer (compiled, compiled without the malloc tuning, ctypes) and the library's own
+    rate (bench/otf2_rate.c) on the conversion's events, ``repeat`` interleaved rounds."""
+    with tempfile.TemporaryDirectory(prefix="tp-capture-", dir=OUT) as tmp_name:
+        tmp = Path(tmp_name)
+        events_file, defs_file = str(tmp / "events.bin"), str(tmp / "defs.pickle")
+        cap = _child("capture", str(run), str(tmp / "capture.otf2"), events_file, defs_file)
+        shutil.rmtree(tmp / "capture", ignore_errors=True)
+        exe = build_library_rate(tmp)
+        rounds: dict[str, list[dict]] = {}
+        for _ in range(repeat):
+            for mode in ("c", "python", "c-plain-malloc"):
+                rounds.setdefault(mode, []).append(_child("writer", events_file, defs_file,
+                                                          mode))
+            for use_mallopt in (False, True):
+                rounds.setdefault(f"library{'-mallopt' if use_mallopt else ''}", []).append(
+                    library_rate(exe, events_file, cap["locations"], use_mallopt))
+    n_ev = cap["events"]
+    if not rounds["c"][0]["compiled"]:
+        print("NOTE: cell_otf2._evtwrite is not built: the compiled rows are the ctypes path")
+
+    def median(mode: str, key: str) -> float:
+        return statistics.median(r[key] for r in rounds[mode])
+
+    print(f"\nwriter on the run's {n_ev:,} events ({cap['locations']} locations), medians of "
+          f"{repeat} interleaved rounds:")
+    print("mix: " + ", ".join(f"{k} {v / n_ev:.2%}" for k, v in cap["mix"].items()))
+    print(f"{'':<48} {'M events/s':>10} {'per CPU s':>10} {'seconds':>8} {'CPU s':>7}")
+    rows = [
+        ("library's own rate (bench/otf2_rate.c)", "library"),
+        ("library's own rate, malloc tuned", "library-mallopt"),
+        ("writer, compiled loop (write_archive)", "c"),
+        ("writer, compiled loop, malloc not tuned", "c-plain-malloc"),
+        ("writer, ctypes path (the old loop)", "python"),
+    ]
+    for label, mode in rows:
+        w, c = median(mode, "wall"), median(mode, "cpu")
+        print(f"{label:<48} {n_ev / w / 1e6:10.2f} {n_ev / c / 1e6:10.2f} {w:8.2f} {c:7.2f}")
+    lib_w, lib_c = median("library", "wall"), median("library", "cpu")
+    for mode in ("c", "c-plain-malloc", "python"):
+        print(f"writer share of the library's rate, {mode}: wall {lib_w / median(mode, 'wall'):.2f}"
+              f", CPU {lib_c / median(mode, 'cpu'):.2f}")
+    print(f"compiled / ctypes: wall {median('python', 'wall') / median('c', 'wall'):.1f}x, CPU "
+          f"{median('python', 'cpu') / median('c', 'cpu'):.1f}x; the writer's input checks "
+          f"(_check_events) take {median('c', 'check_cpu'):.2f} CPU s of the compiled "
+          f"{median('c', 'cpu'):.2f}")
+    print(f"conversion end to end against the library's own rate for its events: "
+          f"{lib_w:.2f} / {conversion_wall:.2f} = {lib_w / conversion_wall:.2f}")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,13 @@ high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly
   ``defs.location_groups``, region ref = index, ...). Nothing is merged by value, paradigms are
   written once each, and the clock properties are exactly ``defs.clock``
   (``realtime_timestamp = ClockProps.realtime_ns``, never the time the conversion ran).
-- **Events** go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as ctypes function
-  objects fetched once per process (``_CApi``: through ``PyDLL``, called without ``argtypes``
-  with ready argument objects, about twice as fast per call as ``argtypes`` conversion). Each
+- **Events** are written by a C loop (``_evtwrite``, built at install time from
+  ``_evtwrite.c``) over each location's rows, calling the same C entry points as below, in the
+  same order, with the same arguments (byte-identical archives). Where it is not built (no C
+  compiler at install) they go through the C entry points (``OTF2_EvtWriter_Enter`` ...) as
+  ctypes function objects fetched once per process (``_CApi``: through ``PyDLL``, called
+  without ``argtypes`` with ready argument objects, about twice as fast per call as
+  ``argtypes`` conversion). Each
   location is written in one pass over its slice of the table, its columns converted to Python
   lists once; the events are one ``map(operator.call, ...)`` over C functions (Enter/Leave)
   and small per-kind functions (the rest), so there is no Python bytecode per Enter/Leave
@@ -52,9 +56,11 @@ The writer never sorts and never changes a timestamp.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import functools
 import operator
+import os
 import shutil
 import tempfile
 import time
@@ -85,6 +91,11 @@ from .model import (
     RegionRole,
     SystemNodeDomain,
 )
+
+try:  # the per-event loop in C, built at install time when a C compiler is there (setup.py)
+    from . import _evtwrite
+except ImportError:
+    _evtwrite = None
 
 #: progress is reported after every this many events
 PROGRESS_EVENTS = 100_000
@@ -239,6 +250,44 @@ class _CApi:
         self.region_fns[Ev.LEAVE] = self.leave
         self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
+        #: the C loop (``_evtwrite``) is bound to the same functions, if built
+        self.compiled = _evtwrite is not None and _bind_compiled(self)
+
+
+#: ``_evtwrite.bind``'s function table, in its order
+_C_FUNCTIONS = ("enter", "leave", "mpi_send", "mpi_recv", "mpi_isend", "mpi_irecv",
+                "mpi_isend_complete", "mpi_irecv_request", "mpi_coll_begin", "mpi_coll_end",
+                "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64")
+#: the EVENT_DTYPE columns the C loop reads, with the C type it reads them as
+_C_COLUMNS = {"loc": "<u4", "type": "u1", "ref": "<u4", "time": "<i8",
+              **{f"p{k}": "<u8" for k in range(1, 7)}}
+
+
+def _bind_compiled(api: _CApi) -> bool:
+    """Hand ``_evtwrite`` the addresses of ``api``'s C functions, the row layout of
+    ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t. False (the ctypes
+    path) if a column the C loop reads changed its type."""
+    fields = EVENT_DTYPE.fields
+    if any(name not in fields or fields[name][0] != np.dtype(kind)
+           for name, kind in _C_COLUMNS.items()):
+        return False
+    _evtwrite.bind(
+        tuple(_address(getattr(api, name)) for name in _C_FUNCTIONS),
+        (EVENT_DTYPE.itemsize, *(fields[name][1] for name in _C_COLUMNS)),
+        (ATTR_DMA_TAG, ATTR_MFC_OPCODE, ATTR_LIST_ELEMENTS, ATTR_EA, ATTR_LS_ADDRESS,
+         ATTR_PHYSICAL_SPU),
+        _otf2.TYPE_UINT64.value,
+    )
+    return True
+
+
+#: set (to anything non-empty) to write through the ctypes path even where ``_evtwrite`` is
+#: built: for the test that compares the two paths' archives and for bench/throughput.py only
+PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_WRITER"
+
+
+def _use_compiled(api: _CApi) -> bool:
+    return api.compiled and not os.environ.get(PYTHON_PATH_VARIABLE)
 
 
 #: OTF2_ErrorCallback: (userData, file, line, function, errorCode, msgFormatString, va_list)
@@ -316,6 +365,37 @@ def _api() -> _CApi:
     return _API
 
 
+#: glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: blocks below this come from the heap, not from mmap: above OTF2's 1 MiB event chunks
+HEAP_BLOCKS_BELOW = 4 << 20
+#: free memory at the top of the heap kept instead of given back to the system
+HEAP_KEPT = 64 << 20
+#: False: leave glibc's malloc as it is (bench/throughput.py measures both)
+TUNE_MALLOC = True
+_MALLOC_TUNED = [False]
+
+
+def _tune_malloc() -> None:
+    """Once per process: tell glibc to serve OTF2's 1 MiB event chunks from the heap and keep
+    them when freed. A location's event writer takes chunks as its events fill them and frees
+    them when it is closed; by default glibc hands such blocks back to the system (munmap, or
+    trimming the top of the heap), so the next location faults the same memory in afresh (page
+    faults cost about 2 ms per MiB on this VM). On the 7.8 M events of the 6 M-record run:
+    minor page faults 72.7 k -> 34.2 k, write_archive 0.91 -> 0.71 CPU s (medians of 9
+    alternating runs). Not glibc (no ``mallopt``): nothing."""
+    if _MALLOC_TUNED[0] or not TUNE_MALLOC:
+        return
+    _MALLOC_TUNED[0] = True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCKS_BELOW)
+    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
+
+
 def _address(pointer: object) -> int:
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
@@ -330,6 +410,8 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
         raise WriterInputError(f"events must be an EVENT_DTYPE array, got {type(events).__name__}"
                               f" of dtype {getattr(events, 'dtype', None)}")
     if events.size == 0:
+        return
+    if _compiled_check(defs, events):
         return
     loc = events["loc"]
     n_loc = len(defs.locations)
@@ -376,6 +458,20 @@ def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
 
 
 _EV_VALUES = frozenset(int(e) for e in Ev)
+
+
+def _compiled_check(defs: ArchiveDefs, events: np.ndarray) -> bool:
+    """True if ``_evtwrite.check`` passes the table in one pass over its rows (the same rules
+    as the numpy checks below, which then only run to name what a failing table breaks)."""
+    api = _api()
+    if not _use_compiled(api):
+        return False
+    comm_size = np.array([len(c.members) for c in defs.communicators], dtype=np.int64)
+    win_size = np.array([comm_size[w.comm] if 0 <= w.comm < comm_size.size else 0
+                         for w in defs.rma_windows], dtype=np.int64)
+    return _evtwrite.check(np.ascontiguousarray(events), len(defs.locations), len(defs.regions),
+                           comm_size.size, win_size.size, len(defs.metrics),
+                           comm_size.tobytes(), win_size.tobytes()) < 0
 
 
 class _RowsByType:
@@ -537,9 +633,13 @@ class _Archive:
         _otf2.Archive_CloseEvtWriter(self.handle, writer)
 
 
-def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray) -> None:
+def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray,
+                            per_type: np.ndarray | None = None) -> None:
     """Write one location's rows, in order. The per-event hot loop of the converter.
 
+    ``per_type`` (int64, indexed by Ev): in C (``_evtwrite.write``, the same calls in the same
+    order, no Python call per event), adding the events of each type to ``per_type``.
+    Otherwise through ctypes, as follows.
     Every event is one ``fn(writer, None, time, ref)`` call made by ``map`` in C (no Python
     bytecode per event; arguments as ``_CApi`` explains): ``fn`` is the C function itself for
     Enter and Leave (most events); for every other kind a small function of this chunk that
@@ -547,6 +647,14 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
     kind are consumed in order) and makes the C call(s). The first non-zero return code stops
     the writing.
     """
+    if per_type is not None:
+        try:
+            code = _evtwrite.write(writer, attrs, np.ascontiguousarray(rows), per_type)
+        except LookupError as exc:  # _check_events refuses unknown kinds before writing
+            raise WriterInputError(f"event type {exc} has no writer") from None
+        if code:
+            raise library_errors().failure("the event files")
+        return
     types = rows["type"]
     fns = api.region_fns[types]
     if types.size and int(types.max()) > Ev.LEAVE:
@@ -673,6 +781,15 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
         fns[sel] = fn
 
 
+def _location_bounds(loc: np.ndarray, first: int, last: int) -> np.ndarray:
+    """Where each location ``first .. last + 1`` starts in the sorted column ``loc``: binary
+    searches on the (strided) column itself for a few locations, a contiguous copy for many."""
+    if last - first < 4096:
+        return np.array([bisect.bisect_left(loc, k) for k in range(first, last + 1)]
+                        + [loc.size], dtype=np.int64)
+    return np.searchsorted(loc, np.arange(first, last + 2), side="left")
+
+
 class _EventStream:
     """Writes the event table piece by piece, in groups of locations (``begin`` .. ``end``;
     one group of every location this process writes, unless ``EventGroups``): within a group
@@ -697,6 +814,7 @@ class _EventStream:
         self.named_only = named_only
         self.progress = progress
         self.api = _api()
+        self.compiled = _use_compiled(self.api)
         self.next_loc = 0  # locations before it are written
         self.done = self.reported = 0
         self.counts = np.zeros(self.n_locations, dtype=np.int64)
@@ -711,17 +829,21 @@ class _EventStream:
             return
         if not checked:
             _check_events(self.defs, events)
-        first, last = int(events["loc"][0]), int(events["loc"][-1])
-        if not self.mine[events["loc"]].all():
-            bad = int(events["loc"][~self.mine[events["loc"]]][0])
+        loc_column = events["loc"]  # sorted (checked)
+        first, last = int(loc_column[0]), int(loc_column[-1])
+        bounds = _location_bounds(loc_column, first, last)
+        per_loc = np.diff(bounds)
+        if not self.mine[first:last + 1][per_loc > 0].all():
+            bad = first + int(np.flatnonzero((per_loc > 0) & ~self.mine[first:last + 1])[0])
             raise WriterInputError(f"an event of location {bad}, which this process does not "
                                    "write")
         if first < self.next_loc:
             raise WriterInputError(f"events of location {first} come after those of location "
                                    f"{self.next_loc - 1} (pieces must follow location order)")
-        self.counts += np.bincount(events["loc"], minlength=self.n_locations)
-        self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
-        bounds = np.searchsorted(events["loc"], np.arange(first, last + 2), side="left")
+        self.counts[first:last + 1] += per_loc
+        per_type = self.per_type if self.compiled else None  # the C loop counts types
+        if per_type is None:
+            self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
         self._empty_until(first)
         for loc in range(first, last + 1):
             lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
@@ -731,7 +853,8 @@ class _EventStream:
             try:
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
-                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop])
+                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop],
+                                           per_type)
                     self.done += stop - start
                     if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
                         self.progress(self.done)
@@ -1000,6 +1123,7 @@ def write_archive(
     and each process writes exactly the locations its groups name.
     """
     t_start = time.perf_counter()
+    _tune_malloc()
     whole = isinstance(events, np.ndarray)
     if whole:
         _check_events(defs, events)
