@@ -74,6 +74,16 @@ def simulate_command(
     spe_buffers: Annotated[int, typer.Option(help="1 or 2 (double buffering).")] = 2,
     byte_order: Annotated[ByteOrder, typer.Option(help="B (big-endian) or L.")] = ByteOrder.B,
     max_ppm: Annotated[float, typer.Option(help="Largest node drift, ppm (<= 100).")] = 50.0,
+    drift_segments: Annotated[int | None, typer.Option(
+        help="Node rates change at this many even knots over the run (1: linear drift; "
+             "default: 4, margins at rates of their own).")] = None,
+    wander_us: Annotated[float, typer.Option(
+        help="Oscillator wander: a sine of this amplitude on each node's offset.")] = 0.0,
+    wander_period_s: Annotated[float, typer.Option(
+        help="Period of the wander (+-20 % per node).")] = 240.0,
+    compute_us: Annotated[float | None, typer.Option(
+        help="SPE compute per chunk, us (hybrid with --chunks 1: MPI exchanges this far "
+             "apart).")] = None,
     damage: Annotated[list[DamageKind] | None, typer.Option(
         help="Damage of FORMAT 3.7 to inject (repeatable).")] = None,
     force: Annotated[bool, typer.Option(help="Replace a non-empty OUT_DIR.")] = False,
@@ -98,6 +108,8 @@ def simulate_command(
             decr_writes=decr_writes,
             heartbeats=heartbeats, spe_buffer_records=spe_buffer_records,
             spe_buffers=spe_buffers, byte_order=byte_order.value, max_ppm=max_ppm,
+            drift_segments=drift_segments, wander_us=wander_us,
+            wander_period_s=wander_period_s, compute_us=compute_us,
             damage=[d.value for d in (damage or [])],
         )
     except ValueError as exc:

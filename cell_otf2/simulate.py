@@ -20,7 +20,7 @@ This module wires the parts together; it does not check the run (tests do).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ from .sim.driver import ProcessOptions, ProcessSim
 from .sim.manifest import CELL_CHIPS, SPES_PER_CHIP, build_manifest, node_name
 from .sim.mpi import MpiWorld
 from .sim.spu import heartbeat_rows
-from .sim.workloads import WORKLOADS, phase_estimate_us
+from .sim.workloads import WORKLOADS, Workload, phase_estimate_us
 from .truth import DMA_DTYPE, INTERVAL_DTYPE, MESSAGE_DTYPE, NodeTruth, Truth, save_truth
 
 DEFAULT_TIMEBASE_HZ = 14_318_000
@@ -60,6 +60,12 @@ class SimOptions:
     spe_buffers: int = 2
     byte_order: str = "B"
     max_ppm: float = 50.0
+    # node rates change at this many evenly spaced knots over the run (1: a line), the last
+    # rate held beyond the run's estimated end; None: 4, the margins at rates of their own
+    drift_segments: int | None = None
+    wander_us: float = 0.0  # oscillator wander: a sine of this amplitude on each node's offset
+    wander_period_s: float = 240.0  # ... and about this period (+-20 % per node)
+    compute_us: float | None = None  # SPE compute per chunk (default: the workload's)
     damage: list[str] = field(default_factory=list)
 
 
@@ -78,10 +84,18 @@ class SimSummary:
     per_rank_slots: list[int]
 
 
+def _workload(o: SimOptions) -> Workload:
+    """The workload, with ``compute_us`` (if given) as its SPE compute per chunk."""
+    w = WORKLOADS[o.workload]
+    if o.compute_us is None:
+        return w
+    return replace(w, loop=replace(w.loop, compute_us=(float(o.compute_us), w.loop.compute_us[1])))
+
+
 def _resolve(o: SimOptions) -> SimOptions:
     if o.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {o.workload!r}; choose one of {sorted(WORKLOADS)}")
-    w = WORKLOADS[o.workload]
+    w = _workload(o)
     o.spes = o.spes or w.default_spes
     if o.nodes is None:
         o.nodes = 2 if w.mpi else 1
@@ -108,6 +122,10 @@ def _resolve(o: SimOptions) -> SimOptions:
         (o.spus <= CELL_CHIPS * SPES_PER_CHIP,
          f"a node has {CELL_CHIPS * SPES_PER_CHIP} SPUs ({CELL_CHIPS} Cell chips)"),
         (0 <= o.max_ppm <= 100, "max_ppm must be within 0..100"),
+        (o.drift_segments is None or o.drift_segments >= 1, "drift_segments must be >= 1"),
+        (o.wander_us >= 0 and o.wander_period_s > 0,
+         "wander_us must be >= 0 and wander_period_s > 0"),
+        (o.compute_us is None or o.compute_us > 0, "compute_us must be > 0"),
         (o.timebase_hz > 0, "timebase_hz must be positive"),
     ]
     for ok, msg in checks:
@@ -127,7 +145,7 @@ def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0,
 
 
 def _run(out_dir: Path, o: SimOptions) -> SimSummary:
-    w = WORKLOADS[o.workload]
+    w = _workload(o)
     hz = int(o.timebase_hz)
     us = hz / 1e6
     rng = np.random.default_rng([o.seed, 0])
@@ -140,7 +158,10 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         start_tb = t0 if i == 0 else int(rng.integers(50_000_000_000, 500_000_000_000))
         clocks.append(make_node_clock(rng, node_name(i), is_reference=(i == 0), t_begin=t0,
                                       t_end=t0 + est, start_timebase=int(start_tb),
-                                      max_ppm=o.max_ppm))
+                                      max_ppm=o.max_ppm, segments=o.drift_segments or 4,
+                                      hold=o.drift_segments is not None,
+                                      wander_us=o.wander_us,
+                                      wander_period_s=o.wander_period_s, hz=hz))
     slice_ticks = o.slice_ms * 1e3 * us if o.slice_ms > 0 else np.inf
     popts = ProcessOptions(w, o.spes, o.chunks, o.phases, o.decrementer_restore, o.decr_writes,
                            us, slice_ticks)
