@@ -164,7 +164,7 @@ def test_wide_runs_get_fewer_longer_windows():
     o = nf.FitOptions()
     lo, hi = 0.0, 600.0 * HZ
     grid, per_edge = nf._windows(lo, hi, 4, o, HZ)
-    assert grid.size - 1 == 30 and per_edge == 3  # 20 s windows, pair windows of 60 s
+    assert grid.size - 1 == 120 and per_edge == 12  # 5 s windows, pair windows of 60 s
     grid, per_edge = nf._windows(lo, hi, 256, o, HZ)
     assert (grid.size - 1) * 256 <= o.max_windows and per_edge == 1
 
