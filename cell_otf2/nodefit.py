@@ -66,8 +66,8 @@ dozen small least-squares fits per node and round (fewest knots first, none once
 good enough); knots every h cost ``spins`` programs. HiGHS's interior-point
 solver costs grow with the columns coupled across nodes far more than with the rows, so the
 windows (and the longest segment) grow when nodes x windows would pass ``max_windows``: a
-256-node run with a million messages has about 5000 columns and fits in 15-30 s
-(``bench/nodes.py``).
+256-node run with a million messages has about 5000 columns and fits in about 25 s of CPU
+(``bench/nodes.py``; a third of it choosing the models).
 
 Baselines for the benchmark: ``method="constant"`` (one offset per node, rate 1, one window:
 the published algorithm's model) and ``fit_linear_interpolation`` (offsets measured over the
