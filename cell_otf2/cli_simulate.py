@@ -88,7 +88,8 @@ def simulate_command(
         "--poll-s", help="A monitoring PPE thread samples a counter this often (0: none).")
     ] = 0.0,
     compute_s: Annotated[float | None, typer.Option(
-        "--compute-s", help="Mean seconds of one SPE compute step (default: the workload's).")
+        "--compute-s", help="Mean seconds of one SPE compute step (default: the workload's; "
+        "hybrid with --chunks 1: MPI exchanges this far apart).")
     ] = None,
     spe_buffer_records: Annotated[int, typer.Option(
         help="Records per SPE Local Store buffer (1 = flush every record).")] = 16,
@@ -96,6 +97,13 @@ def simulate_command(
     byte_order: Annotated[str, typer.Option(callback=choice(ByteOrder), metavar="B|L",
                                             help="B (big-endian) or L.")] = ByteOrder.B.value,
     max_ppm: Annotated[float, typer.Option(help="Largest node drift, ppm (<= 100).")] = 50.0,
+    drift_segments: Annotated[int | None, typer.Option(
+        help="Node rates change at this many even knots over the run (1: linear drift; "
+             "default: 4, margins at rates of their own).")] = None,
+    wander_us: Annotated[float, typer.Option(
+        help="Oscillator wander: a sine of this amplitude on each node's offset.")] = 0.0,
+    wander_period_s: Annotated[float, typer.Option(
+        help="Period of the wander (+-20 % per node).")] = 240.0,
     damage: Annotated[list[DamageKind] | None, typer.Option(
         metavar="KIND", help="Damage to inject (repeatable): " + ", ".join(DamageKind)
         + "; see docs/damage.md.")] = None,
@@ -124,6 +132,8 @@ def simulate_command(
             heartbeats=heartbeats, heartbeat_ticks=heartbeat_ticks, poll_s=poll_s,
             compute_s=compute_s, spe_buffer_records=spe_buffer_records,
             spe_buffers=spe_buffers, byte_order=byte_order, max_ppm=max_ppm,
+            drift_segments=drift_segments, wander_us=wander_us,
+            wander_period_s=wander_period_s,
             damage=[d.value for d in (damage or [])],
         )
         _move_into_place(staging, out_dir, replace)

@@ -10,20 +10,36 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
   earlier and received no later (every collective instance keeps one pair per node pair).
 - **Node curves** (``_edge_lines``, ``_node_curves``): per node pair and window (about
   ``curve_points`` points per direction, within ``curve_window_s`` and 1/``curve_windows``
-  of the run), the line through the band between the pair's two directions that keeps the
-  smallest slack largest (its rate by golden-section search, vectorized over all windows);
-  a window is dropped unless both directions have points in both of its halves (else the
-  rate is not pinned and the centre's offset can be off by milliseconds); per window,
-  least squares over the node pairs gives every node's offset to the reference at the
-  window's centre (NaN where a node is not linked to the reference that window).
-- **Bends** (``_bend_knots``): per node, the curve's segmentation into straight pieces (one
-  window left out between neighbours: it may straddle the bend) that minimizes squared
-  residuals plus a cost per bend (25 times the curve's noise squared, at least ``bend_us``
-  squared), by dynamic programming; a bend where the lines of two neighbouring pieces meet.
-- **Knots** (``_knots``): the bends, and a knot at least every ``max_segment_s`` (small bends
-  and slow wander stay within a fraction of a microsecond). A knot anywhere but at a bend
-  spreads it and costs accuracy around it; a dense grid of knots costs accuracy everywhere.
-  The knots are fixed before the program: no refinement rounds.
+  of the run, but ``curve_min_points`` at least), the line through the band between the
+  pair's two directions that keeps the smallest slack largest (its rate by golden-section
+  search, vectorized over all windows); a window is dropped unless both directions have
+  points in both of its halves (else the rate is not pinned and the centre's offset can be
+  off by milliseconds); per window, least squares over the node pairs gives every node's
+  offset to the reference at the window's centre (NaN where a node is not linked to the
+  reference that window). Then ``refine`` times (``_refined_curves``) the same with every
+  rate held at the last model's: per window only the band's centre, from the smallest
+  slacks each way, so a window's offset is as good as its tightest messages.
+- **Model** (``_choose_model``): per node, straight pieces between bends and knots every h
+  besides, chosen by cross-validation on its curve. Bends (``_bend_knots``): the curve's
+  segmentation into straight pieces (one window left out between neighbours: it may
+  straddle the bend) that minimizes squared residuals plus a cost per bend (25 times the
+  curve's noise squared, at least ``bend_us`` squared), by dynamic programming; a bend where
+  the lines of two neighbouring pieces meet. Candidates: with those bends or none, h = inf
+  (knots at the bends only) or the run cut into 2, 3, 4, 6, ... pieces. Each candidate is
+  run on four fifths of the windows (the bends searched again) and scored by the median
+  squared error of its least-squares pieces on the fifth left out, over five interleaved
+  fifths; the choice is the one with the fewest knots whose score is within ``cv_floor_us``
+  squared of the best (or below it). So a node gets a straight line unless its messages
+  show a bend or a curve beyond what the fit resolves, and knots as dense as its messages
+  can pin: linear clocks as good as one line, wandering clocks followed.
+- **Knots** (``_knots``): the bends, and knots every h between them (and at least every
+  ``max_segment_s``, default never). A knot anywhere but at a bend spreads it and costs
+  accuracy around it; knots every h model a smooth curve, so the fit is the mean of
+  ``spins`` fits whose grids are shifted by h / ``spins`` (each keeps every slack at least
+  its smallest, so does the mean; it follows the curve between knots and averages the
+  noise of knots pinned by few messages), unless the shifted grid predicts the curve
+  ``spin_slack`` times worse (the knots sit on bends). The knots are fixed before the
+  program: no refinement rounds.
 - **Program** (``_Program``, scipy's HiGHS): maximize the sum over every node and window of
   ``t_window_s`` (1/``windows`` of a shorter run) of its smallest slack, plus ``edge_weight``
   times the sum over every node pair and window of ``edge_window_s`` (a tenth of a shorter
@@ -45,11 +61,13 @@ bends; the reference node (the one hosting rank 0) is the identity. Steps:
   It takes the fitted rates as right within a window; a node never bounded from both sides
   gets ``None``.
 
-Cost: the curves are a few dozen vectorized passes over the points. HiGHS's interior-point
+Cost: the curves are a few dozen vectorized passes over the points; the model choice a few
+dozen small least-squares fits per node and round (fewest knots first, none once one is
+good enough); knots every h cost ``spins`` programs. HiGHS's interior-point
 solver costs grow with the columns coupled across nodes far more than with the rows, so the
 windows (and the longest segment) grow when nodes x windows would pass ``max_windows``: a
-256-node run with a million messages has about 5000 columns and fits in 15-30 s
-(``bench/nodes.py``).
+256-node run with a million messages has about 5000 columns and fits in about 25 s of CPU
+(``bench/nodes.py``; a third of it choosing the models).
 
 Baselines for the benchmark: ``method="constant"`` (one offset per node, rate 1, one window:
 the published algorithm's model) and ``fit_linear_interpolation`` (offsets measured over the
@@ -58,7 +76,8 @@ first and the last second of messages, joined linearly, as Score-P and VampirTra
 Nodes without a path of messages to and from the reference are not fitted (``None``); callers
 keep their start-time map. It reads no files and changes no record. It does not check that
 the points are real messages (``match.py`` does) nor that clocks are piecewise linear: a
-curve too noisy to show its bends gets knots only every ``max_segment_s``.
+curve too noisy to show its bends gets a line. Should HiGHS fail, the fit is made again with
+knots at the bends only.
 """
 
 from __future__ import annotations
@@ -88,16 +107,23 @@ class FitOptions:
     curve_points: int = 512  # node curves: windows hold about this many points per direction
     curve_window_s: tuple[float, float] = (0.5, 10.0)  # ... and are this long at least/most
     curve_windows: int = 64  # ... and are at most 1/64 of the run
+    curve_min_points: int = 8  # ... but hold this many points per direction at least
     bend_us: float = 1.5  # a straight piece of a curve stays within this (or 6x its noise)
     min_windows: int = 4  # curve windows per straight piece, at least
-    t_window_s: float = 20.0  # windows of the node terms of the objective ...
+    t_window_s: float = 5.0  # windows of the node terms of the objective ...
     windows: int = 30  # ... or 1/30 of the run if shorter
     edge_window_s: float = 60.0  # windows of the node-pair terms (<= run / 10, in t windows)
     edge_weight: float = 0.1  # weight of the node-pair terms
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
     start_us: float = 2.0  # first rows: prior slack within this of its window's smallest
-    max_segment_s: float = 60.0  # knots at least this often (<= run / 10; slow wander)
+    max_segment_s: float = np.inf  # knots at least this often (default: only at bends)
+    refine: int = 1  # rounds of node curves with the rates of the last round's maps
+    min_spacing: float = 2.0  # knot spacings tried: down to this many curve windows
+    spins: int = 3  # knots every h: the mean of this many fits, knots shifted by h / spins
+    spin_slack: float = 4.0  # ... if the shifted knots' score is within this factor
+    folds: int = 5  # model choice: cross-validation over this many interleaved window sets
+    cv_floor_us: float = 0.3  # ... the fewest knots whose median error is within this^2
     window_s: float = 0.0  # windows of the bound; 0: t_window_s
 
 
@@ -187,8 +213,20 @@ def fit_nodes(dec: Decoded, matches: Matches, options: FitOptions | None = None,
 def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
                options: FitOptions | None = None, method: str = "fit") -> NodeFit:
     """Fit node maps to message points (POINT_DTYPE, e.g. gathered from several processes);
-    ``method`` "fit" (piecewise, knots at bends) or "constant" (one offset per node)."""
+    ``method`` "fit" (piecewise, knots at bends) or "constant" (one offset per node). Should
+    HiGHS fail with the chosen knot spacings, the fit is made again with knots at the bends
+    only."""
     o = options or FitOptions()
+    try:
+        return _fit_points(points, n_nodes, ref, hz, o, method)
+    except RuntimeError:
+        if method != "fit" or not np.isfinite(o.min_spacing):
+            raise
+        return _fit_points(points, n_nodes, ref, hz, replace(o, min_spacing=np.inf), method)
+
+
+def _fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOptions,
+                method: str) -> NodeFit:
     if method == "constant":
         o = replace(o, max_ppm=0.0, edge_weight=0.0, t_window_s=np.inf)
     elif method != "fit":
@@ -213,45 +251,67 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     t1 = time.perf_counter()
     nodes = [n for n in np.flatnonzero(fitted).tolist() if n != ref]
     bends = {n: np.zeros(0) for n in nodes}
+    spacing = {n: np.inf for n in nodes}
     prior: list[NodeMap | None] = [None] * n_nodes
     for n in np.flatnonzero(fitted).tolist():
         prior[n] = _midpoint_map(np.array([lo_r, hi_r]) - c[n], np.array([lo_r, hi_r]),
                                  lo_r - c[n], "prior")
-    if method == "fit":
-        centers, curves = _node_curves(pts, n_nodes, ref, c, hz, o)
-        for n in nodes:
-            bends[n] = _bend_knots(centers, curves[:, n], o, hz)
     grid, per_edge = _windows(lo_r, hi_r, len(nodes) + 1, o, hz)
-    longest = max(min(o.max_segment_s * hz, (hi_r - lo_r) / 10), float(grid[1] - grid[0]))
+    longest = max(o.max_segment_s * hz, float(grid[1] - grid[0]))
     kref: list[np.ndarray | None] = [None] * n_nodes
     for n in np.flatnonzero(fitted).tolist():
-        kref[n] = _knots(bends.get(n, np.zeros(0)), lo_r, hi_r, longest)
-        if method == "fit" and n != ref:
-            width = float(np.diff(centers[:2])[0]) if centers.size > 1 else np.inf
-            z = _prior(centers, curves[:, n], kref[n], width)
-            prior[n] = _midpoint_map(kref[n] - c[n], kref[n] + z, lo_r - c[n], "prior")
+        kref[n] = _knots(np.zeros(0), lo_r, hi_r, longest)
+    if method == "fit":
+        centers, curves = _node_curves(pts, n_nodes, ref, c, hz, o)
+        width = float(np.diff(centers[:2])[0]) if centers.size > 1 else np.inf
+        for rnd in range(o.refine + 1):
+            if rnd:  # the curves again with the rates of the last round's maps
+                curves = _refined_curves(pts, n_nodes, ref, c, centers, prior)
+            for n in nodes:
+                bends[n], spacing[n] = _choose_model(centers, curves[:, n], width, lo_r,
+                                                     hi_r, o, hz)
+                kref[n] = _knots(bends[n], lo_r, hi_r, min(longest, abs(spacing[n])))
+                z = _prior(centers, curves[:, n], kref[n], width)
+                prior[n] = _midpoint_map(kref[n] - c[n], kref[n] + z, lo_r - c[n], "prior")
     secs["curves"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    knots = [None if k is None else k - c[n] for n, k in enumerate(kref)]
-    tknots = [None if k is None else grid - c[n] for n, k in enumerate(kref)]
-    fine = [None if k is None else np.unique(np.r_[k, tk]) for k, tk in zip(knots, tknots,
-                                                                            strict=True)]
-    cell = _cells(a, b, _piece_of(a, pts["ta"], fine), _piece_of(b, pts["tb"], fine), fine)
-    y = pts["tb"] - pts["ta"] + (c[b] - c[a])
-    pool = pts[_hull(cell, pts["ta"], y, _slope_limit(o.max_ppm))]
-    score = _slacks(pool, prior)
-    secs["reduce"] = time.perf_counter() - t2
-    t3 = time.perf_counter()
-    prog = _Program(ref, knots, tknots, per_edge, c, o, hz)
-    z = prog.solve(pool, score)
-    fit.pool, fit.rows, fit.solves = int(pool.size), prog.rows, prog.rounds
+    # knots every h besides the bends: the fit is the mean of ``spins`` fits whose knots are
+    # shifted by h / spins (each keeps every slack >= its smallest, so does their mean; the
+    # mean follows a curve between knots and averages the noise of knots pinned by few
+    # messages)
+    spins = max(int(o.spins), 1) if any(h > 0 and np.isfinite(h)
+                                        for h in spacing.values()) else 1
+    fits: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for spin in range(spins):
+        for n in nodes:
+            h = spacing[n]
+            kref[n] = _knots(bends[n], lo_r, hi_r, min(longest, abs(h)),
+                             spin / spins if h > 0 else 0.0)
+        t2 = time.perf_counter()
+        knots = [None if k is None else k - c[n] for n, k in enumerate(kref)]
+        tknots = [None if k is None else grid - c[n] for n, k in enumerate(kref)]
+        fine = [None if k is None else np.unique(np.r_[k, tk])
+                for k, tk in zip(knots, tknots, strict=True)]
+        cell = _cells(a, b, _piece_of(a, pts["ta"], fine), _piece_of(b, pts["tb"], fine),
+                      fine)
+        y = pts["tb"] - pts["ta"] + (c[b] - c[a])
+        pool = pts[_hull(cell, pts["ta"], y, _slope_limit(o.max_ppm))]
+        score = _slacks(pool, prior)
+        secs["reduce"] += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        prog = _Program(ref, knots, tknots, per_edge, c, o, hz)
+        z = prog.solve(pool, score)
+        fit.pool, fit.rows = fit.pool + int(pool.size), max(fit.rows, prog.rows)
+        fit.solves += prog.rounds
+        fits.append([(knots[n], knots[n] + c[n] + z[prog.zoff[n]: prog.zoff[n] + knots[n].size])
+                     if n in bends else (np.zeros(0), np.zeros(0)) for n in range(n_nodes)])
+        secs["lp"] += time.perf_counter() - t3
     label = "fit" if method == "fit" else method
     for n in nodes:
-        kn = knots[n]
-        kr = kn + c[n] + z[prog.zoff[n]: prog.zoff[n] + kn.size]
+        kn = np.unique(np.concatenate([f[n][0] for f in fits]))
+        kr = np.mean([_extend(kn, *f[n]) for f in fits], axis=0)
         maps[n] = _midpoint_map(kn, kr, 0.5 * (lo_r + hi_r) - c[n], label)
         fit.segments[n] = kn.size - 1
-    secs["lp"] = time.perf_counter() - t3
+        kref[n] = kn + c[n]
     fit.knots = kref
     t4 = time.perf_counter()
     slack = _slacks(pts, maps)
@@ -384,10 +444,18 @@ def _node_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: flo
     key = (lo * n_nodes + hi) * n_win + win
     bracket = 2.2 * o.max_ppm * 1e-6 + 1e-9
     gk, alpha, _ = _edge_lines(key, t, slack, a == lo, centers[win], bracket)
+    return centers, _window_offsets(gk, alpha, n_win, n_nodes, ref)
+
+
+def _window_offsets(gk: np.ndarray, alpha: np.ndarray, n_win: int, n_nodes: int,
+                    ref: int) -> np.ndarray:
+    """Per window, least squares over the node pairs: ``out[w, hi] - out[w, lo] ~ alpha`` for
+    every group ``gk = (lo * n_nodes + hi) * n_win + w``, the reference at 0, NaN where a node
+    is not linked to the reference that window."""
     out = np.full((n_win, n_nodes), np.nan)
     out[:, ref] = 0.0
     if gk.size == 0:
-        return centers, out
+        return out
     gw, pair = gk % n_win, gk // n_win
     ga, gb = pair // n_nodes, pair % n_nodes
     va, vb = gw * n_nodes + ga, gw * n_nodes + gb  # vertices (window, node)
@@ -408,23 +476,56 @@ def _node_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: flo
         cols.append(col[v][m])
         vals.append(np.full(int(m.sum()), s))
     if not unknown.any():
-        return centers, out
+        return out
     mat = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                             shape=(r.size, int(unknown.sum())))
     flat = out.reshape(-1)
     from scipy.sparse.linalg import spsolve  # imported by the fit only: see ``solve``
 
     flat[unknown] = spsolve((mat.T @ mat).tocsc(), mat.T @ alpha[ok])
-    return centers, out
+    return out
+
+
+def _refined_curves(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray,
+                    centers: np.ndarray, maps: list[NodeMap | None]) -> np.ndarray:
+    """The node curves at ``centers`` again, with every node's rate held at its map's: the
+    maps' own curve plus, per window, the centre of the band that the smallest slacks under
+    the maps leave each node pair in its two directions (least squares over the pairs). No
+    rate is searched per window, so a window's offset is as good as its tightest messages in
+    each direction: the curve of sparse messages, and its noise, are the messages' own."""
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    slack = _slacks(pts, maps)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    n_win = centers.size
+    width = float(centers[1] - centers[0]) if n_win > 1 else np.inf
+    u = pts["ta"] + c[a]
+    win = np.clip(np.floor((u - centers[0]) / width + 0.5), 0, n_win - 1).astype(np.int64)
+    if not np.isfinite(width):
+        win[:] = 0
+    key = ((lo * n_nodes + hi) * n_win + win) * 2 + (a != lo)
+    order = np.lexsort((slack, key))
+    ks, ss = key[order], slack[order]
+    first = np.r_[True, ks[1:] != ks[:-1]]
+    ks, ss = ks[first], ss[first]  # per (group, direction): the smallest slack
+    both = np.flatnonzero((ks[:-1] % 2 == 0) & (ks[1:] == ks[:-1] + 1))
+    gk, alpha = ks[both] // 2, 0.5 * (ss[both + 1] - ss[both])
+    out = _window_offsets(gk, alpha, n_win, n_nodes, ref)
+    for n, m in enumerate(maps):
+        if m is not None and n != ref:
+            out[:, n] += map_to_reference(m, centers - c[n]) - centers
+    return out
 
 
 def _curve_width(pair: np.ndarray, span: float, o: FitOptions, hz: float) -> float:
     """Window of the node curves: ``curve_points`` points of the median directed node pair,
-    at most ``1 / curve_windows`` of the run, within ``curve_window_s``."""
+    at most ``1 / curve_windows`` of the run, within ``curve_window_s``; but never fewer
+    than ``curve_min_points`` points (sparse messages: a window's offset needs several
+    exchanges)."""
     counts = np.unique(pair, return_counts=True)[1]
-    w = o.curve_points * max(span, 1.0) / max(float(np.median(counts)), 1.0)
-    w = min(w, span / max(o.curve_windows, 1))
-    return float(np.clip(w, o.curve_window_s[0] * hz, o.curve_window_s[1] * hz))
+    per_point = max(span, 1.0) / max(float(np.median(counts)), 1.0)
+    w = min(o.curve_points * per_point, span / max(o.curve_windows, 1))
+    w = float(np.clip(w, o.curve_window_s[0] * hz, o.curve_window_s[1] * hz))
+    return max(w, min(o.curve_min_points * per_point, span))
 
 
 def _line(t: np.ndarray, v: np.ndarray) -> tuple[float, float]:
@@ -436,7 +537,8 @@ def _line(t: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     return float(v.mean()) - r * tm, r
 
 
-def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float) -> np.ndarray:
+def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float,
+                width: float = 0.0, sigma: float | None = None) -> np.ndarray:
     """Knots (reference ticks) where a node's curve bends: the segmentation into straight
     pieces (least-squares lines of at least ``min_windows`` windows) with one window left out
     between neighbours (it may straddle the bend) that minimizes the squared residuals plus
@@ -445,14 +547,15 @@ def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float) ->
     a window of the left-out one. A lone window off the line costs a bend with parallel lines
     on either side: a harmless knot."""
     ok = np.isfinite(v)
-    width = float(centers[1] - centers[0]) if centers.size > 1 else 1.0
+    if width <= 0:
+        width = float(centers[1] - centers[0]) if centers.size > 1 else 1.0
     t, v = (centers[ok] - centers[0]) / width, v[ok]  # t in windows
     m = max(int(o.min_windows), 2)
     n = t.size
     if n < 2 * m + 1:
         return np.zeros(0)
-    d2 = np.diff(v, 2)
-    sigma = 1.4826 * float(np.median(np.abs(d2 - np.median(d2)))) / np.sqrt(6.0)
+    if sigma is None:
+        sigma = _noise(v)
     penalty = max(25.0 * sigma ** 2, (o.bend_us * 1e-6 * hz) ** 2)
     sse = _piece_costs(t, v)  # sse[s, e]: line over windows s..e-1
     best = np.full(n + 1, np.inf)
@@ -478,6 +581,15 @@ def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float) ->
     return np.asarray(knots) * width + centers[0]
 
 
+def _noise(v: np.ndarray) -> float:
+    """A curve's noise (ticks) from the median absolute deviation of its second differences
+    (evenly spaced windows; NaN windows skipped)."""
+    d2 = np.diff(v[np.isfinite(v)], 2)
+    if not d2.size:
+        return 0.0
+    return 1.4826 * float(np.median(np.abs(d2 - np.median(d2)))) / np.sqrt(6.0)
+
+
 def _piece_costs(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Squared residuals of the least-squares line over windows s..e-1, for every s < e."""
     cs = [np.r_[0.0, np.cumsum(x)] for x in (np.ones_like(t), t, v, t * t, t * v, v * v)]
@@ -490,35 +602,147 @@ def _piece_costs(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
-def _knots(bends: np.ndarray, lo_r: float, hi_r: float, longest: float) -> np.ndarray:
+def _knots(bends: np.ndarray, lo_r: float, hi_r: float, longest: float,
+           shift: float = 0.0) -> np.ndarray:
     """A node's knots (reference ticks): the run's ends, its bends, and enough knots between
-    them that no segment is longer than ``longest`` (small bends, slow wander)."""
+    them that no segment is longer than ``longest``; with ``shift`` (a fraction), knots
+    every ``longest`` from ``lo_r + shift * longest`` instead, but none within a quarter of
+    it of a bend or an end."""
     k = np.unique(np.r_[lo_r, bends[(bends > lo_r) & (bends < hi_r)], hi_r])
     longest = max(longest, 1.0)
-    extra = [np.linspace(x0, x1, int(np.ceil((x1 - x0) / longest)) + 1)[1:-1]
-             for x0, x1 in zip(k[:-1], k[1:], strict=True) if x1 - x0 > longest]
-    return np.unique(np.concatenate([k, *extra]))
+    if not np.isfinite(longest):
+        return k
+    if shift > 0:
+        grid = lo_r + (np.arange(int((hi_r - lo_r) / longest) + 1) + shift) * longest
+        near = np.abs(grid[:, None] - k[None, :]).min(axis=1) < longest / 4
+        return np.unique(np.r_[k, grid[~near & (grid < hi_r)]])
+    pieces = np.maximum(np.ceil(np.diff(k) / longest), 1).astype(np.int64)
+    if (pieces == 1).all():
+        return k
+    seg = np.repeat(np.arange(k.size - 1), pieces)  # every piece of every span
+    j = np.arange(seg.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    return np.r_[k[seg] + j * (np.diff(k) / pieces)[seg], k[-1]]
 
 
-def _prior(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: float) -> np.ndarray:
-    """A node's offsets at its knots ``kr`` fitted to its curve by least squares (windows
-    holding a knot left out, a light pull towards straight lines where no window is): the
-    map whose slacks pick the first rows of the program."""
-    ok = np.isfinite(v)
-    for k in kr[1:-1]:
-        ok &= np.abs(centers - k) >= width / 2
-    x, y = centers[ok], v[ok]
+def _extend(x: np.ndarray, kn: np.ndarray, kr: np.ndarray) -> np.ndarray:
+    """The piecewise-linear map through (kn, kr) at ``x``, extended linearly beyond both
+    ends."""
+    j = np.clip(np.searchsorted(kn, x, side="right") - 1, 0, kn.size - 2)
+    return kr[j] + (x - kn[j]) * (kr[j + 1] - kr[j]) / (kn[j + 1] - kn[j])
+
+
+def _spacing_candidates(span: float, width: float, o: FitOptions) -> list[float]:
+    """Knot spacings to try: the run in 1 (inf: no knots but bends), 2, 3, 4, 6, 8, ...
+    pieces, down to ``min_spacing`` curve windows."""
+    if not (np.isfinite(width) and np.isfinite(o.min_spacing)):
+        return [np.inf]
+    most = int(span / (max(o.min_spacing, 1.0) * width))
+    ks = np.unique(np.round(np.geomspace(1, max(most, 1), 12)).astype(int))
+    return [np.inf if k == 1 else span / k for k in ks.tolist()]
+
+
+def _choose_model(centers: np.ndarray, v: np.ndarray, width: float, lo_r: float, hi_r: float,
+                  o: FitOptions, hz: float) -> tuple[np.ndarray, float]:
+    """A node's model, chosen from its curve: (bends, knot spacing h between them). The
+    candidates are procedures: straight pieces between the bends of ``_bend_knots`` (or no
+    bends), with knots every h besides (or not: h = inf). Each is run on all windows but
+    every ``folds``-th and scored on the windows it did not see, over the ``folds``
+    interleaved sets (cross-validation: the bends are searched again on each training set,
+    so a procedure that chases noise predicts badly). A candidate's score is the median of
+    its squared errors (a training set that misses a bend spoils a few windows, not the
+    score). The choice is the candidate with the fewest knots whose score is within
+    ``cv_floor_us`` squared of the best, or below it (a finer model must predict the curve
+    better by more than the fit resolves): a line (no bends, h = inf) unless the messages
+    show something it misses. Candidates are scored fewest knots first, and no further once
+    one is below the floor. A negative h: knots exactly every h (the grid shifted by h /
+    ``spins`` predicts more than ``spin_slack`` times worse: its knots sit on bends)."""
+    ok = np.flatnonzero(np.isfinite(v))
+    span = hi_r - lo_r
+    if ok.size < 2 * max(o.folds, 2) or not np.isfinite(width):
+        return _bend_knots(centers, v, o, hz), np.inf
+    spacings = _spacing_candidates(span, width, o)
+    sigma = _noise(v)  # of the whole curve: a training set's windows are not evenly spaced
+    fold = np.arange(ok.size) % o.folds
+    sets = [(ok[fold == f], ok[fold != f]) for f in range(o.folds)]
+    fold_bends = [_bend_knots(centers[tr], v[tr], o, hz, width, sigma) for _, tr in sets]
+    full = _bend_knots(centers, v, o, hz)
+    floor = (o.cv_floor_us * 1e-6 * hz) ** 2
+
+    def score(i: int, h: float, shift: float = 0.0) -> float:
+        err = np.zeros(centers.size)
+        kr = None if i == 0 else _knots(np.zeros(0), lo_r, hi_r, h, shift)
+        for (test, train), fb in zip(sets, fold_bends, strict=True):
+            err[test] = _holdout_error(centers, v, train, test, fb if i == 0 else np.zeros(0),
+                                       lo_r, hi_r, h, width, shift, kr)
+        return float(np.median(err[ok]))
+
+    sets_b = [(0, full), (1, np.zeros(0))] if full.size else [(0, full)]
+    cands = sorted((_knots(b, lo_r, hi_r, h).size, i, j) for i, b in sets_b
+                   for j, h in enumerate(spacings))
+    scores: list[tuple[float, int, int, int]] = []
+    for size, i, j in cands:
+        scores.append((score(i, spacings[j]), size, i, j))
+        if scores[-1][0] <= floor:
+            break
+    best = min(sc for sc, *_ in scores)
+    _, _, i, j = min((size, k, i, j) for k, (sc, size, i, j) in enumerate(scores)
+                     if sc <= max(best + floor, floor) or sc == best)
+    bends, h = (full if i == 0 else np.zeros(0)), spacings[j]
+    spin = np.isfinite(h) and o.spins > 1
+    for s in range(1, max(o.spins, 1)):
+        if spin:
+            spin = score(i, h, s / o.spins) <= o.spin_slack * best + floor
+    return bends, (h if spin or not np.isfinite(h) else -h)
+
+
+def _holdout_error(centers: np.ndarray, v: np.ndarray, train: np.ndarray, test: np.ndarray,
+                   bends: np.ndarray, lo_r: float, hi_r: float, h: float, width: float,
+                   shift: float = 0.0, kr: np.ndarray | None = None) -> np.ndarray:
+    """Squared errors on ``test`` of the least-squares pieces on knots (``bends``, every h)
+    fitted to ``train`` (windows straddling a bend left out of the fit)."""
+    if kr is None:
+        kr = _knots(bends, lo_r, hi_r, h, shift)
+    x, y = centers[train], v[train]
+    keep = np.ones(x.size, dtype=bool)
+    for k in bends:
+        keep &= np.abs(x - k) >= width / 2
+    coef = _fit_knots(x[keep], y[keep], kr)
+    pred = _hat_basis(centers[test], kr) @ coef
+    return (pred - v[test]) ** 2
+
+
+def _hat_basis(x: np.ndarray, kr: np.ndarray) -> np.ndarray:
+    """Values at ``x`` of the piecewise-linear hat functions on knots ``kr``."""
     j = np.clip(np.searchsorted(kr, x, side="right") - 1, 0, kr.size - 2)
     lam = (x - kr[j]) / (kr[j + 1] - kr[j])
     h = np.zeros((x.size, kr.size))
     h[np.arange(x.size), j] = 1.0 - lam
     h[np.arange(x.size), j + 1] = lam
-    d = np.zeros((max(kr.size - 2, 0), kr.size))
-    for i in range(kr.size - 2):
-        d[i, i:i + 3] = (1.0, -2.0, 1.0)
-    lhs = np.r_[h, 1e-3 * d, 1e-9 * np.eye(kr.size)]
-    rhs = np.r_[y, np.zeros(d.shape[0] + kr.size)]
-    return np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+    return h
+
+
+def _prior(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: float) -> np.ndarray:
+    """A node's offsets at its knots ``kr`` fitted to its curve by least squares (windows
+    holding a knot left out): the map whose slacks pick the first rows of the program."""
+    ok = np.isfinite(v)
+    for k in kr[1:-1]:
+        ok &= np.abs(centers - k) >= width / 2
+    return _fit_knots(centers[ok], v[ok], kr)
+
+
+def _fit_knots(x: np.ndarray, y: np.ndarray, kr: np.ndarray) -> np.ndarray:
+    """Values at knots ``kr`` of the least-squares piecewise-linear fit to (x, y), with a
+    light pull towards straight lines where no point pins a knot."""
+    h = _hat_basis(x, kr)
+    k = kr.size
+    d = np.zeros((max(k - 2, 0), k))
+    i = np.arange(k - 2)
+    d[i, i], d[i, i + 1], d[i, i + 2] = 1.0, -2.0, 1.0
+    try:
+        return np.linalg.solve(h.T @ h + 1e-6 * (d.T @ d) + 1e-18 * np.eye(k), h.T @ y)
+    except np.linalg.LinAlgError:  # knots no point pins beyond the pull: the minimum norm
+        lhs = np.r_[h, 1e-3 * d, 1e-9 * np.eye(k)]
+        return np.linalg.lstsq(lhs, np.r_[y, np.zeros(d.shape[0] + k)], rcond=None)[0]
 
 
 def _windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,

@@ -68,6 +68,11 @@ class SimOptions:
     spe_buffers: int = 2
     byte_order: str = "B"
     max_ppm: float = 50.0
+    # node rates change at this many evenly spaced knots over the run (1: a line), the last
+    # rate held beyond the run's estimated end; None: 4, the margins at rates of their own
+    drift_segments: int | None = None
+    wander_us: float = 0.0  # oscillator wander: a sine of this amplitude on each node's offset
+    wander_period_s: float = 240.0  # ... and about this period (+-20 % per node)
     damage: list[str] = field(default_factory=list)
 
 
@@ -87,7 +92,7 @@ class SimSummary:
 
 
 def _workload(o: SimOptions) -> Workload:
-    """The workload with ``compute_s`` applied."""
+    """The workload, with ``compute_s`` (if given) as its SPE compute step (per chunk)."""
     w = WORKLOADS[o.workload]
     if o.compute_s is None:
         return w
@@ -127,6 +132,9 @@ def _resolve(o: SimOptions) -> SimOptions:
          f"a node has {chips * per_chip} SPUs ({chips} Cell chip{'s' * (chips > 1)} of "
          f"{per_chip} SPEs)"),
         (0 <= o.max_ppm <= 100, "max_ppm must be within 0..100"),
+        (o.drift_segments is None or o.drift_segments >= 1, "drift_segments must be >= 1"),
+        (o.wander_us >= 0 and o.wander_period_s > 0,
+         "wander_us must be >= 0 and wander_period_s > 0"),
         (o.timebase_hz > 0, "timebase_hz must be positive"),
         (1 <= o.heartbeat_ticks <= 1 << 31, "heartbeat_ticks must be within 1..2^31"),
         (o.poll_s >= 0, "poll_s must be >= 0"),
@@ -162,7 +170,10 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         start_tb = t0 if i == 0 else int(rng.integers(50_000_000_000, 500_000_000_000))
         clocks.append(make_node_clock(rng, node_name(i, hz), is_reference=(i == 0), t_begin=t0,
                                       t_end=t0 + est, start_timebase=int(start_tb),
-                                      max_ppm=o.max_ppm))
+                                      max_ppm=o.max_ppm, segments=o.drift_segments or 4,
+                                      hold=o.drift_segments is not None,
+                                      wander_us=o.wander_us,
+                                      wander_period_s=o.wander_period_s, hz=hz))
     slice_ticks = o.slice_ms * 1e3 * us if o.slice_ms > 0 else np.inf
     popts = ProcessOptions(w, o.spes, o.chunks, o.phases, o.decrementer_restore, o.decr_writes,
                            us, slice_ticks)

@@ -794,3 +794,25 @@ def test_damage_that_cannot_apply_says_so(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="--damage no-exit cannot apply to this julia run: "
                                          "the run has no record"):
         simulate_run(tmp_path / "r", "julia", 1, spes=1, phases=1, damage=["no-exit"])
+
+
+def test_node_clock_linear_drift_and_sine_wander():
+    """One drift segment held beyond the run is one straight line; wander adds a sine of the
+    asked amplitude on the offset (sampled finely enough to stay smooth)."""
+    from cell_otf2.sim.clocks import make_node_clock
+
+    hz, t0, t1 = 14_318_000.0, 1e11, 1e11 + 600 * 14_318_000.0
+    kw = dict(is_reference=False, t_begin=t0, t_end=t1, start_timebase=3 * 10**11,
+              max_ppm=50.0, segments=1, hold=True, hz=hz)
+    line = make_node_clock(np.random.default_rng(1), "n", **kw)
+    t = np.linspace(t0 - 100 * hz, t1 + 300 * hz, 1001)
+    x = line.to_node(t)
+    rate = (x[-1] - x[0]) / (t[-1] - t[0])
+    assert np.abs(x - (x[0] + rate * (t - t[0]))).max() < 1e-3 * hz * 1e-6
+    assert abs(rate - 1) <= 50e-6
+    wander = make_node_clock(np.random.default_rng(1), "n", wander_us=15.0,
+                             wander_period_s=240.0, **kw)
+    dev = (wander.to_node(t) - x) / hz * 1e6  # us
+    inside = (t >= t0) & (t <= t1)
+    assert 14.0 < dev[inside].max() - dev[inside].min() <= 30.0 + 1e-6
+    assert np.abs(np.diff(dev[inside], 2)).max() < 0.5  # smooth: no steps between samples

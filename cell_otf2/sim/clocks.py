@@ -70,11 +70,22 @@ def make_node_clock(
     start_timebase: int,
     max_ppm: float,
     segments: int = 4,
+    wander_us: float = 0.0,
+    wander_period_s: float = 240.0,
+    hz: float = 14_318_000.0,
+    hold: bool = False,
 ) -> NodeClock:
     """A node clock valid on [t_begin, t_end] (reference ticks), with margin on both sides.
 
     The reference node maps identically. Others start at ``start_timebase`` at ``t_begin`` and
-    drift by a base rate within +-max_ppm plus a wander of up to 30 % of max_ppm per segment.
+    drift by a base rate within +-max_ppm plus a rate change of up to 30 % of max_ppm per
+    segment, plus a sine of ``wander_us`` on the offset (its period ``wander_period_s`` within
+    +-20 %, ``hz`` ticks a second) from ``t_begin`` to a fifth of the run past ``t_end``
+    (the run may outlast its estimate), held beyond. ``hold``: the first and the last
+    segments' rates continue before ``t_begin`` and after ``t_end`` (else the margins drift
+    at rates of their own, as earlier versions did: a run that outlasts its estimate bends
+    there). Without wander the random draws are those of earlier versions (same seed, same
+    clocks).
     """
     margin = max(t_end - t_begin, 1.0) * 2.0 + 1e9
     if is_reference:
@@ -86,9 +97,23 @@ def make_node_clock(
     base = rng.uniform(-0.7, 0.7) * max_ppm
     wander = rng.uniform(-0.3, 0.3, size=len(ref_knots) - 1) * max_ppm
     ppm = np.clip(base + wander, -max_ppm, max_ppm)
+    if hold:
+        ppm[0], ppm[-1] = ppm[1], ppm[-2]
     rates = 1.0 + ppm * 1e-6  # node ticks per reference tick, per segment
     steps = np.diff(ref_knots) * rates
     node_knots = np.concatenate([[0.0], np.cumsum(steps)])
     # anchor: node timebase = start_timebase at t_begin (knot index 1)
     node_knots += float(start_timebase) - node_knots[1]
+    if wander_us > 0 and wander_period_s > 0:
+        period = wander_period_s * hz * rng.uniform(0.8, 1.2)
+        phase = rng.uniform(0.0, 2.0 * np.pi)
+        t_stop = t_end + 0.2 * (t_end - t_begin)
+        n = int(np.ceil((t_stop - t_begin) / period * 128.0)) + 1
+        grid = np.linspace(t_begin, t_stop, max(n, 2))
+        near = np.abs(grid[:, None] - ref_knots[None, :]).min(axis=1) < 1.0
+        ref_all = np.union1d(ref_knots, grid[~near])
+        node_all = piecewise(ref_all, ref_knots, node_knots)
+        arg = 2.0 * np.pi * (np.clip(ref_all, t_begin, t_stop) - t_begin) / period + phase
+        node_all += wander_us * 1e-6 * hz * (np.sin(arg) - np.sin(phase))
+        return NodeClock(name, ref_all, node_all)
     return NodeClock(name, ref_knots, node_knots)
