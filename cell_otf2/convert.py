@@ -127,7 +127,7 @@ class Summary:
                        for i, part in enumerate(line.split("\n")))
         else:
             out.append("  lost or unusable records: none")
-        out = [wrapped for line in out for wrapped in _fit(line)]
+        out = out[:1] + [wrapped for line in out[1:] for wrapped in _fit(line)]  # [0]: paths
         if self.converter_processes > 1:
             handed = (f"; {self.locations_handed_over} locations ({self.events_handed_over} "
                       "events) handed to a less busy process while writing"

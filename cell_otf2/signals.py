@@ -7,7 +7,10 @@ print the message.
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
+from types import FrameType
 
 #: exit status after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -21,14 +24,26 @@ class Terminated(KeyboardInterrupt):
         self.signal_number = signal_number
 
 
-def _raise_terminated(signal_number: int, _frame: object) -> None:
+#: a signal that lands inside the import system's own code (a module lock's weakref
+#: callback, where an exception is printed as "Exception ignored" and lost) is sent again
+#: this much later, when the import is done
+_REDELIVER_S = 0.02
+
+
+def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signal_number)).start()
+        return
+    if signal_number == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated(signal_number)
 
 
 def install() -> None:
-    """Turn SIGTERM and SIGHUP into ``Terminated`` in this (main) thread."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+    """Turn SIGTERM and SIGHUP into ``Terminated`` and keep Ctrl-C a ``KeyboardInterrupt``,
+    in this (main) thread, neither of them raised inside the import system."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler, None):
             signal.signal(sig, _raise_terminated)
 
 

@@ -76,6 +76,7 @@ def convert_cli(run: Path, anchor: Path, capsys) -> tuple[int, dict[str, tuple[i
 def damage_counts(text: str) -> dict[str, tuple[int, str]]:
     """The summary's damage lines -> {kind: (count, 'file slot N' or 'file')}."""
     got = {}
+    text = re.sub(r"\n {6,}(?=\S)", " ", text)  # a long line wrapped at 100 columns
     for m in re.finditer(r"^\s+(\w+): (\d+) .*?, first (?:at|in) (.+)$", text, re.M):
         got[m.group(1)] = (int(m.group(2)), m.group(3))
     return got

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from otf2check import read_events  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402
