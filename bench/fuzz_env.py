@@ -290,14 +290,22 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
             time.sleep(delay)
             p.send_signal(sig)
             status, message = p.wait(timeout=120), p.stderr.read()
-            allowed = {0, 1, 3, 128 + int(sig)}
-            if status == 128 + int(sig):
+            # -sig: the signal came while the interpreter itself started (none of our code
+            # had run: the default action, nothing written)
+            allowed = {0, 1, 3, 128 + int(sig), -int(sig)}
+            if status in (128 + int(sig), -int(sig)):
                 archive = out_dir / "none.otf2"  # nothing may be in place
                 if os.listdir(out_dir):
                     return {**result, "kind": "leftover",
                             "message": f"after {sig.name}: {os.listdir(out_dir)}"}
         else:
             status, message = cli(args, prefix)
+        if message.startswith("Fatal Python error: init_import_site"):
+            message, status = "", -1  # Python's own start-up was interrupted: not our code
+            if os.listdir(out_dir):
+                return {**result, "kind": "leftover", "message": str(os.listdir(out_dir))}
+            return {**result, "kind": "refused", "status": 130, "message": "interpreter start-up",
+                    "lines": []}
         if "Traceback" in message or "internal error" in message:
             return {**result, "kind": "internal", "message": message.strip()[-300:]}
         if klass not in ("manifest-json", "special", "concurrent", "signal") \
