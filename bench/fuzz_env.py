@@ -301,7 +301,7 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
         else:
             status, message = cli(args, prefix)
         if message.startswith("Fatal Python error: init_import_site"):
-            message, status = "", -1  # Python's own start-up was interrupted: not our code
+            # Python's own start-up was interrupted: not our code; nothing may be written
             if os.listdir(out_dir):
                 return {**result, "kind": "leftover", "message": str(os.listdir(out_dir))}
             return {**result, "kind": "refused", "status": 130, "message": "interpreter start-up",
