@@ -175,7 +175,7 @@ def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
         otf2_writer.write_archive(defs, events, Path(tmp), "w")
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         c0 = time.process_time()
-        otf2_writer._check_events(defs, events)
+        otf2_writer.check_events(defs, events)
         check_cpu = time.process_time() - c0
     compiled = otf2_writer._api().compiled and mode != "python"
     return {"events": int(events.size), "wall": wall, "cpu": cpu, "check_cpu": check_cpu,
@@ -335,7 +335,7 @@ def writer_section(run: Path, repeat: int, conversion_wall: float) -> None:
               f", CPU {lib_c / median(mode, 'cpu'):.2f}")
     print(f"compiled / ctypes: wall {median('python', 'wall') / median('c', 'wall'):.1f}x, CPU "
           f"{median('python', 'cpu') / median('c', 'cpu'):.1f}x; the writer's input checks "
-          f"(_check_events) take {median('c', 'check_cpu'):.2f} CPU s of the compiled "
+          f"(check_events) take {median('c', 'check_cpu'):.2f} CPU s of the compiled "
           f"{median('c', 'cpu'):.2f}")
     print(f"conversion end to end against the library's own rate for its events: "
           f"{lib_w:.2f} / {conversion_wall:.2f} = {lib_w / conversion_wall:.2f}")

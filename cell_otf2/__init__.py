@@ -30,8 +30,9 @@ __version__ = "0.1.0"
 __all__ = ["RunInfo", "Summary", "__version__", "convert", "inspect"]
 
 if TYPE_CHECKING:
-    from .convert import Progress, Summary
+    from .dumps import Progress
     from .inspect import RunInfo
+    from .summary import Summary
 
 
 def _api_convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,

@@ -33,11 +33,11 @@ import numpy as np
 
 from . import format as fmt
 from .clocks import MOD
-from .convert import Pipeline
 from .decode import Decoded, LinkKind
 from .match import Matches
 from .model import DomainKind, LocKind
 from .order import Constraints, OrderOptions, build_constraints
+from .summary import Pipeline
 from .sync import error_table
 from .sync_baselines import lamport_offsets, paper_solve
 

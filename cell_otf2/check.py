@@ -62,7 +62,7 @@ class CheckResult:
 
 def check_run(run_dir: str | Path) -> CheckResult:
     """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
-    from .otf2_writer import _check_defs, _check_events  # the writer's refusals, no writing
+    from .otf2_writer import check_defs, check_events  # the writer's refusals, no writing
 
     try:
         pipe = analyze(Path(run_dir))
@@ -71,8 +71,8 @@ def check_run(run_dir: str | Path) -> CheckResult:
                        if str(e) not in {str(m) for m in first.more}]
         raise
     defs, events, _ = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage)
-    _check_events(defs, events)
-    _check_defs(defs)
+    check_events(defs, events)
+    check_defs(defs)
     dec = pipe.decoded
     return CheckResult(
         run_dir=str(run_dir),

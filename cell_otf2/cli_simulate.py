@@ -144,7 +144,7 @@ def simulate_command(
         _fail_output(f"{out_dir}: cannot write the run: {_why(exc)}; nothing was written")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    from .convert import plural
+    from .summary import plural
 
     typer.echo(
         f"simulated {workload} (seed {seed}) into {out_dir}: "

@@ -168,7 +168,7 @@ class _DumpSummary:
                    block_ctx, dump.blocks["slot"][first])
 
 
-def _build_locations(
+def build_locations(
     manifest: Manifest, dumps: list[_DumpSummary], damage: DamageLog
 ) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], int]]:
     n = manifest.n_ranks
@@ -209,7 +209,7 @@ def _build_locations(
 @dataclass
 class RunLayout:
     """What decoding some of a run's dumps needs to know of all of them (parallel conversion):
-    every location and context in the run's numbering (as ``_build_locations`` numbers them
+    every location and context in the run's numbering (as ``build_locations`` numbers them
     from every dump), and per rank its dump's name and SPE buffer size."""
 
     locations: np.ndarray  # LOCATION_DTYPE
@@ -238,7 +238,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
     contexts and the per-rank lists are the whole run's, records, anchors and interval domains
     those of the given dumps (node domains are always every node's). The location damage of
-    ``_build_locations`` is then the caller's to record.
+    ``build_locations`` is then the caller's to record.
 
     ``release``: empty each dump's record arrays once it is decoded (for a caller that drops
     the dumps afterwards: the records table then never coexists with all of them).
@@ -249,7 +249,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     if summaries is None:
         summaries = [_DumpSummary.of(dumps[i]) for i in range(len(dumps))]
     if layout is None:
-        locations, contexts, ctx_loc = _build_locations(manifest, summaries, damage)
+        locations, contexts, ctx_loc = build_locations(manifest, summaries, damage)
         dump_names = [d.name for d in summaries]
         buffer_records = [d.spe_buffer_records for d in summaries]
     else:

@@ -1,6 +1,6 @@
 """Accuracy of a clock-synchronization method against the simulator's ground truth.
 
-Input: a decoded trace (``convert.Pipeline``), the run's ``truth.Truth`` and one method's
+Input: a decoded trace (``summary.Pipeline``), the run's ``truth.Truth`` and one method's
 offsets per clock domain (``baseline_time.Estimate``, node-timebase ticks: true node time =
 offset + local). Metrics, each a small function on arrays so tests can check it by hand:
 
@@ -37,12 +37,12 @@ import numpy as np
 
 from . import format as fmt
 from .baseline_time import Estimate
-from .convert import Pipeline
 from .damage import DamageLog
 from .decode import Decoded
 from .match import Matches
 from .model import DomainKind, LocKind
 from .order import Constraints
+from .summary import Pipeline
 from .sync import pair_width_stats
 from .timing import NodeMap, SyncResult, apply_times
 from .truth import Truth

@@ -216,7 +216,7 @@ class _CApi:
     arguments that need no conversion object: pointers and uint64_t values as ready ``c_void_p``
     / ``c_uint64`` objects (times are made in C by ``map(c_uint64, ...)`` as the calls consume
     them), uint32_t and uint8_t values as Python ints (ctypes passes an int as a C int, which
-    has the bit pattern of any value below 2^32; ``_check_events`` refuses larger ones). That
+    has the bit pattern of any value below 2^32; ``check_events`` refuses larger ones). That
     is about twice as fast per call as ``argtypes`` converting every argument.
     ``_SIGNATURES`` records each function's parameters.
     """
@@ -405,7 +405,7 @@ def _address(pointer: object) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
+def check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
     if not isinstance(events, np.ndarray) or events.dtype != EVENT_DTYPE:
         raise WriterInputError(f"events must be an EVENT_DTYPE array, got {type(events).__name__}"
                               f" of dtype {getattr(events, 'dtype', None)}")
@@ -650,7 +650,7 @@ def _write_location_events(api: _CApi, writer: int, attrs: int, rows: np.ndarray
     if per_type is not None:
         try:
             code = _evtwrite.write(writer, attrs, np.ascontiguousarray(rows), per_type)
-        except LookupError as exc:  # _check_events refuses unknown kinds before writing
+        except LookupError as exc:  # check_events refuses unknown kinds before writing
             raise WriterInputError(f"event type {exc} has no writer") from None
         if code:
             raise library_errors().failure("the event files")
@@ -776,7 +776,7 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
 
             def fn(w, _, t, ref, op=op, root=root, sent=sent, received=received, end=end):
                 return end(w, None, t, op(), ref, root(), sent(), received())
-        else:  # _check_events refuses unknown kinds before anything is written
+        else:  # check_events refuses unknown kinds before anything is written
             raise WriterInputError(f"event type {kind} has no writer")
         fns[sel] = fn
 
@@ -828,7 +828,7 @@ class _EventStream:
         if not events.size:
             return
         if not checked:
-            _check_events(self.defs, events)
+            check_events(self.defs, events)
         loc_column = events["loc"]  # sorted (checked)
         first, last = int(loc_column[0]), int(loc_column[-1])
         bounds = _location_bounds(loc_column, first, last)
@@ -916,7 +916,7 @@ class _Strings:
         return ref
 
 
-def _check_defs(defs: ArchiveDefs) -> None:
+def check_defs(defs: ArchiveDefs) -> None:
     for i, node in enumerate(defs.system_nodes):
         if node.name == "0":
             raise WriterInputError(f"system node {i} is named '0': ViTE aborts on such a node "
@@ -1126,8 +1126,8 @@ def write_archive(
     _tune_malloc()
     whole = isinstance(events, np.ndarray)
     if whole:
-        _check_events(defs, events)
-    _check_defs(defs)
+        check_events(defs, events)
+    check_defs(defs)
     n_loc = len(defs.locations)
     locs = None if locations is None else np.asarray(locations, dtype=np.int64)
     if locs is not None and locs.size and not (0 <= locs.min() and locs.max() < n_loc):
@@ -1160,7 +1160,7 @@ def write_archive(
                     stream.begin(group_locs)
                     single = isinstance(pieces, np.ndarray)
                     if single:
-                        _check_events(defs, pieces)
+                        check_events(defs, pieces)
                     for piece in ([pieces] if single else pieces):
                         stream.write(piece, checked=whole or single)
                     stream.end()

@@ -8,17 +8,17 @@ MPI, where "every group" below means every group of every process:
 
 A. read every dump once (summaries, the run's location layout); then per group: decode its
    dumps (reading each again, one at a time), match all but MPI, keep its MPI records;
-B. pair every MPI record of the run and fit the node clocks (``parallel._match_mpi``);
+B. pair every MPI record of the run and fit the node clocks (``whole_run.match_mpi``);
 C. per group: order constraints (with its within-node MPI pairs), synchronize its nodes, give
    its records their times; keep its interval bounds, span, counts and the usable flags of its
    MPI records;
-D. which MPI records have both ends usable (``parallel._paired``), RMA id offsets, the whole
+D. which MPI records have both ends usable (``whole_run.paired_mpi``), RMA id offsets, the whole
    run's definitions (``emit.build_definitions``; counts come from the writer);
 E. per group: emit its events in pieces and write its locations' event files into the one
    archive (``otf2_writer.EventGroups``); then the global definitions, summary and report.
 
 Only one group's decoded state (records, anchors, matches, sync arrays) is in memory at a
-time; the others wait in files (``_Spill``) in a directory inside the output's staging
+time; the others wait in files (``Spill``) in a directory inside the output's staging
 directory, which is removed with it on success, error and Ctrl-C (a SIGKILL leaves the
 staging directory behind, as ``output.py`` says). The record table, most of a group's state,
 is a shared mapping of its file from decoding on, so setting a group aside writes only the
@@ -56,29 +56,48 @@ from typing import Any
 
 import numpy as np
 
-from .convert import CHUNK_EVENTS, _Dumps, _summary, drop_analysis, read_summaries, sync_report
 from .damage import DamageLog
-from .decode import Decoded, RunLayout, _build_locations, decode
+from .decode import Decoded, RunLayout, build_locations, decode
+from .dumps import Dumps, read_summaries
 from .emit import DmaStyle, EmitStats, build_definitions, emit
 from .errors import OutputError
 from .manifest import Manifest, load_manifest
 from .match import Matches, match
 from .model import RECORD_DTYPE, Ev
-from .order import build_constraints
+from .order import Constraints, build_constraints
 from .output import ArchiveTarget
-from .parallel import (
-    _STAGES,
-    _dump_bytes,
-    _match_mpi,
-    _merge_damage,
-    _mpi_subset,
-    _paired,
-    _whole_run,
+from .summary import build_summary, sync_report
+from .timing import SyncResult, apply_times, synchronize
+from .whole_run import (
+    STAGES,
+    dump_bytes,
+    match_mpi,
+    merge_damage,
+    mpi_subset,
+    paired_mpi,
     rma_id_offset,
     rma_transfers,
     share_after_sync,
+    whole_run,
 )
-from .timing import SyncResult, apply_times, synchronize
+
+#: events per piece of the event table handed to the writer (bounds emit's memory)
+CHUNK_EVENTS = 1 << 16
+
+
+def drop_analysis(dec: Decoded, matches: Matches, cons: Constraints) -> Constraints:
+    """Free what only analysis needed (the slot-order anchors, the loss epochs, the
+    happened-before pairs, the constraint arrays) before the event table is built: empties
+    ``dec``'s anchors and loss epochs and ``matches``' pairs in place; returns the
+    constraints without their arrays (counts and assumed slacks kept, for the summary and
+    the report)."""
+    empty = np.zeros(0, dtype=np.int64)
+    dec.anchors = dec.anchors[:0].copy()
+    dec.loss_epoch = None
+    matches.pairs = matches.pairs[:0].copy()
+    matches.node_pairs = matches.node_pairs[:0].copy()
+    return Constraints(empty, empty, np.zeros(0), cons.counts, cons.assumed)
+
 
 #: nodes are grouped while their dumps total at most this many bytes (a larger node is a
 #: group of its own); a group's decoded state takes about 2.5 times its dumps' size
@@ -141,7 +160,7 @@ _ARRAYS = {
 _STABLE = frozenset({"records", "domains", "links", "loss_cut", "messages", "dma"})
 
 
-class _Spill:
+class Spill:
     """Each group's ``_State``: in memory for the group being worked on (``get``/``put``),
     in ``.npy`` files under ``directory`` for the others (made on first use; ``close``
     removes it). Whatever is not an array (counts, the manifest, the layout shared by every
@@ -320,16 +339,16 @@ class _Group:
 
     index: int
     ranks: list[int]
-    logs: dict[str, DamageLog] = field(default_factory=lambda: {s: DamageLog() for s in _STAGES})
+    logs: dict[str, DamageLog] = field(default_factory=lambda: {s: DamageLog() for s in STAGES})
     records: int = 0  # decoded records
     mpi: tuple | None = None  # its MPI records (A -> B)
     good: np.ndarray | None = None  # usable flags of its MPI records (C -> D)
     rma: np.ndarray | None = None  # its RMA transfers per rank (C -> E)
     span: tuple[int, int] | None = None
-    info: dict = field(default_factory=dict)  # ``parallel._whole_run``'s per-part values
+    info: dict = field(default_factory=dict)  # ``whole_run.whole_run``'s per-part values
 
 
-class _Clock:
+class StageClock:
     """Wall and CPU seconds per stage; ``on_stage(name, 0.0)`` as each stage is entered (the
     progress display names the stage running now)."""
 
@@ -381,7 +400,7 @@ class Alone:
         return [p.rank for p in man.processes]
 
     def layout(self, man: Manifest, summaries: list, damage: DamageLog) -> RunLayout:
-        locations, contexts, _ = _build_locations(man, summaries, damage)
+        locations, contexts, _ = build_locations(man, summaries, damage)
         return RunLayout(locations, contexts, [d.name for d in summaries],
                          [d.spe_buffer_records for d in summaries])
 
@@ -397,9 +416,9 @@ def convert_streamed(run_dir, target: ArchiveTarget, archive: str, wall0: float,
     """``convert.convert``'s serial conversion (the output target prepared); returns the
     summary. ``group_bytes``: ``node_groups``' limit (None: ``GROUP_BYTES`` when the dumps
     total more than ``IN_MEMORY_BYTES``, else the whole run as one group)."""
-    clock = _Clock(progress)
+    clock = StageClock(progress)
     with target.staged() as tmp:
-        spill = _Spill(Path(tmp) / ".spill")
+        spill = Spill(Path(tmp) / ".spill")
         try:
             summary, whole = convert_groups(Alone(), Path(run_dir), Path(tmp), target.name,
                                             clock, spill, DmaStyle(dma_style), alpha,
@@ -424,7 +443,7 @@ def _split(values: list, sizes: list[int]) -> list[list]:
     return out
 
 
-def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spill: _Spill,
+def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spill: Spill,
                    dma_style: DmaStyle, alpha: float, order_options, progress,
                    group_bytes: int | None, *, pairs: bool = True):
     """Phases A-E over this process's groups of nodes; the collectives go through ``team``
@@ -434,7 +453,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
     processes when the run's dumps total more than ``IN_MEMORY_BYTES``, else one group).
     ``pairs``: compute the report's pair figures (``timing.pair_table``; only for a report)."""
     root = team.rank == 0
-    first_logs = {s: DamageLog() for s in _STAGES}  # what this process finds at once
+    first_logs = {s: DamageLog() for s in STAGES}  # what this process finds at once
 
     # A. read, layout; per group decode and match all but MPI
     def plan():
@@ -442,7 +461,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
             return load_manifest(run_dir)
 
     man = team.run("read", plan)
-    sizes = team.bcast(_dump_bytes(man) if root else None)
+    sizes = team.bcast(dump_bytes(man) if root else None)
     my_ranks = team.my_ranks(man, sizes)
 
     def read():
@@ -467,12 +486,12 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
             spill.evict()
             with clock.stage("decode"):
                 mine = [by_rank[r] for r in g.ranks]
-                dumps = _Dumps(man, mine, g.ranks)
+                dumps = Dumps(man, mine, g.ranks)
                 dec = decode(man, dumps, g.logs["decode"], layout=layout, release=True,
                              summaries=mine, allocate=(spill.record_table(g.index)
                                                        if len(groups) > 1 else None))
                 matches = match(dec, g.logs["match"], mpi=False)
-                g.mpi = _mpi_subset(dec)
+                g.mpi = mpi_subset(dec)
                 g.records = int(dec.records.size)
             clock.add("read", dumps.seconds, dumps.cpu_seconds)  # the second reading
             clock.add("decode", -dumps.seconds, -dumps.cpu_seconds)
@@ -501,7 +520,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
     def fit():
         with clock.stage("mpi"):
             flat = [m for part in mpi_parts for m in part]
-            node_maps, pairs, state = _match_mpi(man, layout, made["node_domains"], flat,
+            node_maps, pairs, state = match_mpi(man, layout, made["node_domains"], flat,
                                                  first_logs["mpi"])
             return node_maps, _split(pairs, n_groups), state
 
@@ -541,7 +560,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
 
     def pair_up():
         with clock.stage("emit"):
-            return _split(_paired(mpi_state, [x for part in goods for x in part]), n_groups)
+            return _split(paired_mpi(mpi_state, [x for part in goods for x in part]), n_groups)
 
     paired = team.scatter(team.run("emit", pair_up if root else lambda: None))
     goods = None
@@ -555,7 +574,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
     def definitions():
         with clock.stage("emit"):
             flat = [i for part in infos for i in part]
-            whole = _whole_run(man, layout, made["skeleton"], flat, node_maps)
+            whole = whole_run(man, layout, made["skeleton"], flat, node_maps)
             intervals = {loc: v for i in flat for loc, v in i["sync_intervals"].items()}
             return whole, build_definitions(whole.decoded, whole.sync, first, last,
                                             intervals)[0]
@@ -618,7 +637,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
     if not root:
         return None, None
     flat = [i for part in parts for i in part[0]]
-    whole.damage = _merge_damage(layout, flat)
+    whole.damage = merge_damage(layout, flat)
     total_stats = EmitStats()
     for _, st, *_rest in parts:
         total_stats.add(st)
@@ -632,7 +651,7 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: _Clock, spi
         for k, v in c.items():
             cpu[k] = max(cpu.get(k, v), v)
     n_events = int(np.asarray(written.events_per_location).sum())
-    summary = _summary(whole, "", "", n_events, total_stats, wall)
+    summary = build_summary(whole, "", "", n_events, total_stats, wall)
     summary.messages_matched = (sum(i["messages"] for i in flat)
                                 + int(mpi_state.messages.size))
     summary.stage_cpu_seconds = cpu
@@ -646,7 +665,7 @@ _ONCE = ("read", "layout", "mpi")
 
 
 def _infos(groups: list[_Group], first_logs: dict[str, DamageLog]) -> list[dict]:
-    """Each group's values as ``parallel._whole_run`` and ``_merge_damage`` take them; what
+    """Each group's values as ``whole_run.whole_run`` and ``merge_damage`` take them; what
     the whole run found at once (reading, layout, MPI pairing) counts as the first group's."""
     out = []
     for g in groups:

@@ -21,13 +21,13 @@ advance (the partition of nodes, ``parallel.partition``, does that from the dump
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from .emit import EVENT_DTYPE, EventChunks
-from .parallel import poll_quietly
 
 #: message tags on the sharing's own communicator
 REQUEST, REPLY, DATA = 1, 2, 3
@@ -147,3 +147,14 @@ class WriteShare:
     def _drain(self) -> None:
         """Until every process is done: answer requests (with nothing)."""
         poll_quietly(self.comm.Ibarrier().Test, self._serve)
+
+
+def poll_quietly(done: Callable[[], bool], meanwhile: Callable[[], None] | None = None) -> None:
+    """Until ``done()``: call ``meanwhile`` (if any), then sleep, 0.2 ms at first, doubling up
+    to 5 ms (MPI's own blocking calls would spin a core instead)."""
+    pause = 0.0002
+    while not done():
+        if meanwhile is not None:
+            meanwhile()
+        time.sleep(pause)
+        pause = min(2 * pause, 0.005)

@@ -192,13 +192,13 @@ def test_report_calls_the_renderer_and_prints_what_it_wrote(tmp_path, capsys, mo
 @pytest.mark.parametrize("command", ["convert", "inspect", "check"])
 def test_ctrl_c_in_a_command(tmp_path, capsys, monkeypatch, command):
     import cell_otf2.check
-    import cell_otf2.convert
+    import cell_otf2.dumps
     import cell_otf2.inspect
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    for module in (cell_otf2.convert, cell_otf2.inspect):
+    for module in (cell_otf2.dumps, cell_otf2.inspect):
         monkeypatch.setattr(module, "read_dump", interrupt)
     run = str(SAMPLES / "wraps-heartbeats")
     args = {"convert": [run, "-o", str(tmp_path / "o" / "a.otf2")],
@@ -232,11 +232,11 @@ def test_real_sigint_during_conversion(tmp_path):
     """SIGINT to a running cell2otf2: message, status 130, the output path as it was."""
     code = """
 import sys, time
-import cell_otf2.convert as conv
+import cell_otf2.dumps as dumps
 def slow(*args, **kwargs):
     print("reading", flush=True)
     time.sleep(60)
-conv.read_dump = slow
+dumps.read_dump = slow
 from cell_otf2.cli import main
 main(sys.argv[1:])
 """

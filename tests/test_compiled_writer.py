@@ -166,7 +166,7 @@ def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
         compiled_ok = otf2_writer._compiled_check(defs, events)
         monkeypatch.setenv(otf2_writer.PYTHON_PATH_VARIABLE, "1")
         try:
-            otf2_writer._check_events(defs, events)
+            otf2_writer.check_events(defs, events)
             numpy_ok = True
         except otf2_writer.WriterInputError:
             numpy_ok = False

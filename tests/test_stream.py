@@ -20,23 +20,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from archive_compare import same_archive, summary_body
 from paths import SAMPLES  # noqa: E402
-from test_parallel import _same_archive, _sim, _summary_body
 
 from cell_otf2 import stream
-from cell_otf2.convert import (
-    CHUNK_EVENTS,
-    _summary,
-    analyze,
-    convert,
-    drop_analysis,
-    sync_report,
-)
+from cell_otf2.convert import analyze, convert
 from cell_otf2.emit import DmaStyle, emit
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
 from cell_otf2.otf2_writer import EventGroups, WriterInputError, write_archive
 from cell_otf2.output import ArchiveTarget
+from cell_otf2.simulate import simulate_run
+from cell_otf2.stream import CHUNK_EVENTS, drop_analysis
+from cell_otf2.summary import build_summary, sync_report
+
+
+def hybrid(out: Path, seed: int, **kw) -> Path:
+    simulate_run(out, "hybrid", seed, **kw)
+    return out
 
 
 def in_memory(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
@@ -52,7 +53,7 @@ def in_memory(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
     with target.staged() as tmp:
         write_archive(defs, events, tmp, target.name)
     report.write_text(json.dumps(sync_report(pipe), indent=1) + "\n")
-    return _summary(pipe, str(run), str(anchor), events.size, estats, {}).lines()
+    return build_summary(pipe, str(run), str(anchor), events.size, estats, {}).lines()
 
 
 def streamed(run: Path, anchor: Path, report: Path, monkeypatch, group_bytes: int,
@@ -63,18 +64,18 @@ def streamed(run: Path, anchor: Path, report: Path, monkeypatch, group_bytes: in
 
 
 def _body(lines: list[str]) -> list[str]:
-    return _summary_body("\n".join(lines))
+    return summary_body("\n".join(lines))
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("runs")
     return {
-        "four_nodes": _sim(base / "four", 11, ranks=8, nodes=4, spes=2, phases=3, chunks=4),
-        "damaged": _sim(base / "damaged", 5, ranks=6, nodes=3, spes=2, phases=4, chunks=4,
+        "four_nodes": hybrid(base / "four", 11, ranks=8, nodes=4, spes=2, phases=3, chunks=4),
+        "damaged": hybrid(base / "damaged", 5, ranks=6, nodes=3, spes=2, phases=4, chunks=4,
                         damage=["gap", "unmatched-mpi", "undefined-id", "backwards-timebase",
                                 "no-exit", "unknown-code"]),
-        "switches": _sim(base / "switches", 3, ranks=4, nodes=2, spes=4, spus=2, phases=3,
+        "switches": hybrid(base / "switches", 3, ranks=4, nodes=2, spes=4, spus=2, phases=3,
                          chunks=6, slice_ms=0.05, decrementer_restore="restored",
                          heartbeats=False),
     }
@@ -101,7 +102,7 @@ def test_node_by_node_equals_the_whole_run_in_memory(runs, tmp_path, monkeypatch
     assert _body(got) == _body(ref)
     assert json.loads((tmp_path / "s.json").read_text()) == json.loads(
         (tmp_path / "m.json").read_text())
-    _same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
+    same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["a", "a.def", "a.otf2"]
 
 
@@ -115,7 +116,7 @@ def test_default_grouping_equals_one_node_per_group(runs, tmp_path, monkeypatch)
     a = streamed(run, tmp_path / "a" / "a.otf2", tmp_path / "a.json", monkeypatch, two)
     b = streamed(run, tmp_path / "b" / "a.otf2", tmp_path / "b.json", monkeypatch, 0)
     assert _body(a) == _body(b)
-    _same_archive(tmp_path / "a" / "a.otf2", tmp_path / "b" / "a.otf2")
+    same_archive(tmp_path / "a" / "a.otf2", tmp_path / "b" / "a.otf2")
 
 
 def test_node_groups(runs):
@@ -132,13 +133,13 @@ def test_spill_round_trip_and_cleanup(runs, tmp_path, monkeypatch):
     """Spilled groups are read back as they were written; the spill directory lives in the
     staging directory and is gone after the conversion and after a failure in the middle."""
     seen: list[Path] = []
-    real_save = stream._Spill._save
+    real_save = stream.Spill._save
 
     def save(self, g, state):
         real_save(self, g, state)
         seen.append(self.directory)
 
-    monkeypatch.setattr(stream._Spill, "_save", save)
+    monkeypatch.setattr(stream.Spill, "_save", save)
     out = tmp_path / "out"
     streamed(runs["four_nodes"], out / "a.otf2", tmp_path / "r.json", monkeypatch, 0)
     assert seen and all(d.parent.parent == out for d in seen)
@@ -160,7 +161,7 @@ def test_spill_keeps_every_array(runs, tmp_path, mapped):
     """A group's state saved and loaded equals the state it was (records with their times
     kept apart once the records are on disk; or a mapped file from the start)."""
     pipe = analyze(runs["four_nodes"])
-    spill = stream._Spill(tmp_path / "spill")
+    spill = stream.Spill(tmp_path / "spill")
     dec = pipe.decoded
     if mapped:
         table = spill.record_table(0)(dec.records.size)
@@ -216,7 +217,7 @@ def test_spill_without_space_or_without_fallocate(runs, tmp_path, monkeypatch, c
     got = streamed(run, tmp_path / "s" / "a.otf2", tmp_path / "s.json", monkeypatch, 0)
     ref = in_memory(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json")
     assert _body(got) == _body(ref)
-    _same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
+    same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
 
 
 def test_small_run_is_one_group(runs, tmp_path, monkeypatch):

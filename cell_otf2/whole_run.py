@@ -1,0 +1,218 @@
+"""The steps of a conversion that see the whole run at once, between the groups of nodes that
+are converted one by one (``stream.convert_groups``, serially or on every process under MPI):
+pairing every MPI record and fitting the node clocks (``match_mpi``), telling which MPI
+records have both ends usable after synchronization (``paired_mpi``), RMA ids in the serial
+numbering (``rma_id_offset``), and the whole run's decoded skeleton, bounds and damage for the
+definitions, the summary and the report (``whole_run``). It runs no group's decoding or
+synchronization and talks to no other process: the team that calls it gathers and scatters.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import format as fmt
+from .damage import Damage, DamageLog
+from .decode import LINK_DTYPE, Decoded, RunLayout
+from .emit import sync_intervals_property
+from .manifest import Manifest
+from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
+from .model import ANCHOR_DTYPE, CONTEXT_DTYPE
+from .order import Constraints
+from .timing import SyncResult, pair_table
+
+P = fmt.PpeCode
+
+
+#: the records MPI matching reads (``match._mpi``)
+MPI_CODES = np.array([P.MPI_SEND, P.MPI_ISEND, P.MPI_RECV, P.MPI_IRECV, P.MPI_COLL_BEGIN,
+                      P.MPI_COLL_END], dtype=np.uint16)
+
+
+#: damage stages in the order the serial pipeline finds damage
+STAGES = ("read", "layout", "decode", "match", "mpi", "sync", "emit")
+
+
+def dump_bytes(man: Manifest) -> list[int]:
+    sizes = []
+    for p in man.processes:
+        try:
+            sizes.append(os.path.getsize(man.dump_path(p.rank)))
+        except OSError:
+            sizes.append(0)  # reading it fails later, with the reader's message
+    return sizes
+
+
+class MpiState:
+    """Process 0's view of every MPI record (serial record order) between steps 4 and 5."""
+
+    def __init__(self, owner: np.ndarray, local: np.ndarray, order: np.ndarray,
+                 messages: np.ndarray, n_proc: int) -> None:
+        self.owner = owner  # per MPI record (serial order): converter process
+        self.local = local  # its record index there
+        self.order = order  # serial order -> position in the gathered concatenation
+        self.messages = messages  # MSG_DTYPE over serial-order indexes
+        self.n_proc = n_proc
+
+
+def _mpi_index(dec: Decoded) -> np.ndarray:
+    """Indexes of ``dec``'s MPI records (the records MPI matching reads), ascending."""
+    return np.flatnonzero(np.isin(dec.records["code"], MPI_CODES))
+
+
+def mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    sel = _mpi_index(dec)
+    epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
+             else np.zeros(sel.size, np.int32))
+    return dec.records[sel], epoch, sel
+
+
+def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
+               parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], damage: DamageLog):
+    """Process 0: pair every MPI record and fit the node clocks, as the serial pipeline does
+    on the whole trace (records in (location, slot) order, so pairs and points come out in
+    the serial order). Returns the node maps, the per-process within-node pairs (local record
+    indexes) and the state step 5 needs."""
+    from .nodefit import fitted_node_maps
+
+    recs = np.concatenate([p[0] for p in parts])
+    epoch = np.concatenate([p[1] for p in parts])
+    local = np.concatenate([p[2] for p in parts])
+    owner = np.repeat(np.arange(len(parts)), [p[0].size for p in parts])
+    order = np.lexsort((recs["slot"], recs["loc"]))
+    mini = Decoded(
+        manifest=man, dump_names=layout.dump_names,
+        spe_buffer_records=layout.spe_buffer_records, locations=layout.locations,
+        contexts=np.zeros(0, CONTEXT_DTYPE), records=recs[order],
+        anchors=np.zeros(0, ANCHOR_DTYPE), domains=node_domains,
+        links=np.zeros(0, LINK_DTYPE), n_nodes=len(man.nodes), loss_epoch=epoch[order],
+    )
+    found = match(mini, damage)
+    node_maps = fitted_node_maps(mini, found)
+    own, loc = owner[order], local[order]
+    pairs = []
+    for q in range(len(parts)):
+        p = found.pairs[own[found.pairs["before"]] == q]
+        mine = np.zeros(p.size, PAIR_DTYPE)
+        mine["before"], mine["after"] = loc[p["before"]], loc[p["after"]]
+        pairs.append(mine)
+    return node_maps, pairs, MpiState(own, loc, order, found.messages, len(parts))
+
+
+def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: SyncResult,
+                     pairs: bool = True) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
+    """What a share of the run (a converter process's nodes, or a group of ``stream.py``)
+    hands on once its records have their times: the usable flags of its MPI records
+    (``_mpi_index`` order, for ``paired_mpi``), its time span (None: no usable record), and its
+    interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
+    report's pair figures (``whole_run``)."""
+    code = dec.records["code"]
+    sel = _mpi_index(dec)
+    good = result.usable[sel] & (code[sel] != 0)
+    t = dec.records["time"][result.usable & (code != 0)]
+    span = (int(t.min()), int(t.max())) if t.size else None
+    iv = slice(dec.n_nodes, None)
+    info = {
+        "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
+        "upper": result.upper[iv], "bounded": result.bounded[iv],
+        "relaxation": result.relaxation, "violations": result.order_violations,
+        "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
+        "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
+        "counts": cons.counts, "assumed": cons.assumed,
+        "sync_intervals": sync_intervals_property(dec, result),
+        "pairs": pair_table(dec, result) if pairs else [],
+        "node_relaxation": result.node_relaxation,
+    }
+    return good, span, info
+
+
+def paired_mpi(state: MpiState, good_parts: list[np.ndarray]) -> list[np.ndarray]:
+    """Process 0: per process, its MPI records whose message has both ends usable."""
+    good = np.concatenate(good_parts)[state.order]
+    m = state.messages
+    both = good[m["send"]] & good[m["recv"]]
+    flag = np.zeros(good.size, dtype=bool)
+    flag[m["send"][both]] = flag[m["recv"][both]] = True
+    return [state.local[flag & (state.owner == q)] for q in range(state.n_proc)]
+
+
+def rma_transfers(dec: Decoded, matches: Matches, usable: np.ndarray) -> np.ndarray:
+    """Per rank of the run, the DMA transfers of ``dec`` whose issue is written (``emit``
+    gives each one RMA matching id)."""
+    issue = matches.dma["issue"]
+    issue = issue[usable[issue] & (dec.records["code"][issue] != 0)]
+    rank_of = dec.locations["rank"].astype(np.int64)[dec.records["loc"][issue]]
+    return np.bincount(rank_of, minlength=dec.manifest.n_ranks)
+
+
+def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
+    """RMA matching ids count DMA transfers over the whole run in rank order: per rank, the
+    transfers of lower ranks held elsewhere (``every`` - ``mine``, both ``rma_transfers``),
+    which ``emit(..., rma_id_offset=)`` adds to that rank's ids."""
+    return ((np.cumsum(every) - every) - (np.cumsum(mine) - mine)).astype(np.uint64)
+
+
+def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],
+               node_maps: list):
+    """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
+    ``emit.build_definitions``, ``summary.build_summary`` and ``summary.sync_report`` (no
+    records)."""
+    from .summary import Pipeline
+
+    nn = dec.n_nodes
+    doms = np.concatenate([dec.domains[:nn]] + [g["domains"] for g in gathered])
+    order = np.concatenate([np.arange(nn), nn + np.argsort(doms["rank"][nn:], kind="stable")])
+
+    def cat(key: str, node_value) -> np.ndarray:
+        parts = [np.full(nn, node_value, dtype=gathered[0][key].dtype)]
+        return np.concatenate(parts + [g[key] for g in gathered])[order]
+
+    sync = SyncResult(
+        offset=cat("offset", 0.0), lower=cat("lower", 0.0), upper=cat("upper", 0.0),
+        bounded=cat("bounded", "both"),
+        relaxation=max(g["relaxation"] for g in gathered), node_maps=node_maps,
+        order_violations=sum(g["violations"] for g in gathered),
+        clamped=sum(g["clamped"] for g in gathered),
+        node_relaxation=np.max([g["node_relaxation"] for g in gathered], axis=0),
+        pairs=sorted((p for g in gathered for p in g["pairs"]),
+                     key=lambda p: [n.name for n in man.nodes].index(p["node"])),
+    )
+    decoded = Decoded(
+        manifest=man, dump_names=layout.dump_names,
+        spe_buffer_records=layout.spe_buffer_records, locations=layout.locations,
+        contexts=layout.contexts, records=dec.records[:0], anchors=dec.anchors[:0],
+        domains=doms[order], links=dec.links[:0], n_nodes=nn,
+        slots_lost=sum(g["slots_lost"] for g in gathered),
+        blocks_missing=sum(g["blocks_missing"] for g in gathered),
+        records_total=sum(g["records"] for g in gathered),
+    )
+    counts: dict[str, int] = {}
+    assumed: dict[str, float | str] = {}
+    for g in gathered:
+        for k, v in g["counts"].items():
+            counts[k] = counts.get(k, 0) + v
+        assumed.update(g["assumed"])
+    empty = np.zeros(0, dtype=np.int64)
+    cons = Constraints(empty, empty, np.zeros(0), counts, assumed)
+    matches = Matches(np.zeros(0, MSG_DTYPE), np.zeros(0, DMA_DTYPE),
+                      np.zeros(0, PAIR_DTYPE), np.zeros(0, PAIR_DTYPE))
+    return Pipeline(decoded, matches, cons, sync, merge_damage(layout, gathered))
+
+
+def merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
+    """One log as the serial pipeline fills it: stage by stage; within a stage by the rank
+    of the file, or as added when one process found all of it (MPI pairing, process 0)."""
+    rank_of = {name: r for r, name in enumerate(layout.dump_names)}
+    log = DamageLog()
+    for stage in STAGES:
+        entries: list[tuple[int, int, int, Damage]] = []
+        for q, g in enumerate(gathered):
+            for i, d in enumerate(g["damage"][stage]):
+                entries.append((rank_of.get(d.file, -1), q, i, d))
+        if len({e[1] for e in entries}) > 1:
+            entries.sort(key=lambda e: e[:3])
+        for *_, d in entries:
+            log.add_damage(d)
+    return log

@@ -1,0 +1,99 @@
+"""The package's shape: no import cycle among its modules (imports inside functions count,
+since they only hide a cycle), and no module importing another module's private name, so each
+module's underscore names are its own to change. Also the README's module map names every
+module of the package."""
+
+from __future__ import annotations
+
+import ast
+
+from paths import ROOT
+
+PACKAGE = ROOT / "cell_otf2"
+#: private names another module may import: the writer's compiled helper (a module)
+ALLOWED_PRIVATE = {"_evtwrite"}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Module name (``decode``, ``report.load``) -> the package modules it imports."""
+    out: dict[str, set[str]] = {}
+    for f in sorted(PACKAGE.rglob("*.py")):
+        parts = f.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts)
+        pkg = list(parts[:-1])
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+                if node.module:
+                    deps.add(".".join([*base, node.module]))
+                else:
+                    deps.update(".".join([*base, a.name]) for a in node.names)
+        out[name] = deps
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_inside_the_package():
+    assert cycles(module_imports()) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_private_name_imported_from_another_module():
+    bad = []
+    for f in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                bad += [f"{f.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                        and a.name not in ALLOWED_PRIVATE]
+    assert bad == []
+
+
+def test_readme_module_map_names_every_module():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Module map"):]
+    missing = [f.name for f in PACKAGE.glob("*.py") if f.name != "__init__.py"
+               and f"`{f.name}`" not in section]
+    missing += [f"{d.name}/" for d in PACKAGE.iterdir()
+                if d.is_dir() and (d / "__init__.py").exists() and f"`{d.name}/`" not in section]
+    assert missing == []
