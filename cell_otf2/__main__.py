@@ -17,6 +17,7 @@ def main() -> None:
         from .cli import main as cli_main
     except KeyboardInterrupt as exc:
         sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
+        signals.forget_unhandled_interrupt()
         raise SystemExit(signals.exit_status(exc)) from None
     cli_main()
 

@@ -108,6 +108,7 @@ class _Interrupted(SystemExit):
 
 def _interrupted(exc: BaseException | None = None) -> None:
     typer.echo(f"cell2otf2: {signals.describe(exc)}", err=True)
+    signals.forget_unhandled_interrupt()
     raise _Interrupted(signals.exit_status(exc))
 
 

@@ -24,15 +24,17 @@ class Terminated(KeyboardInterrupt):
         self.signal_number = signal_number
 
 
-#: a signal that lands inside the import system's own code (a module lock's weakref
-#: callback, where an exception is printed as "Exception ignored" and lost) is sent again
-#: this much later, when the import is done
+#: a signal that lands in the import system's module-lock weakref callback (where an
+#: exception is printed as "Exception ignored" and lost) is sent again this much later
 _REDELIVER_S = 0.02
 
 
 def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
-    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
-        threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signal_number)).start()
+    if (frame is not None and frame.f_code.co_name == "cb"
+            and frame.f_code.co_filename.startswith("<frozen importlib")):
+        later = threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signal_number))
+        later.daemon = True  # never delays or interrupts the interpreter's own exit
+        later.start()
         return
     if signal_number == signal.SIGINT:
         raise KeyboardInterrupt
@@ -80,7 +82,8 @@ class Deferred:
     def __enter__(self) -> Deferred:
         try:
             for sig in self._SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._note)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored stays ignored
+                    self._previous[sig] = signal.signal(sig, self._note)
         except ValueError:  # not the main thread: signals cannot be handled here anyway
             self._restore()
         return self
@@ -101,3 +104,17 @@ class Deferred:
         self._restore()
         if exc[0] is None:
             self.check()
+
+
+def forget_unhandled_interrupt() -> None:
+    """Tell the interpreter that the last KeyboardInterrupt was handled. CPython remembers a
+    KeyboardInterrupt that escaped code run through ``PyRun_*`` (some C extensions run Python
+    code that way while they are imported) and then ends the process with SIGINT at exit
+    (status -2) even after it was handled; running any code through ``PyRun_SimpleString``
+    clears that mark. Called once the interruption is reported."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"pass")
+    except (ImportError, AttributeError, OSError):
+        pass
