@@ -425,13 +425,15 @@ class _Events:
 
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
-                      sync_intervals: dict[int, str] | None = None
+                      sync_intervals: dict[int, str] | None = None,
+                      first_spu: dict[int, int] | None = None
                       ) -> tuple[ArchiveDefs, dict]:
     """All definitions; returns them and the lookups emit needs (region refs etc.).
 
     ``sync_intervals`` (location -> property value, as ``sync_intervals_property`` makes it)
     is given by a caller whose ``dec`` holds no records (the parallel converter's process 0,
     which gathers the values from the processes that hold them); else it is computed here.
+    ``first_spu`` (SPE location -> physical SPU, as ``first_spus`` makes it) likewise.
     """
     man = dec.manifest
     p0 = man.processes[0]
@@ -445,28 +447,51 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
     machine = man.application or "Cell machine"
     machine = machine if machine != "0" else "machine 0"
     defs.system_nodes.append(SystemNode(machine, "machine", None, SystemNodeDomain.MACHINE))
-    node_sys, chip0_sys = [], []
-    for node in man.nodes:
+    if first_spu is None:
+        first_spu = first_spus(dec)
+    # the chip each context's SPU belongs to (None: no CTX_SWITCH says which SPU it ran on)
+    ctx_chip: dict[int, int | None] = {}
+    for r, _, loc in dec.contexts[["rank", "ctx", "loc"]].tolist():
+        node = man.nodes[man.node_of_rank(r)]
+        spu = first_spu.get(int(loc), -1)
+        ctx_chip[int(loc)] = (spu // node.spes_per_chip
+                              if 0 <= spu < node.cell_chips * node.spes_per_chip else None)
+    node_sys, chip_sys = [], {}  # chip_sys: (node index, chip) -> system tree node
+    used_chips = {(man.node_of_rank(int(r)), ctx_chip[int(loc)])
+                  for r, loc in dec.contexts[["rank", "loc"]].tolist()
+                  if ctx_chip[int(loc)] is not None}
+    for k, node in enumerate(man.nodes):
         name = node.name if node.name != "0" else "node 0"
         node_sys.append(len(defs.system_nodes))
         defs.system_nodes.append(SystemNode(name, "node", 0, SystemNodeDomain.SHARED_MEMORY))
         parent = node_sys[-1]
         for c in range(node.cell_chips):
-            if c == 0:
-                chip0_sys.append(len(defs.system_nodes))
-            defs.system_nodes.append(SystemNode(f"{name} chip {c} SPE complex", "spe complex",
-                                                parent, SystemNodeDomain.ACCELERATOR_DEVICE))
+            if (k, c) in used_chips:  # only chips an SPE context is known to have run on
+                chip_sys[k, c] = len(defs.system_nodes)
+                defs.system_nodes.append(SystemNode(
+                    f"{name} chip {c} SPE complex", "spe complex", parent,
+                    SystemNodeDomain.ACCELERATOR_DEVICE))
     n = man.n_ranks
     for p in man.processes:
-        defs.location_groups.append(LocationGroup(f"MPI rank {p.rank}", GroupType.PROCESS,
+        defs.location_groups.append(LocationGroup(f"MPI Rank {p.rank}", GroupType.PROCESS,
                                                   node_sys[man.node_of_rank(p.rank)]))
-    accel_group = {}
+    # per rank: one accelerator group per chip its contexts ran on (chip order), then one
+    # below the node itself for the contexts whose chip no record says
+    accel_group: dict[int, int] = {}  # SPE location -> its group
     for r in range(n):
-        if (dec.contexts["rank"] == r).any():
-            accel_group[r] = len(defs.location_groups)
+        locs = dec.contexts["loc"][dec.contexts["rank"] == r].tolist()
+        k = man.node_of_rank(r)
+        chips = sorted({ctx_chip[int(x)] for x in locs if ctx_chip[int(x)] is not None})
+        for chip in [*chips, None]:
+            mine = [int(x) for x in locs if ctx_chip[int(x)] == chip]
+            if not mine:
+                continue
+            for x in mine:
+                accel_group[x] = len(defs.location_groups)
+            name = f"SPEs (rank {r})" if chip is None else f"SPEs (rank {r}, chip {chip})"
             defs.location_groups.append(LocationGroup(
-                f"SPEs (rank {r})", GroupType.ACCELERATOR,
-                chip0_sys[man.node_of_rank(r)], creating_group=r))
+                name, GroupType.ACCELERATOR,
+                node_sys[k] if chip is None else chip_sys[k, chip], creating_group=r))
     for r, kind, idx in dec.locations.tolist():
         if kind == LocKind.PPE_THREAD:
             defs.locations.append(Location(f"PPE thread {idx} (rank {r})",
@@ -478,7 +503,8 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
                                                              PROP_PSEUDO, "main memory"))
         else:
             defs.locations.append(Location(f"SPE ctx {idx} (rank {r})",
-                                           LocationType.ACCELERATOR_STREAM, accel_group[r]))
+                                           LocationType.ACCELERATOR_STREAM,
+                                           accel_group[len(defs.locations)]))
     # worst sync bound per SPE location
     doms = dec.domains
     width = result.upper - result.lower
@@ -561,6 +587,30 @@ def sync_intervals_property(dec: Decoded, result: SyncResult) -> dict[int, str]:
             (f"{t0}:{t1}:" if t0 != none else "-:-:")
             + (f"{float(w.max()):.1f}" if w.size else "unbounded"))
     return {loc: ";".join(parts) for loc, parts in out.items()}
+
+
+def first_spus(dec: Decoded) -> dict[int, int]:
+    """SPE location -> the physical SPU of its first CTX_SWITCH record in slot order (a STOP
+    names the SPU of the run it ends, the context's first run; a START whose STOP was lost,
+    the SPU of the run it begins). Contexts without CTX_SWITCH are left out: no record says
+    where they ran."""
+    rec = dec.records
+    sw = np.flatnonzero(rec["code"] == P.CTX_SWITCH)
+    if not sw.size:
+        return {}
+    rank = dec.locations["rank"][rec["loc"][sw]]
+    key = np.lexsort((rec["slot"][sw], rec["a"][sw], rank))
+    sw, rank = sw[key], rank[key]
+    ctx = rec["a"][sw].astype(np.int64)
+    first = np.ones(sw.size, dtype=bool)
+    first[1:] = (rank[1:] != rank[:-1]) | (ctx[1:] != ctx[:-1])
+    out = {}
+    for r, c, spu in zip(rank[first].tolist(), ctx[first].tolist(),
+                         (rec["c"][sw[first]] >> np.uint64(32)).tolist(), strict=True):
+        loc = dec.loc_of(int(r), int(c))
+        if loc >= 0:
+            out[int(loc)] = int(spu)
+    return out
 
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:

@@ -54,7 +54,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .decode import LINK_DTYPE, Decoded, RunLayout, _build_locations
-from .emit import DmaStyle, sync_intervals_property
+from .emit import DmaStyle, first_spus, sync_intervals_property
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
 from .manifest import Manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
@@ -338,7 +338,8 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
     """What a share of the run (a converter process's nodes, or a group of ``stream.py``)
     hands on once its records have their times: the usable flags of its MPI records
     (``_mpi_index`` order, for ``_paired``), its time span (None: no usable record), and its
-    interval bounds, counts and ``cell2otf2::sync_intervals`` values (``_whole_run``)."""
+    interval bounds, counts and ``cell2otf2::sync_intervals`` values (``_whole_run``), and
+    the SPU of each context's first run that a record names (``emit.first_spus``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
@@ -353,6 +354,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints,
         "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
         "counts": cons.counts, "assumed": cons.assumed,
         "sync_intervals": sync_intervals_property(dec, result),
+        "first_spu": first_spus(dec),
     }
     return good, span, info
 
