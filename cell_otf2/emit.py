@@ -16,7 +16,8 @@ Choices where the contract leaves room (README "Mapping details"):
   can run on any SPU of the node; the physical SPU is on each "off SPU" region);
 - a node named "0" is written as "node 0", an application named "0" as machine "machine 0"
   (a free viewer aborts on a system tree node named "0");
-- each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound) and
+- each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound in ticks, an
+  OTF2 DOUBLE, +inf when unbounded) and
   ``cell2otf2::sync_intervals``: one ``FIRST:LAST:WIDTH`` entry per live interval of the
   context in interval order, joined by ``;``. FIRST and LAST are the archive timestamps
   (ticks) of the interval's first and last record that has a time (``-:-`` when none has);
@@ -511,7 +512,8 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
     for loc in np.unique(doms["loc"][doms["loc"] >= 0]).tolist():
         w = width[doms["loc"] == loc]
         w = w[np.isfinite(w)]
-        value = f"{float(w.max()):.1f}" if w.size else "unbounded"
+        # a number (OTF2 DOUBLE): ticks, or +inf when no interval is bounded on both sides
+        value = round(float(w.max()), 1) if w.size else float("inf")
         defs.location_properties.append(LocationProperty(int(loc), PROP_SYNC_BOUND, value))
     if sync_intervals is None:
         sync_intervals = sync_intervals_property(dec, result)
