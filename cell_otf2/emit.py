@@ -9,7 +9,9 @@ per OTF2 event, vectorized per record kind, sorted by (location, time, seq).
 Choices where the contract leaves room (README "Mapping details"):
 - records that are points in time but not OTF2 events (CTX_CREATE, CTX_LOAD, CTX_DESTROY,
   SIGNAL_WRITE, DECR_WRITE) are written as zero-length regions named after the call;
-  CTX_RUN_BEGIN..CTX_RUN_END is the region "spe_context_run" on the PPE thread; HEARTBEAT
+  CTX_RUN_BEGIN..CTX_RUN_END is the region "spe_context_run" on the PPE thread, unless the
+  manifest declares a PPE region of that name (whose ENTER/LEAVE already mark the call; the
+  same for every fixed region named after a call, on its core); HEARTBEAT
   records carry no information but time and are counted, not written;
 - the SPE program run is the region named after the program (START..EXIT);
 - the accelerator group of a process hangs below chip 0's SPE complex of its node (a context
@@ -111,6 +113,10 @@ _CELL_REGIONS = {
     "spu_read_signal": RegionRole.POINT2POINT,
     "spu_write_decrementer": RegionRole.FUNCTION,
 }
+
+#: the core whose calls the fixed regions stand for ("off SPU" is no call)
+_CELL_CORE = {name: ("ppe" if name.startswith("spe_") else "spe")
+              for name in _CELL_REGIONS if name != "off SPU"}
 
 # span regions: (BEGIN code, END code, region name)
 _SPANS = (
@@ -539,8 +545,14 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
         program_ref[prog.id] = len(defs.regions)
         name = prog.name if prog.name not in names else f"{prog.name} (SPE program)"
         defs.regions.append(Region(name, RegionRole.FUNCTION, Paradigm.CELL))
-    cell_ref = {}
+    cell_ref: dict[str, int | None] = {}
+    declared = {(r.name, str(r.core)) for r in man.regions}
     for name, role in _CELL_REGIONS.items():
+        if (name, _CELL_CORE.get(name)) in declared:
+            # the tracer's ENTER/LEAVE of the manifest's region of that name already mark
+            # the call on that core: its records give no second, nested region
+            cell_ref[name] = None
+            continue
         cell_ref[name] = len(defs.regions)
         defs.regions.append(Region(name if name not in names else f"{name} (cell2otf2)",
                                    role, Paradigm.CELL))
@@ -702,17 +714,22 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         ev.own(i, 1 if typ == Ev.LEAVE else 0, typ, ref)
         written[i] = True
     # ---- spans BEGIN..END as regions
-    for b_code, e_code, name in _SPANS:
+    for b_code, e_code, name in _SPANS:  # (no region: the manifest's region marks the call)
+        ref = lk["cell"][name]
         i = sel(b_code)
-        ev.own(i, 0, Ev.ENTER, lk["cell"][name])
+        if ref is not None:
+            ev.own(i, 0, Ev.ENTER, ref)
         written[i] = True
         i = sel(e_code)
-        ev.own(i, 4, Ev.LEAVE, lk["cell"][name])
+        if ref is not None:
+            ev.own(i, 4, Ev.LEAVE, ref)
         written[i] = True
     for p_code, name in _POINTS:
+        ref = lk["cell"][name]
         i = sel(p_code)
-        ev.own(i, 0, Ev.ENTER, lk["cell"][name])
-        ev.own(i, 4, Ev.LEAVE, lk["cell"][name])
+        if ref is not None:
+            ev.own(i, 0, Ev.ENTER, ref)
+            ev.own(i, 4, Ev.LEAVE, ref)
         written[i] = True
     # ---- context switches: "off SPU" on the SPE location
     sw = sel(P.CTX_SWITCH)
