@@ -43,6 +43,9 @@ class DamageKind(StrEnum):
     unusable_time = "unusable_time"  # a record whose time cannot be determined
     missing_heartbeat = "missing_heartbeat"  # decrementer readings 2^31 ticks or more apart
     unresolved_wrap = "unresolved_wrap"  # a wrap count the order constraints cannot decide
+    # emit.py: repairs that keep every location's Enter/Leave balanced and nested
+    unclosed_region = "unclosed_region"  # an Enter whose Leave was lost: closed by a Leave
+    leave_without_enter = "leave_without_enter"  # a Leave whose Enter was lost: not written
 
 
 #: kind -> (unit of count, what one occurrence is, or None when occurrences == count always);
@@ -72,6 +75,8 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.unresolved_wrap: (
         "wrap count{s} the order constraints cannot decide (readings after it synchronized "
         "as a separate segment)", None),
+    DamageKind.unclosed_region: ("region{s} left open by a lost Leave, closed", None),
+    DamageKind.leave_without_enter: ("Leave{s} whose Enter was lost, not written", None),
 }
 
 

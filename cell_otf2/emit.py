@@ -166,9 +166,19 @@ class EmitStats:
 class _Part:
     """One ``_Events.add`` call: events of one kind, each tied to the record that makes it."""
 
-    __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time")
+    __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time", "pin", "sub",
+                 "anchor", "seq")
 
     def __init__(self, rec, offset, typ, ref, params, loc=None, time=None) -> None:
+        #: foreign events placed by rule, not by time: None (by time and seq), "start" (before
+        #: a location's first event), "end" (after its last), "own" (right before the own
+        #: Leave of record ``anchor``); ``sub`` orders events of one place
+        self.pin: str | None = None
+        self.sub = 0
+        self.anchor = None
+        #: the events' tie-break seq in the table when not their record's (pinned events: one
+        #: that keeps the table in (location, time, seq) order)
+        self.seq = None
         self.rec = rec  # record index per event, ascending (own) or as given (foreign)
         self.pos = None  # own events: index in the sequence of all own events, in order
         self.offset = offset  # seq offset within the record (0..7)
@@ -189,6 +199,8 @@ class _Part:
         part = _Part(self.rec[sel], self.offset, self.typ, cut(self.ref),
                      {k: cut(v) for k, v in self.params.items()}, cut(self.loc), cut(self.time))
         part.pos = cut(self.pos)
+        part.pin, part.sub, part.anchor = self.pin, cut(self.sub), cut(self.anchor)
+        part.seq = cut(self.seq)
         return part
 
 
@@ -279,7 +291,51 @@ class _Events:
                     part.time = time[idx].astype(np.int64)
                     self.foreign.append(part)
 
+    #: order key of pinned events among the foreign events at one insertion point
+    _PHASE = {"start": -1, None: 0, "own": 1, "end": 2}
+
+    def pin(self, where: str, loc, typ: int, ref, sub=0, anchor=None, last: bool = False,
+            seq=None, **p) -> None:
+        """Foreign events placed by rule (``_Part.pin``) on locations ``loc`` (each with
+        records): at ``where`` = "start" or "end" of the location (at its first or last event's
+        time; ``last``: after the "end" events without it), or "own": right before the own
+        Leave of record ``anchor`` (at its time). ``sub`` orders the events of one place."""
+        loc = np.asarray(loc, dtype=np.int64)
+        if not loc.size:
+            return
+        first = self.loc_first_rec
+        if first is None:
+            first = np.zeros(self.n_locations + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.rec_loc, minlength=self.n_locations), out=first[1:])
+            self.loc_first_rec = first
+        rec = (np.asarray(anchor, dtype=np.int64) if where == "own"
+               else first[loc] if where == "start" else first[loc + 1] - 1)
+        part = _Part(rec.astype(self.index), 7, int(typ), _param(np.broadcast_to(ref, loc.shape)
+                                                                  .copy()),
+                     {k: _param(v) for k, v in p.items()}, loc,
+                     np.zeros(loc.size, dtype=np.int64))
+        part.pin = where
+        part.sub = np.broadcast_to(np.asarray(sub, dtype=np.int64) + (1 << 20 if last else 0),
+                                   loc.shape).copy()
+        part.anchor = rec if where == "own" else None
+        part.seq = np.broadcast_to(np.asarray(
+            seq if where == "own" else 0 if where == "start" else 1 << 63, dtype=np.uint64),
+            loc.shape).copy()
+        self.foreign.append(part)
+        self.laid_out = False
+
     # -- layout
+
+    def _own_pos(self, rec: np.ndarray, typ: int) -> np.ndarray:
+        """Own positions of the events of type ``typ`` of records ``rec`` (one each)."""
+        out = np.full(rec.size, -1, dtype=np.int64)
+        for part in self.own_parts:
+            if part.typ != typ or not part.size:
+                continue
+            at = np.minimum(np.searchsorted(part.rec, rec), part.size - 1)
+            hit = part.rec[at] == rec
+            out[hit] = part.pos[at[hit]]
+        return out
 
     def _layout(self) -> None:
         """Own positions by counting; foreign insertion points; location starts."""
@@ -339,16 +395,24 @@ class _Events:
             own_time = np.zeros(self.n_own, dtype=np.int64)
             for part in self.own_parts:
                 own_time[part.pos] = self.rec_time[part.rec]
+            pins = [(p.pin, p.size) for p in self.foreign]
+            f_pin = np.concatenate([np.full(n, self._PHASE[w], dtype=np.int8)
+                                    for w, n in pins])
+            f_sub = np.concatenate([np.broadcast_to(np.asarray(p.sub, np.int64), (p.size,))
+                                    for p in self.foreign])
             insert = np.zeros(f_loc.size, dtype=np.int64)
-            for loc in np.unique(f_loc).tolist():
-                sel = np.flatnonzero(f_loc == loc)
+            timed = f_pin == 0
+            for loc in np.unique(f_loc[timed]).tolist():
+                sel = np.flatnonzero((f_loc == loc) & timed)
                 lo, hi = int(self.own_start[loc]), int(self.own_start[loc + 1])
                 times = own_time[lo:hi]
                 before = f_seq[sel] < 8 * int(loc_first_rec[loc])
                 left = np.searchsorted(times, f_time[sel], side="left")
                 right = np.searchsorted(times, f_time[sel], side="right")
                 insert[sel] = lo + np.where(before, left, right)
-            order = np.lexsort((f_seq, f_time, insert, f_loc))
+            if not timed.all():
+                self._place_pins(f_loc, f_time, f_pin, insert, own_time, timed)
+            order = np.lexsort((f_sub, f_seq, f_time, f_pin, insert, f_loc))
             self.f_order = order
             self.f_loc = f_loc[order]
             self.f_insert = insert[order]
@@ -360,6 +424,36 @@ class _Events:
         #: final index of location L's first event
         self.loc_start = self.own_start + n_before
         self.size = self.n_own + int(self.f_loc.size)
+
+    def _place_pins(self, f_loc, f_time, f_pin, insert, own_time, timed) -> None:
+        """Insertion points and times of the pinned foreign events (``pin``), in place; their
+        parts' ``time`` too, for ``table``."""
+        n = self.n_locations
+        own_n = np.diff(self.own_start)
+        # each location's first and last time over its own and its timed foreign events
+        big = np.iinfo(np.int64).max
+        t_first = np.full(n, big, dtype=np.int64)
+        t_last = np.full(n, -1, dtype=np.int64)
+        has = own_n > 0
+        t_first[has] = own_time[self.own_start[:-1][has]]
+        t_last[has] = own_time[self.own_start[1:][has] - 1]
+        np.minimum.at(t_first, f_loc[timed], f_time[timed])
+        np.maximum.at(t_last, f_loc[timed], f_time[timed])
+        at = 0
+        for part in self.foreign:
+            k = slice(at, at + part.size)
+            at += part.size
+            if part.pin is None:
+                continue
+            loc = part.loc
+            if part.pin == "start":
+                insert[k], part.time = self.own_start[loc], t_first[loc]
+            elif part.pin == "end":
+                insert[k], part.time = self.own_start[loc + 1], t_last[loc]
+            else:
+                pos = self._own_pos(np.asarray(part.anchor), Ev.LEAVE)
+                insert[k], part.time = pos, own_time[pos]
+            f_time[k] = part.time
 
     def counts_per_type(self) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -421,7 +515,8 @@ class _Events:
     def _fill(self, e: np.ndarray, at: np.ndarray, q: _Part) -> None:
         e["type"][at] = q.typ
         e["ref"][at] = q.ref
-        e["seq"][at] = q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
+        e["seq"][at] = (q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
+                        if q.seq is None else q.seq)
         rows = None  # the events' record rows, gathered once for every parameter taken from them
         for name, v in q.params.items():
             if callable(v):
@@ -812,6 +907,11 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"],
                p3=match_id[has_c])
+        # the window exists on each location that issues transfers, from its first event to
+        # its last (as Score-P creates a device window where it is used)
+        users = np.unique(loc[i]).astype(np.int64)
+        ev.pin("start", users, Ev.RMA_WIN_CREATE, lk["window"])
+        ev.pin("end", users, Ev.RMA_WIN_DESTROY, lk["window"], last=True)
     else:
         # GET: the target sends at issue, the SPE receives at completion; PUT the other way
         nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
@@ -828,6 +928,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     hb = sel(S.HEARTBEAT)
     stats.heartbeats = int(hb.size)
     written[hb] = True
+    _balance(ev, rec["slot"], loc_rank, dec.dump_names, damage)
     ev._layout()
     stats.events = int(ev.size)
     stats.records_written = int(written.sum())
@@ -841,6 +942,137 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     if chunk_events is None:
         return defs, ev.table(), stats
     return defs, EventChunks(ev, chunk_events), stats
+
+
+_REGION_EVENTS = {int(Ev.ENTER): 1, int(Ev.ENTER_OFF_SPU): 1, int(Ev.LEAVE): -1}
+
+
+def _balance(ev: _Events, slot: np.ndarray, loc_rank: np.ndarray, dump_names: list[str],
+             damage: DamageLog) -> None:
+    """Keep every location's Enter and Leave events balanced and nested, also where records
+    were lost: a region still open when an enclosing region is left is closed by a Leave
+    right before that Leave, one still open at the location's end by a Leave at its last
+    event (innermost first); a Leave of a region that is not open is not written. Each
+    repair is counted (``unclosed_region``, ``leave_without_enter``).
+
+    The check is vectorized over every Enter/Leave in final order: per location, the depth
+    never below 0, 0 at the end, and at each depth level Enter and Leave alternating with the
+    same region. Only the locations that fail it are walked one event at a time."""
+    ev._layout()
+    parts = [(True, k, p) for k, p in enumerate(ev.own_parts) if p.typ in _REGION_EVENTS]
+    inv = None
+    f_at = np.cumsum([0] + [p.size for p in ev.foreign])
+    if ev.foreign:
+        inv = np.empty(ev.f_order.size, dtype=np.int64)
+        inv[ev.f_order] = np.arange(ev.f_order.size)
+        parts += [(False, k, p) for k, p in enumerate(ev.foreign) if p.typ in _REGION_EVENTS]
+    if not parts:
+        return
+    final, locs, step, refs, src, idx = [], [], [], [], [], []
+    for own, k, p in parts:
+        if own:
+            pos = p.pos.astype(np.int64)
+            final.append(pos + np.searchsorted(ev.f_insert, pos, side="right"))
+            locs.append(ev.rec_loc[p.rec].astype(np.int64))
+        else:
+            j = inv[f_at[k]:f_at[k + 1]]
+            final.append(ev.f_insert[j] + j)
+            locs.append(p.loc.astype(np.int64))
+        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int64))
+        refs.append(np.broadcast_to(np.asarray(p.ref, dtype=np.int64), (p.size,)))
+        src.append(np.full(p.size, len(src), dtype=np.int64))
+        idx.append(np.arange(p.size))
+    order = np.argsort(np.concatenate(final), kind="stable")
+    loc = np.concatenate(locs)[order]
+    d = np.concatenate(step)[order]
+    ref = np.concatenate(refs)[order]
+    depth = np.cumsum(d)
+    starts = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]]))
+    base = np.concatenate([[0], depth[starts[1:] - 1]])
+    depth -= np.repeat(base, np.diff(np.append(starts, loc.size)))
+    bad = np.zeros(loc.size, dtype=bool)
+    ends = np.append(starts[1:], loc.size) - 1
+    bad[starts] |= depth[ends] != 0
+    low = np.minimum.reduceat(depth, starts) < 0
+    bad[starts[low]] = True
+    level = depth + (d < 0)
+    g = np.lexsort((level, loc))  # stable: final order within a (location, level)
+    lv, dd, rr, ll = level[g], d[g], ref[g], loc[g]
+    new = np.concatenate([[True], (ll[1:] != ll[:-1]) | (lv[1:] != lv[:-1])])
+    grp_start = np.maximum.accumulate(np.where(new, np.arange(g.size), 0))
+    odd = (np.arange(g.size) - grp_start) % 2 == 1
+    wrong = np.where(odd, dd != -1, dd != 1)
+    wrong[1:] |= odd[1:] & (rr[1:] != rr[:-1])
+    if not wrong.any() and not bad.any():
+        return
+    flagged = np.unique(np.concatenate([ll[wrong], loc[bad]]))
+    src_all = np.concatenate(src)[order]
+    idx_all = np.concatenate(idx)[order]
+    drop: dict[int, list[int]] = {}
+    closers: list[tuple] = []  # (where, loc, ref, sub, anchor: (own?, part, index))
+    unclosed: dict[int, list[int]] = {}  # rank -> slots of the Enters closed
+    unopened: dict[int, list[int]] = {}
+
+    def rec_of(j: int) -> int:
+        return int(parts[int(src_all[j])][2].rec[int(idx_all[j])])
+
+    for L in flagged.tolist():
+        lo = int(np.searchsorted(loc, L, side="left"))
+        hi = int(np.searchsorted(loc, L, side="right"))
+        rank = int(loc_rank[L])
+        stack: list[int] = []
+        for j in range(lo, hi):
+            if d[j] > 0:
+                stack.append(j)
+                continue
+            r = int(ref[j])
+            open_refs = [int(ref[x]) for x in stack]
+            if open_refs and open_refs[-1] == r:
+                stack.pop()
+            elif r in open_refs:
+                sub = 0
+                while int(ref[stack[-1]]) != r:
+                    x = stack.pop()
+                    closers.append(("before", L, int(ref[x]), sub, j))
+                    unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
+                    sub += 1
+                stack.pop()
+            else:
+                drop.setdefault(int(src_all[j]), []).append(int(idx_all[j]))
+                unopened.setdefault(rank, []).append(int(slot[rec_of(j)]))
+        for sub, x in enumerate(reversed(stack)):
+            closers.append(("end", L, int(ref[x]), sub, None))
+            unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
+    for kind, found, what in ((DamageKind.unclosed_region, unclosed, "region left open"),
+                              (DamageKind.leave_without_enter, unopened,
+                               "Leave of a region not open")):
+        for rank, slots in found.items():
+            damage.add(kind, dump_names[rank], min(slots), len(slots),
+                       f"{what}: repaired so that Enter and Leave balance")
+    # closers first (they refer to the layout before the drops), then the drops
+    for where, L, r, sub, j in closers:
+        if where == "end":
+            ev.pin("end", [L], Ev.LEAVE, r, sub=sub)
+            continue
+        own, _, p = parts[int(src_all[j])]
+        e = int(idx_all[j])
+        if own:
+            ev.pin("own", [L], Ev.LEAVE, r, sub=sub, anchor=[int(p.rec[e])],
+                   seq=int(p.rec[e]) * 8 + p.offset)
+        else:  # right before a foreign Leave: its time and seq, a lower sub
+            part = _Part(p.rec[e:e + 1], p.offset, int(Ev.LEAVE), _param(np.array([r])), {},
+                         np.array([L], dtype=np.int64), np.array([int(p.time[e])]))
+            part.sub = np.array([sub - (1 << 10)], dtype=np.int64)
+            ev.foreign.append(part)
+    for s, gone in drop.items():
+        own, k, p = parts[s]
+        keep = np.ones(p.size, dtype=bool)
+        keep[gone] = False
+        if own:
+            ev.own_parts[k] = p.take(np.flatnonzero(keep))
+        else:
+            ev.foreign[k] = p.take(np.flatnonzero(keep))
+    ev.laid_out = False
 
 
 class EventChunks:
