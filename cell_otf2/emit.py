@@ -1,7 +1,7 @@
 """Decoded, matched and synchronized trace -> OTF2 definitions and the sorted event table.
 
-This is docs/archive.md as code: the system tree, location groups (group ref = MPI rank),
-locations (rank r's main thread is location r), regions with roles, metrics, communicators
+This is docs/archive.md as code: the system tree, location groups (process group ref = MPI
+rank), locations (rank r's main thread is location r), regions with roles, metrics, communicators
 (the manifest's, "Cell mailboxes" and "DMA", both with rank = location ref), the DMA RMA
 window, attributes, location properties and clock properties (its Time); and one event row
 per OTF2 event, vectorized per record kind, sorted by (location, time, seq).
@@ -14,8 +14,14 @@ Choices where the contract leaves room (README "Mapping details"):
   same for every fixed region named after a call, on its core); HEARTBEAT
   records carry no information but time and are counted, not written;
 - the SPE program run is the region named after the program (START..EXIT);
-- the accelerator group of a process hangs below chip 0's SPE complex of its node (a context
-  can run on any SPU of the node; the physical SPU is on each "off SPU" region);
+- a context's accelerator group hangs below the SPE complex of the chip its first recorded
+  SPU belongs to (``first_spus``: its first CTX_SWITCH), below the node when no record names
+  one; chips no context is known to have run on get no system tree node (the physical SPU
+  of every switch is on its "off SPU" region);
+- process groups are named "MPI Rank N" as Score-P names them;
+- every location's Enter/Leave balance and nest, also where records were lost
+  (``_balance``); the DMA window is created at the first and destroyed at the last event of
+  each location issuing DMA;
 - a node named "0" is written as "node 0", an application named "0" as machine "machine 0"
   (a free viewer aborts on a system tree node named "0");
 - each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound in ticks, an

@@ -227,7 +227,7 @@ def test_vite_warnings_are_vite_s_own(archives, tmp_path):
     if vite is None:
         pytest.skip("ViTE (Debian package vite) is not installed")
     anchor, _ = archives["fft-16spe"]
-    run = subprocess.run([vite, "-f", str(anchor), "-e", str(tmp_path / "a.svg")],
+    run = subprocess.run([vite, str(anchor), "-e", str(tmp_path / "a.svg")],
                          capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
     lines = (run.stdout + run.stderr).splitlines()
