@@ -244,3 +244,35 @@ def test_vite_warnings_are_vite_s_own(archives, tmp_path):
     assert sum("Not yet implemented" in line for line in lines) == 3  # our 3 COMM_GROUPs
     text = (DOCS / "archive.md").read_text()
     assert "cannot find rank" in text and "COMM_GROUP" in text
+
+
+def test_region_left_open_inside_another_is_closed_at_its_leave(tmp_path):
+    """The minirun's OUT_MBOX_READ_END made unreadable (an undefined code): the PPE thread's
+    spe_out_mbox_read is still open when the enclosing spe_context_run is left (CTX_RUN_END;
+    the minirun's manifest declares no such region); it is closed right before that Leave,
+    at its time, and counted."""
+    import minirun
+
+    run = tmp_path / "run"
+    minirun.build(run)
+    dump = run / "rank00000.cbt"
+    raw = bytearray(dump.read_bytes())
+    lay = fmt.LAYOUTS[raw[4]]
+    n = (len(raw) - fmt.HEADER_SIZE) // fmt.SLOT_SIZE
+    slots = np.frombuffer(raw, lay.ppe, count=n, offset=fmt.HEADER_SIZE).copy()
+    (at,) = np.flatnonzero(slots["code"] == fmt.PpeCode.OUT_MBOX_READ_END)
+    slots["code"][at] = 0x01EE
+    raw[fmt.HEADER_SIZE:fmt.HEADER_SIZE + n * fmt.SLOT_SIZE] = slots.tobytes()
+    dump.write_bytes(bytes(raw))
+    anchor = tmp_path / "a.otf2"
+    summary = convert(run, anchor)
+    otf2_print_ok(anchor)
+    events = _events(anchor)["PPE thread 0 (rank 0)"]
+    n_enter, n_leave, problems = _nesting(events)
+    assert n_enter == n_leave and not problems, problems
+    names = [(type(ev).__name__, getattr(getattr(ev, "region", None), "name", None))
+             for ev in events]
+    at = names.index(("Leave", "spe_out_mbox_read"))
+    assert names[at + 1] == ("Leave", "spe_context_run")
+    assert events[at].time == events[at + 1].time
+    assert any(line.startswith("unclosed_region: 1 region") for line in summary.damage)

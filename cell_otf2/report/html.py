@@ -138,8 +138,9 @@ def write_index(path: Path, loaded: Loaded, figures: list[Path],
 
 
 def _bound(value) -> float | None:
-    """A ``cell2otf2::sync_bound_ticks`` value (a number since 0.x; a string in older archives)
-    as a finite number of ticks, None when unbounded or absent."""
+    """A ``cell2otf2::sync_bound_ticks`` value (a DOUBLE; a string such as "7.0" or
+    "unbounded" in archives of earlier versions) as a finite number of ticks, None when
+    unbounded or absent."""
     try:
         w = float(value)
     except (TypeError, ValueError):
