@@ -42,6 +42,9 @@ class DamageKind(StrEnum):
     missing_block = "missing_block"  # a context's block seq skips
     unusable_time = "unusable_time"  # a record whose time cannot be determined
     unresolved_wrap = "unresolved_wrap"  # records after a wrap count the trace leaves open
+    # emit.py: repairs that keep every location's Enter/Leave balanced and nested
+    unclosed_region = "unclosed_region"  # an Enter whose Leave was lost: closed by a Leave
+    leave_without_enter = "leave_without_enter"  # a Leave whose Enter was lost: not written
 
 
 #: kind -> (unit of count, what one occurrence is, or None when occurrences == count always);
@@ -69,6 +72,8 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.unresolved_wrap: (
         "record{s} after a decrementer step whose wrap count the trace leaves open (placed "
         "by their own order constraints only)", "step{s}"),
+    DamageKind.unclosed_region: ("region{s} left open by a lost Leave, closed", None),
+    DamageKind.leave_without_enter: ("Leave{s} whose Enter was lost, not written", None),
 }
 
 

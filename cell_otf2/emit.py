@@ -1,7 +1,7 @@
 """Decoded, matched and synchronized trace -> OTF2 definitions and the sorted event table.
 
-This is docs/archive.md as code: the system tree, location groups (group ref = MPI rank),
-locations (rank r's main thread is location r), regions with roles, metrics, communicators
+This is docs/archive.md as code: the system tree, location groups (process group ref = MPI
+rank), locations (rank r's main thread is location r), regions with roles, metrics, communicators
 (the manifest's, "Cell mailboxes" and "DMA", both with rank = location ref), the DMA RMA
 window, attributes, location properties and clock properties (its Time); and one event row
 per OTF2 event, vectorized per record kind, sorted by (location, time, seq).
@@ -9,14 +9,23 @@ per OTF2 event, vectorized per record kind, sorted by (location, time, seq).
 Choices where the contract leaves room (README "Mapping details"):
 - records that are points in time but not OTF2 events (CTX_CREATE, CTX_LOAD, CTX_DESTROY,
   SIGNAL_WRITE, DECR_WRITE) are written as zero-length regions named after the call;
-  CTX_RUN_BEGIN..CTX_RUN_END is the region "spe_context_run" on the PPE thread; HEARTBEAT
+  CTX_RUN_BEGIN..CTX_RUN_END is the region "spe_context_run" on the PPE thread, unless the
+  manifest declares a PPE region of that name (whose ENTER/LEAVE already mark the call; the
+  same for every fixed region named after a call, on its core); HEARTBEAT
   records carry no information but time and are counted, not written;
 - the SPE program run is the region named after the program (START..EXIT);
-- the accelerator group of a process hangs below chip 0's SPE complex of its node (a context
-  can run on any SPU of the node; the physical SPU is on each "off SPU" region);
+- a context's accelerator group hangs below the SPE complex of the chip its first recorded
+  SPU belongs to (``first_spus``: its first CTX_SWITCH), below the node when no record names
+  one; chips no context is known to have run on get no system tree node (the physical SPU
+  of every switch is on its "off SPU" region);
+- process groups are named "MPI Rank N" as Score-P names them;
+- every location's Enter/Leave balance and nest, also where records were lost
+  (``_balance``); the DMA window is created at the first and destroyed at the last event of
+  each location issuing DMA;
 - a node named "0" is written as "node 0", an application named "0" as machine "machine 0"
   (a free viewer aborts on a system tree node named "0");
-- each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound) and
+- each SPE location carries ``cell2otf2::sync_bound_ticks`` (its worst bound in ticks, an
+  OTF2 DOUBLE, +inf when unbounded) and
   ``cell2otf2::sync_intervals``: one ``FIRST:LAST:WIDTH`` entry per live interval of the
   context in interval order, joined by ``;``. FIRST and LAST are the archive timestamps
   (ticks) of the interval's first and last record that has a time (``-:-`` when none has);
@@ -111,6 +120,10 @@ _CELL_REGIONS = {
     "spu_write_decrementer": RegionRole.FUNCTION,
 }
 
+#: the core whose calls the fixed regions stand for ("off SPU" is no call)
+_CELL_CORE = {name: ("ppe" if name.startswith("spe_") else "spe")
+              for name in _CELL_REGIONS if name != "off SPU"}
+
 # span regions: (BEGIN code, END code, region name)
 _SPANS = (
     (P.IN_MBOX_WRITE_BEGIN, P.IN_MBOX_WRITE_END, "spe_in_mbox_write"),
@@ -159,9 +172,19 @@ class EmitStats:
 class _Part:
     """One ``_Events.add`` call: events of one kind, each tied to the record that makes it."""
 
-    __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time")
+    __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time", "pin", "sub",
+                 "anchor", "seq")
 
     def __init__(self, rec, offset, typ, ref, params, loc=None, time=None) -> None:
+        #: foreign events placed by rule, not by time: None (by time and seq), "start" (before
+        #: a location's first event), "end" (after its last), "own" (right before the own
+        #: Leave of record ``anchor``); ``sub`` orders events of one place
+        self.pin: str | None = None
+        self.sub = 0
+        self.anchor = None
+        #: the events' tie-break seq in the table when not their record's (pinned events: one
+        #: that keeps the table in (location, time, seq) order)
+        self.seq = None
         self.rec = rec  # record index per event, ascending (own) or as given (foreign)
         self.pos = None  # own events: index in the sequence of all own events, in order
         self.offset = offset  # seq offset within the record (0..7)
@@ -182,6 +205,8 @@ class _Part:
         part = _Part(self.rec[sel], self.offset, self.typ, cut(self.ref),
                      {k: cut(v) for k, v in self.params.items()}, cut(self.loc), cut(self.time))
         part.pos = cut(self.pos)
+        part.pin, part.sub, part.anchor = self.pin, cut(self.sub), cut(self.anchor)
+        part.seq = cut(self.seq)
         return part
 
 
@@ -272,7 +297,51 @@ class _Events:
                     part.time = time[idx].astype(np.int64)
                     self.foreign.append(part)
 
+    #: order key of pinned events among the foreign events at one insertion point
+    _PHASE = {"start": -1, None: 0, "own": 1, "end": 2}
+
+    def pin(self, where: str, loc, typ: int, ref, sub=0, anchor=None, last: bool = False,
+            seq=None, **p) -> None:
+        """Foreign events placed by rule (``_Part.pin``) on locations ``loc`` (each with
+        records): at ``where`` = "start" or "end" of the location (at its first or last event's
+        time; ``last``: after the "end" events without it), or "own": right before the own
+        Leave of record ``anchor`` (at its time). ``sub`` orders the events of one place."""
+        loc = np.asarray(loc, dtype=np.int64)
+        if not loc.size:
+            return
+        first = self.loc_first_rec
+        if first is None:
+            first = np.zeros(self.n_locations + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.rec_loc, minlength=self.n_locations), out=first[1:])
+            self.loc_first_rec = first
+        rec = (np.asarray(anchor, dtype=np.int64) if where == "own"
+               else first[loc] if where == "start" else first[loc + 1] - 1)
+        part = _Part(rec.astype(self.index), 7, int(typ), _param(np.broadcast_to(ref, loc.shape)
+                                                                  .copy()),
+                     {k: _param(v) for k, v in p.items()}, loc,
+                     np.zeros(loc.size, dtype=np.int64))
+        part.pin = where
+        part.sub = np.broadcast_to(np.asarray(sub, dtype=np.int64) + (1 << 20 if last else 0),
+                                   loc.shape).copy()
+        part.anchor = rec if where == "own" else None
+        part.seq = np.broadcast_to(np.asarray(
+            seq if where == "own" else 0 if where == "start" else 1 << 63, dtype=np.uint64),
+            loc.shape).copy()
+        self.foreign.append(part)
+        self.laid_out = False
+
     # -- layout
+
+    def _own_pos(self, rec: np.ndarray, typ: int) -> np.ndarray:
+        """Own positions of the events of type ``typ`` of records ``rec`` (one each)."""
+        out = np.full(rec.size, -1, dtype=np.int64)
+        for part in self.own_parts:
+            if part.typ != typ or not part.size:
+                continue
+            at = np.minimum(np.searchsorted(part.rec, rec), part.size - 1)
+            hit = part.rec[at] == rec
+            out[hit] = part.pos[at[hit]]
+        return out
 
     def _layout(self) -> None:
         """Own positions by counting; foreign insertion points; location starts."""
@@ -332,16 +401,24 @@ class _Events:
             own_time = np.zeros(self.n_own, dtype=np.int64)
             for part in self.own_parts:
                 own_time[part.pos] = self.rec_time[part.rec]
+            pins = [(p.pin, p.size) for p in self.foreign]
+            f_pin = np.concatenate([np.full(n, self._PHASE[w], dtype=np.int8)
+                                    for w, n in pins])
+            f_sub = np.concatenate([np.broadcast_to(np.asarray(p.sub, np.int64), (p.size,))
+                                    for p in self.foreign])
             insert = np.zeros(f_loc.size, dtype=np.int64)
-            for loc in np.unique(f_loc).tolist():
-                sel = np.flatnonzero(f_loc == loc)
+            timed = f_pin == 0
+            for loc in np.unique(f_loc[timed]).tolist():
+                sel = np.flatnonzero((f_loc == loc) & timed)
                 lo, hi = int(self.own_start[loc]), int(self.own_start[loc + 1])
                 times = own_time[lo:hi]
                 before = f_seq[sel] < 8 * int(loc_first_rec[loc])
                 left = np.searchsorted(times, f_time[sel], side="left")
                 right = np.searchsorted(times, f_time[sel], side="right")
                 insert[sel] = lo + np.where(before, left, right)
-            order = np.lexsort((f_seq, f_time, insert, f_loc))
+            if not timed.all():
+                self._place_pins(f_loc, f_time, f_pin, insert, own_time, timed)
+            order = np.lexsort((f_sub, f_seq, f_time, f_pin, insert, f_loc))
             self.f_order = order
             self.f_loc = f_loc[order]
             self.f_insert = insert[order]
@@ -353,6 +430,36 @@ class _Events:
         #: final index of location L's first event
         self.loc_start = self.own_start + n_before
         self.size = self.n_own + int(self.f_loc.size)
+
+    def _place_pins(self, f_loc, f_time, f_pin, insert, own_time, timed) -> None:
+        """Insertion points and times of the pinned foreign events (``pin``), in place; their
+        parts' ``time`` too, for ``table``."""
+        n = self.n_locations
+        own_n = np.diff(self.own_start)
+        # each location's first and last time over its own and its timed foreign events
+        big = np.iinfo(np.int64).max
+        t_first = np.full(n, big, dtype=np.int64)
+        t_last = np.full(n, -1, dtype=np.int64)
+        has = own_n > 0
+        t_first[has] = own_time[self.own_start[:-1][has]]
+        t_last[has] = own_time[self.own_start[1:][has] - 1]
+        np.minimum.at(t_first, f_loc[timed], f_time[timed])
+        np.maximum.at(t_last, f_loc[timed], f_time[timed])
+        at = 0
+        for part in self.foreign:
+            k = slice(at, at + part.size)
+            at += part.size
+            if part.pin is None:
+                continue
+            loc = part.loc
+            if part.pin == "start":
+                insert[k], part.time = self.own_start[loc], t_first[loc]
+            elif part.pin == "end":
+                insert[k], part.time = self.own_start[loc + 1], t_last[loc]
+            else:
+                pos = self._own_pos(np.asarray(part.anchor), Ev.LEAVE)
+                insert[k], part.time = pos, own_time[pos]
+            f_time[k] = part.time
 
     def counts_per_type(self) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -414,7 +521,8 @@ class _Events:
     def _fill(self, e: np.ndarray, at: np.ndarray, q: _Part) -> None:
         e["type"][at] = q.typ
         e["ref"][at] = q.ref
-        e["seq"][at] = q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
+        e["seq"][at] = (q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
+                        if q.seq is None else q.seq)
         rows = None  # the events' record rows, gathered once for every parameter taken from them
         for name, v in q.params.items():
             if callable(v):
@@ -425,13 +533,15 @@ class _Events:
 
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
-                      sync_intervals: dict[int, str] | None = None
+                      sync_intervals: dict[int, str] | None = None,
+                      first_spu: dict[int, int] | None = None
                       ) -> tuple[ArchiveDefs, dict]:
     """All definitions; returns them and the lookups emit needs (region refs etc.).
 
     ``sync_intervals`` (location -> property value, as ``sync_intervals_property`` makes it)
     is given by a caller whose ``dec`` holds no records (the parallel converter's process 0,
     which gathers the values from the processes that hold them); else it is computed here.
+    ``first_spu`` (SPE location -> physical SPU, as ``first_spus`` makes it) likewise.
     """
     man = dec.manifest
     p0 = man.processes[0]
@@ -445,28 +555,51 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
     machine = man.application or "Cell machine"
     machine = machine if machine != "0" else "machine 0"
     defs.system_nodes.append(SystemNode(machine, "machine", None, SystemNodeDomain.MACHINE))
-    node_sys, chip0_sys = [], []
-    for node in man.nodes:
+    if first_spu is None:
+        first_spu = first_spus(dec)
+    # the chip each context's SPU belongs to (None: no CTX_SWITCH says which SPU it ran on)
+    ctx_chip: dict[int, int | None] = {}
+    for r, _, loc in dec.contexts[["rank", "ctx", "loc"]].tolist():
+        node = man.nodes[man.node_of_rank(r)]
+        spu = first_spu.get(int(loc), -1)
+        ctx_chip[int(loc)] = (spu // node.spes_per_chip
+                              if 0 <= spu < node.cell_chips * node.spes_per_chip else None)
+    node_sys, chip_sys = [], {}  # chip_sys: (node index, chip) -> system tree node
+    used_chips = {(man.node_of_rank(int(r)), ctx_chip[int(loc)])
+                  for r, loc in dec.contexts[["rank", "loc"]].tolist()
+                  if ctx_chip[int(loc)] is not None}
+    for k, node in enumerate(man.nodes):
         name = node.name if node.name != "0" else "node 0"
         node_sys.append(len(defs.system_nodes))
         defs.system_nodes.append(SystemNode(name, "node", 0, SystemNodeDomain.SHARED_MEMORY))
         parent = node_sys[-1]
         for c in range(node.cell_chips):
-            if c == 0:
-                chip0_sys.append(len(defs.system_nodes))
-            defs.system_nodes.append(SystemNode(f"{name} chip {c} SPE complex", "spe complex",
-                                                parent, SystemNodeDomain.ACCELERATOR_DEVICE))
+            if (k, c) in used_chips:  # only chips an SPE context is known to have run on
+                chip_sys[k, c] = len(defs.system_nodes)
+                defs.system_nodes.append(SystemNode(
+                    f"{name} chip {c} SPE complex", "spe complex", parent,
+                    SystemNodeDomain.ACCELERATOR_DEVICE))
     n = man.n_ranks
     for p in man.processes:
-        defs.location_groups.append(LocationGroup(f"MPI rank {p.rank}", GroupType.PROCESS,
+        defs.location_groups.append(LocationGroup(f"MPI Rank {p.rank}", GroupType.PROCESS,
                                                   node_sys[man.node_of_rank(p.rank)]))
-    accel_group = {}
+    # per rank: one accelerator group per chip its contexts ran on (chip order), then one
+    # below the node itself for the contexts whose chip no record says
+    accel_group: dict[int, int] = {}  # SPE location -> its group
     for r in range(n):
-        if (dec.contexts["rank"] == r).any():
-            accel_group[r] = len(defs.location_groups)
+        locs = dec.contexts["loc"][dec.contexts["rank"] == r].tolist()
+        k = man.node_of_rank(r)
+        chips = sorted({ctx_chip[int(x)] for x in locs if ctx_chip[int(x)] is not None})
+        for chip in [*chips, None]:
+            mine = [int(x) for x in locs if ctx_chip[int(x)] == chip]
+            if not mine:
+                continue
+            for x in mine:
+                accel_group[x] = len(defs.location_groups)
+            name = f"SPEs (rank {r})" if chip is None else f"SPEs (rank {r}, chip {chip})"
             defs.location_groups.append(LocationGroup(
-                f"SPEs (rank {r})", GroupType.ACCELERATOR,
-                chip0_sys[man.node_of_rank(r)], creating_group=r))
+                name, GroupType.ACCELERATOR,
+                node_sys[k] if chip is None else chip_sys[k, chip], creating_group=r))
     for r, kind, idx in dec.locations.tolist():
         if kind == LocKind.PPE_THREAD:
             defs.locations.append(Location(f"PPE thread {idx} (rank {r})",
@@ -478,14 +611,16 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
                                                              PROP_PSEUDO, "main memory"))
         else:
             defs.locations.append(Location(f"SPE ctx {idx} (rank {r})",
-                                           LocationType.ACCELERATOR_STREAM, accel_group[r]))
+                                           LocationType.ACCELERATOR_STREAM,
+                                           accel_group[len(defs.locations)]))
     # worst sync bound per SPE location
     doms = dec.domains
     width = result.upper - result.lower
     for loc in np.unique(doms["loc"][doms["loc"] >= 0]).tolist():
         w = width[doms["loc"] == loc]
         w = w[np.isfinite(w)]
-        value = f"{float(w.max()):.1f}" if w.size else "unbounded"
+        # a number (OTF2 DOUBLE): ticks, or +inf when no interval is bounded on both sides
+        value = round(float(w.max()), 1) if w.size else float("inf")
         defs.location_properties.append(LocationProperty(int(loc), PROP_SYNC_BOUND, value))
     if sync_intervals is None:
         sync_intervals = sync_intervals_property(dec, result)
@@ -511,8 +646,14 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
         program_ref[prog.id] = len(defs.regions)
         name = prog.name if prog.name not in names else f"{prog.name} (SPE program)"
         defs.regions.append(Region(name, RegionRole.FUNCTION, Paradigm.CELL))
-    cell_ref = {}
+    cell_ref: dict[str, int | None] = {}
+    declared = {(r.name, str(r.core)) for r in man.regions}
     for name, role in _CELL_REGIONS.items():
+        if (name, _CELL_CORE.get(name)) in declared:
+            # the tracer's ENTER/LEAVE of the manifest's region of that name already mark
+            # the call on that core: its records give no second, nested region
+            cell_ref[name] = None
+            continue
         cell_ref[name] = len(defs.regions)
         defs.regions.append(Region(name if name not in names else f"{name} (cell2otf2)",
                                    role, Paradigm.CELL))
@@ -561,6 +702,30 @@ def sync_intervals_property(dec: Decoded, result: SyncResult) -> dict[int, str]:
             (f"{t0}:{t1}:" if t0 != none else "-:-:")
             + (f"{float(w.max()):.1f}" if w.size else "unbounded"))
     return {loc: ";".join(parts) for loc, parts in out.items()}
+
+
+def first_spus(dec: Decoded) -> dict[int, int]:
+    """SPE location -> the physical SPU of its first CTX_SWITCH record in slot order (a STOP
+    names the SPU of the run it ends, the context's first run; a START whose STOP was lost,
+    the SPU of the run it begins). Contexts without CTX_SWITCH are left out: no record says
+    where they ran."""
+    rec = dec.records
+    sw = np.flatnonzero(rec["code"] == P.CTX_SWITCH)
+    if not sw.size:
+        return {}
+    rank = dec.locations["rank"][rec["loc"][sw]]
+    key = np.lexsort((rec["slot"][sw], rec["a"][sw], rank))
+    sw, rank = sw[key], rank[key]
+    ctx = rec["a"][sw].astype(np.int64)
+    first = np.ones(sw.size, dtype=bool)
+    first[1:] = (rank[1:] != rank[:-1]) | (ctx[1:] != ctx[:-1])
+    out = {}
+    for r, c, spu in zip(rank[first].tolist(), ctx[first].tolist(),
+                         (rec["c"][sw[first]] >> np.uint64(32)).tolist(), strict=True):
+        loc = dec.loc_of(int(r), int(c))
+        if loc >= 0:
+            out[int(loc)] = int(spu)
+    return out
 
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
@@ -650,17 +815,22 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         ev.own(i, 1 if typ == Ev.LEAVE else 0, typ, ref)
         written[i] = True
     # ---- spans BEGIN..END as regions
-    for b_code, e_code, name in _SPANS:
+    for b_code, e_code, name in _SPANS:  # (no region: the manifest's region marks the call)
+        ref = lk["cell"][name]
         i = sel(b_code)
-        ev.own(i, 0, Ev.ENTER, lk["cell"][name])
+        if ref is not None:
+            ev.own(i, 0, Ev.ENTER, ref)
         written[i] = True
         i = sel(e_code)
-        ev.own(i, 4, Ev.LEAVE, lk["cell"][name])
+        if ref is not None:
+            ev.own(i, 4, Ev.LEAVE, ref)
         written[i] = True
     for p_code, name in _POINTS:
+        ref = lk["cell"][name]
         i = sel(p_code)
-        ev.own(i, 0, Ev.ENTER, lk["cell"][name])
-        ev.own(i, 4, Ev.LEAVE, lk["cell"][name])
+        if ref is not None:
+            ev.own(i, 0, Ev.ENTER, ref)
+            ev.own(i, 4, Ev.LEAVE, ref)
         written[i] = True
     # ---- context switches: "off SPU" on the SPE location
     sw = sel(P.CTX_SWITCH)
@@ -743,6 +913,11 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, lk["window"],
                p3=match_id[has_c])
+        # the window exists on each location that issues transfers, from its first event to
+        # its last (as Score-P creates a device window where it is used)
+        users = np.unique(loc[i]).astype(np.int64)
+        ev.pin("start", users, Ev.RMA_WIN_CREATE, lk["window"])
+        ev.pin("end", users, Ev.RMA_WIN_DESTROY, lk["window"], last=True)
     else:
         # GET: the target sends at issue, the SPE receives at completion; PUT the other way
         nbytes = rec["c"][i] & np.uint64(0xFFFFFFFF)
@@ -759,6 +934,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     hb = sel(S.HEARTBEAT)
     stats.heartbeats = int(hb.size)
     written[hb] = True
+    _balance(ev, rec["slot"], loc_rank, dec.dump_names, damage)
     ev._layout()
     stats.events = int(ev.size)
     stats.records_written = int(written.sum())
@@ -772,6 +948,137 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     if chunk_events is None:
         return defs, ev.table(), stats
     return defs, EventChunks(ev, chunk_events), stats
+
+
+_REGION_EVENTS = {int(Ev.ENTER): 1, int(Ev.ENTER_OFF_SPU): 1, int(Ev.LEAVE): -1}
+
+
+def _balance(ev: _Events, slot: np.ndarray, loc_rank: np.ndarray, dump_names: list[str],
+             damage: DamageLog) -> None:
+    """Keep every location's Enter and Leave events balanced and nested, also where records
+    were lost: a region still open when an enclosing region is left is closed by a Leave
+    right before that Leave, one still open at the location's end by a Leave at its last
+    event (innermost first); a Leave of a region that is not open is not written. Each
+    repair is counted (``unclosed_region``, ``leave_without_enter``).
+
+    The check is vectorized over every Enter/Leave in final order: per location, the depth
+    never below 0, 0 at the end, and at each depth level Enter and Leave alternating with the
+    same region. Only the locations that fail it are walked one event at a time."""
+    ev._layout()
+    parts = [(True, k, p) for k, p in enumerate(ev.own_parts) if p.typ in _REGION_EVENTS]
+    inv = None
+    f_at = np.cumsum([0] + [p.size for p in ev.foreign])
+    if ev.foreign:
+        inv = np.empty(ev.f_order.size, dtype=np.int64)
+        inv[ev.f_order] = np.arange(ev.f_order.size)
+        parts += [(False, k, p) for k, p in enumerate(ev.foreign) if p.typ in _REGION_EVENTS]
+    if not parts:
+        return
+    final, locs, step, refs, src, idx = [], [], [], [], [], []
+    for own, k, p in parts:
+        if own:
+            pos = p.pos.astype(np.int64)
+            final.append(pos + np.searchsorted(ev.f_insert, pos, side="right"))
+            locs.append(ev.rec_loc[p.rec].astype(np.int64))
+        else:
+            j = inv[f_at[k]:f_at[k + 1]]
+            final.append(ev.f_insert[j] + j)
+            locs.append(p.loc.astype(np.int64))
+        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int64))
+        refs.append(np.broadcast_to(np.asarray(p.ref, dtype=np.int64), (p.size,)))
+        src.append(np.full(p.size, len(src), dtype=np.int64))
+        idx.append(np.arange(p.size))
+    order = np.argsort(np.concatenate(final), kind="stable")
+    loc = np.concatenate(locs)[order]
+    d = np.concatenate(step)[order]
+    ref = np.concatenate(refs)[order]
+    depth = np.cumsum(d)
+    starts = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]]))
+    base = np.concatenate([[0], depth[starts[1:] - 1]])
+    depth -= np.repeat(base, np.diff(np.append(starts, loc.size)))
+    bad = np.zeros(loc.size, dtype=bool)
+    ends = np.append(starts[1:], loc.size) - 1
+    bad[starts] |= depth[ends] != 0
+    low = np.minimum.reduceat(depth, starts) < 0
+    bad[starts[low]] = True
+    level = depth + (d < 0)
+    g = np.lexsort((level, loc))  # stable: final order within a (location, level)
+    lv, dd, rr, ll = level[g], d[g], ref[g], loc[g]
+    new = np.concatenate([[True], (ll[1:] != ll[:-1]) | (lv[1:] != lv[:-1])])
+    grp_start = np.maximum.accumulate(np.where(new, np.arange(g.size), 0))
+    odd = (np.arange(g.size) - grp_start) % 2 == 1
+    wrong = np.where(odd, dd != -1, dd != 1)
+    wrong[1:] |= odd[1:] & (rr[1:] != rr[:-1])
+    if not wrong.any() and not bad.any():
+        return
+    flagged = np.unique(np.concatenate([ll[wrong], loc[bad]]))
+    src_all = np.concatenate(src)[order]
+    idx_all = np.concatenate(idx)[order]
+    drop: dict[int, list[int]] = {}
+    closers: list[tuple] = []  # (where, loc, ref, sub, anchor: (own?, part, index))
+    unclosed: dict[int, list[int]] = {}  # rank -> slots of the Enters closed
+    unopened: dict[int, list[int]] = {}
+
+    def rec_of(j: int) -> int:
+        return int(parts[int(src_all[j])][2].rec[int(idx_all[j])])
+
+    for L in flagged.tolist():
+        lo = int(np.searchsorted(loc, L, side="left"))
+        hi = int(np.searchsorted(loc, L, side="right"))
+        rank = int(loc_rank[L])
+        stack: list[int] = []
+        for j in range(lo, hi):
+            if d[j] > 0:
+                stack.append(j)
+                continue
+            r = int(ref[j])
+            open_refs = [int(ref[x]) for x in stack]
+            if open_refs and open_refs[-1] == r:
+                stack.pop()
+            elif r in open_refs:
+                sub = 0
+                while int(ref[stack[-1]]) != r:
+                    x = stack.pop()
+                    closers.append(("before", L, int(ref[x]), sub, j))
+                    unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
+                    sub += 1
+                stack.pop()
+            else:
+                drop.setdefault(int(src_all[j]), []).append(int(idx_all[j]))
+                unopened.setdefault(rank, []).append(int(slot[rec_of(j)]))
+        for sub, x in enumerate(reversed(stack)):
+            closers.append(("end", L, int(ref[x]), sub, None))
+            unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
+    for kind, found, what in ((DamageKind.unclosed_region, unclosed, "region left open"),
+                              (DamageKind.leave_without_enter, unopened,
+                               "Leave of a region not open")):
+        for rank, slots in found.items():
+            damage.add(kind, dump_names[rank], min(slots), len(slots),
+                       f"{what}: repaired so that Enter and Leave balance")
+    # closers first (they refer to the layout before the drops), then the drops
+    for where, L, r, sub, j in closers:
+        if where == "end":
+            ev.pin("end", [L], Ev.LEAVE, r, sub=sub)
+            continue
+        own, _, p = parts[int(src_all[j])]
+        e = int(idx_all[j])
+        if own:
+            ev.pin("own", [L], Ev.LEAVE, r, sub=sub, anchor=[int(p.rec[e])],
+                   seq=int(p.rec[e]) * 8 + p.offset)
+        else:  # right before a foreign Leave: its time and seq, a lower sub
+            part = _Part(p.rec[e:e + 1], p.offset, int(Ev.LEAVE), _param(np.array([r])), {},
+                         np.array([L], dtype=np.int64), np.array([int(p.time[e])]))
+            part.sub = np.array([sub - (1 << 10)], dtype=np.int64)
+            ev.foreign.append(part)
+    for s, gone in drop.items():
+        own, k, p = parts[s]
+        keep = np.ones(p.size, dtype=bool)
+        keep[gone] = False
+        if own:
+            ev.own_parts[k] = p.take(np.flatnonzero(keep))
+        else:
+            ev.foreign[k] = p.take(np.flatnonzero(keep))
+    ev.laid_out = False
 
 
 class EventChunks:

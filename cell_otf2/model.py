@@ -127,6 +127,8 @@ class Ev(IntEnum):
     RMA_OP_COMPLETE_BLOCKING = 13  # ref window, p3 matching id
     METRIC = 14  # ref metric, p1 value (uint64)
     ENTER_OFF_SPU = 15  # ENTER of ref region with the physical-SPU attribute p1
+    RMA_WIN_CREATE = 16  # ref window
+    RMA_WIN_DESTROY = 17  # ref window
 
 
 #: one OTF2 event. The table handed to the writer is sorted by (loc, time, seq).
@@ -263,7 +265,7 @@ FIXED_ATTRIBUTES = (
 class LocationProperty:
     loc: int
     name: str
-    value: str
+    value: str | float | int  # written as OTF2 STRING, DOUBLE or UINT64 by its Python type
 
 
 @dataclass

@@ -39,7 +39,8 @@ Choices where the contract leaves room (also in the final report of issue 3):
   would silence it and fail ``otf2-print -Werror``.)
 - Metrics: metric i is written as metric member i and metric class i (one member each,
   ``ABSOLUTE_POINT``, ``ASYNCHRONOUS``, recorder kind CPU, unsigned 64-bit values).
-- Location properties are written as OTF2 strings.
+- Location properties are written as OTF2 STRING, DOUBLE or UINT64 after their value's
+  Python type (str, float, int).
 - Every location gets an event file, even one with no events.
 
 Checked before anything is written (``WriterInputError``; for a table in pieces, before each
@@ -154,6 +155,8 @@ _REF_KIND = {
     Ev.RMA_GET: "rma_windows",
     Ev.RMA_PUT: "rma_windows",
     Ev.RMA_OP_COMPLETE_BLOCKING: "rma_windows",
+    Ev.RMA_WIN_CREATE: "rma_windows",
+    Ev.RMA_WIN_DESTROY: "rma_windows",
     Ev.METRIC: "metrics",
 }
 
@@ -202,6 +205,8 @@ _SIGNATURES = {
     "OTF2_EvtWriter_RmaPut": "IIQQ",
     "OTF2_EvtWriter_RmaOpCompleteBlocking": "IQ",  # window, matching id
     "OTF2_EvtWriter_Metric": "IBpp",  # metric, number of values, type ids, values
+    "OTF2_EvtWriter_RmaWinCreate": "I",  # window
+    "OTF2_EvtWriter_RmaWinDestroy": "I",
 }
 
 
@@ -248,6 +253,9 @@ class _CApi:
         self.region_fns = np.empty(max(Ev) + 1, dtype=object)
         self.region_fns[Ev.ENTER] = self.enter
         self.region_fns[Ev.LEAVE] = self.leave
+        #: called like Enter and Leave: f(writer, attribute list, time, window)
+        self.win_fns = {Ev.RMA_WIN_CREATE: fetch("OTF2_EvtWriter_RmaWinCreate"),
+                        Ev.RMA_WIN_DESTROY: fetch("OTF2_EvtWriter_RmaWinDestroy")}
         self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
         #: the C loop (``_evtwrite``) is bound to the same functions, if built
@@ -709,6 +717,10 @@ def _add_other_event_writers(api: _CApi, attrs: ctypes.c_void_p, rows: np.ndarra
         def p(k: int, sel=sel) -> np.ndarray:
             return rows[f"p{k}"][sel]
 
+        if kind in (Ev.RMA_WIN_CREATE, Ev.RMA_WIN_DESTROY):
+            for i in sel.tolist():  # (item by item: numpy would read a ctypes function as a
+                fns[i] = api.win_fns[kind]  # buffer; two events per location)
+            continue
         if kind == Ev.ENTER_OFF_SPU:
             spu, enter = shared(p(1)), api.enter
 
@@ -988,7 +1000,9 @@ def _write_definitions(archive: _Archive, defs: ArchiveDefs, counts: np.ndarray)
     for obj in [*defs.communicators, *defs.rma_windows]:
         s(obj.name)
     for obj in defs.location_properties:
-        s(obj.name), s(obj.value)
+        s(obj.name)
+        if isinstance(obj.value, str):
+            s(obj.value)
 
     g = _otf2.Archive_GetGlobalDefWriter(archive.handle)
     try:
@@ -1021,9 +1035,14 @@ def _write_definitions(archive: _Archive, defs: ArchiveDefs, counts: np.ndarray)
             )
         for prop in defs.location_properties:
             value = _otf2.AttributeValue()
-            value.stringRef = s(prop.value)
+            if isinstance(prop.value, str):
+                value.stringRef, otf2_type = s(prop.value), _otf2.TYPE_STRING
+            elif isinstance(prop.value, float):
+                value.float64, otf2_type = prop.value, _otf2.TYPE_DOUBLE
+            else:
+                value.uint64, otf2_type = int(prop.value), _otf2.TYPE_UINT64
             _otf2.GlobalDefWriter_WriteLocationProperty(
-                g, prop.loc, s(prop.name), _otf2.TYPE_STRING, value
+                g, prop.loc, s(prop.name), otf2_type, value
             )
         for ref, region in enumerate(defs.regions):
             name = s(region.name)

@@ -576,8 +576,9 @@ def convert_groups(team, run_dir: Path, tmp: Path, name: str, clock: StageClock,
             flat = [i for part in infos for i in part]
             whole = whole_run(man, layout, made["skeleton"], flat, node_maps)
             intervals = {loc: v for i in flat for loc, v in i["sync_intervals"].items()}
+            spus = {loc: v for i in flat for loc, v in i["first_spu"].items()}
             return whole, build_definitions(whole.decoded, whole.sync, first, last,
-                                            intervals)[0]
+                                            intervals, spus)[0]
 
     whole, defs = team.run("emit", definitions if root else lambda: (None, None))
     defs = team.bcast(defs)  # the writer checks every process's events against them

@@ -16,7 +16,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .decode import LINK_DTYPE, Decoded, RunLayout
-from .emit import sync_intervals_property
+from .emit import first_spus, sync_intervals_property
 from .manifest import Manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE
@@ -107,7 +107,8 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
     hands on once its records have their times: the usable flags of its MPI records
     (``_mpi_index`` order, for ``paired_mpi``), its time span (None: no usable record), and its
     interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
-    report's pair figures (``whole_run``)."""
+    report's pair figures (``whole_run``), and the SPU of each context's first run that a
+    record names (``emit.first_spus``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
@@ -124,6 +125,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
         "sync_intervals": sync_intervals_property(dec, result),
         "pairs": pair_table(dec, result) if pairs else [],
         "node_relaxation": result.node_relaxation,
+        "first_spu": first_spus(dec),
     }
     return good, span, info
 

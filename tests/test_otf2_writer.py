@@ -141,6 +141,7 @@ def _rows() -> list[tuple]:
         (PPE1, E.MPI_COLL_END, WORLD, 312, ALLREDUCE, 0xFFFFFFFF, 8, 16),
         (PPE1, E.LEAVE, R["MPI_Allreduce"], 313),
         (PPE1, E.LEAVE, R["main"], 400),
+        (SPE, E.RMA_WIN_CREATE, 0, 140),  # the DMA window, where it is used (Score-P's way)
         (SPE, E.ENTER, R["fft_spu"], 140),
         (SPE, E.ENTER, R["spu_read_in_mbox"], 150),
         (SPE, E.MPI_RECV, MBOX, 160, PPE0, 1, 4),
@@ -156,6 +157,7 @@ def _rows() -> list[tuple]:
         (SPE, E.ENTER, R["fft_spu"], 265),  # an Enter right after the off-SPU one: no attribute
         (SPE, E.LEAVE, R["fft_spu"], 270),
         (SPE, E.LEAVE, R["fft_spu"], 280),
+        (SPE, E.RMA_WIN_DESTROY, 0, 280),
     ]
 
 
@@ -178,7 +180,8 @@ READER_CLASS = {
     Ev.MPI_COLL_BEGIN: "MpiCollectiveBegin", Ev.MPI_COLL_END: "MpiCollectiveEnd",
     Ev.RMA_GET: "RmaGet", Ev.RMA_PUT: "RmaPut",
     Ev.RMA_OP_COMPLETE_BLOCKING: "RmaOpCompleteBlocking", Ev.METRIC: "Metric",
-    Ev.ENTER_OFF_SPU: "Enter",
+    Ev.ENTER_OFF_SPU: "Enter", Ev.RMA_WIN_CREATE: "RmaWinCreate",
+    Ev.RMA_WIN_DESTROY: "RmaWinDestroy",
 }
 
 
@@ -211,12 +214,12 @@ def test_counts_per_location_and_kind(written):
         for loc, ty in zip(events["loc"].tolist(), events["type"].tolist(), strict=True)
     )
     assert back.counts == expected
-    assert stats.events_per_location.tolist() == [19, 15, 15, 0]
-    assert stats.n_events == len(events) == 49
+    assert stats.events_per_location.tolist() == [19, 15, 17, 0]
+    assert stats.n_events == len(events) == 51
     assert stats.events_per_type[Ev.ENTER] == 6 + 5 + 4
     assert stats.events_per_type[Ev.ENTER_OFF_SPU] == 1
     assert sum(stats.events_per_type.values()) == len(events)
-    assert seen == [49]  # fewer than PROGRESS_EVENTS: once, at the end
+    assert seen == [51]  # fewer than PROGRESS_EVENTS: once, at the end
 
 
 def test_timestamps_per_location(written):
@@ -297,7 +300,7 @@ def test_locations_groups_and_system_tree(written):
     assert defs.locations == [
         (LOC_NAMES[PPE0], "CPU_THREAD", "MPI rank 0", 0, 19),
         (LOC_NAMES[PPE1], "CPU_THREAD", "MPI rank 1", 1, 15),
-        (LOC_NAMES[SPE], "ACCELERATOR_STREAM", "SPEs (rank 0)", 2, 15),
+        (LOC_NAMES[SPE], "ACCELERATOR_STREAM", "SPEs (rank 0)", 2, 17),
         (LOC_NAMES[MEM], "CPU_THREAD", "MPI rank 0", 0, 0),
     ]
     assert defs.location_groups == [

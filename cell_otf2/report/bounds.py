@@ -46,7 +46,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
         if fin.size:
             worst[y], mean[y] = fin.max(), fin.mean()
             all_w.append(fin)
-        elif prop not in (None, "unbounded"):
+        elif prop not in (None, "unbounded") and np.isfinite(_float(prop)):
             try:
                 worst[y] = float(prop)
             except ValueError:
@@ -105,3 +105,11 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
                 frameon=False)
     fig.savefig(path, dpi=style.DPI)
     return len(rows), placed
+
+
+def _float(value) -> float:
+    """A property value as a number (nan when it is none)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

@@ -69,8 +69,8 @@ def archive_summary(loaded: Loaded) -> list[tuple[str, str]]:
         rows.append(("worst bound", _fmt_ticks(float(fin.max()), hz)))
         rows.append(("mean bound", _fmt_ticks(float(fin.mean()), hz)))
     elif not per:
-        worst = [float(p[PROP_SYNC_BOUND]) for p in loaded.props.values()
-                 if p.get(PROP_SYNC_BOUND, "unbounded") != "unbounded"]
+        worst = [w for w in (_bound(p.get(PROP_SYNC_BOUND)) for p in loaded.props.values())
+                 if w is not None]
         if worst:
             rows.append(("worst bound", _fmt_ticks(max(worst), hz)))
     rows.append(("figures drawn from", sample_note(loaded)))
@@ -135,3 +135,14 @@ def write_index(path: Path, loaded: Loaded, figures: list[Path],
                   f"alt='{html.escape(CAPTIONS.get(name, name))}'></a>"]
     parts.append("</body></html>")
     path.write_text("\n".join(parts) + "\n")
+
+
+def _bound(value) -> float | None:
+    """A ``cell2otf2::sync_bound_ticks`` value (a DOUBLE; a string such as "7.0" or
+    "unbounded" in archives of earlier versions) as a finite number of ticks, None when
+    unbounded or absent."""
+    try:
+        w = float(value)
+    except (TypeError, ValueError):
+        return None
+    return w if np.isfinite(w) else None

@@ -71,10 +71,11 @@ def row_order(loaded: Loaded) -> np.ndarray:
 
 
 def process_of(group_name: str) -> str:
-    """'SPEs (rank 3)' and 'MPI rank 3' -> '3'; anything else as it is."""
-    for prefix, suffix in (("SPEs (rank ", ")"), ("MPI rank ", "")):
+    """'SPEs (rank 3)', 'SPEs (rank 3, chip 1)' and 'MPI Rank 3' -> '3'; anything else as it
+    is."""
+    for prefix, suffix in (("SPEs (rank ", ")"), ("MPI Rank ", ""), ("MPI rank ", "")):
         if group_name.startswith(prefix) and group_name.endswith(suffix):
-            return group_name[len(prefix): len(group_name) - len(suffix)]
+            return group_name[len(prefix): len(group_name) - len(suffix)].split(",")[0]
     return group_name
 
 
