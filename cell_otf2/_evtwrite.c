@@ -42,7 +42,7 @@ typedef OTF2_ErrorCode (*attr_u64_fn)(OTF2_AttributeList *, uint32_t, uint64_t);
 enum {
     ENTER = 1, LEAVE, MPI_SEND, MPI_RECV, MPI_ISEND, MPI_ISEND_COMPLETE, MPI_IRECV_REQUEST,
     MPI_IRECV, MPI_COLL_BEGIN, MPI_COLL_END, RMA_GET, RMA_PUT, RMA_OP_COMPLETE_BLOCKING,
-    METRIC, ENTER_OFF_SPU, MAX_TYPE = ENTER_OFF_SPU
+    METRIC, ENTER_OFF_SPU, RMA_WIN_CREATE, RMA_WIN_DESTROY, MAX_TYPE = RMA_WIN_DESTROY
 };
 
 /* the function table, in the order `bind` takes the addresses (otf2_writer._C_FUNCTIONS) */
@@ -57,8 +57,9 @@ static struct {
     rma_complete_fn rma_complete;
     metric_fn metric;
     attr_u64_fn attr_add_u64;
+    region_fn rma_win_create, rma_win_destroy; /* (writer, attributes, time, window) */
 } api;
-#define N_FUNCTIONS 15
+#define N_FUNCTIONS 17
 
 /* row layout: itemsize and byte offsets of loc (u4), type (u1), ref (u4), time (i8),
  * p1..p6 (u8) */
@@ -192,6 +193,12 @@ static PyObject *evt_write(PyObject *self, PyObject *args)
         case RMA_OP_COMPLETE_BLOCKING:
             code = api.rma_complete(w, NULL, t, ref, u64_at(row, off_p[3]));
             break;
+        case RMA_WIN_CREATE:
+            code = api.rma_win_create(w, NULL, t, ref);
+            break;
+        case RMA_WIN_DESTROY:
+            code = api.rma_win_destroy(w, NULL, t, ref);
+            break;
         case METRIC: {
             OTF2_MetricValue value;
             value.unsigned_int = u64_at(row, off_p[1]);
@@ -307,6 +314,8 @@ static PyObject *evt_check(PyObject *self, PyObject *args)
                  && u64_at(row, off_p[1]) <= UINT32_MAX;
             break;
         case RMA_OP_COMPLETE_BLOCKING:
+        case RMA_WIN_CREATE:
+        case RMA_WIN_DESTROY:
             ok = ref < (uint64_t)n_windows;
             break;
         case METRIC:

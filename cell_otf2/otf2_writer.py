@@ -254,8 +254,10 @@ class _CApi:
         self.region_fns[Ev.ENTER] = self.enter
         self.region_fns[Ev.LEAVE] = self.leave
         #: called like Enter and Leave: f(writer, attribute list, time, window)
-        self.win_fns = {Ev.RMA_WIN_CREATE: fetch("OTF2_EvtWriter_RmaWinCreate"),
-                        Ev.RMA_WIN_DESTROY: fetch("OTF2_EvtWriter_RmaWinDestroy")}
+        self.rma_win_create = fetch("OTF2_EvtWriter_RmaWinCreate")
+        self.rma_win_destroy = fetch("OTF2_EvtWriter_RmaWinDestroy")
+        self.win_fns = {Ev.RMA_WIN_CREATE: self.rma_win_create,
+                        Ev.RMA_WIN_DESTROY: self.rma_win_destroy}
         self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
         #: the C loop (``_evtwrite``) is bound to the same functions, if built
@@ -265,7 +267,8 @@ class _CApi:
 #: ``_evtwrite.bind``'s function table, in its order
 _C_FUNCTIONS = ("enter", "leave", "mpi_send", "mpi_recv", "mpi_isend", "mpi_irecv",
                 "mpi_isend_complete", "mpi_irecv_request", "mpi_coll_begin", "mpi_coll_end",
-                "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64")
+                "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64",
+                "rma_win_create", "rma_win_destroy")
 #: the EVENT_DTYPE columns the C loop reads, with the C type it reads them as
 _C_COLUMNS = {"loc": "<u4", "type": "u1", "ref": "<u4", "time": "<i8",
               **{f"p{k}": "<u8" for k in range(1, 7)}}
