@@ -1,4 +1,4 @@
-"""convert reads every dump twice (a summary first, then one dump at a time to decode it, so
+"""The conversion reads every dump twice (dumps.py) (a summary first, then one dump at a time to decode it, so
 only one dump is in memory at once). The result must be what decoding all dumps held in
 memory gives, and a dump that changes between the two readings is refused, not mis-placed.
 """
@@ -13,6 +13,7 @@ import pytest
 from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import convert as convert_mod  # noqa: E402
+from cell_otf2 import dumps as dumps_mod  # noqa: E402
 from cell_otf2.damage import DamageLog  # noqa: E402
 from cell_otf2.decode import decode  # noqa: E402
 from cell_otf2.errors import FormatError  # noqa: E402
@@ -29,7 +30,7 @@ def test_decoding_read_twice_equals_decoding_in_memory(name, monkeypatch):
         reads.append(Path(path).name)
         return read_dump(path, *args, **kwargs)
 
-    monkeypatch.setattr(convert_mod, "read_dump", counting_read)
+    monkeypatch.setattr(dumps_mod, "read_dump", counting_read)
     pipe = convert_mod.analyze(run)
     man = load_manifest(run)
     assert sorted(reads) == sorted(2 * [man.dump_path(p.rank).name for p in man.processes])
@@ -59,7 +60,7 @@ def test_a_dump_that_changes_between_readings_is_refused(tmp_path, monkeypatch):
             dump.ppe = dump.ppe[1:]
         return dump
 
-    monkeypatch.setattr(convert_mod, "read_dump", changing_read)
+    monkeypatch.setattr(dumps_mod, "read_dump", changing_read)
     out = tmp_path / "out" / "a.otf2"
     with pytest.raises(FormatError, match="changed while it was being converted"):
         convert_mod.convert(run, out)
