@@ -1,6 +1,7 @@
-"""The conversion reads every dump twice (``dumps.py``: a summary first, then one dump at a
-time to decode it, so only one dump is in memory at once). The result must be what decoding all dumps held in
-memory gives, and a dump that changes between the two readings is refused, not mis-placed.
+"""The conversion reads every dump twice (``dumps.py``: a summary first, then one dump at a time
+to decode it, so only one dump is in memory at once). The result must be what decoding all
+dumps held in memory gives, and a dump that changes between the two readings is refused, not
+mis-placed.
 """
 
 from __future__ import annotations
