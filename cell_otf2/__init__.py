@@ -23,13 +23,18 @@ from __future__ import annotations
 import sys
 import types
 from importlib import import_module
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+
+#: ``typing.TYPE_CHECKING`` without importing typing and pathlib (tens of milliseconds) in
+#: every ``cell2otf2`` start-up, before the command can handle Ctrl-C (``__main__.py``)
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 __all__ = ["RunInfo", "Summary", "__version__", "convert", "inspect"]
 
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from .dumps import Progress
     from .inspect import RunInfo
     from .summary import Summary

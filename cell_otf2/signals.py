@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from types import FrameType
 
 #: exit status after Ctrl-C (128 + SIGINT)
@@ -32,6 +31,8 @@ _REDELIVER_S = 0.02
 def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
     if (frame is not None and frame.f_code.co_name == "cb"
             and frame.f_code.co_filename.startswith("<frozen importlib")):
+        import threading  # only here: every start-up imports this module first
+
         later = threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signal_number))
         later.daemon = True  # never delays or interrupts the interpreter's own exit
         later.start()
