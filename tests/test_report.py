@@ -344,3 +344,33 @@ def test_figures_of_an_archive_without_spe_contexts(restored, tmp_path):
     assert bounds.draw(loaded, tmp_path / "b.png") == (0, 0)
     for name in ("d.png", "w.png", "b.png"):
         assert png_size(tmp_path / name) == (1600, 900)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact numbers over every event, also when the figures are drawn from a sample
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_events", [10**9, 3000])
+def test_shares_are_exact_above_max_events(fft_archives, max_events):
+    from cell_otf2.report.exact import category_ticks, latency_ticks, transfers
+
+    anchor = fft_archives / "rma.otf2"
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=max_events)
+    assert loaded.sampled == (max_events < len(rb.events))
+    span = [(rb.events[0].time, rb.events[-1].time)]
+    want = reference_category_time(rb, span, category_of)
+    got = category_ticks(loaded)
+    for ref, name in enumerate(loaded.loc_names):
+        np.testing.assert_array_equal(got[ref, :Cat.NOT_RUNNING], want[name][:Cat.NOT_RUNNING],
+                                      err_msg=name)
+    spe = loaded.loc_class == 1
+    compute = got[spe, Cat.COMPUTE].sum() / got[spe, :Cat.NOT_RUNNING].sum()
+    assert compute == pytest.approx(0.853, abs=0.001)  # 74.7% when counted on a sample
+    # every DMA command with its completion: sizes and issue-to-completion latencies
+    xfer = transfers(loaded)
+    assert xfer.size == len(rb.rma) == 4096
+    assert sorted(xfer["bytes"].tolist()) == sorted(op.bytes for op in rb.rma)
+    lat = sorted(op.complete_time - op.issue_time for op in rb.rma)
+    assert sorted(latency_ticks(xfer).tolist()) == lat

@@ -40,6 +40,9 @@ class Cat(IntEnum):
     NOT_RUNNING = 4  # no region open (before START, after EXIT)
 
 
+#: the categories of an SPE's running time, in drawing order
+SHOWN_CATS = (Cat.COMPUTE, Cat.TAG_WAIT, Cat.MBOX_WAIT, Cat.OFF_SPU)
+
 CAT_LABELS = {Cat.COMPUTE: "computing", Cat.TAG_WAIT: "tag-group wait",
               Cat.MBOX_WAIT: "mailbox / signal wait", Cat.OFF_SPU: "off SPU (switched out)",
               Cat.NOT_RUNNING: "not running"}

@@ -2,8 +2,8 @@
 tag groups, waiting on mailboxes or signals, and switched out ("off SPU").
 
 Running time is the time some region is open on the SPE location (its program runs from
-START to EXIT); the shares come from the same innermost-region segments as the timeline, so
-with a sample they are the shares within the sampled windows.
+START to EXIT); the shares are exact, from every event of the archive (``exact``), also when
+the timeline is drawn from a sample.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from . import style
-from .derive import CAT_LABELS, Cat, category_time, spe_locations
+from .derive import CAT_LABELS, SHOWN_CATS, Cat, spe_locations
+from .exact import category_ticks
 from .load import K, Loaded
 
-SHOWN = (Cat.COMPUTE, Cat.TAG_WAIT, Cat.MBOX_WAIT, Cat.OFF_SPU)
+SHOWN = SHOWN_CATS
 COLORS = {Cat.COMPUTE: "#2ca02c", Cat.TAG_WAIT: style.TAG_WAIT, Cat.MBOX_WAIT: style.MBOX_WAIT,
           Cat.OFF_SPU: style.OFF_SPU}
 
@@ -27,7 +28,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     Enter/Leave events of SPE locations)."""
     is_spe = set(spe_locations(loaded).tolist())
     spes = np.array([r for r in style.row_order(loaded).tolist() if r in is_spe], np.int64)
-    ticks = category_time(loaded, seg)[spes] if spes.size else np.zeros((0, len(Cat)))
+    ticks = category_ticks(loaded)[spes] if spes.size else np.zeros((0, len(Cat)))
     running = ticks[:, list(SHOWN)].sum(axis=1)
     share = np.divide(ticks[:, list(SHOWN)], running[:, None],
                       out=np.zeros((spes.size, len(SHOWN))), where=running[:, None] > 0)
@@ -55,7 +56,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the context's running time [%]  (right: running time)")
     ax.set_title("Where each SPE context spends its running time (START to EXIT)\n"
-                 f"{style.sample_note(loaded)}", fontsize=11, pad=28)
+                 f"exact, from all {loaded.total_events:,} events", fontsize=11, pad=28)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SHOWN), fontsize=9,
               frameon=False)
     fig.savefig(path, dpi=style.DPI)
