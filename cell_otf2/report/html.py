@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import units
 from .derive import sync_intervals
 from .load import PROP_SYNC_BOUND, Loaded, LocClass
 from .style import process_of, sample_note
@@ -30,8 +31,8 @@ CAPTIONS = {
 }
 
 
-def _fmt_ticks(ticks: float, hz: int) -> str:
-    return f"{ticks:,.1f} ticks ({ticks / hz * 1e6:.3g} us)"
+def _fmt_ticks(value: float, hz: int) -> str:
+    return units.ticks(value, hz)
 
 
 def archive_summary(loaded: Loaded) -> list[tuple[str, str]]:
@@ -41,8 +42,7 @@ def archive_summary(loaded: Loaded) -> list[tuple[str, str]]:
         ("archive", str(loaded.path)),
         ("written by", loaded.creator or "unknown"),
         ("timer resolution", f"{hz:,} Hz"),
-        ("time span", f"{loaded.trace_length:,} ticks "
-                      f"({loaded.trace_length / hz * 1e3:.6g} ms)"),
+        ("time span", _fmt_ticks(loaded.trace_length, hz)),
         ("processes", str(len({process_of(g) for g in loaded.loc_group}))),
         ("locations", f"{loaded.n_locs} ({int((cls == LocClass.PPE).sum())} PPE threads, "
                       f"{int((cls == LocClass.SPE).sum())} SPE contexts, "
@@ -92,10 +92,13 @@ def sync_summary(report: dict) -> list[tuple[str, str]]:
         rows.append(("worst bound (report)", _fmt_ticks(max(bounded), hz)))
         rows.append(("mean bound (report)", _fmt_ticks(sum(bounded) / len(bounded), hz)))
     for node in report.get("nodes", []):
+        bound = node.get("bound_ticks")
+        ppm = (float(node.get("rate", 1)) - 1) * 1e6
         rows.append((f"node {node.get('node')}",
-                     f"offset {node.get('offset_ticks', 0):,.1f} ticks, rate "
-                     f"{node.get('rate', 1):.9g}, bound {node.get('bound_ticks')}, "
-                     f"{node.get('method', '')}"))
+                     f"{node.get('method', '')}: offset "
+                     f"{_fmt_ticks(float(node.get('offset_ticks', 0)), hz)}, rate "
+                     f"{ppm:+.3f} ppm, bound "
+                     + (_fmt_ticks(float(bound), hz) if bound is not None else "none")))
     rows.append(("order violations", str(report.get("order_violations"))))
     lost = report.get("lost", {})
     rows.append(("lost", ", ".join(f"{k} {v}" for k, v in lost.items()) or "none"))
