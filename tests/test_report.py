@@ -374,3 +374,49 @@ def test_shares_are_exact_above_max_events(fft_archives, max_events):
     assert sorted(xfer["bytes"].tolist()) == sorted(op.bytes for op in rb.rma)
     lat = sorted(op.complete_time - op.issue_time for op in rb.rma)
     assert sorted(latency_ticks(xfer).tolist()) == lat
+
+
+# ---------------------------------------------------------------------------------------------
+# a sync report of another run is refused
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_refuses_the_sync_report_of_another_run(fft_archives, restored, tmp_path):
+    import subprocess
+
+    anchor = fft_archives / "rma.otf2"
+    other = restored[0].parent / "sync.json"
+    run = subprocess.run([sys.executable, "-m", "cell_otf2", "report", str(anchor), "-o",
+                          str(tmp_path / "rep"), "--sync-report", str(other)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3, run.stderr
+    assert str(other) in run.stderr and str(anchor) in run.stderr
+    assert "8 SPE contexts in the report, 16 in the archive" in run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert not (tmp_path / "rep").exists()
+    # one field changed is enough
+    from cell_otf2.report import render_report
+
+    own = json.loads((fft_archives / "sync.json").read_text())
+    for key, value, words in (("timebase_hz", 79_800_000, "timebase 79800000 Hz"),
+                              ("reference", {"rank": 0, "node": "qs20-z"}, "reference node"),
+                              ("intervals", own["intervals"][:-1], "15 live intervals")):
+        bad = tmp_path / f"{key}.json"
+        bad.write_text(json.dumps({**own, key: value}))
+        with pytest.raises(FormatError, match=words):
+            render_report(anchor, tmp_path / "r2", sync_report=bad)
+
+
+def test_report_numbers_have_units_and_sensible_digits(tmp_path):
+    import re
+
+    from cell_otf2.report import render_report, units
+
+    assert units.ticks(2802.92724609375, 14_318_000) == "2,803 ticks (196 µs)"
+    assert units.ticks(7.0, 14_318_000) == "7.0 ticks (489 ns)"
+    assert units.rate(25.6e9) == "25.6 GB/s" and units.seconds(0.00333) == "3.33 ms"
+    convert(SAMPLES / "two-nodes-hybrid", tmp_path / "a.otf2", report=tmp_path / "s.json")
+    result = render_report(tmp_path / "a.otf2", tmp_path / "rep", sync_report=tmp_path / "s.json")
+    text = re.sub(r"<[^>]+>", " ", result.index_html.read_text())
+    assert not re.findall(r"\d\.\d{4,}", text)  # no float printed with all its digits
+    assert re.search(r"bound 2,\d{3} ticks \(\d+ µs\)", text)

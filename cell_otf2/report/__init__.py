@@ -21,7 +21,6 @@ this package imports it, and only when a report is rendered.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +44,8 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
     """Write the four figures and index.html into ``out_dir`` (created when missing).
 
     Raises UsageError without matplotlib or with ``max_events`` < 1, FormatError when the
-    archive or the sync report cannot be read, OutputError when ``out_dir`` is not writable.
+    archive or the sync report cannot be read or the sync report belongs to another run,
+    OutputError when ``out_dir`` is not writable.
     """
     try:
         import matplotlib  # noqa: F401  (the figure modules import its parts)
@@ -54,7 +54,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                          ) from None
     if max_events < 1:
         raise UsageError(f"--max-events must be at least 1 (found {max_events})")
-    from . import bounds, dma, timeline, waits
+    from . import bounds, dma, syncfile, timeline, waits
     from .axis import make_axis
     from .derive import segments
     from .html import sync_summary, write_index
@@ -63,12 +63,9 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
     archive, out_dir = Path(archive), Path(out_dir)
     report = None
     if sync_report is not None:
+        report = syncfile.read_for(Path(sync_report), archive)
         try:
-            report = json.loads(Path(sync_report).read_text())
             sync_summary(report)
-        except OSError as exc:
-            raise FormatError(sync_report, f"cannot read the sync report: {exc.strerror}"
-                              ) from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise FormatError(sync_report, "not a cell2otf2 synchronization report "
                               f"(docs/sync-report.md): {exc}") from None
