@@ -253,6 +253,9 @@ def report_command(
         Path | None, typer.Option("--sync-report",
                                   help="the conversion's --report JSON, for its headline numbers")
     ] = None,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="no progress line on the terminal")
+    ] = False,
 ) -> None:
     import importlib.util
 
@@ -266,7 +269,14 @@ def report_command(
             typer.echo(NEEDS_MATPLOTLIB, err=True)
             raise SystemExit(EXIT_USAGE) from None
         _fail(f"the report renderer (cell_otf2.report) cannot be loaded: {exc}", EXIT_INPUT)
-    result = render_report(archive, output, max_events=max_events, sync_report=sync_report)
+    from .report.progress import ProgressLine
+
+    progress = ProgressLine(enabled=not quiet)
+    try:
+        result = render_report(archive, output, max_events=max_events,
+                               sync_report=sync_report, progress=progress)
+    finally:
+        progress.close()
     typer.echo(f"cell2otf2 report: {result.index_html}")
     for fig in result.figures:
         typer.echo(f"  {fig}")

@@ -420,3 +420,48 @@ def test_report_numbers_have_units_and_sensible_digits(tmp_path):
     text = re.sub(r"<[^>]+>", " ", result.index_html.read_text())
     assert not re.findall(r"\d\.\d{4,}", text)  # no float printed with all its digits
     assert re.search(r"bound 2,\d{3} ticks \(\d+ µs\)", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# progress on a terminal
+# ---------------------------------------------------------------------------------------------
+
+
+class _Terminal:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+
+def test_report_shows_progress_on_a_terminal_only(fft_archives, tmp_path):
+    import subprocess
+
+    from cell_otf2.report import render_report
+    from cell_otf2.report.progress import ProgressLine
+
+    term = _Terminal()
+    line = ProgressLine(stream=term)
+    render_report(fft_archives / "rma.otf2", tmp_path / "rep", progress=line)
+    line.close()
+    shown = [t.strip() for t in term.text.split("\r") if t.strip()]
+    assert shown[0] == "cell2otf2 report: reading events 100.0% (22,342 of 22,342)"
+    assert "cell2otf2 report: drawing timeline.png" in shown
+    assert term.text.endswith("\r") and not term.text.split("\r")[-2].strip()  # erased
+    assert not ProgressLine(stream=type("Pipe", (_Terminal,), {"isatty": lambda s: False})()
+                            ).enabled
+    big = ProgressLine(stream=_Terminal())
+    big.started -= 10
+    big.reading(4_500_000, 9_000_000)
+    assert big.last.endswith("reading events  50.0% (4.5 M of 9.0 M), 0:10 left")
+    run = subprocess.run([sys.executable, "-m", "cell_otf2", "report",
+                          str(fft_archives / "rma.otf2"), "-o", str(tmp_path / "r2")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stderr == ""  # not a terminal: no progress line

@@ -40,12 +40,13 @@ class ReportResult:
 
 
 def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
-                  sync_report: Path | None = None) -> ReportResult:
+                  sync_report: Path | None = None, progress=None) -> ReportResult:
     """Write the four figures and index.html into ``out_dir`` (created when missing).
 
     Raises UsageError without matplotlib or with ``max_events`` < 1, FormatError when the
     archive or the sync report cannot be read or the sync report belongs to another run,
-    OutputError when ``out_dir`` is not writable.
+    OutputError when ``out_dir`` is not writable. ``progress`` (a ``progress.ProgressLine``)
+    is told how many events were read and which figure is being drawn.
     """
     try:
         import matplotlib  # noqa: F401  (the figure modules import its parts)
@@ -69,7 +70,8 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise FormatError(sync_report, "not a cell2otf2 synchronization report "
                               f"(docs/sync-report.md): {exc}") from None
-    loaded = load_archive(archive, max_events=max_events)
+    loaded = load_archive(archive, max_events=max_events,
+                          progress=progress.reading if progress is not None else None)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -87,6 +89,8 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
     }
     try:
         for name in FIGURES:
+            if progress is not None:
+                progress.stage(f"drawing {name}")
             path = out_dir / name
             result.rows[name], result.events[name] = draws[name](path)
             result.figures.append(path)
