@@ -37,7 +37,9 @@ from cell_otf2.report.derive import (  # noqa: E402
 from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
-FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
+FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png",
+           "node_clocks.png")
+ONE_NODE = tuple(f for f in FIGURES if f != "node_clocks.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -222,12 +224,12 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
-def check_figures(result, out: Path) -> None:
+def check_figures(result, out: Path, figures=FIGURES) -> None:
     import matplotlib.image
 
-    assert [p.name for p in result.figures] == list(FIGURES)
+    assert [p.name for p in result.figures] == list(figures)
     html = result.index_html.read_text()
-    for name in FIGURES:
+    for name in figures:
         path = out / name
         w, h = png_size(path)
         assert 1200 <= w <= 2400 and 700 <= h <= 1400, (name, w, h)
@@ -252,7 +254,8 @@ def test_report_of_the_fft_sample(fft_archives, tmp_path):
     anchor = fft_archives / "rma.otf2"
     sync = fft_archives / "sync.json"
     result = render_report(anchor, tmp_path / "rep", sync_report=sync)
-    check_figures(result, tmp_path / "rep")
+    check_figures(result, tmp_path / "rep", ONE_NODE)
+    assert "node_clocks.png" in result.skipped  # one node: nothing to synchronize
     rb = read_events(anchor)
     locs = rb.defs.locations
     spes = {n for n, t, *_ in locs if t == "ACCELERATOR_STREAM"}
@@ -278,7 +281,7 @@ def test_sampled_report_with_dma_as_messages(fft_archives, tmp_path):
 
     anchor = fft_archives / "msg.otf2"
     result = render_report(anchor, tmp_path / "rep", max_events=5000)
-    check_figures(result, tmp_path / "rep")
+    check_figures(result, tmp_path / "rep", ONE_NODE)
     rb = read_events(anchor)
     assert result.sampled and result.total_events == len(rb.events) > 5000
     assert result.events["timeline.png"] == 5000
@@ -465,3 +468,60 @@ def test_report_shows_progress_on_a_terminal_only(fft_archives, tmp_path):
                           str(fft_archives / "rma.otf2"), "-o", str(tmp_path / "r2")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stderr == ""  # not a terminal: no progress line
+
+
+# ---------------------------------------------------------------------------------------------
+# node clocks
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two")
+    convert(SAMPLES / "two-nodes-hybrid", out / "a.otf2", report=out / "sync.json")
+    return out / "a.otf2", out / "sync.json"
+
+
+def test_node_clock_figure_from_the_report_and_the_archive_messages(two_nodes, tmp_path):
+    from cell_otf2.report import nodeclock, render_report
+
+    anchor, sync = two_nodes
+    rb = read_events(anchor)
+    group_node = {name: node for name, _t, node, *_ in rb.defs.location_groups}
+    node_of = {name: group_node[group] for name, _t, group, *_ in rb.defs.locations}
+    cross = [m for m in rb.messages if m.comm not in ("Cell mailboxes", "DMA")
+             and node_of[m.sender] != node_of[m.receiver]]
+    assert len(cross) == 24
+    report = json.loads(sync.read_text())
+    # today: the report's nodes (one offset and rate each); then with the per-node segments
+    # and pairs another change adds (docs/sync-report.md section 6)
+    node_b = report["nodes"][1]
+    tb_mid = (280_000_000_000 - node_b["offset_ticks"]) / node_b["rate"]
+    pieces = [{"first_timebase": 0, "offset_ticks": node_b["offset_ticks"], "rate": 1.0002},
+              {"first_timebase": tb_mid, "offset_ticks": node_b["offset_ticks"] + 0.0002 * tb_mid
+               - 0.0001 * tb_mid, "rate": 1.0001}]
+    segmented = {**report, "pairs": [], "nodes": [report["nodes"][0],
+                                                   {**node_b, "segments": pieces}]}
+    for variant, rep in (("plain", report), ("segments", segmented), ("none", None)):
+        path = tmp_path / f"{variant}.json"
+        if rep is not None:
+            path.write_text(json.dumps(rep))
+        result = render_report(anchor, tmp_path / variant,
+                               sync_report=path if rep is not None else None)
+        check_figures(result, tmp_path / variant)
+        assert result.rows["node_clocks.png"] == 1  # qs20-b; qs20-a is the reference
+        assert result.events["node_clocks.png"] == len(cross)  # each message once
+    loaded = load_archive(anchor)
+    c = nodeclock.constraints(loaded)["qs20-b"]
+    into = [m for m in cross if node_of[m.receiver] == "qs20-b"]
+    assert sorted(c["in"][:, 1].tolist()) == sorted(m.recv_time - m.send_time for m in into)
+    assert c["in"].shape[0] + c["out"].shape[0] == len(cross)
+    # the offset: archive time minus the node's timebase, piece by piece
+    t = np.array([279e9, 281e9])
+    plain = nodeclock.offset_curve(node_b, t)
+    np.testing.assert_allclose(plain, t - (t - node_b["offset_ticks"]) / node_b["rate"])
+    seg = nodeclock.offset_curve({**node_b, "segments": pieces}, t)
+    for k, tt in enumerate(t.tolist()):
+        p = pieces[k]
+        assert seg[k] == pytest.approx(tt - (tt - p["offset_ticks"]) / p["rate"])
+    assert np.allclose(nodeclock.offset_curve(None, t), 0)

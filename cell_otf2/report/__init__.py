@@ -11,6 +11,8 @@ shows what a viewer will show; ``load``), derives segments, lines and shares wit
   groups, on mailboxes / signals, switched out;
 - ``sync_bounds.png`` (``bounds``): the bound of every live interval, from the archive's
   location properties;
+- ``node_clocks.png`` (``nodeclock``): each node's clock offset over time with its bound
+  (from the sync report) and the MPI messages between nodes that pin it;
 - ``index.html`` (``html``): the figures and a summary computed from the archive, plus the
   headline numbers of the synchronization report when one is given.
 
@@ -26,7 +28,8 @@ from pathlib import Path
 
 from ..errors import FormatError, OutputError, UsageError
 
-FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
+FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png",
+           "node_clocks.png")
 
 
 @dataclass
@@ -35,13 +38,14 @@ class ReportResult:
     figures: list[Path] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)  # figure name -> rows drawn
     events: dict[str, int] = field(default_factory=dict)  # figure name -> events drawn
+    skipped: dict[str, str] = field(default_factory=dict)  # figure not drawn -> why
     sampled: bool = False
     total_events: int = 0  # events in the archive
 
 
 def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                   sync_report: Path | None = None, progress=None) -> ReportResult:
-    """Write the four figures and index.html into ``out_dir`` (created when missing).
+    """Write the figures and index.html into ``out_dir`` (created when missing).
 
     Raises UsageError without matplotlib or with ``max_events`` < 1, FormatError when the
     archive or the sync report cannot be read or the sync report belongs to another run,
@@ -55,7 +59,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                          ) from None
     if max_events < 1:
         raise UsageError(f"--max-events must be at least 1 (found {max_events})")
-    from . import bounds, dma, syncfile, timeline, waits
+    from . import bounds, dma, nodeclock, syncfile, timeline, waits
     from .axis import make_axis
     from .derive import segments
     from .html import sync_summary, write_index
@@ -86,16 +90,22 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
         "dma_bandwidth.png": lambda p: dma.draw(loaded, seg, p),
         "waits.png": lambda p: waits.draw(loaded, seg, p),
         "sync_bounds.png": lambda p: bounds.draw(loaded, p),
+        "node_clocks.png": lambda p: nodeclock.draw(loaded, report, p),
     }
     try:
         for name in FIGURES:
             if progress is not None:
                 progress.stage(f"drawing {name}")
             path = out_dir / name
-            result.rows[name], result.events[name] = draws[name](path)
+            drawn = draws[name](path)
+            if isinstance(drawn, str):  # nothing to draw, and why
+                result.skipped[name] = drawn
+                path.unlink(missing_ok=True)  # a previous report's figure
+                continue
+            result.rows[name], result.events[name] = drawn
             result.figures.append(path)
         write_index(result.index_html, loaded, result.figures, report,
-                    Path(sync_report).name if sync_report is not None else "")
+                    Path(sync_report).name if sync_report is not None else "", result.skipped)
     except OSError as exc:
         raise OutputError(f"{out_dir}: cannot write the report: {exc}") from None
     return result

@@ -26,6 +26,9 @@ CAPTIONS = {
                          "context's running time.",
     "waits.png": "Share of each SPE context's running time spent computing, waiting on tag "
                  "groups, on mailboxes or signals, and switched out.",
+    "node_clocks.png": "Each node's clock offset to the reference clock over time, with its "
+                       "bound (from the synchronization report) and the MPI messages between "
+                       "nodes that limit it: the two tightest pin the map.",
     "sync_bounds.png": "Synchronization bound of every live interval of every SPE context "
                        "(from the archive's location properties).",
 }
@@ -112,7 +115,8 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 
 def write_index(path: Path, loaded: Loaded, figures: list[Path],
-                report: dict | None = None, report_name: str = "") -> None:
+                report: dict | None = None, report_name: str = "",
+                skipped: dict[str, str] | None = None) -> None:
     parts = [
         "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
         f"<title>cell2otf2 report: {html.escape(loaded.path.name)}</title>",
@@ -136,5 +140,7 @@ def write_index(path: Path, loaded: Loaded, figures: list[Path],
                   f"<p>{html.escape(CAPTIONS.get(name, ''))}</p>",
                   f"<a href='{html.escape(name)}'><img src='{html.escape(name)}' "
                   f"alt='{html.escape(CAPTIONS.get(name, name))}'></a>"]
+    for name, why in (skipped or {}).items():
+        parts += [f"<h2>{html.escape(name)}</h2>", f"<p>Not drawn: {html.escape(why)}.</p>"]
     parts.append("</body></html>")
     path.write_text("\n".join(parts) + "\n")
