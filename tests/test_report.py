@@ -37,8 +37,8 @@ from cell_otf2.report.derive import (  # noqa: E402
 from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
-FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png",
-           "node_clocks.png")
+FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
+           "sync_bounds.png", "node_clocks.png")
 ONE_NODE = tuple(f for f in FIGURES if f != "node_clocks.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -261,12 +261,13 @@ def test_report_of_the_fft_sample(fft_archives, tmp_path):
     spes = {n for n, t, *_ in locs if t == "ACCELERATOR_STREAM"}
     assert len(locs) == 34 and len(spes) == 16
     assert not result.sampled and result.total_events == len(rb.events) == 22342
-    assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16, "waits.png": 16,
-                           "sync_bounds.png": 16}
+    assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16,
+                           "dma_histograms.png": 2, "waits.png": 16, "sync_bounds.png": 16}
     report = json.loads(sync.read_text())
     assert result.events == {
         "timeline.png": len(rb.events),
         "dma_bandwidth.png": rb_count(rb, "RmaGet", "RmaPut"),
+        "dma_histograms.png": rb_count(rb, "RmaGet", "RmaPut"),
         "waits.png": sum(n for (loc, k), n in rb.counts.items()
                          if loc in spes and k in ("Enter", "Leave")),
         "sync_bounds.png": len(report["intervals"]),
@@ -286,12 +287,10 @@ def test_sampled_report_with_dma_as_messages(fft_archives, tmp_path):
     assert result.sampled and result.total_events == len(rb.events) > 5000
     assert result.events["timeline.png"] == 5000
     assert result.rows["timeline.png"] == len(rb.defs.locations)
-    # the DMA figure draws the kept sends on the "DMA" communicator: count them in the
-    # reader's order within the planned windows
-    starts, sizes = sample_plan(len(rb.events), 5000)
-    kept = [rb.events[i] for s, n in zip(starts, sizes, strict=True) for i in range(s, s + n)]
-    dma_sends = sum(1 for e in kept if e.kind == "MpiSend" and e.fields["communicator"] == "DMA")
-    assert dma_sends > 0 and result.events["dma_bandwidth.png"] == dma_sends
+    # the DMA figures draw every send on the "DMA" communicator, sampled or not
+    dma_sends = sum(1 for e in rb.events
+                    if e.kind == "MpiSend" and e.fields["communicator"] == "DMA")
+    assert dma_sends == 4096 and result.events["dma_bandwidth.png"] == dma_sends
     assert rb_count(rb, "RmaGet", "RmaPut") == 0
     html = result.index_html.read_text()
     assert "drawn from a sample" in html and "5,000 of 22,342 events" in html
@@ -525,3 +524,60 @@ def test_node_clock_figure_from_the_report_and_the_archive_messages(two_nodes, t
         p = pieces[k]
         assert seg[k] == pytest.approx(tt - (tt - p["offset_ticks"]) / p["rate"])
     assert np.allclose(nodeclock.offset_curve(None, t), 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# DMA: bandwidth against the peak, sizes and latencies
+# ---------------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300), st.integers(1, 1 << 14)),
+                min_size=1, max_size=30))
+def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
+    from cell_otf2.report.dma import spread
+
+    t0 = np.array([c[0] for c in cmds], float)
+    t1 = t0 + [c[1] for c in cmds]
+    b = np.array([c[2] for c in cmds], float)
+    edges = np.linspace(0, 1400, 15)
+    got = spread(t0, t1, b, edges)
+    assert got.sum() == pytest.approx(b.sum())
+    assert np.all(got >= -1e-6)
+    # a command within one column puts its bytes into that column only
+    one = spread(np.array([205.0]), np.array([290.0]), np.array([64.0]), edges)
+    assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)
+
+
+def test_dma_figures_are_exact_and_against_the_peak(fft_archives, tmp_path):
+    from cell_otf2.report import dma, render_report
+    from cell_otf2.report.exact import latency_ticks, transfers
+
+    anchor = fft_archives / "rma.otf2"
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=3000)  # sampled: the DMA numbers stay exact
+    d = dma.per_spe(loaded)
+    gets = sum(op.bytes for op in rb.rma if op.kind == "RmaGet")
+    puts = sum(op.bytes for op in rb.rma if op.kind == "RmaPut")
+    assert d["into"].sum() == gets and d["out"].sum() == puts  # main memory is not a row
+    assert d["grid"].sum() == pytest.approx(gets + puts)
+    spe = {n for n, t, *_ in rb.defs.locations if t == "ACCELERATOR_STREAM"}
+    running = {}
+    for name in spe:
+        t = rb.times[name]
+        running[name] = (t[-1] - t[0]) / loaded.timer_resolution  # START to EXIT
+    for row, loc in enumerate(d["spes"].tolist()):
+        name = loaded.loc_names[loc]
+        moved = sum(op.bytes for op in rb.rma if op.loc == name)
+        assert d["into"][row] + d["out"][row] == moved
+        assert d["running"][row] == pytest.approx(running[name])
+    result = render_report(anchor, tmp_path / "rep", max_events=3000)
+    check_figures(result, tmp_path / "rep", ONE_NODE)
+    assert result.events["dma_bandwidth.png"] == result.events["dma_histograms.png"] == 4096
+    html = result.index_html.read_text()
+    assert "25.6 GB/s" in html
+    # DMA written as messages: the same commands, the same latencies
+    msg = load_archive(fft_archives / "msg.otf2")
+    xm, xr = transfers(msg), transfers(loaded)
+    assert xm.size == xr.size == 4096
+    assert sorted(latency_ticks(xm).tolist()) == sorted(latency_ticks(xr).tolist())
+    assert (xm["dst"] == xm["issuer"]).sum() == (xr["dst"] == xr["issuer"]).sum() == 2048

@@ -6,7 +6,9 @@ shows what a viewer will show; ``load``), derives segments, lines and shares wit
 
 - ``timeline.png`` (``timeline``): a row per location, innermost regions as colored bars,
   DMA transfers and mailbox / MPI messages as lines;
-- ``dma_bandwidth.png`` (``dma``): DMA bytes per second per SPE over time and on average;
+- ``dma_bandwidth.png`` (``dma``): DMA bandwidth per SPE over time, on average and in
+  aggregate, against the 25.6 GB/s peak;
+- ``dma_histograms.png`` (``dmahist``): DMA command sizes and issue-to-completion latencies;
 - ``waits.png`` (``waits``): share of each SPE's running time computing, waiting on tag
   groups, on mailboxes / signals, switched out;
 - ``sync_bounds.png`` (``bounds``): the bound of every live interval, from the archive's
@@ -28,8 +30,8 @@ from pathlib import Path
 
 from ..errors import FormatError, OutputError, UsageError
 
-FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png",
-           "node_clocks.png")
+FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
+           "sync_bounds.png", "node_clocks.png")
 
 
 @dataclass
@@ -59,7 +61,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                          ) from None
     if max_events < 1:
         raise UsageError(f"--max-events must be at least 1 (found {max_events})")
-    from . import bounds, dma, nodeclock, syncfile, timeline, waits
+    from . import bounds, dma, dmahist, nodeclock, syncfile, timeline, waits
     from .axis import make_axis
     from .derive import segments
     from .html import sync_summary, write_index
@@ -88,6 +90,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
         "timeline.png": lambda p: timeline.draw(loaded, seg, make_axis(loaded.window_bounds),
                                                 p),
         "dma_bandwidth.png": lambda p: dma.draw(loaded, seg, p),
+        "dma_histograms.png": lambda p: dmahist.draw(loaded, p),
         "waits.png": lambda p: waits.draw(loaded, seg, p),
         "sync_bounds.png": lambda p: bounds.draw(loaded, p),
         "node_clocks.png": lambda p: nodeclock.draw(loaded, report, p),

@@ -22,8 +22,12 @@ CAPTIONS = {
     "timeline.png": "Timeline: a row per PPE thread, main-memory pseudo-location and SPE "
                     "context; bars show the innermost region, lines DMA transfers and "
                     "mailbox / MPI messages.",
-    "dma_bandwidth.png": "DMA bandwidth per SPE context over time, and its mean over the "
-                         "context's running time.",
+    "dma_bandwidth.png": "DMA bandwidth per SPE context over time, its mean over the "
+                         "context's running time against the 25.6 GB/s peak, and all "
+                         "contexts together against the memory peak of the chips (every "
+                         "DMA command of the archive).",
+    "dma_histograms.png": "DMA command sizes and latencies from issue to completion (every "
+                          "command of the archive).",
     "waits.png": "Share of each SPE context's running time spent computing, waiting on tag "
                  "groups, on mailboxes or signals, and switched out.",
     "node_clocks.png": "Each node's clock offset to the reference clock over time, with its "

@@ -158,6 +158,7 @@ class Loaded:
     exact: Exact | None = None
     loc_node: list[str] = field(default_factory=list)  # system tree node per location ref
     node_names: list[str] = field(default_factory=list)  # system tree nodes, in order
+    chips: int = 0  # system tree nodes of class "spe complex" (one per Cell chip)
     extra: dict = field(default_factory=dict)
 
     def seconds(self, ticks: np.ndarray | float) -> np.ndarray | float:
@@ -474,6 +475,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         exact=exact,
         loc_node=[_node_of(loc.group.system_tree_parent) for loc in locs],
         node_names=[n.name for n in d.system_tree_nodes if n.class_name == "node"],
+        chips=sum(1 for n in d.system_tree_nodes if n.class_name == "spe complex"),
     )
 
 
