@@ -280,6 +280,8 @@ def report_command(
     typer.echo(f"cell2otf2 report: {result.index_html}")
     for fig in result.figures:
         typer.echo(f"  {fig}")
+    if result.csv is not None:
+        typer.echo(f"  {result.csv}")
     raise SystemExit(EXIT_OK)
 
 

@@ -38,7 +38,7 @@ from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
-           "sync_bounds.png", "node_clocks.png")
+           "ppe_mpi.png", "sync_bounds.png", "node_clocks.png")
 ONE_NODE = tuple(f for f in FIGURES if f != "node_clocks.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -262,12 +262,14 @@ def test_report_of_the_fft_sample(fft_archives, tmp_path):
     assert len(locs) == 34 and len(spes) == 16
     assert not result.sampled and result.total_events == len(rb.events) == 22342
     assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16,
-                           "dma_histograms.png": 2, "waits.png": 16, "sync_bounds.png": 16}
+                           "dma_histograms.png": 2, "waits.png": 16, "ppe_mpi.png": 17,
+                           "sync_bounds.png": 16}
     report = json.loads(sync.read_text())
     assert result.events == {
         "timeline.png": len(rb.events),
         "dma_bandwidth.png": rb_count(rb, "RmaGet", "RmaPut"),
         "dma_histograms.png": rb_count(rb, "RmaGet", "RmaPut"),
+        "ppe_mpi.png": 0,  # one process, no MPI call
         "waits.png": sum(n for (loc, k), n in rb.counts.items()
                          if loc in spes and k in ("Enter", "Leave")),
         "sync_bounds.png": len(report["intervals"]),
@@ -581,3 +583,126 @@ def test_dma_figures_are_exact_and_against_the_peak(fft_archives, tmp_path):
     assert xm.size == xr.size == 4096
     assert sorted(latency_ticks(xm).tolist()) == sorted(latency_ticks(xr).tolist())
     assert (xm["dst"] == xm["issuer"]).sum() == (xr["dst"] == xr["issuer"]).sum() == 2048
+
+
+# ---------------------------------------------------------------------------------------------
+# per-context table and CSV, mailbox and signal waits, PPE and MPI time, damage
+# ---------------------------------------------------------------------------------------------
+
+
+def visits_of(rb, name: str, regions: set[str]) -> list[int]:
+    """Durations of the completed visits of ``regions`` on location ``name``."""
+    out, stack = [], []
+    for e in rb.events:
+        if e.loc != name:
+            continue
+        if e.kind == "Enter":
+            stack.append((e.fields["region"], e.time))
+        elif e.kind == "Leave":
+            region, t0 = stack.pop()
+            if base_name(region) in regions:
+                out.append(e.time - t0)
+    return out
+
+
+def test_contexts_csv_and_wait_table_from_every_event(fft_archives, tmp_path):
+    import csv
+
+    from cell_otf2.report import render_report
+
+    anchor = fft_archives / "rma.otf2"
+    rb = read_events(anchor)
+    result = render_report(anchor, tmp_path / "rep", max_events=3000,
+                           sync_report=fft_archives / "sync.json")
+    assert result.csv == tmp_path / "rep" / "contexts.csv"
+    with open(result.csv, newline="") as f:
+        table = list(csv.DictReader(f))
+    spe = [n for n, t, *_ in rb.defs.locations if t == "ACCELERATOR_STREAM"]
+    assert [r["context"] for r in table] == spe
+    hz = 14_318_000
+    want = reference_category_time(rb, [(rb.events[0].time, rb.events[-1].time)], category_of)
+    html = result.index_html.read_text()
+    for r in table:
+        name = r["context"]
+        assert r["rank"] == "0" and r["node"] == "qs20-a" and r["program"] == "fft_spu"
+        assert int(r["events"]) == sum(rb.kinds(name).values())
+        ticks = want[name][:Cat.NOT_RUNNING]
+        assert float(r["running_s"]) == pytest.approx(ticks.sum() / hz, rel=1e-5)
+        for col, cat in (("busy_share", Cat.COMPUTE), ("dma_wait_share", Cat.TAG_WAIT),
+                         ("mailbox_wait_share", Cat.MBOX_WAIT), ("off_spu_share", Cat.OFF_SPU)):
+            assert float(r[col]) == pytest.approx(ticks[cat] / ticks.sum(), abs=1e-5), col
+        moved = sum(op.bytes for op in rb.rma if op.loc == name)
+        assert int(r["bytes_moved"]) == moved
+        assert float(r["bandwidth_bytes_per_s"]) == pytest.approx(moved / (ticks.sum() / hz),
+                                                                  rel=1e-5)
+        assert float(r["share_of_peak"]) == pytest.approx(
+            float(r["bandwidth_bytes_per_s"]) / 25.6e9, rel=1e-5)
+        assert float(r["sync_bound_ticks"]) == float(
+            rb.defs.location_properties[name]["cell2otf2::sync_bound_ticks"])
+        for kind, regions in (("mailbox", {"spu_read_in_mbox", "spu_write_out_mbox",
+                                           "spu_write_out_intr_mbox"}),
+                              ("signal", {"spu_read_signal"})):
+            d = visits_of(rb, name, regions)
+            assert int(r[f"{kind}_waits"]) == len(d) > 0
+            assert float(r[f"{kind}_wait_mean_s"]) == pytest.approx(sum(d) / len(d) / hz,
+                                                                    rel=1e-5)
+            assert float(r[f"{kind}_wait_max_s"]) == pytest.approx(max(d) / hz, rel=1e-5)
+        assert f"<td>{name}</td>" in html
+    assert "<h2>Mailbox and signal waits</h2>" in html and "contexts.csv" in html
+    assert "<h2>Damage</h2>" in html and "Nothing lost" in html
+
+
+def test_ppe_and_mpi_breakdown(two_nodes, tmp_path):
+    from cell_otf2.report import ppempi, render_report
+
+    anchor, sync = two_nodes
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=2000)
+    regions = ppempi.mpi_regions(loaded)
+    mpi_names = {name for name, _role, paradigm in rb.defs.regions if paradigm == "MPI"}
+    ppe = [n for n, t, *_ in rb.defs.locations if t == "CPU_THREAD"
+           and not n.startswith("Main memory")]
+    assert regions and {r["region"] for r in regions} <= mpi_names
+    for r in regions:
+        d = [x for n in ppe for x in visits_of(rb, n, {r["region"]})]
+        assert r["calls"] == len(d)
+        assert r["total"] == sum(d) and r["longest"] == max(d)
+    b = ppempi.breakdown(loaded)
+    assert sorted(loaded.loc_names[i] for i in b["ppe"]) == sorted(ppe)  # grouped per rank
+    for i, name in enumerate(loaded.loc_names[j] for j in b["ppe"]):
+        t = rb.times[name]
+        assert b["ticks"][i].sum() == pytest.approx(t[-1] - t[0])
+    result = render_report(anchor, tmp_path / "rep", sync_report=sync)
+    check_figures(result, tmp_path / "rep")
+    assert result.rows["ppe_mpi.png"] == len(ppe)
+    assert result.events["ppe_mpi.png"] == sum(r["calls"] for r in regions)
+
+
+def test_damage_list_from_the_sync_report_and_the_archive(tmp_path):
+    import html
+    import re
+
+    from cell_otf2.report import render_report
+
+    convert(SAMPLES / "damaged-gap-truncate", tmp_path / "a.otf2", report=tmp_path / "s.json")
+    report = json.loads((tmp_path / "s.json").read_text())
+    rb = read_events(tmp_path / "a.otf2")
+    enters = sum(n for (_, k), n in rb.counts.items() if k == "Enter")
+    leaves = sum(n for (_, k), n in rb.counts.items() if k == "Leave")
+    with_report = render_report(tmp_path / "a.otf2", tmp_path / "r1",
+                                sync_report=tmp_path / "s.json").index_html.read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", with_report))
+    lost = report["lost"]
+    assert f"trace slots lost in GAPs {lost['slots']:,} sync report" in text
+    assert f"SPE blocks missing (seq skips) {lost['blocks']:,}" in text
+    assert f"{lost['records']:,} sync report: lost.records" in text
+    m = re.search(r"regions still open at their location's last event ([\d,]+)",
+                  html.unescape(text))
+    stray = re.search(r"Leaves of a region that was not open ([\d,]+)", text)
+    opened = int(m.group(1).replace(",", ""))
+    closed_stray = int(stray.group(1).replace(",", "")) if stray else 0
+    assert enters - opened == leaves - closed_stray  # every other Enter has its Leave
+    assert opened > 0
+    without = render_report(tmp_path / "a.otf2", tmp_path / "r2").index_html.read_text()
+    assert "lost in GAPs" not in without and "Without --sync-report" in without
+    assert "regions still open" in without

@@ -11,12 +11,15 @@ shows what a viewer will show; ``load``), derives segments, lines and shares wit
 - ``dma_histograms.png`` (``dmahist``): DMA command sizes and issue-to-completion latencies;
 - ``waits.png`` (``waits``): share of each SPE's running time computing, waiting on tag
   groups, on mailboxes / signals, switched out;
+- ``ppe_mpi.png`` (``ppempi``): PPE threads' time by region, and every MPI call's cost;
 - ``sync_bounds.png`` (``bounds``): the bound of every live interval, from the archive's
   location properties;
 - ``node_clocks.png`` (``nodeclock``): each node's clock offset over time with its bound
   (from the sync report) and the MPI messages between nodes that pin it;
-- ``index.html`` (``html``): the figures and a summary computed from the archive, plus the
-  headline numbers of the synchronization report when one is given.
+- ``contexts.csv`` (``contexts``): one row per SPE context, exact over every event;
+- ``index.html`` (``html``): the figures, a summary computed from the archive, the damage
+  list (``damagelist``), the per-context and mailbox / signal wait tables, plus the headline
+  numbers of the synchronization report when one is given.
 
 An archive with more than ``max_events`` events is drawn from a sample (``load``): the
 figures and the page say so. matplotlib is the optional extra ``cell2otf2[report]``; only
@@ -31,7 +34,7 @@ from pathlib import Path
 from ..errors import FormatError, OutputError, UsageError
 
 FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
-           "sync_bounds.png", "node_clocks.png")
+           "ppe_mpi.png", "sync_bounds.png", "node_clocks.png")
 
 
 @dataclass
@@ -41,6 +44,7 @@ class ReportResult:
     rows: dict[str, int] = field(default_factory=dict)  # figure name -> rows drawn
     events: dict[str, int] = field(default_factory=dict)  # figure name -> events drawn
     skipped: dict[str, str] = field(default_factory=dict)  # figure not drawn -> why
+    csv: Path | None = None  # contexts.csv: one row per SPE context
     sampled: bool = False
     total_events: int = 0  # events in the archive
 
@@ -61,7 +65,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                          ) from None
     if max_events < 1:
         raise UsageError(f"--max-events must be at least 1 (found {max_events})")
-    from . import bounds, dma, dmahist, nodeclock, syncfile, timeline, waits
+    from . import bounds, contexts, dma, dmahist, nodeclock, ppempi, syncfile, timeline, waits
     from .axis import make_axis
     from .derive import segments
     from .html import sync_summary, write_index
@@ -92,6 +96,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
         "dma_bandwidth.png": lambda p: dma.draw(loaded, seg, p),
         "dma_histograms.png": lambda p: dmahist.draw(loaded, p),
         "waits.png": lambda p: waits.draw(loaded, seg, p),
+        "ppe_mpi.png": lambda p: ppempi.draw(loaded, p),
         "sync_bounds.png": lambda p: bounds.draw(loaded, p),
         "node_clocks.png": lambda p: nodeclock.draw(loaded, report, p),
     }
@@ -107,8 +112,12 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                 continue
             result.rows[name], result.events[name] = drawn
             result.figures.append(path)
+        ctx_rows = contexts.rows(loaded)
+        result.csv = out_dir / "contexts.csv"
+        contexts.write_csv(result.csv, ctx_rows)
         write_index(result.index_html, loaded, result.figures, report,
-                    Path(sync_report).name if sync_report is not None else "", result.skipped)
+                    Path(sync_report).name if sync_report is not None else "", result.skipped,
+                    ctx_rows, result.csv.name)
     except OSError as exc:
         raise OutputError(f"{out_dir}: cannot write the report: {exc}") from None
     return result

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import units
+from . import contexts, damagelist, units
 from .derive import sync_intervals
 from .load import PROP_SYNC_BOUND, Loaded, LocClass
 from .style import process_of, sample_note
@@ -30,6 +30,8 @@ CAPTIONS = {
                           "command of the archive).",
     "waits.png": "Share of each SPE context's running time spent computing, waiting on tag "
                  "groups, on mailboxes or signals, and switched out.",
+    "ppe_mpi.png": "PPE threads' time by innermost region, and the time of every MPI call "
+                   "over all ranks (every event of the archive).",
     "node_clocks.png": "Each node's clock offset to the reference clock over time, with its "
                        "bound (from the synchronization report) and the MPI messages between "
                        "nodes that limit it: the two tightest pin the map.",
@@ -118,16 +120,58 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return f"<table>\n{body}\n</table>"
 
 
+def _grid(head: list[str], body: list[list[str]]) -> str:
+    """A table with a header row."""
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    rows = "\n".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                     for r in body)
+    return f"<table class='grid'>\n<tr>{th}</tr>\n{rows}\n</table>"
+
+
+def _damage(loaded: Loaded, report: dict | None) -> list[str]:
+    found = damagelist.rows(loaded, report)
+    parts = ["<h2>Damage</h2>"]
+    if found:
+        parts.append(_grid(["what", "how many", "from"],
+                           [[w, units.count(n), src] for w, n, src in found]))
+    else:
+        parts.append("<p>Nothing lost or left unplaced that the report can see.</p>")
+    parts.append(f"<p>{html.escape(damagelist.availability(report))}</p>")
+    return parts
+
+
+def _contexts(loaded: Loaded, ctx_rows: list[dict], csv_name: str) -> list[str]:
+    if not ctx_rows:
+        return []
+    head, body, note = contexts.table(ctx_rows, loaded.timer_resolution)
+    parts = ["<h2>SPE contexts</h2>",
+             "<p>Exact, over every event. Shares are of the context's running time (START to "
+             "EXIT); bandwidth is bytes into and out of its local store over that time, of "
+             "peak against 25.6 GB/s. Also as "
+             f"<a href='{html.escape(csv_name)}'>{html.escape(csv_name)}</a>"
+             + (f"; {html.escape(note)}" if note else ".") + "</p>",
+             _grid(head, body)]
+    head, body, _ = contexts.wait_table(ctx_rows)
+    parts += ["<h2>Mailbox and signal waits</h2>",
+              "<p>Completed waits of each SPE context in spu_read_in_mbox, "
+              "spu_write_out_mbox and spu_write_out_intr_mbox (mailbox) and spu_read_signal "
+              "(signal): how many, the mean and the longest.</p>", _grid(head, body)]
+    return parts
+
+
 def write_index(path: Path, loaded: Loaded, figures: list[Path],
                 report: dict | None = None, report_name: str = "",
-                skipped: dict[str, str] | None = None) -> None:
+                skipped: dict[str, str] | None = None,
+                ctx_rows: list[dict] | None = None, csv_name: str = "contexts.csv"
+                ) -> None:
     parts = [
         "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
         f"<title>cell2otf2 report: {html.escape(loaded.path.name)}</title>",
         "<style>body{font-family:sans-serif;max-width:1700px;margin:1em auto;padding:0 1em}"
         "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:2px 8px;"
         "text-align:left}th{background:#f4f4f4}img{max-width:100%;border:1px solid #ddd}"
-        ".note{color:#a00}</style></head><body>",
+        ".note{color:#a00}table.grid td{text-align:right}table.grid td:first-child{text-align:left}"
+        "</style></head><body>",
         f"<h1>cell2otf2 report: {html.escape(loaded.path.name)}</h1>",
     ]
     if loaded.sampled:
@@ -138,6 +182,8 @@ def write_index(path: Path, loaded: Loaded, figures: list[Path],
     if report is not None:
         parts += [f"<h2>Synchronization report ({html.escape(report_name)})</h2>",
                   _table(sync_summary(report))]
+    parts += _damage(loaded, report)
+    parts += _contexts(loaded, ctx_rows or [], csv_name)
     for fig in figures:
         name = fig.name
         parts += [f"<h2>{html.escape(name)}</h2>",

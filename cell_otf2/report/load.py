@@ -122,6 +122,9 @@ class Exact:
     exclusive: np.ndarray  # (n_locs, n_regions) ticks as the innermost open region
     first: np.ndarray  # (n_locs,) time of the first Enter or Leave, -1 none
     last: np.ndarray  # (n_locs,) time of the last Enter or Leave, -1 none
+    outermost: np.ndarray  # (n_locs, n_regions) Enters with no region open (a program)
+    unclosed: np.ndarray  # (n_locs,) regions still open at the location's last event
+    stray_leaves: np.ndarray  # (n_locs,) Leaves of a region that was not open
     log: np.ndarray  # LOG_ROW, in the reader's order
 
 
@@ -262,6 +265,8 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     longest = [0] * (n_locs * n_reg)
     exclusive = [0] * (n_locs * n_reg)
     last_t = [-1] * n_locs
+    stray = [0] * n_locs
+    outermost = [0] * (n_locs * n_reg)
     first_t = [-1] * n_locs
     log = tuple(array(code) for code in _LOG_CODES)
     lk, ll, lt, lp, lr, lb, lc, ls = (a.append for a in log)
@@ -312,7 +317,10 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         counts[K.ENTER] += 1
         w = pos()
         advance(loc, t)
-        stacks[loc].append(region)
+        s = stacks[loc]
+        if not s:
+            outermost[loc * n_reg + region] += 1
+        s.append(region)
         entered[loc].append(t)
         if w >= 0:
             keep(w, loc, t, K.ENTER, region, -1, 0, -1, -1)
@@ -331,6 +339,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
             del s[k:], entered[loc][k:]
         else:
             t0 = -1
+            stray[loc] += 1
         if t0 >= 0:
             i = loc * n_reg + region
             visits[i] += 1
@@ -445,6 +454,9 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         longest=np.array(longest, np.float64).reshape(shape),
         exclusive=np.array(exclusive, np.float64).reshape(shape),
         first=np.array(first_t, np.int64), last=np.array(last_t, np.int64),
+        outermost=np.array(outermost, np.int64).reshape(shape),
+        unclosed=np.array([len(x) for x in stacks], np.int64),
+        stray_leaves=np.array(stray, np.int64),
         log=_log_table(log))
     if progress is not None:
         progress(total, total)
