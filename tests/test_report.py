@@ -706,3 +706,39 @@ def test_damage_list_from_the_sync_report_and_the_archive(tmp_path):
     without = render_report(tmp_path / "a.otf2", tmp_path / "r2").index_html.read_text()
     assert "lost in GAPs" not in without and "Without --sync-report" in without
     assert "regions still open" in without
+
+
+# ---------------------------------------------------------------------------------------------
+# readable with 100+ locations
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_of_a_run_with_hundreds_of_locations(tmp_path):
+    import csv
+    import re
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-m", "cell_otf2", "simulate", str(tmp_path / "run"),
+                          "--workload", "hybrid", "--ranks", "8", "--nodes", "4", "--spes",
+                          "16", "--phases", "1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    from cell_otf2.report import render_report
+
+    convert(tmp_path / "run", tmp_path / "out" / "a.otf2", report=tmp_path / "out" / "s.json")
+    result = render_report(tmp_path / "out" / "a.otf2", tmp_path / "rep",
+                           sync_report=tmp_path / "out" / "s.json")
+    check_figures(result, tmp_path / "rep")
+    loaded = load_archive(tmp_path / "out" / "a.otf2", max_events=10)
+    assert loaded.n_locs == 272 and int((loaded.loc_class == 1).sum()) == 128
+    assert result.rows["timeline.png"] == 8 * 3  # per rank: PPE threads, memory, SPEs
+    assert result.rows["waits.png"] == result.rows["ppe_mpi.png"] == 8  # a bar per rank
+    assert result.rows["dma_bandwidth.png"] == result.rows["sync_bounds.png"] == 128
+    assert result.rows["node_clocks.png"] == 3  # every node but the reference
+    with open(result.csv, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 128 and {r["rank"] for r in table} == {str(r) for r in range(8)}
+    assert {r["node"] for r in table} == {"qs20-a", "qs20-b", "qs20-c", "qs20-d"}
+    html = result.index_html.read_text()
+    grouped = re.findall(r"<td>rank (\d) \(16 contexts\)</td>", html)
+    assert grouped == [str(r) for r in range(8)] * 2  # context table and wait table
+    assert "SPE ctx 5 (rank 3)" not in html  # per rank on the page, every context in the CSV
