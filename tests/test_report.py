@@ -742,3 +742,9 @@ def test_report_of_a_run_with_hundreds_of_locations(tmp_path):
     grouped = re.findall(r"<td>rank (\d) \(16 contexts\)</td>", html)
     assert grouped == [str(r) for r in range(8)] * 2  # context table and wait table
     assert "SPE ctx 5 (rank 3)" not in html  # per rank on the page, every context in the CSV
+    # a rank's row: its contexts' bytes over their summed running time, against the peak
+    rank0 = [r for r in table if r["rank"] == "0"]
+    bw = sum(int(r["bytes_moved"]) for r in rank0) / sum(float(r["running_s"]) for r in rank0)
+    row = re.search(r"<td>rank 0 \(16 contexts\)</td>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[-2] == f"{100 * bw / 25.6e9:.1f}%"

@@ -144,7 +144,7 @@ def _group(table: list[dict]) -> list[dict]:
             n = g[f"{k}_waits"]
             g[f"{k}_wait_mean_s"] = g[f"{k}_wait_mean_s"] / n if n else 0.0
         g["bandwidth_bytes_per_s"] = g["bytes_moved"] / run if run else 0.0
-        g["share_of_peak"] = g["bandwidth_bytes_per_s"] / PEAK / max(g["contexts"], 1)
+        g["share_of_peak"] = g["bandwidth_bytes_per_s"] / PEAK  # per context while running
         g["program"] = ", ".join(sorted(p for p in g["program"] if p))
         g["context"] = f"rank {g['rank']} ({g['contexts']} contexts)"
     return list(out.values())
@@ -153,9 +153,10 @@ def _group(table: list[dict]) -> list[dict]:
 def _shown(table: list[dict]) -> tuple[list[dict], str]:
     if len(table) <= style.MAX_LABELLED:
         return table, ""
-    return _group(table), (f"{len(table)} SPE contexts, shown per rank (bandwidth: the rank's "
-                           "bytes over its contexts' running time; share of peak: per "
-                           "context); contexts.csv has every context.")
+    return _group(table), (f"{len(table)} SPE contexts, shown per rank: running time summed "
+                           "over the rank's contexts, bandwidth the rank's bytes over that "
+                           "time (a context's mean while it runs); contexts.csv has every "
+                           "context.")
 
 
 def table(table_rows: list[dict], hz: int) -> tuple[list[str], list[list[str]], str]:
