@@ -20,8 +20,9 @@ from .style import process_of, sample_note
 
 CAPTIONS = {
     "timeline.png": "Timeline: a row per PPE thread, main-memory pseudo-location and SPE "
-                    "context; bars show the innermost region, lines DMA transfers and "
-                    "mailbox / MPI messages.",
+                    "context (a row per rank and kind of location beyond 96 locations); bars "
+                    "show the innermost region, lines DMA transfers and mailbox / MPI "
+                    "messages.",
     "dma_bandwidth.png": "DMA bandwidth per SPE context over time, its mean over the "
                          "context's running time against the 25.6 GB/s peak, and all "
                          "contexts together against the memory peak of the chips (every "
@@ -29,7 +30,8 @@ CAPTIONS = {
     "dma_histograms.png": "DMA command sizes and latencies from issue to completion (every "
                           "command of the archive).",
     "waits.png": "Share of each SPE context's running time spent computing, waiting on tag "
-                 "groups, on mailboxes or signals, and switched out.",
+                 "groups, on mailboxes or signals, and switched out (every event of the "
+                 "archive).",
     "ppe_mpi.png": "PPE threads' time by innermost region, and the time of every MPI call "
                    "over all ranks (every event of the archive).",
     "node_clocks.png": "Each node's clock offset to the reference clock over time, with its "
