@@ -501,8 +501,10 @@ def test_node_clock_figure_from_the_report_and_the_archive_messages(two_nodes, t
     pieces = [{"first_timebase": 0, "offset_ticks": node_b["offset_ticks"], "rate": 1.0002},
               {"first_timebase": tb_mid, "offset_ticks": node_b["offset_ticks"] + 0.0002 * tb_mid
                - 0.0001 * tb_mid, "rate": 1.0001}]
-    segmented = {**report, "pairs": [], "nodes": [report["nodes"][0],
-                                                   {**node_b, "segments": pieces}]}
+    pairs = [{"node": "qs20-b", "max_all_ticks": 2802.92724609375, "max_spe_ticks": 21.0,
+              "mean_spe_ppe_ticks": 9.9, "mean_spe_spe_ticks": 12.25}]
+    segmented = {**report, "pairs": pairs, "nodes": [report["nodes"][0],
+                                                      {**node_b, "segments": pieces}]}
     for variant, rep in (("plain", report), ("segments", segmented), ("none", None)):
         path = tmp_path / f"{variant}.json"
         if rep is not None:
@@ -512,6 +514,9 @@ def test_node_clock_figure_from_the_report_and_the_archive_messages(two_nodes, t
         check_figures(result, tmp_path / variant)
         assert result.rows["node_clocks.png"] == 1  # qs20-b; qs20-a is the reference
         assert result.events["node_clocks.png"] == len(cross)  # each message once
+        if variant == "segments":
+            assert ("<th>pairs qs20-b</th><td>max all 2,803 ticks (196 µs), max spe 21.0 "
+                    "ticks (1.47 µs)") in result.index_html.read_text()
     loaded = load_archive(anchor)
     c = nodeclock.constraints(loaded)["qs20-b"]
     into = [m for m in cross if node_of[m.receiver] == "qs20-b"]

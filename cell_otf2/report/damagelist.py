@@ -1,11 +1,10 @@
-"""The damage list: what was lost or could not be placed, from what the report can see.
-
-Three sources, each named on its row: the ``--sync-report`` (``lost`` slots, blocks and
-records, order violations, relaxation, intervals and nodes nothing bounds), the archive's
-location properties (contexts without a bounded interval, intervals none of whose records
-was written) and its events (regions still open at a location's last event, Leaves of a
-region that was not open). ``availability`` says what cannot be listed: the archive does
-not record which input was lost, the conversion's summary does.
+"""The damage list: what was lost or could not be placed, from what the report can see. Three
+sources, each named on its row: the ``--sync-report`` (``lost`` slots, blocks and records,
+order violations, relaxation, intervals and nodes nothing bounds), the archive's location
+properties (contexts without a bounded interval, intervals none of whose records was written)
+and its events (regions still open at a location's last event, Leaves of a region that was not
+open). ``availability`` says what cannot be listed: the archive does not record which input was
+lost, the conversion's summary does.
 """
 
 from __future__ import annotations

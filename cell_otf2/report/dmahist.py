@@ -1,11 +1,9 @@
-"""dma_histograms.png: how large the DMA commands are and how long they take, from every
-command of the archive.
-
-Left: commands per size, in power-of-two bins (the MFC moves 1, 2, 4, 8 bytes or multiples
-of 16 up to 16 KiB), gets and puts stacked, with the share of the bytes each bin moves.
-Right: latency from issue to completion (RmaGet/RmaPut to their RmaOpCompleteBlocking, or a
-DMA message's send to its receive), in logarithmic bins of time, gets and puts stacked; the
-median, the 95th percentile and the maximum are marked. A command never completed has no
+"""dma_histograms.png: how large the DMA commands are and how long they take, from every command
+of the archive. Left: commands per size, in power-of-two bins (the MFC moves 1, 2, 4, 8 bytes
+or multiples of 16 up to 16 KiB), gets and puts stacked, with the share of the bytes each bin
+moves. Right: latency from issue to completion (RmaGet/RmaPut to their RmaOpCompleteBlocking,
+or a DMA message's send to its receive), in logarithmic bins of time, gets and puts stacked;
+the median, the 95th percentile and the maximum are marked. A command never completed has no
 latency and is counted in the title. Exact (``exact.transfers``), never sampled.
 """
 

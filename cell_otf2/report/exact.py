@@ -1,9 +1,8 @@
 """Numbers over every event of the archive (``load.Exact``), never over the drawn sample.
-
 ``category_ticks`` is each location's exclusive time per ``derive.Cat``; ``transfers`` pairs
-every DMA issue with its completion (RmaGet/RmaPut with RmaOpCompleteBlocking, or a send on
-the "DMA" communicator with its receive); ``mpi_messages`` pairs every MPI send with its
-receive. Pairing is by the (channel, sequence) keys ``load`` assigns; numpy only.
+every DMA issue with its completion (RmaGet/RmaPut with RmaOpCompleteBlocking, or a send on the
+"DMA" communicator with its receive); ``mpi_messages`` pairs every MPI send with its receive.
+Pairing is by the (channel, sequence) keys ``load`` assigns; numpy only.
 """
 
 from __future__ import annotations

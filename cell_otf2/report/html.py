@@ -110,6 +110,12 @@ def sync_summary(report: dict) -> list[tuple[str, str]]:
                      f"{_fmt_ticks(float(node.get('offset_ticks', 0)), hz)}, rate "
                      f"{ppm:+.3f} ppm, bound "
                      + (_fmt_ticks(float(bound), hz) if bound is not None else "none")))
+    for pair in report.get("pairs") or []:  # the publication's table figures, when written
+        cells = [(k.removesuffix("_ticks").replace("_", " "), pair.get(k))
+                 for k in ("max_all_ticks", "max_spe_ticks", "mean_spe_ppe_ticks",
+                           "mean_spe_spe_ticks")]
+        rows.append((f"pairs {pair.get('node')}", ", ".join(
+            f"{k} {_fmt_ticks(float(v), hz)}" for k, v in cells if v is not None) or "none"))
     rows.append(("order violations", str(report.get("order_violations"))))
     lost = report.get("lost", {})
     rows.append(("lost", ", ".join(f"{k} {v}" for k, v in lost.items()) or "none"))

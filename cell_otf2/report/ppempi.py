@@ -1,11 +1,10 @@
 """ppe_mpi.png: where the PPE threads spend their time, and what MPI costs, from every event.
-
-Left: a bar per PPE thread (per rank beyond ``style.MAX_LABELLED`` threads), its time from
-its first to its last event split by the innermost region (exclusive time): the regions
-with the most PPE time overall get their own color, MPI calls are summed as "MPI" unless
-they are among them, the rest is "other regions", and the time outside any region is
-"outside regions". Right: every MPI region over all ranks, its total inclusive time, with
-its calls and the mean and longest call. Exact (``load.Exact``), never sampled.
+Left: a bar per PPE thread (per rank beyond ``style.MAX_LABELLED`` threads), its time from its
+first to its last event split by the innermost region (exclusive time): the regions with the
+most PPE time overall get their own color, MPI calls are summed as "MPI" unless they are among
+them, the rest is "other regions", and the time outside any region is "outside regions". Right:
+every MPI region over all ranks, its total inclusive time, with its calls and the mean and
+longest call. Exact (``load.Exact``), never sampled.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The progress line of ``cell2otf2 report`` on a terminal: events read of all, the time left,
 then the figure being drawn, rewritten in place on stderr and erased at the end.
-
 ``ProgressLine.reading(done, total)`` is what ``load.load_archive`` calls between batches of
 events; ``stage(text)`` names what runs next. Nothing is printed when the stream is not a
 terminal (a pipe, a log file, a test's capture), so output meant for machines stays clean.

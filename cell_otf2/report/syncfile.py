@@ -1,11 +1,10 @@
-"""The ``--sync-report`` JSON: read it, and refuse one that belongs to another run.
-
-A synchronization report (docs/sync-report.md) describes one conversion. Before any event is
+"""The ``--sync-report`` JSON: read it, and refuse one that belongs to another run. A
+synchronization report (docs/sync-report.md) describes one conversion. Before any event is
 read, ``read_for`` compares what both files say about the run from the archive's definitions
-alone: the timebase (the archive's timer resolution), the reference node (the node of rank
-0's main thread), the node names (the system tree), and where the archive has the
-``cell2otf2::sync_intervals`` properties, the number of SPE contexts and of live intervals.
-Any difference is a ``FormatError`` (exit 3) naming both files.
+alone: the timebase (the archive's timer resolution), the reference node (the node of rank 0's
+main thread), the node names (the system tree), and where the archive has the
+``cell2otf2::sync_intervals`` properties, the number of SPE contexts and of live intervals. Any
+difference is a ``FormatError`` (exit 3) naming both files.
 """
 
 from __future__ import annotations

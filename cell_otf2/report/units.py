@@ -1,8 +1,7 @@
-"""Numbers as an analyst reads them: a unit, three significant digits, thousands separated.
-
-Ticks are shown whole from 100 up (one decimal below) with the time they stand for; times,
-byte counts and rates pick the unit that keeps the number between 1 and 1000. Pure functions
-of floats; every figure and table of the report formats through them.
+"""Numbers as an analyst reads them: a unit, three significant digits, thousands separated. Ticks
+are shown whole from 100 up (one decimal below) with the time they stand for; times, byte
+counts and rates pick the unit that keeps the number between 1 and 1000. Pure functions of
+floats; every figure and table of the report formats through them.
 """
 
 from __future__ import annotations
