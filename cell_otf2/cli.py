@@ -247,7 +247,8 @@ def report_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="directory for the report")],
     max_events: Annotated[
         int, typer.Option("--max-events", min=1,
-                          help="draw at most this many events (a sample beyond it)")
+                          help="draw the timeline from at most this many events (a sample "
+                          "beyond it; every other figure and table counts all events)")
     ] = 200_000,
     sync_report: Annotated[
         Path | None, typer.Option("--sync-report",

@@ -21,9 +21,10 @@ shows what a viewer will show; ``load``), derives segments, lines and shares wit
   list (``damagelist``), the per-context and mailbox / signal wait tables, plus the headline
   numbers of the synchronization report when one is given.
 
-An archive with more than ``max_events`` events is drawn from a sample (``load``): the
-figures and the page say so. matplotlib is the optional extra ``cell2otf2[report]``; only
-this package imports it, and only when a report is rendered.
+With more than ``max_events`` events the timeline is drawn from a sample (``load``) and says
+so; every other figure and table is exact over all events (``exact``). matplotlib is the
+optional extra ``cell2otf2[report]``; only this package imports it, and only when a report is
+rendered.
 """
 
 from __future__ import annotations

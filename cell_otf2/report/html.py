@@ -84,7 +84,7 @@ def archive_summary(loaded: Loaded) -> list[tuple[str, str]]:
                  if p.get(PROP_SYNC_BOUND, "unbounded") != "unbounded"]
         if worst:
             rows.append(("worst bound", _fmt_ticks(max(worst), hz)))
-    rows.append(("figures drawn from", sample_note(loaded)))
+    rows.append(("timeline drawn from", sample_note(loaded)))
     return rows
 
 
@@ -183,8 +183,9 @@ def write_index(path: Path, loaded: Loaded, figures: list[Path],
         f"<h1>cell2otf2 report: {html.escape(loaded.path.name)}</h1>",
     ]
     if loaded.sampled:
-        parts.append(f"<p class='note'>The figures are drawn from a sample: "
-                     f"{html.escape(sample_note(loaded))}. Counts in the table are over "
+        parts.append(f"<p class='note'>The timeline is drawn from a sample: "
+                     f"{html.escape(sample_note(loaded))}. Every other figure, the tables "
+                     "and the counts are over "
                      "all events.</p>")
     parts += ["<h2>Archive</h2>", _table(archive_summary(loaded))]
     if report is not None:
