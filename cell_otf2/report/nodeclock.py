@@ -80,10 +80,9 @@ def draw(loaded: Loaded, report: dict | None, path: Path) -> tuple[int, int] | s
     per = constraints(loaded)
     ref = loaded.loc_node[0] if loaded.loc_node else ""
     entries = {_node_name(str(n.get("node"))): n for n in (report or {}).get("nodes", [])}
-    names = [n for n in per if n != ref]
-    names.sort(key=lambda n: -float(entries.get(n, {}).get("bound_ticks") or 0))
-    shown = names[:MAX_PANELS]
-    shown.sort(key=names.index)
+    names = [n for n in per if n != ref]  # system tree order
+    widest = sorted(names, key=lambda n: -float(entries.get(n, {}).get("bound_ticks") or 0))
+    shown = [n for n in names if n in widest[:MAX_PANELS]]  # the widest bounds, in order
     fig = Figure(figsize=style.FIGSIZE, dpi=style.DPI)
     span = loaded.trace_length / hz
     unit, scale = style.time_unit(span)
