@@ -243,12 +243,16 @@ def report_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="directory for the report")],
     max_events: Annotated[
         int, typer.Option("--max-events", min=1,
-                          help="draw at most this many events (a sample beyond it)")
+                          help="draw the timeline from at most this many events (a sample "
+                          "beyond it; every other figure and table counts all events)")
     ] = 200_000,
     sync_report: Annotated[
         Path | None, typer.Option("--sync-report",
                                   help="the conversion's --report JSON, for its headline numbers")
     ] = None,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="no progress line on the terminal")
+    ] = False,
 ) -> None:
     import importlib.util
 
@@ -262,10 +266,19 @@ def report_command(
             typer.echo(NEEDS_MATPLOTLIB, err=True)
             raise SystemExit(EXIT_USAGE) from None
         _fail(f"the report renderer (cell_otf2.report) cannot be loaded: {exc}", EXIT_INPUT)
-    result = render_report(archive, output, max_events=max_events, sync_report=sync_report)
+    from .report.progress import ProgressLine
+
+    progress = ProgressLine(enabled=not quiet)
+    try:
+        result = render_report(archive, output, max_events=max_events,
+                               sync_report=sync_report, progress=progress)
+    finally:
+        progress.close()
     typer.echo(f"cell2otf2 report: {result.index_html}")
     for fig in result.figures:
         typer.echo(f"  {fig}")
+    if result.csv is not None:
+        typer.echo(f"  {result.csv}")
     raise SystemExit(EXIT_OK)
 
 

@@ -162,14 +162,20 @@ def test_report_calls_the_renderer_and_prints_what_it_wrote(tmp_path, capsys, mo
     pytest.importorskip("matplotlib")
     calls = []
 
-    def render_report(archive, out_dir, *, max_events=200_000, sync_report=None):
+    import cell_otf2.report.progress as progress
+
+    def render_report(archive, out_dir, *, max_events=200_000, sync_report=None,
+                      progress=None):
         calls.append((archive, out_dir, max_events, sync_report))
+        assert progress is not None and not progress.enabled  # stderr is not a terminal
         return types.SimpleNamespace(index_html=out_dir / "index.html",
-                                     figures=[out_dir / "timeline.png", out_dir / "waits.png"])
+                                     figures=[out_dir / "timeline.png", out_dir / "waits.png"],
+                                     csv=out_dir / "contexts.csv")
 
     fake = types.ModuleType("cell_otf2.report")
     fake.render_report = render_report
     monkeypatch.setitem(sys.modules, "cell_otf2.report", fake)
+    monkeypatch.setitem(sys.modules, "cell_otf2.report.progress", progress)
     monkeypatch.setattr(cell_otf2, "report", fake, raising=False)
     out = tmp_path / "r"
     assert cli(["report", "x.otf2", "-o", str(out)]) == 0
@@ -178,8 +184,8 @@ def test_report_calls_the_renderer_and_prints_what_it_wrote(tmp_path, capsys, mo
     assert calls == [(Path("x.otf2"), out, 200_000, None),
                      (Path("x.otf2"), out, 500, Path("s.json"))]
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:3] == [f"cell2otf2 report: {out / 'index.html'}", f"  {out / 'timeline.png'}",
-                         f"  {out / 'waits.png'}"]
+    assert lines[:4] == [f"cell2otf2 report: {out / 'index.html'}", f"  {out / 'timeline.png'}",
+                         f"  {out / 'waits.png'}", f"  {out / 'contexts.csv'}"]
     assert cli(["report", "x.otf2", "-o", str(out), "--max-events", "0"]) == 2
     assert cli(["report", "x.otf2"]) == 2  # -o is required
 

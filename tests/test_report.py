@@ -34,7 +34,9 @@ from cell_otf2.report.derive import (  # noqa: E402
 )
 from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
 
-FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
+FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
+           "ppe_mpi.png", "sync_bounds.png", "node_clocks.png")
+ONE_NODE = tuple(f for f in FIGURES if f != "node_clocks.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -220,12 +222,12 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
-def check_figures(result, out: Path) -> None:
+def check_figures(result, out: Path, figures=FIGURES) -> None:
     import matplotlib.image
 
-    assert [p.name for p in result.figures] == list(FIGURES)
+    assert [p.name for p in result.figures] == list(figures)
     html = result.index_html.read_text()
-    for name in FIGURES:
+    for name in figures:
         path = out / name
         w, h = png_size(path)
         assert 1200 <= w <= 2400 and 700 <= h <= 1400, (name, w, h)
@@ -250,18 +252,22 @@ def test_report_of_the_fft_sample(fft_archives, tmp_path):
     anchor = fft_archives / "rma.otf2"
     sync = fft_archives / "sync.json"
     result = render_report(anchor, tmp_path / "rep", sync_report=sync)
-    check_figures(result, tmp_path / "rep")
+    check_figures(result, tmp_path / "rep", ONE_NODE)
+    assert "node_clocks.png" in result.skipped  # one node: nothing to synchronize
     rb = read_events(anchor)
     locs = rb.defs.locations
     spes = {n for n, t, *_ in locs if t == "ACCELERATOR_STREAM"}
     assert len(locs) == 34 and len(spes) == 16
     assert not result.sampled and result.total_events == len(rb.events) == 22342
-    assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16, "waits.png": 16,
+    assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16,
+                           "dma_histograms.png": 2, "waits.png": 16, "ppe_mpi.png": 17,
                            "sync_bounds.png": 16}
     report = json.loads(sync.read_text())
     assert result.events == {
         "timeline.png": len(rb.events),
         "dma_bandwidth.png": rb_count(rb, "RmaGet", "RmaPut"),
+        "dma_histograms.png": rb_count(rb, "RmaGet", "RmaPut"),
+        "ppe_mpi.png": 0,  # one process, no MPI call
         "waits.png": sum(n for (loc, k), n in rb.counts.items()
                          if loc in spes and k in ("Enter", "Leave")),
         "sync_bounds.png": len(report["intervals"]),
@@ -276,17 +282,15 @@ def test_sampled_report_with_dma_as_messages(fft_archives, tmp_path):
 
     anchor = fft_archives / "msg.otf2"
     result = render_report(anchor, tmp_path / "rep", max_events=5000)
-    check_figures(result, tmp_path / "rep")
+    check_figures(result, tmp_path / "rep", ONE_NODE)
     rb = read_events(anchor)
     assert result.sampled and result.total_events == len(rb.events) > 5000
     assert result.events["timeline.png"] == 5000
     assert result.rows["timeline.png"] == len(rb.defs.locations)
-    # the DMA figure draws the kept sends on the "DMA" communicator: count them in the
-    # reader's order within the planned windows
-    starts, sizes = sample_plan(len(rb.events), 5000)
-    kept = [rb.events[i] for s, n in zip(starts, sizes, strict=True) for i in range(s, s + n)]
-    dma_sends = sum(1 for e in kept if e.kind == "MpiSend" and e.fields["communicator"] == "DMA")
-    assert dma_sends > 0 and result.events["dma_bandwidth.png"] == dma_sends
+    # the DMA figures draw every send on the "DMA" communicator, sampled or not
+    dma_sends = sum(1 for e in rb.events
+                    if e.kind == "MpiSend" and e.fields["communicator"] == "DMA")
+    assert dma_sends == 4096 and result.events["dma_bandwidth.png"] == dma_sends
     assert rb_count(rb, "RmaGet", "RmaPut") == 0
     html = result.index_html.read_text()
     # (22,342 events before the run's second, nested region went: 16 runs, 32 events)
@@ -344,3 +348,408 @@ def test_figures_of_an_archive_without_spe_contexts(restored, tmp_path):
     assert bounds.draw(loaded, tmp_path / "b.png") == (0, 0)
     for name in ("d.png", "w.png", "b.png"):
         assert png_size(tmp_path / name) == (1600, 900)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact numbers over every event, also when the figures are drawn from a sample
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_events", [10**9, 3000])
+def test_shares_are_exact_above_max_events(fft_archives, max_events):
+    from cell_otf2.report.exact import category_ticks, latency_ticks, transfers
+
+    anchor = fft_archives / "rma.otf2"
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=max_events)
+    assert loaded.sampled == (max_events < len(rb.events))
+    span = [(rb.events[0].time, rb.events[-1].time)]
+    want = reference_category_time(rb, span, category_of)
+    got = category_ticks(loaded)
+    for ref, name in enumerate(loaded.loc_names):
+        np.testing.assert_array_equal(got[ref, :Cat.NOT_RUNNING], want[name][:Cat.NOT_RUNNING],
+                                      err_msg=name)
+    spe = loaded.loc_class == 1
+    compute = got[spe, Cat.COMPUTE].sum() / got[spe, :Cat.NOT_RUNNING].sum()
+    assert compute == pytest.approx(0.853, abs=0.001)  # 74.7% when counted on a sample
+    # every DMA command with its completion: sizes and issue-to-completion latencies
+    xfer = transfers(loaded)
+    assert xfer.size == len(rb.rma) == 4096
+    assert sorted(xfer["bytes"].tolist()) == sorted(op.bytes for op in rb.rma)
+    lat = sorted(op.complete_time - op.issue_time for op in rb.rma)
+    assert sorted(latency_ticks(xfer).tolist()) == lat
+
+
+# ---------------------------------------------------------------------------------------------
+# a sync report of another run is refused
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_refuses_the_sync_report_of_another_run(fft_archives, restored, tmp_path):
+    import subprocess
+
+    anchor = fft_archives / "rma.otf2"
+    other = restored[0].parent / "sync.json"
+    run = subprocess.run([sys.executable, "-m", "cell_otf2", "report", str(anchor), "-o",
+                          str(tmp_path / "rep"), "--sync-report", str(other)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3, run.stderr
+    assert str(other) in run.stderr and str(anchor) in run.stderr
+    assert "8 SPE contexts in the report, 16 in the archive" in run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert not (tmp_path / "rep").exists()
+    # one field changed is enough
+    from cell_otf2.report import render_report
+
+    own = json.loads((fft_archives / "sync.json").read_text())
+    for key, value, words in (("timebase_hz", 79_800_000, "timebase 79800000 Hz"),
+                              ("reference", {"rank": 0, "node": "qs20-z"}, "reference node"),
+                              ("intervals", own["intervals"][:-1], "15 live intervals")):
+        bad = tmp_path / f"{key}.json"
+        bad.write_text(json.dumps({**own, key: value}))
+        with pytest.raises(FormatError, match=words):
+            render_report(anchor, tmp_path / "r2", sync_report=bad)
+
+
+def test_report_numbers_have_units_and_sensible_digits(tmp_path):
+    import re
+
+    from cell_otf2.report import render_report, units
+
+    assert units.ticks(2802.92724609375, 14_318_000) == "2,803 ticks (196 µs)"
+    assert units.ticks(7.0, 14_318_000) == "7.0 ticks (489 ns)"
+    assert units.rate(25.6e9) == "25.6 GB/s" and units.seconds(0.00333) == "3.33 ms"
+    convert(SAMPLES / "two-nodes-hybrid", tmp_path / "a.otf2", report=tmp_path / "s.json")
+    result = render_report(tmp_path / "a.otf2", tmp_path / "rep", sync_report=tmp_path / "s.json")
+    text = re.sub(r"<[^>]+>", " ", result.index_html.read_text())
+    assert not re.findall(r"\d\.\d{4,}", text)  # no float printed with all its digits
+    assert re.search(r"bound 2,\d{3} ticks \(\d+ µs\)", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# progress on a terminal
+# ---------------------------------------------------------------------------------------------
+
+
+class _Terminal:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+
+def test_report_shows_progress_on_a_terminal_only(fft_archives, tmp_path):
+    import subprocess
+
+    from cell_otf2.report import render_report
+    from cell_otf2.report.progress import ProgressLine
+
+    term = _Terminal()
+    line = ProgressLine(stream=term)
+    render_report(fft_archives / "rma.otf2", tmp_path / "rep", progress=line)
+    line.close()
+    shown = [t.strip() for t in term.text.split("\r") if t.strip()]
+    assert shown[0] == "cell2otf2 report: reading events 100.0% (22,342 of 22,342)"
+    assert "cell2otf2 report: drawing timeline.png" in shown
+    assert term.text.endswith("\r") and not term.text.split("\r")[-2].strip()  # erased
+    assert not ProgressLine(stream=type("Pipe", (_Terminal,), {"isatty": lambda s: False})()
+                            ).enabled
+    big = ProgressLine(stream=_Terminal())
+    big.started -= 10
+    big.reading(4_500_000, 9_000_000)
+    assert big.last.endswith("reading events  50.0% (4.5 M of 9.0 M), 0:10 left")
+    run = subprocess.run([sys.executable, "-m", "cell_otf2", "report",
+                          str(fft_archives / "rma.otf2"), "-o", str(tmp_path / "r2")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stderr == ""  # not a terminal: no progress line
+
+
+# ---------------------------------------------------------------------------------------------
+# node clocks
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two")
+    convert(SAMPLES / "two-nodes-hybrid", out / "a.otf2", report=out / "sync.json")
+    return out / "a.otf2", out / "sync.json"
+
+
+def test_node_clock_figure_from_the_report_and_the_archive_messages(two_nodes, tmp_path):
+    from cell_otf2.report import nodeclock, render_report
+
+    anchor, sync = two_nodes
+    rb = read_events(anchor)
+    group_node = {name: node for name, _t, node, *_ in rb.defs.location_groups}
+    node_of = {name: group_node[group] for name, _t, group, *_ in rb.defs.locations}
+    cross = [m for m in rb.messages if m.comm not in ("Cell mailboxes", "DMA")
+             and node_of[m.sender] != node_of[m.receiver]]
+    assert len(cross) == 24
+    report = json.loads(sync.read_text())
+    # today: the report's nodes (one offset and rate each); then with the per-node segments
+    # and pairs another change adds (docs/sync-report.md section 6)
+    node_b = report["nodes"][1]
+    tb_mid = (280_000_000_000 - node_b["offset_ticks"]) / node_b["rate"]
+    pieces = [{"first_timebase": 0, "offset_ticks": node_b["offset_ticks"], "rate": 1.0002},
+              {"first_timebase": tb_mid, "offset_ticks": node_b["offset_ticks"] + 0.0002 * tb_mid
+               - 0.0001 * tb_mid, "rate": 1.0001}]
+    pairs = [{"node": "qs20-b", "max_all_ticks": 2802.92724609375, "max_spe_ticks": 21.0,
+              "mean_spe_ppe_ticks": 9.9, "mean_spe_spe_ticks": 12.25}]
+    segmented = {**report, "pairs": pairs, "nodes": [report["nodes"][0],
+                                                      {**node_b, "segments": pieces}]}
+    for variant, rep in (("plain", report), ("segments", segmented), ("none", None)):
+        path = tmp_path / f"{variant}.json"
+        if rep is not None:
+            path.write_text(json.dumps(rep))
+        result = render_report(anchor, tmp_path / variant,
+                               sync_report=path if rep is not None else None)
+        check_figures(result, tmp_path / variant)
+        assert result.rows["node_clocks.png"] == 1  # qs20-b; qs20-a is the reference
+        assert result.events["node_clocks.png"] == len(cross)  # each message once
+        if variant == "segments":
+            assert ("<th>pairs qs20-b</th><td>max all 2,803 ticks (196 µs), max spe 21.0 "
+                    "ticks (1.47 µs)") in result.index_html.read_text()
+    loaded = load_archive(anchor)
+    c = nodeclock.constraints(loaded)["qs20-b"]
+    into = [m for m in cross if node_of[m.receiver] == "qs20-b"]
+    assert sorted(c["in"][:, 1].tolist()) == sorted(m.recv_time - m.send_time for m in into)
+    assert c["in"].shape[0] + c["out"].shape[0] == len(cross)
+    # the offset: archive time minus the node's timebase, piece by piece
+    t = np.array([279e9, 281e9])
+    plain = nodeclock.offset_curve(node_b, t)
+    np.testing.assert_allclose(plain, t - (t - node_b["offset_ticks"]) / node_b["rate"])
+    seg = nodeclock.offset_curve({**node_b, "segments": pieces}, t)
+    for k, tt in enumerate(t.tolist()):
+        p = pieces[k]
+        assert seg[k] == pytest.approx(tt - (tt - p["offset_ticks"]) / p["rate"])
+    assert np.allclose(nodeclock.offset_curve(None, t), 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# DMA: bandwidth against the peak, sizes and latencies
+# ---------------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300), st.integers(1, 1 << 14)),
+                min_size=1, max_size=30))
+def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
+    from cell_otf2.report.dma import spread
+
+    t0 = np.array([c[0] for c in cmds], float)
+    t1 = t0 + [c[1] for c in cmds]
+    b = np.array([c[2] for c in cmds], float)
+    edges = np.linspace(0, 1400, 15)
+    got = spread(t0, t1, b, edges)
+    assert got.sum() == pytest.approx(b.sum())
+    assert np.all(got >= -1e-6)
+    # a command within one column puts its bytes into that column only
+    one = spread(np.array([205.0]), np.array([290.0]), np.array([64.0]), edges)
+    assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)
+
+
+def test_dma_figures_are_exact_and_against_the_peak(fft_archives, tmp_path):
+    from cell_otf2.report import dma, render_report
+    from cell_otf2.report.exact import latency_ticks, transfers
+
+    anchor = fft_archives / "rma.otf2"
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=3000)  # sampled: the DMA numbers stay exact
+    d = dma.per_spe(loaded)
+    gets = sum(op.bytes for op in rb.rma if op.kind == "RmaGet")
+    puts = sum(op.bytes for op in rb.rma if op.kind == "RmaPut")
+    assert d["into"].sum() == gets and d["out"].sum() == puts  # main memory is not a row
+    assert d["grid"].sum() == pytest.approx(gets + puts)
+    spe = {n for n, t, *_ in rb.defs.locations if t == "ACCELERATOR_STREAM"}
+    running = {}
+    for name in spe:
+        t = rb.times[name]
+        running[name] = (t[-1] - t[0]) / loaded.timer_resolution  # START to EXIT
+    for row, loc in enumerate(d["spes"].tolist()):
+        name = loaded.loc_names[loc]
+        moved = sum(op.bytes for op in rb.rma if op.loc == name)
+        assert d["into"][row] + d["out"][row] == moved
+        assert d["running"][row] == pytest.approx(running[name])
+    result = render_report(anchor, tmp_path / "rep", max_events=3000)
+    check_figures(result, tmp_path / "rep", ONE_NODE)
+    assert result.events["dma_bandwidth.png"] == result.events["dma_histograms.png"] == 4096
+    html = result.index_html.read_text()
+    assert "25.6 GB/s" in html
+    # DMA written as messages: the same commands, the same latencies
+    msg = load_archive(fft_archives / "msg.otf2")
+    xm, xr = transfers(msg), transfers(loaded)
+    assert xm.size == xr.size == 4096
+    assert sorted(latency_ticks(xm).tolist()) == sorted(latency_ticks(xr).tolist())
+    assert (xm["dst"] == xm["issuer"]).sum() == (xr["dst"] == xr["issuer"]).sum() == 2048
+
+
+# ---------------------------------------------------------------------------------------------
+# per-context table and CSV, mailbox and signal waits, PPE and MPI time, damage
+# ---------------------------------------------------------------------------------------------
+
+
+def visits_of(rb, name: str, regions: set[str]) -> list[int]:
+    """Durations of the completed visits of ``regions`` on location ``name``."""
+    out, stack = [], []
+    for e in rb.events:
+        if e.loc != name:
+            continue
+        if e.kind == "Enter":
+            stack.append((e.fields["region"], e.time))
+        elif e.kind == "Leave":
+            region, t0 = stack.pop()
+            if base_name(region) in regions:
+                out.append(e.time - t0)
+    return out
+
+
+def test_contexts_csv_and_wait_table_from_every_event(fft_archives, tmp_path):
+    import csv
+
+    from cell_otf2.report import render_report
+
+    anchor = fft_archives / "rma.otf2"
+    rb = read_events(anchor)
+    result = render_report(anchor, tmp_path / "rep", max_events=3000,
+                           sync_report=fft_archives / "sync.json")
+    assert result.csv == tmp_path / "rep" / "contexts.csv"
+    with open(result.csv, newline="") as f:
+        table = list(csv.DictReader(f))
+    spe = [n for n, t, *_ in rb.defs.locations if t == "ACCELERATOR_STREAM"]
+    assert [r["context"] for r in table] == spe
+    hz = 14_318_000
+    want = reference_category_time(rb, [(rb.events[0].time, rb.events[-1].time)], category_of)
+    html = result.index_html.read_text()
+    for r in table:
+        name = r["context"]
+        assert r["rank"] == "0" and r["node"] == "qs20-a" and r["program"] == "fft_spu"
+        assert int(r["events"]) == sum(rb.kinds(name).values())
+        ticks = want[name][:Cat.NOT_RUNNING]
+        assert float(r["running_s"]) == pytest.approx(ticks.sum() / hz, rel=1e-5)
+        for col, cat in (("busy_share", Cat.COMPUTE), ("dma_wait_share", Cat.TAG_WAIT),
+                         ("mailbox_wait_share", Cat.MBOX_WAIT), ("off_spu_share", Cat.OFF_SPU)):
+            assert float(r[col]) == pytest.approx(ticks[cat] / ticks.sum(), abs=1e-5), col
+        moved = sum(op.bytes for op in rb.rma if op.loc == name)
+        assert int(r["bytes_moved"]) == moved
+        assert float(r["bandwidth_bytes_per_s"]) == pytest.approx(moved / (ticks.sum() / hz),
+                                                                  rel=1e-5)
+        assert float(r["share_of_peak"]) == pytest.approx(
+            float(r["bandwidth_bytes_per_s"]) / 25.6e9, rel=1e-5)
+        assert float(r["sync_bound_ticks"]) == float(
+            rb.defs.location_properties[name]["cell2otf2::sync_bound_ticks"])
+        for kind, regions in (("mailbox", {"spu_read_in_mbox", "spu_write_out_mbox",
+                                           "spu_write_out_intr_mbox"}),
+                              ("signal", {"spu_read_signal"})):
+            d = visits_of(rb, name, regions)
+            assert int(r[f"{kind}_waits"]) == len(d) > 0
+            assert float(r[f"{kind}_wait_mean_s"]) == pytest.approx(sum(d) / len(d) / hz,
+                                                                    rel=1e-5)
+            assert float(r[f"{kind}_wait_max_s"]) == pytest.approx(max(d) / hz, rel=1e-5)
+        assert f"<td>{name}</td>" in html
+    assert "<h2>Mailbox and signal waits</h2>" in html and "contexts.csv" in html
+    assert "<h2>Damage</h2>" in html and "Nothing lost" in html
+
+
+def test_ppe_and_mpi_breakdown(two_nodes, tmp_path):
+    from cell_otf2.report import ppempi, render_report
+
+    anchor, sync = two_nodes
+    rb = read_events(anchor)
+    loaded = load_archive(anchor, max_events=2000)
+    regions = ppempi.mpi_regions(loaded)
+    mpi_names = {name for name, _role, paradigm in rb.defs.regions if paradigm == "MPI"}
+    ppe = [n for n, t, *_ in rb.defs.locations if t == "CPU_THREAD"
+           and not n.startswith("Main memory")]
+    assert regions and {r["region"] for r in regions} <= mpi_names
+    for r in regions:
+        d = [x for n in ppe for x in visits_of(rb, n, {r["region"]})]
+        assert r["calls"] == len(d)
+        assert r["total"] == sum(d) and r["longest"] == max(d)
+    b = ppempi.breakdown(loaded)
+    assert sorted(loaded.loc_names[i] for i in b["ppe"]) == sorted(ppe)  # grouped per rank
+    for i, name in enumerate(loaded.loc_names[j] for j in b["ppe"]):
+        t = rb.times[name]
+        assert b["ticks"][i].sum() == pytest.approx(t[-1] - t[0])
+    result = render_report(anchor, tmp_path / "rep", sync_report=sync)
+    check_figures(result, tmp_path / "rep")
+    assert result.rows["ppe_mpi.png"] == len(ppe)
+    assert result.events["ppe_mpi.png"] == sum(r["calls"] for r in regions)
+
+
+def test_damage_list_from_the_sync_report_and_the_archive(tmp_path):
+    import html
+    import re
+
+    from cell_otf2.report import render_report
+
+    convert(SAMPLES / "damaged-gap-truncate", tmp_path / "a.otf2", report=tmp_path / "s.json")
+    report = json.loads((tmp_path / "s.json").read_text())
+    rb = read_events(tmp_path / "a.otf2")
+    enters = sum(n for (_, k), n in rb.counts.items() if k == "Enter")
+    leaves = sum(n for (_, k), n in rb.counts.items() if k == "Leave")
+    with_report = render_report(tmp_path / "a.otf2", tmp_path / "r1",
+                                sync_report=tmp_path / "s.json").index_html.read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", with_report))
+    lost = report["lost"]
+    assert f"trace slots lost in GAPs {lost['slots']:,} sync report" in text
+    assert f"SPE blocks missing (seq skips) {lost['blocks']:,}" in text
+    assert f"{lost['records']:,} sync report: lost.records" in text
+    m = re.search(r"regions still open at their location's last event ([\d,]+)",
+                  html.unescape(text))
+    stray = re.search(r"Leaves of a region that was not open ([\d,]+)", text)
+    opened = int(m.group(1).replace(",", ""))
+    closed_stray = int(stray.group(1).replace(",", "")) if stray else 0
+    assert enters - opened == leaves - closed_stray  # every other Enter has its Leave
+    assert opened > 0
+    without = render_report(tmp_path / "a.otf2", tmp_path / "r2").index_html.read_text()
+    assert "lost in GAPs" not in without and "Without --sync-report" in without
+    assert "regions still open" in without
+
+
+# ---------------------------------------------------------------------------------------------
+# readable with 100+ locations
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_of_a_run_with_hundreds_of_locations(tmp_path):
+    import csv
+    import re
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-m", "cell_otf2", "simulate", str(tmp_path / "run"),
+                          "--workload", "hybrid", "--ranks", "8", "--nodes", "4", "--spes",
+                          "16", "--phases", "1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    from cell_otf2.report import render_report
+
+    convert(tmp_path / "run", tmp_path / "out" / "a.otf2", report=tmp_path / "out" / "s.json")
+    result = render_report(tmp_path / "out" / "a.otf2", tmp_path / "rep",
+                           sync_report=tmp_path / "out" / "s.json")
+    check_figures(result, tmp_path / "rep")
+    loaded = load_archive(tmp_path / "out" / "a.otf2", max_events=10)
+    assert loaded.n_locs == 272 and int((loaded.loc_class == 1).sum()) == 128
+    assert result.rows["timeline.png"] == 8 * 3  # per rank: PPE threads, memory, SPEs
+    assert result.rows["waits.png"] == result.rows["ppe_mpi.png"] == 8  # a bar per rank
+    assert result.rows["dma_bandwidth.png"] == result.rows["sync_bounds.png"] == 128
+    assert result.rows["node_clocks.png"] == 3  # every node but the reference
+    with open(result.csv, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 128 and {r["rank"] for r in table} == {str(r) for r in range(8)}
+    assert {r["node"] for r in table} == {"qs20-a", "qs20-b", "qs20-c", "qs20-d"}
+    html = result.index_html.read_text()
+    grouped = re.findall(r"<td>rank (\d) \(16 contexts\)</td>", html)
+    assert grouped == [str(r) for r in range(8)] * 2  # context table and wait table
+    assert "SPE ctx 5 (rank 3)" not in html  # per rank on the page, every context in the CSV
+    # a rank's row: its contexts' bytes over their summed running time, against the peak
+    rank0 = [r for r in table if r["rank"] == "0"]
+    bw = sum(int(r["bytes_moved"]) for r in rank0) / sum(float(r["running_s"]) for r in rank0)
+    row = re.search(r"<td>rank 0 \(16 contexts\)</td>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[-2] == f"{100 * bw / 25.6e9:.1f}%"

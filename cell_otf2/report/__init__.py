@@ -6,28 +6,36 @@ shows what a viewer will show; ``load``), derives segments, lines and shares wit
 
 - ``timeline.png`` (``timeline``): a row per location, innermost regions as colored bars,
   DMA transfers and mailbox / MPI messages as lines;
-- ``dma_bandwidth.png`` (``dma``): DMA bytes per second per SPE over time and on average;
+- ``dma_bandwidth.png`` (``dma``): DMA bandwidth per SPE over time, on average and in
+  aggregate, against the 25.6 GB/s peak;
+- ``dma_histograms.png`` (``dmahist``): DMA command sizes and issue-to-completion latencies;
 - ``waits.png`` (``waits``): share of each SPE's running time computing, waiting on tag
   groups, on mailboxes / signals, switched out;
+- ``ppe_mpi.png`` (``ppempi``): PPE threads' time by region, and every MPI call's cost;
 - ``sync_bounds.png`` (``bounds``): the bound of every live interval, from the archive's
   location properties;
-- ``index.html`` (``html``): the figures and a summary computed from the archive, plus the
-  headline numbers of the synchronization report when one is given.
+- ``node_clocks.png`` (``nodeclock``): each node's clock offset over time with its bound
+  (from the sync report) and the MPI messages between nodes that pin it;
+- ``contexts.csv`` (``contexts``): one row per SPE context, exact over every event;
+- ``index.html`` (``html``): the figures, a summary computed from the archive, the damage
+  list (``damagelist``), the per-context and mailbox / signal wait tables, plus the headline
+  numbers of the synchronization report when one is given.
 
-An archive with more than ``max_events`` events is drawn from a sample (``load``): the
-figures and the page say so. matplotlib is the optional extra ``cell2otf2[report]``; only
-this package imports it, and only when a report is rendered.
+With more than ``max_events`` events the timeline is drawn from a sample (``load``) and says
+so; every other figure and table is exact over all events (``exact``). matplotlib is the
+optional extra ``cell2otf2[report]``; only this package imports it, and only when a report is
+rendered.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FormatError, OutputError, UsageError
 
-FIGURES = ("timeline.png", "dma_bandwidth.png", "waits.png", "sync_bounds.png")
+FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
+           "ppe_mpi.png", "sync_bounds.png", "node_clocks.png")
 
 
 @dataclass
@@ -36,16 +44,20 @@ class ReportResult:
     figures: list[Path] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)  # figure name -> rows drawn
     events: dict[str, int] = field(default_factory=dict)  # figure name -> events drawn
+    skipped: dict[str, str] = field(default_factory=dict)  # figure not drawn -> why
+    csv: Path | None = None  # contexts.csv: one row per SPE context
     sampled: bool = False
     total_events: int = 0  # events in the archive
 
 
 def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
-                  sync_report: Path | None = None) -> ReportResult:
-    """Write the four figures and index.html into ``out_dir`` (created when missing).
+                  sync_report: Path | None = None, progress=None) -> ReportResult:
+    """Write the figures and index.html into ``out_dir`` (created when missing).
 
     Raises UsageError without matplotlib or with ``max_events`` < 1, FormatError when the
-    archive or the sync report cannot be read, OutputError when ``out_dir`` is not writable.
+    archive or the sync report cannot be read or the sync report belongs to another run,
+    OutputError when ``out_dir`` is not writable. ``progress`` (a ``progress.ProgressLine``)
+    is told how many events were read and which figure is being drawn.
     """
     try:
         import matplotlib  # noqa: F401  (the figure modules import its parts)
@@ -54,7 +66,7 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                          ) from None
     if max_events < 1:
         raise UsageError(f"--max-events must be at least 1 (found {max_events})")
-    from . import bounds, dma, timeline, waits
+    from . import bounds, contexts, dma, dmahist, nodeclock, ppempi, syncfile, timeline, waits
     from .axis import make_axis
     from .derive import segments
     from .html import sync_summary, write_index
@@ -63,16 +75,14 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
     archive, out_dir = Path(archive), Path(out_dir)
     report = None
     if sync_report is not None:
+        report = syncfile.read_for(Path(sync_report), archive)
         try:
-            report = json.loads(Path(sync_report).read_text())
             sync_summary(report)
-        except OSError as exc:
-            raise FormatError(sync_report, f"cannot read the sync report: {exc.strerror}"
-                              ) from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise FormatError(sync_report, "not a cell2otf2 synchronization report "
                               f"(docs/sync-report.md): {exc}") from None
-    loaded = load_archive(archive, max_events=max_events)
+    loaded = load_archive(archive, max_events=max_events,
+                          progress=progress.reading if progress is not None else None)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -85,16 +95,30 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
         "timeline.png": lambda p: timeline.draw(loaded, seg, make_axis(loaded.window_bounds),
                                                 p),
         "dma_bandwidth.png": lambda p: dma.draw(loaded, seg, p),
+        "dma_histograms.png": lambda p: dmahist.draw(loaded, p),
         "waits.png": lambda p: waits.draw(loaded, seg, p),
+        "ppe_mpi.png": lambda p: ppempi.draw(loaded, p),
         "sync_bounds.png": lambda p: bounds.draw(loaded, p),
+        "node_clocks.png": lambda p: nodeclock.draw(loaded, report, p),
     }
     try:
         for name in FIGURES:
+            if progress is not None:
+                progress.stage(f"drawing {name}")
             path = out_dir / name
-            result.rows[name], result.events[name] = draws[name](path)
+            drawn = draws[name](path)
+            if isinstance(drawn, str):  # nothing to draw, and why
+                result.skipped[name] = drawn
+                path.unlink(missing_ok=True)  # a previous report's figure
+                continue
+            result.rows[name], result.events[name] = drawn
             result.figures.append(path)
+        ctx_rows = contexts.rows(loaded)
+        result.csv = out_dir / "contexts.csv"
+        contexts.write_csv(result.csv, ctx_rows)
         write_index(result.index_html, loaded, result.figures, report,
-                    Path(sync_report).name if sync_report is not None else "")
+                    Path(sync_report).name if sync_report is not None else "", result.skipped,
+                    ctx_rows, result.csv.name)
     except OSError as exc:
         raise OutputError(f"{out_dir}: cannot write the report: {exc}") from None
     return result

@@ -4,7 +4,8 @@ location properties (``cell2otf2::sync_intervals``, ``cell2otf2::sync_bound_tick
 Left: a row per SPE context, each interval a bar from its first to its last record
 (the gaps between bars are context switches), colored by its bound width (upper - lower of
 its offset); unbounded intervals hatched red. Right: the worst and mean
-width per context in ticks, with microseconds on the top axis. Drawn from definitions only,
+width per context in ticks, with microseconds on the top axis; rows labelled per rank beyond
+``style.MAX_LABELLED`` contexts. Drawn from definitions only,
 so never sampled. An interval none of whose records was written (first time ``-``) cannot be
 placed on the time axis and is only counted in the title.
 """
@@ -18,7 +19,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from . import style
+from . import style, units
 from .derive import sync_intervals
 from .load import PROP_SYNC_BOUND, Loaded, LocClass
 
@@ -76,15 +77,13 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
         ax.add_collection(PolyCollection(hatched, facecolors="none", edgecolors="#d62728",
                                          hatch="xxx", linewidths=0.5))
     cb = fig.colorbar(coll, ax=ax, pad=0.01, fraction=0.04)
-    cb.set_label(f"bound width [ticks]  (1 tick = {1e6 / hz:.4g} us)")
+    cb.set_label(f"bound width [ticks]  (1 tick = {units.seconds(1 / hz)})")
     ax.set_xlim(0, span * scale)
-    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
-    ax.set_yticks(np.arange(len(rows)))
-    ax.set_yticklabels([loaded.loc_names[r] for r in rows], fontsize=style.label_size(len(rows)))
+    style.label_rows(ax, loaded, np.asarray(rows, np.int64))
     ax.set_xlabel(f"time since the trace start [{unit}]")
     flat = np.concatenate(all_w) if all_w else np.zeros(0)
-    head = (f"worst {flat.max():.1f} ticks ({flat.max() / hz * 1e6:.3g} us), "
-            f"mean {flat.mean():.1f} ticks ({flat.mean() / hz * 1e6:.3g} us)"
+    head = (f"worst {units.ticks(float(flat.max()), hz)}, "
+            f"mean {units.ticks(float(flat.mean()), hz)}"
             if flat.size else "no bounded interval")
     extra = []
     if unbounded:
@@ -99,7 +98,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     bars.set_xlabel("bound width [ticks]")
     top = bars.secondary_xaxis("top", functions=(lambda v: v / hz * 1e6,
                                                  lambda v: v * hz / 1e6))
-    top.set_xlabel("[us]")
+    top.set_xlabel("[µs]")
     bars.tick_params(axis="y", labelleft=False)
     bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.07), ncol=2, fontsize=8,
                 frameon=False)

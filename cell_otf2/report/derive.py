@@ -5,8 +5,6 @@
 - ``message_lines`` / ``rma_lines``: kept sends paired with their kept receives, kept RMA
   issues with their kept completions (pairing keys come from ``load``, so pairs are right even
   when their events lie in different windows);
-- ``dma_transfers``: every kept DMA issue (RMA get/put, or a send on the "DMA" communicator),
-  as bytes moved from one location to another at the issue time;
 - ``region_category``: computing / tag-group wait / mailbox wait / off SPU per region, by the
   region names ``emit`` writes;
 - ``sync_intervals``: the ``cell2otf2::sync_intervals`` property parsed.
@@ -27,7 +25,6 @@ SEGMENT = np.dtype([("loc", "<i4"), ("t0", "<i8"), ("t1", "<i8"), ("region", "<i
                     ("window", "<i2")])
 LINE = np.dtype([("src", "<i4"), ("t0", "<i8"), ("dst", "<i4"), ("t1", "<i8"),
                  ("cls", "u1")])
-TRANSFER = np.dtype([("src", "<i4"), ("dst", "<i4"), ("time", "<i8"), ("bytes", "<u8")])
 
 
 class Cat(IntEnum):
@@ -39,6 +36,9 @@ class Cat(IntEnum):
     OFF_SPU = 3  # context switched out
     NOT_RUNNING = 4  # no region open (before START, after EXIT)
 
+
+#: the categories of an SPE's running time, in drawing order
+SHOWN_CATS = (Cat.COMPUTE, Cat.TAG_WAIT, Cat.MBOX_WAIT, Cat.OFF_SPU)
 
 CAT_LABELS = {Cat.COMPUTE: "computing", Cat.TAG_WAIT: "tag-group wait",
               Cat.MBOX_WAIT: "mailbox / signal wait", Cat.OFF_SPU: "off SPU (switched out)",
@@ -160,23 +160,6 @@ def rma_lines(loaded: Loaded) -> np.ndarray:
     out["t0"], out["t1"] = e["time"][i], e["time"][c]
     out["cls"] = LineClass.DMA
     return out[(out["src"] >= 0) & (out["dst"] >= 0)]
-
-
-def dma_transfers(loaded: Loaded) -> np.ndarray:
-    """TRANSFER rows, one per kept DMA issue: RmaGet (remote -> issuer), RmaPut (issuer ->
-    remote), or a send on the "DMA" communicator (sender -> receiver, sent at the issue)."""
-    e = loaded.events
-    rma = (e["kind"] == K.GET) | (e["kind"] == K.PUT)
-    dma_comm = np.flatnonzero(loaded.comm_class == CommClass.DMA)
-    msg = (e["kind"] == K.SEND) & np.isin(e["ref"], dma_comm)
-    sel = np.flatnonzero(rma | msg)
-    x = e[sel]
-    get = x["kind"] == K.GET
-    out = np.zeros(sel.size, TRANSFER)
-    out["src"] = np.where(get, x["partner"], x["loc"])
-    out["dst"] = np.where(get, x["loc"], x["partner"])
-    out["time"], out["bytes"] = x["time"], x["bytes"]
-    return out
 
 
 def spe_locations(loaded: Loaded) -> np.ndarray:

@@ -1,11 +1,13 @@
-"""dma_bandwidth.png: DMA bandwidth per SPE context, over time (left) and on average (right).
-
-Every kept DMA issue counts its bytes at its issue time, into the local store of the
-destination SPE ("in": gets, and puts from another SPE) and out of the source SPE's local
-store ("out": puts, and gets by another SPE); main memory is not a row. The left panel bins
-in + out per column of the time axis (bytes per second of the column); the right one divides
-each SPE's bytes by its running time (time with a region open), both within the sampled
-windows when the archive was sampled.
+"""dma_bandwidth.png: DMA bandwidth per SPE context and in aggregate, against the 25.6 GB/s peak
+of one SPE's MFC (and of the Cell's memory interface), from every DMA command. Top left: a row
+per SPE context over the whole run, each command's bytes spread evenly from its issue to its
+completion (a command never completed counts at its issue), into the destination SPE's local
+store and out of the source SPE's (main memory is not a row); the color scale ends at the
+busiest column. Bottom left: all SPEs together, with the run's mean and the memory peak of all
+chips (each Cell chip has its own 25.6 GB/s memory interface). Right: per context, its mean
+over its running time and its busiest column, on a log scale up to the peak. Exact
+(``exact.transfers``), never sampled. Beyond ``style.MAX_LABELLED`` rows the rows are labelled
+per rank.
 """
 
 from __future__ import annotations
@@ -16,83 +18,133 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from . import style
-from .axis import make_axis
-from .derive import Cat, category_time, dma_transfers, spe_locations
+from . import style, units
+from .derive import SHOWN_CATS, spe_locations
+from .exact import category_ticks, transfers
 from .load import Loaded
 
-COLUMNS = 200
+COLUMNS = 300
+PEAK = 25.6e9  # bytes per second: one MFC (8 bytes per cycle at 3.2 GHz), and the XDR memory
 
 
-def _rate_unit(value: float) -> tuple[str, float]:
-    for unit, scale in (("GB/s", 1e-9), ("MB/s", 1e-6), ("kB/s", 1e-3)):
-        if value * scale >= 1:
-            return unit, scale
-    return "B/s", 1.0
+def spread(t0: np.ndarray, t1: np.ndarray, nbytes: np.ndarray, edges: np.ndarray
+           ) -> np.ndarray:
+    """Bytes per column between ``edges`` when each command moves its bytes evenly over
+    [t0, t1] (at least one tick wide): differences of the cumulative bytes at the edges."""
+    t0 = np.asarray(t0, np.float64)
+    t1 = np.maximum(np.asarray(t1, np.float64), t0 + 1.0)
+    r = np.asarray(nbytes, np.float64) / (t1 - t0)
+    p = np.concatenate([t0, t1])
+    w = np.concatenate([r, -r])
+    order = np.argsort(p, kind="stable")
+    p, w = p[order], w[order]
+    cw = np.concatenate([[0.0], np.cumsum(w)])
+    cwp = np.concatenate([[0.0], np.cumsum(w * p)])
+    k = np.searchsorted(p, edges, side="right")
+    cumulative = edges * cw[k] - cwp[k]
+    return np.diff(cumulative)
 
 
-def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
-    """Write the figure; returns (rows drawn = SPE locations, events drawn = kept DMA issues
-    with an SPE at one end)."""
+def per_spe(loaded: Loaded) -> dict[str, np.ndarray]:
+    """Exact per SPE location (in ``style.row_order``): bytes into and out of its local
+    store, its running time in seconds, and its per-column bytes over the run (``edges`` in
+    ticks since the global offset)."""
     is_spe = set(spe_locations(loaded).tolist())
     spes = np.array([r for r in style.row_order(loaded).tolist() if r in is_spe], np.int64)
     row_of = np.full(loaded.n_locs, -1, np.int64)
     row_of[spes] = np.arange(spes.size)
-    tr = dma_transfers(loaded)
-    axis = make_axis(loaded.window_bounds, columns=COLUMNS)
-    col = np.clip(np.floor(axis.to_x(tr["time"])).astype(np.int64), 0, axis.columns - 1)
-    nbytes = tr["bytes"].astype(float)
-    grid = np.zeros((spes.size, axis.columns))
-    into = np.zeros(spes.size)
-    out = np.zeros(spes.size)
-    drawn = np.zeros(tr.size, bool)  # transfers with an SPE at one end at least
+    x = transfers(loaded)
+    edges = np.linspace(0, max(loaded.trace_length, 1), COLUMNS + 1)
+    t0 = (x["t_issue"] - loaded.global_offset).astype(np.float64)
+    t1 = np.where(x["t_done"] >= 0, x["t_done"] - loaded.global_offset, t0)
+    grid = np.zeros((spes.size, COLUMNS))
+    into, out = np.zeros(spes.size), np.zeros(spes.size)
+    nbytes = x["bytes"].astype(np.float64)
     for end, total in (("dst", into), ("src", out)):
-        r = row_of[np.clip(tr[end], 0, None)]
-        ok = (tr[end] >= 0) & (r >= 0)
-        np.add.at(grid, (r[ok], col[ok]), nbytes[ok])
+        r = row_of[np.clip(x[end], 0, None)]
+        ok = np.flatnonzero((x[end] >= 0) & (r >= 0))
         np.add.at(total, r[ok], nbytes[ok])
-        drawn |= ok
-    seconds = np.diff(axis.edges) / loaded.timer_resolution
-    in_gap = np.ones(axis.columns, bool)
-    for a, b in zip(axis.x0.tolist(), axis.x1.tolist(), strict=True):
-        in_gap[a:b] = False
-    rate = np.divide(grid, seconds[None, :], out=np.zeros_like(grid), where=seconds > 0)
-    rate[:, in_gap] = np.nan
-    running = (category_time(loaded, seg)[spes][:, [Cat.COMPUTE, Cat.TAG_WAIT, Cat.MBOX_WAIT,
-                                                     Cat.OFF_SPU]].sum(axis=1)
+        ok = ok[np.argsort(r[ok], kind="stable")]
+        bounds = np.searchsorted(r[ok], np.arange(spes.size + 1))
+        for row in range(spes.size):  # one pass per SPE, numpy within it
+            k = ok[bounds[row]: bounds[row + 1]]
+            if k.size:
+                grid[row] += spread(t0[k], t1[k], nbytes[k], edges)
+    running = (category_ticks(loaded)[spes][:, list(SHOWN_CATS)].sum(axis=1)
                / loaded.timer_resolution) if spes.size else np.zeros(0)
-    mean_in = np.divide(into, running, out=np.zeros(spes.size), where=running > 0)
-    mean_out = np.divide(out, running, out=np.zeros(spes.size), where=running > 0)
+    return {"spes": spes, "into": into, "out": out, "running": running, "grid": grid,
+            "edges": edges, "xfer": x}
 
+
+def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
+    """Write the figure; returns (rows drawn = SPE locations, events drawn = DMA commands
+    with an SPE at one end at least)."""
+    d = per_spe(loaded)
+    spes, x, edges = d["spes"], d["xfer"], d["edges"]
+    hz = loaded.timer_resolution
+    col_s = (edges[1] - edges[0]) / hz  # edges: ticks since the global offset
+    rate = d["grid"] / col_s
+    span = loaded.trace_length / hz
+    unit, scale = style.time_unit(span)
+    n = max(spes.size, 1)
     fig = Figure(figsize=style.FIGSIZE, dpi=style.DPI)
-    ax = fig.add_axes((0.14, 0.12, 0.52, 0.78))
-    bars = fig.add_axes((0.74, 0.12, 0.22, 0.78), sharey=ax)
-    peak = float(np.nanmax(rate)) if np.isfinite(rate).any() else 0.0
-    unit, scale = _rate_unit(peak)
-    cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
-    im = ax.imshow(rate * scale, aspect="auto", interpolation="nearest", cmap=cmap,
-                   vmin=0, vmax=max(peak * scale, 1e-12),
-                   extent=(0, axis.columns, max(spes.size, 1) - 0.5, -0.5))
-    cb = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
-    cb.set_label(f"DMA in + out [{unit}] per column")
-    ax.set_xlim(0, axis.columns)
-    ax.set_yticks(np.arange(spes.size))
-    ax.set_yticklabels([loaded.loc_names[r] for r in spes],
-                       fontsize=style.label_size(spes.size))
-    style.set_time_ticks(ax, loaded, axis)
-    ax.set_title(f"DMA bandwidth per SPE over time ({int(drawn.sum()):,} transfers)\n"
-                 f"{style.sample_note(loaded)}", fontsize=10)
-    bunit, bscale = _rate_unit(float(max(mean_in.max(initial=0), mean_out.max(initial=0))))
+    ax = fig.add_axes((0.13, 0.36, 0.55, 0.54))
+    agg = fig.add_axes((0.13, 0.07, 0.55, 0.2))
+    bars = fig.add_axes((0.76, 0.36, 0.21, 0.54), sharey=ax)
+    top = float(rate.max(initial=0)) or PEAK
+    im = ax.imshow(rate / 1e9, aspect="auto", interpolation="nearest",
+                   cmap=colormaps["viridis"], vmin=0, vmax=top / 1e9,
+                   extent=(0, span * scale, n - 0.5, -0.5))
+    cb = fig.colorbar(im, cax=fig.add_axes((0.69, 0.36, 0.012, 0.54)))
+    cb.set_label(f"GB/s in + out (top: the busiest column, {units.percent(top / PEAK)} of "
+                 "the 25.6 GB/s peak)", fontsize=8)
+    style.label_rows(ax, loaded, spes)
+    ax.tick_params(axis="x", labelbottom=False)
+    with_spe = (np.isin(x["src"], spes) | np.isin(x["dst"], spes)) if spes.size else \
+        np.zeros(x.size, bool)
+    total = float(x["bytes"][with_spe].sum())
+    ax.set_title(f"DMA bandwidth per SPE context ({units.count(int(with_spe.sum()))} commands,"
+                 f" {units.nbytes(total)}; exact, every command of the archive)", fontsize=10)
+    # aggregate over all SPEs, each command spread over issue..completion
+    done = np.where(x["t_done"] >= 0, x["t_done"], x["t_issue"])
+    fine = loaded.global_offset + np.linspace(0, max(loaded.trace_length, 1), 4 * COLUMNS + 1)
+    sel = with_spe
+    agg_rate = (spread(x["t_issue"][sel] - loaded.global_offset,
+                       done[sel] - loaded.global_offset, x["bytes"][sel],
+                       fine - loaded.global_offset) / ((fine[1] - fine[0]) / hz))
+    tx = (fine[:-1] - loaded.global_offset) / hz * scale
+    agg.fill_between(tx, agg_rate / 1e9, step="post", color="#1f77b4", alpha=0.6, lw=0)
+    chips = max(loaded.chips, 1)
+    agg.axhline(chips * PEAK / 1e9, color="#d62728", lw=1, ls="--",
+                label=f"memory peak, {chips} chip{'s' if chips > 1 else ''} x 25.6 GB/s")
+    mean = total / span if span > 0 else 0.0
+    agg.axhline(mean / 1e9, color="#2ca02c", lw=1, label=f"run mean {units.rate(mean)}")
+    agg.set_xlim(0, span * scale)
+    agg.set_ylim(0, max(chips * PEAK, float(agg_rate.max(initial=0))) * 1.15 / 1e9)
+    agg.set_ylabel("all SPEs [GB/s]", fontsize=8)
+    agg.set_xlabel(f"time since the trace start [{unit}]")
+    agg.set_title(f"aggregate DMA bandwidth of all SPE contexts (peak reached "
+                  f"{units.rate(float(agg_rate.max(initial=0)))})", fontsize=9)
+    agg.legend(fontsize=8, loc="upper right", frameon=False, ncol=2)
+    # per SPE: mean over the running time and the busiest column, log scale up to the peak
+    moved = d["into"] + d["out"]
+    mean_spe = np.divide(moved, d["running"], out=np.zeros(spes.size), where=d["running"] > 0)
+    busiest = rate.max(axis=1, initial=0) if spes.size else np.zeros(0)
     y = np.arange(spes.size)
-    bars.barh(y - 0.2, mean_in * bscale, height=0.4, color="#1f77b4",
-              label="into the local store (get)")
-    bars.barh(y + 0.2, mean_out * bscale, height=0.4, color="#ff7f0e",
-              label="out of the local store (put)")
-    bars.set_xlabel(f"mean over the running time [{bunit}]")
+    h = 0.8 if spes.size > style.MAX_LABELLED else 0.4
+    bars.barh(y - (0 if h == 0.8 else 0.2), np.maximum(busiest, 1) / 1e9, height=h,
+              color="#c7c7c7", label="busiest column")
+    bars.barh(y + (0 if h == 0.8 else 0.2), np.maximum(mean_spe, 1) / 1e9, height=h,
+              color="#1f77b4", label="mean over its running time")
+    bars.axvline(PEAK / 1e9, color="#d62728", lw=1, ls="--", label="peak 25.6 GB/s")
+    bars.set_xscale("log")
+    lo = max(1e-4, float(np.min(mean_spe[mean_spe > 0], initial=PEAK)) / 1e9 / 3)
+    bars.set_xlim(lo, PEAK / 1e9 * 1.5)
+    bars.set_xlabel("GB/s (log)")
     bars.tick_params(axis="y", labelleft=False)
-    bars.set_ylim(max(spes.size, 1) - 0.5, -0.5)
     bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=8,
                 frameon=False)
-    bars.set_title("average DMA bandwidth per SPE", fontsize=10, pad=36)
+    share = float(mean_spe.mean()) / PEAK if spes.size else 0.0
+    bars.set_title(f"per SPE: mean {units.percent(share)} of the peak", fontsize=9, pad=48)
     fig.savefig(path, dpi=style.DPI)
-    return int(spes.size), int(drawn.sum())
+    return int(spes.size), int(with_spe.sum())

@@ -13,13 +13,19 @@ and DMA pairing sequence numbers and the per-location region stacks are exact, s
 starts with the true innermost region of every location, and a kept send pairs with its kept
 receive even when both lie in different windows.
 
-It does not check the archive (``otf2-print`` does that); a Leave that does not match the
-location's open regions is ignored for the stacks and kept as an event.
+Exact over every event, sampled or not (``Exact``): per location and region the completed
+visits, their inclusive time and longest visit, and the exclusive time (innermost open
+region); and a log of every RMA event and every message on an MPI or the "DMA" communicator
+(sizes, latencies and the node-clock messages come from it). A Leave that does not match the
+location's open regions closes what was left open inside its region (those visits are not
+counted); the archive itself is not checked (``otf2-print`` does that).
 """
 
 from __future__ import annotations
 
 import types
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -100,6 +106,28 @@ class CommClass(IntEnum):
     DMA = 2  # "DMA": DMA transfers written as messages (--dma-style messages)
 
 
+#: one event of the exact log: every RMA event, every message on an MPI or "DMA" communicator
+LOG_ROW = np.dtype([("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("partner", "<i4"),
+                    ("ref", "<i4"), ("bytes", "<i8"), ("chan", "<i8"), ("seq", "<i8")])
+_LOG_CODES = ("b", "i", "q", "i", "i", "q", "q", "q")
+
+
+@dataclass
+class Exact:
+    """Every event's contribution, whatever was sampled (ticks, counts)."""
+
+    visits: np.ndarray  # (n_locs, n_regions) completed visits (Enter matched by its Leave)
+    inclusive: np.ndarray  # (n_locs, n_regions) ticks inside completed visits
+    longest: np.ndarray  # (n_locs, n_regions) ticks of the longest completed visit
+    exclusive: np.ndarray  # (n_locs, n_regions) ticks as the innermost open region
+    first: np.ndarray  # (n_locs,) time of the first Enter or Leave, -1 none
+    last: np.ndarray  # (n_locs,) time of the last Enter or Leave, -1 none
+    outermost: np.ndarray  # (n_locs, n_regions) Enters with no region open (a program)
+    unclosed: np.ndarray  # (n_locs,) regions still open at the location's last event
+    stray_leaves: np.ndarray  # (n_locs,) Leaves of a region that was not open
+    log: np.ndarray  # LOG_ROW, in the reader's order
+
+
 PROP_PSEUDO = "cell2otf2::pseudo_location"
 PROP_SYNC_BOUND = "cell2otf2::sync_bound_ticks"
 PROP_SYNC_INTERVALS = "cell2otf2::sync_intervals"
@@ -130,6 +158,10 @@ class Loaded:
     window_bounds: np.ndarray  # (n_windows, 2) first and last kept time of each window
     state_before: np.ndarray  # (n_windows, n_locs) innermost region at each window's start
     window_events: np.ndarray  # kept events per window
+    exact: Exact | None = None
+    loc_node: list[str] = field(default_factory=list)  # system tree node per location ref
+    node_names: list[str] = field(default_factory=list)  # system tree nodes, in order
+    chips: int = 0  # system tree nodes of class "spe complex" (one per Cell chip)
     extra: dict = field(default_factory=dict)
 
     def seconds(self, ticks: np.ndarray | float) -> np.ndarray | float:
@@ -163,8 +195,10 @@ def _member_refs(group) -> list[int]:
     return [m._ref if hasattr(m, "_ref") else int(m) for m in group.members]
 
 
-def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10) -> Loaded:
-    """Read the archive's definitions and (a bounded sample of) its events."""
+def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
+                 progress: Callable[[int, int], None] | None = None) -> Loaded:
+    """Read the archive's definitions and (a bounded sample of) its events; ``progress(read,
+    total)`` is called between batches of events."""
     import _otf2
     import otf2
 
@@ -176,12 +210,20 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10) -
     except Exception as exc:  # the library raises several kinds; all mean "unreadable"
         raise FormatError(anchor, f"the otf2 reader cannot open it: {exc}") from None
     try:
-        return _load(reader, anchor, max_events, n_windows, _otf2)
+        return _load(reader, anchor, max_events, n_windows, _otf2, progress)
     finally:
         reader.close()
 
 
-def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loaded:
+def _node_of(tree_node) -> str:
+    """The name of the system tree node of class "node" above (or at) ``tree_node``."""
+    n = tree_node
+    while n is not None and n.class_name != "node":
+        n = n.parent
+    return (n or tree_node).name if tree_node is not None else ""
+
+
+def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress) -> Loaded:
     d = reader.definitions
     locs = list(d.locations)
     n_locs = len(locs)
@@ -216,6 +258,19 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
     state_before = np.full((n_win, n_locs), -1, np.int32)
     counts = np.zeros(len(K) + 1, np.int64)
     stacks: list[list[int]] = [[] for _ in range(n_locs)]
+    entered: list[list[int]] = [[] for _ in range(n_locs)]  # Enter time per open region
+    n_reg = max(len(regions), 1)
+    visits = [0] * (n_locs * n_reg)
+    inclusive = [0] * (n_locs * n_reg)
+    longest = [0] * (n_locs * n_reg)
+    exclusive = [0] * (n_locs * n_reg)
+    last_t = [-1] * n_locs
+    stray = [0] * n_locs
+    outermost = [0] * (n_locs * n_reg)
+    first_t = [-1] * n_locs
+    log = tuple(array(code) for code in _LOG_CODES)
+    lk, ll, lt, lp, lr, lb, lc, ls = (a.append for a in log)
+    logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
     channels = _Channels()  # MPI: (comm, sender, receiver, tag); sends first, receives second
     rma_channels = _Channels()  # RMA: (location, window, matching id); issues, completions
     # the reader's position: event index i, current window w = [ws, we)
@@ -246,21 +301,51 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         kept[j] = (loc, t, kind, ref, partner, nbytes, chan, seq, s[-1] if s else -1, w)
         st["j"] = j + 1
 
+    def advance(loc, t):
+        """Exclusive time of the innermost open region up to ``t``."""
+        s = stacks[loc]
+        if s:
+            exclusive[loc * n_reg + s[-1]] += t - last_t[loc]
+        elif first_t[loc] < 0:
+            first_t[loc] = t
+        last_t[loc] = t
+
+    def logged(kind, loc, t, partner, ref, nbytes, chan, seq):
+        lk(kind), ll(loc), lt(t), lp(partner), lr(ref), lb(nbytes), lc(chan), ls(seq)
+
     def on_enter(loc, t, _u, _a, region):
         counts[K.ENTER] += 1
         w = pos()
-        stacks[loc].append(region)
+        advance(loc, t)
+        s = stacks[loc]
+        if not s:
+            outermost[loc * n_reg + region] += 1
+        s.append(region)
+        entered[loc].append(t)
         if w >= 0:
             keep(w, loc, t, K.ENTER, region, -1, 0, -1, -1)
 
     def on_leave(loc, t, _u, _a, region):
         counts[K.LEAVE] += 1
         w = pos()
+        advance(loc, t)
         s = stacks[loc]
         if s and s[-1] == region:
             s.pop()
+            t0 = entered[loc].pop()
         elif region in s:  # close what was left open inside it
-            del s[len(s) - 1 - s[::-1].index(region):]
+            k = len(s) - 1 - s[::-1].index(region)
+            t0 = entered[loc][k]
+            del s[k:], entered[loc][k:]
+        else:
+            t0 = -1
+            stray[loc] += 1
+        if t0 >= 0:
+            i = loc * n_reg + region
+            visits[i] += 1
+            inclusive[i] += t - t0
+            if t - t0 > longest[i]:
+                longest[i] = t - t0
         if w >= 0:
             keep(w, loc, t, K.LEAVE, region, -1, 0, -1, -1)
 
@@ -271,6 +356,8 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         other = members[peer] if peer < len(members) else -1
         key = (comm, loc, other, tag) if kind == K.SEND else (comm, other, loc, tag)
         c, seq = channels.next(key, second=kind != K.SEND)
+        if comm in logged_comm:
+            logged(kind, loc, t, other, comm, length, c, seq)
         if w >= 0:
             keep(w, loc, t, kind, comm, other, length, c, seq)
 
@@ -284,9 +371,10 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         counts[kind] += 1
         w = pos()
         c, seq = rma_channels.next((loc, win, matching), second=kind == K.RMA_DONE)
+        members = win_members.get(win, ())
+        other = members[remote] if 0 <= remote < len(members) else -1
+        logged(kind, loc, t, other, win, nbytes, c, seq)
         if w >= 0:
-            members = win_members.get(win, ())
-            other = members[remote] if 0 <= remote < len(members) else -1
             keep(w, loc, t, kind, win, other, nbytes, c, seq)
 
     def on_get(loc, t, _u, _a, win, remote, nbytes, matching):
@@ -331,6 +419,8 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         with Deferred() as signals:  # never raised inside a callback, checked between batches
             while _otf2.GlobalEvtReader_ReadEvents(handle, batch) == batch:
                 signals.check()
+                if progress is not None:
+                    progress(st["i"], total)
     except Exception as exc:
         raise FormatError(anchor, f"the otf2 reader failed after {st['i']} events: {exc}"
                           ) from None
@@ -357,6 +447,19 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
             sends[comm] += channels.counts[0][c]
     for cls in CommClass:
         by_class[cls.name] = int(sends[comm_class == cls].sum())
+    shape = (n_locs, n_reg)
+    exact = Exact(
+        visits=np.array(visits, np.int64).reshape(shape),
+        inclusive=np.array(inclusive, np.float64).reshape(shape),
+        longest=np.array(longest, np.float64).reshape(shape),
+        exclusive=np.array(exclusive, np.float64).reshape(shape),
+        first=np.array(first_t, np.int64), last=np.array(last_t, np.int64),
+        outermost=np.array(outermost, np.int64).reshape(shape),
+        unclosed=np.array([len(x) for x in stacks], np.int64),
+        stray_leaves=np.array(stray, np.int64),
+        log=_log_table(log))
+    if progress is not None:
+        progress(total, total)
     return Loaded(
         path=anchor,
         creator=str(_otf2.Reader_GetCreator(reader.handle) or ""),
@@ -381,7 +484,18 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2) -> Loade
         window_bounds=wb,
         state_before=state_before,
         window_events=window_events,
+        exact=exact,
+        loc_node=[_node_of(loc.group.system_tree_parent) for loc in locs],
+        node_names=[n.name for n in d.system_tree_nodes if n.class_name == "node"],
+        chips=sum(1 for n in d.system_tree_nodes if n.class_name == "spe complex"),
     )
+
+
+def _log_table(columns: tuple[array, ...]) -> np.ndarray:
+    out = np.zeros(len(columns[0]), LOG_ROW)
+    for name, col in zip(LOG_ROW.names, columns, strict=True):
+        out[name] = np.frombuffer(col, dtype=col.typecode) if len(col) else 0
+    return out
 
 
 def _copy(fn):

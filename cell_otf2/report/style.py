@@ -2,10 +2,13 @@
 
 Colors follow what a Cell user looks for: tag-group waits red, mailbox and signal waits
 orange, a switched-out context dark gray, MPI purple, ``spe_context_run`` light blue; SPE
-programs and user regions take the remaining qualitative colors. No matplotlib here.
+programs and user regions take the remaining qualitative colors. Beyond ``MAX_LABELLED`` rows
+a figure labels its rows per rank (``label_rows``). No matplotlib import here.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -71,12 +74,36 @@ def row_order(loaded: Loaded) -> np.ndarray:
 
 
 def process_of(group_name: str) -> str:
-    """'SPEs (rank 3)', 'SPEs (rank 3, chip 1)' and 'MPI Rank 3' -> '3'; anything else as it
-    is."""
-    for prefix, suffix in (("SPEs (rank ", ")"), ("MPI Rank ", ""), ("MPI rank ", "")):
-        if group_name.startswith(prefix) and group_name.endswith(suffix):
-            return group_name[len(prefix): len(group_name) - len(suffix)].split(",")[0]
-    return group_name
+    """'SPEs (rank 3)', 'SPEs (rank 3, chip 1)', 'MPI rank 3' and 'MPI Rank 3' -> '3';
+    anything else as it is."""
+    m = _RANK.search(group_name)
+    return m.group(1) if m else group_name
+
+
+_RANK = re.compile(r"\brank (\d+)\b", re.IGNORECASE)
+#: beyond this many rows a figure labels its rows per rank instead of per location
+MAX_LABELLED = 48
+
+
+def label_rows(ax, loaded: Loaded, rows: np.ndarray) -> None:
+    """Y ticks for ``rows`` (location refs, top to bottom): one per location up to
+    ``MAX_LABELLED``, beyond that one per rank at the middle of its rows ("rank 3: 17") with
+    a line between ranks; the y limits fit the rows."""
+    n = len(rows)
+    ax.set_ylim(max(n, 1) - 0.5, -0.5)
+    if n <= MAX_LABELLED:
+        ax.set_yticks(np.arange(n))
+        ax.set_yticklabels([loaded.loc_names[r] for r in rows], fontsize=label_size(n))
+        return
+    ranks = [process_of(loaded.loc_group[r]) for r in rows]
+    starts = [i for i in range(n) if i == 0 or ranks[i] != ranks[i - 1]]
+    ends = starts[1:] + [n]
+    ax.set_yticks([(a + b - 1) / 2 for a, b in zip(starts, ends, strict=True)])
+    ax.set_yticklabels([f"rank {ranks[a]}: {b - a}" if ranks[a].isdigit() else
+                        f"{ranks[a]}: {b - a}" for a, b in zip(starts, ends, strict=True)],
+                       fontsize=label_size(len(starts)))
+    for a in starts[1:]:
+        ax.axhline(a - 0.5, color="#888888", lw=0.5, zorder=5)
 
 
 def label_size(rows: int) -> float:

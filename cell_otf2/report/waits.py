@@ -2,8 +2,9 @@
 tag groups, waiting on mailboxes or signals, and switched out ("off SPU").
 
 Running time is the time some region is open on the SPE location (its program runs from
-START to EXIT); the shares come from the same innermost-region segments as the timeline, so
-with a sample they are the shares within the sampled windows.
+START to EXIT); the shares are exact, from every event of the archive (``exact``), also when
+the timeline is drawn from a sample. Beyond ``style.MAX_LABELLED`` contexts a bar is a rank
+(its contexts' times summed).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from . import style
-from .derive import CAT_LABELS, Cat, category_time, spe_locations
+from . import style, units
+from .derive import CAT_LABELS, SHOWN_CATS, Cat, spe_locations
+from .exact import category_ticks
 from .load import K, Loaded
 
-SHOWN = (Cat.COMPUTE, Cat.TAG_WAIT, Cat.MBOX_WAIT, Cat.OFF_SPU)
+SHOWN = SHOWN_CATS
 COLORS = {Cat.COMPUTE: "#2ca02c", Cat.TAG_WAIT: style.TAG_WAIT, Cat.MBOX_WAIT: style.MBOX_WAIT,
           Cat.OFF_SPU: style.OFF_SPU}
 
@@ -27,41 +29,49 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     Enter/Leave events of SPE locations)."""
     is_spe = set(spe_locations(loaded).tolist())
     spes = np.array([r for r in style.row_order(loaded).tolist() if r in is_spe], np.int64)
-    ticks = category_time(loaded, seg)[spes] if spes.size else np.zeros((0, len(Cat)))
+    ticks = category_ticks(loaded)[spes] if spes.size else np.zeros((0, len(Cat)))
+    names = [loaded.loc_names[r] for r in spes]
+    if spes.size > style.MAX_LABELLED:  # a bar per rank: its contexts' time summed
+        ranks = [style.process_of(loaded.loc_group[r]) for r in spes]
+        keys = list(dict.fromkeys(ranks))
+        summed = np.zeros((len(keys), ticks.shape[1]))
+        np.add.at(summed, np.array([keys.index(k) for k in ranks]), ticks)
+        ticks = summed
+        names = [f"rank {k}: {ranks.count(k)} contexts" for k in keys]
+    n = len(names)
     running = ticks[:, list(SHOWN)].sum(axis=1)
     share = np.divide(ticks[:, list(SHOWN)], running[:, None],
-                      out=np.zeros((spes.size, len(SHOWN))), where=running[:, None] > 0)
+                      out=np.zeros((n, len(SHOWN))), where=running[:, None] > 0)
     fig = Figure(figsize=style.FIGSIZE, dpi=style.DPI)
     ax = fig.add_axes((0.16, 0.09, 0.76, 0.78))
-    y = np.arange(spes.size)
-    left = np.zeros(spes.size)
+    y = np.arange(n)
+    left = np.zeros(n)
     for j, cat in enumerate(SHOWN):
         ax.barh(y, share[:, j] * 100, left=left * 100, color=COLORS[cat], height=0.8,
                 label=f"{CAT_LABELS[cat]} ({_mean(share[:, j], running):.1f}% overall)")
         for i in np.flatnonzero(share[:, j] >= 0.06):
             ax.text((left[i] + share[i, j] / 2) * 100, y[i], f"{share[i, j] * 100:.0f}%",
-                    ha="center", va="center", fontsize=min(8, style.label_size(spes.size)),
+                    ha="center", va="center", fontsize=min(8, style.label_size(n)),
                     color="white" if cat in (Cat.TAG_WAIT, Cat.OFF_SPU, Cat.COMPUTE)
                     else "black")
         left += share[:, j]
-    unit, scale = style.time_unit(float(running.max(initial=0)) / loaded.timer_resolution)
-    for i in range(spes.size):
-        ax.text(101, y[i], f"{running[i] / loaded.timer_resolution * scale:.3g} {unit}",
-                va="center", fontsize=min(8, style.label_size(spes.size)))
+    for i in range(n):
+        ax.text(101, y[i], units.seconds(running[i] / loaded.timer_resolution),
+                va="center", fontsize=min(8, style.label_size(n)))
     ax.set_yticks(y)
-    ax.set_yticklabels([loaded.loc_names[r] for r in spes],
-                       fontsize=style.label_size(spes.size))
-    ax.set_ylim(max(spes.size, 1) - 0.5, -0.5)
+    ax.set_yticklabels(names, fontsize=style.label_size(n))
+    ax.set_ylim(max(n, 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the context's running time [%]  (right: running time)")
+    ax.set_xlabel("share of the context's running time [%]  (right: running time"
+                  + (", summed over the rank's contexts)" if n < spes.size else ")"))
     ax.set_title("Where each SPE context spends its running time (START to EXIT)\n"
-                 f"{style.sample_note(loaded)}", fontsize=11, pad=28)
+                 f"exact, from all {loaded.total_events:,} events", fontsize=11, pad=28)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SHOWN), fontsize=9,
               frameon=False)
     fig.savefig(path, dpi=style.DPI)
     e = loaded.events
     events = int((np.isin(e["loc"], spes) & np.isin(e["kind"], (K.ENTER, K.LEAVE))).sum())
-    return int(spes.size), events
+    return n, events
 
 
 def _mean(share: np.ndarray, running: np.ndarray) -> float:
