@@ -35,9 +35,6 @@ def rows(loaded: Loaded, report: dict | None) -> list[tuple[str, int, str]]:
         if report.get("order_violations"):
             out.append(("records held at their predecessor's time (order violations)",
                         int(report["order_violations"]), "sync report"))
-        if report.get("relaxation_ticks"):
-            out.append((f"order constraints loosened by {report['relaxation_ticks']:.3g} "
-                        "ticks to be consistent", 1, "sync report: relaxation_ticks"))
         iv = report.get("intervals", [])
         open_iv = [x for x in iv if x.get("lower_ticks") is None or x.get("upper_ticks") is None]
         if open_iv:
