@@ -10,16 +10,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 import otf2
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from otf2check import otf2_print_ok  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402

@@ -227,15 +227,12 @@ def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
 
 def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tmp_path):
     import json
-    import sys
-    from pathlib import Path
+
+    from test_convert import check_archive
 
     from cell_otf2.convert import analyze, convert
     from cell_otf2.timing import start_time_maps
     from cell_otf2.truth import load_truth
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_convert import check_archive
 
     pipe = analyze(hybrid_run)
     pts = nf.points_from_trace(pipe.decoded, pipe.matches)
@@ -366,13 +363,10 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     """The issue's wandering run (exchanges every 2 s), shortened: converted, read back, no
     event before one that happened before it; the Score-P-style baseline reverses messages
     on the same pairs."""
-    import sys
-    from pathlib import Path
+
+    from test_convert import check_archive
 
     from cell_otf2.convert import convert
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_convert import check_archive
 
     run, pts, rms, mx = fit_regime(tmp_path_factory, "archive",
                                    (2.0, 300.0, 3, 50.0, 15.0, 240.0, 11))
