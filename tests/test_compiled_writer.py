@@ -16,6 +16,7 @@ from pathlib import Path
 import _otf2
 import numpy as np
 import pytest
+from writer_samples import sample_defs, sample_events
 
 from cell_otf2 import otf2_writer
 from cell_otf2.convert import convert
@@ -116,10 +117,8 @@ def test_simulated_runs_byte_identical(simulated, name, dma_style, tmp_path, mon
 
 @needs_compiled
 def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch):
-    """The hand-built table of test_otf2_writer (every Ev kind) repeated 3000 times, so
+    """The hand-built table of writer_samples (every Ev kind) repeated 3000 times, so
     locations span several progress chunks, with random values up to each parameter's limit."""
-    from test_otf2_writer import sample_defs, sample_events
-
     one = sample_events()
     rng = np.random.default_rng(5)
     events = np.concatenate([one] * 3000)
@@ -148,8 +147,6 @@ def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch):
 def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
     """Single-field corruptions of the every-kind table, near each rule's limits: the one-pass
     C check passes a table exactly when the numpy checks (the writer's messages) pass it."""
-    from test_otf2_writer import sample_defs, sample_events
-
     defs, good = sample_defs(), sample_events()
     rng = np.random.default_rng(3)
     values = {"loc": [0, 3, 4, 1 << 31], "type": [0, 1, 15, 16, 99], "ref": [0, 1, 3, 11, 12],

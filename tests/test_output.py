@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from otf2check import otf2_print_ok, read_events
 from paths import snapshot
-from test_otf2_writer import sample_defs, sample_events
+from writer_samples import sample_defs, sample_events
 
 from cell_otf2 import output
 from cell_otf2.errors import OutputError, UsageError

@@ -189,7 +189,7 @@ def test_spill_keeps_every_array(runs, tmp_path, mapped):
 
 
 def test_writer_refuses_a_location_in_two_groups(tmp_path):
-    from test_otf2_writer import sample_defs, sample_events
+    from writer_samples import sample_defs, sample_events
 
     events = sample_events()
     locs = np.unique(events["loc"])
