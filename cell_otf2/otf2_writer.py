@@ -20,7 +20,6 @@ high-level ``otf2.Writer`` and talks to the C library through ``_otf2`` directly
   and small per-kind functions (the rest), so there is no Python bytecode per Enter/Leave
   event and one C call per event (RMA events add five attribute calls). The table may come in
   pieces of whole locations (``emit.EventChunks``), so it never has to exist at once.
-  ``write_ceiling`` / ``write_mix_ceiling`` time the same calls with nothing else to do.
 
 Choices where the contract leaves room (also in the final report of issue 3):
 
@@ -62,8 +61,6 @@ import ctypes
 import functools
 import operator
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -1225,73 +1222,3 @@ def write_archive(
         seconds=time.perf_counter() - t_start,
     )
 
-
-def write_ceiling(n_events: int, tmpdir: Path) -> float:
-    """Events per second for Enter/Leave pairs pushed through the same C entry points.
-
-    Writes ``n_events`` (rounded up to even) to one location of a scratch archive in a fresh
-    directory under ``tmpdir`` with nothing else to do per event: the calls are made exactly
-    as ``write_archive``'s hot loop makes them (``map`` over prepared lists), only the calls
-    are timed. The scratch archive is removed again.
-    """
-    n_pairs = max(1, (n_events + 1) // 2)
-    rows = np.zeros(2 * n_pairs, EVENT_DTYPE)
-    rows["type"][0::2], rows["type"][1::2] = Ev.ENTER, Ev.LEAVE
-    rows["time"] = np.arange(rows.size) // 2
-    return _timed_calls(rows, tmpdir)
-
-
-def write_mix_ceiling(per_type: dict[str, int], tmpdir: Path) -> float:
-    """Events per second for a given mix of event kinds (``Ev`` name -> count), as
-    ``write_ceiling`` but with every kind's C calls (RMA events with their five attributes).
-
-    The kinds are interleaved evenly in one location; parameters are zeros (ref 0: the
-    scratch archive has no definitions, which only a reader would notice). Only the calls are
-    timed, so this is what writing that mix costs with nothing else to do.
-    """
-    counts = {Ev[name]: int(n) for name, n in per_type.items() if int(n) > 0}
-    total = sum(counts.values())
-    if not total:
-        return float("inf")
-    types = np.concatenate([np.full(n, int(kind), dtype=np.uint8) for kind, n in counts.items()])
-    # even interleaving: event k of a kind with n events sits at (k + 0.5) / n of the run
-    frac = np.concatenate([(np.arange(n) + 0.5) / n for n in counts.values()])
-    rows = np.zeros(total, EVENT_DTYPE)
-    rows["type"] = types[np.argsort(frac, kind="stable")]
-    rows["time"] = np.arange(total)
-    return _timed_calls(rows, tmpdir)
-
-
-#: CPU seconds of the last ceiling measurement (for benchmarks on a shared machine)
-LAST_CEILING_CPU_SECONDS = [0.0]
-
-
-def _timed_calls(rows: np.ndarray, tmpdir: Path) -> float:
-    scratch = Path(tempfile.mkdtemp(prefix="write-ceiling-", dir=tmpdir))
-    try:
-        archive = _Archive(scratch, "ceiling")
-        api = _api()
-        attr_list = _otf2.AttributeList_New()
-        try:
-            writer, w = archive.location_writer(0)
-            try:
-                fns = api.region_fns[rows["type"]]
-                if rows.size and int(rows["type"].max()) > Ev.LEAVE:
-                    _add_other_event_writers(api, ctypes.c_void_p(_address(attr_list)), rows,
-                                             fns)
-                fns_list, times, refs = fns.tolist(), rows["time"].tolist(), rows["ref"].tolist()
-                t0, c0 = time.perf_counter(), time.process_time()
-                bad = any(map(operator.call, fns_list, repeat(ctypes.c_void_p(w)),
-                              repeat(None), map(ctypes.c_uint64, times), refs))
-                seconds = time.perf_counter() - t0
-                LAST_CEILING_CPU_SECONDS[0] = time.process_time() - c0
-            finally:
-                archive.close_location_writer(writer)
-            if bad:
-                raise library_errors().failure("the event files")
-        finally:
-            _otf2.AttributeList_Delete(attr_list)
-            archive.close()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return rows.size / seconds if seconds > 0 else float("inf")

@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from otf2check import otf2_print_ok, read_events, vite_render
+from write_ceilings import write_ceiling
 from writer_samples import (
     LOC_NAMES,
     MEM,
@@ -33,7 +34,7 @@ from cell_otf2.model import (
     SystemNode,
     SystemNodeDomain,
 )
-from cell_otf2.otf2_writer import WriterInputError, write_archive, write_ceiling
+from cell_otf2.otf2_writer import WriterInputError, write_archive
 
 #: reader event class of each Ev
 READER_CLASS = {
