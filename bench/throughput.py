@@ -124,7 +124,7 @@ def child_convert(run: str, archive: str) -> dict:
 
 def child_idle() -> dict:
     import cell_otf2.convert  # noqa: F401  the modules a conversion loads
-    import cell_otf2.otf2_writer  # noqa: F401
+    import cell_otf2.writer.archive  # noqa: F401
 
     return {"maxrss": _maxrss_bytes()}
 
@@ -134,10 +134,11 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
     by location afterwards: node groups may come in any order) and the definitions."""
     import numpy as np
 
-    from cell_otf2 import otf2_writer
     from cell_otf2.convert import convert
+    from cell_otf2.model import EVENT_DTYPE, Ev
+    from cell_otf2.writer.events import EventStream
 
-    original = otf2_writer._EventStream.write
+    original = EventStream.write
     seen: dict = {}
     with open(events_file, "wb") as out:
         def write(self, events, checked=False):
@@ -145,14 +146,14 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
             out.write(np.ascontiguousarray(events).tobytes())
             return original(self, events, checked)
 
-        otf2_writer._EventStream.write = write
+        EventStream.write = write
         convert(run, archive, force=True)
-    events = np.fromfile(events_file, dtype=otf2_writer.EVENT_DTYPE)
+    events = np.fromfile(events_file, dtype=EVENT_DTYPE)
     events = events[np.argsort(events["loc"], kind="stable")]
     events.tofile(events_file)
     Path(defs_file).write_bytes(pickle.dumps(seen["defs"]))
-    per_type = np.bincount(events["type"], minlength=len(otf2_writer.Ev) + 1)
-    mix = {e.name: int(per_type[e]) for e in otf2_writer.Ev if per_type[e]}
+    per_type = np.bincount(events["type"], minlength=len(Ev) + 1)
+    mix = {e.name: int(per_type[e]) for e in Ev if per_type[e]}
     return {"events": int(events.size), "locations": len(seen["defs"].locations), "mix": mix}
 
 
@@ -161,23 +162,26 @@ def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
     (the same without the malloc tuning) or "python" (the ctypes path)."""
     import numpy as np
 
-    from cell_otf2 import otf2_writer
+    from cell_otf2.model import EVENT_DTYPE
+    from cell_otf2.writer import capi
+    from cell_otf2.writer.archive import write_archive
+    from cell_otf2.writer.checks import check_events
 
     if mode == "python":
-        os.environ[otf2_writer.PYTHON_PATH_VARIABLE] = "1"
+        os.environ[capi.PYTHON_PATH_VARIABLE] = "1"
     if mode == "c-plain-malloc":
-        otf2_writer.TUNE_MALLOC = False
+        capi.TUNE_MALLOC = False
     defs = pickle.loads(Path(defs_file).read_bytes())
-    events = np.fromfile(events_file, dtype=otf2_writer.EVENT_DTYPE)
+    events = np.fromfile(events_file, dtype=EVENT_DTYPE)
     with tempfile.TemporaryDirectory(prefix="tp-writer-", dir=OUT) as tmp:
         c0 = time.process_time()
         t0 = time.perf_counter()
-        otf2_writer.write_archive(defs, events, Path(tmp), "w")
+        write_archive(defs, events, Path(tmp), "w")
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         c0 = time.process_time()
-        otf2_writer.check_events(defs, events)
+        check_events(defs, events)
         check_cpu = time.process_time() - c0
-    compiled = otf2_writer._api().compiled and mode != "python"
+    compiled = capi.c_api().compiled and mode != "python"
     return {"events": int(events.size), "wall": wall, "cpu": cpu, "check_cpu": check_cpu,
             "compiled": compiled}
 

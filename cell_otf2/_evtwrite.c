@@ -3,11 +3,11 @@
  * checks of a table in one pass (`check`).
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the writer
- * keeps its ctypes path, otf2_writer.py). It does not link against OTF2: `bind` receives the
+ * keeps its ctypes path, writer/events.py). It does not link against OTF2: `bind` receives the
  * addresses of the OTF2 functions from the library the `otf2` bindings already loaded
  * (fetched by ctypes), together with the row layout, the attribute refs and the OTF2 type id
  * of uint64_t. The calls, their order and their arguments are exactly those of
- * otf2_writer._write_location_events / _add_other_event_writers, so both paths write the
+ * writer.events._write_location_events / add_other_event_writers, so both paths write the
  * same bytes. The GIL stays held: OTF2 calls back into Python for its flush and error
  * callbacks.
  */
@@ -45,7 +45,7 @@ enum {
     METRIC, ENTER_OFF_SPU, RMA_WIN_CREATE, RMA_WIN_DESTROY, MAX_TYPE = RMA_WIN_DESTROY
 };
 
-/* the function table, in the order `bind` takes the addresses (otf2_writer._C_FUNCTIONS) */
+/* the function table, in the order `bind` takes the addresses (writer.capi._C_FUNCTIONS) */
 static struct {
     region_fn enter, leave;
     p2p_fn mpi_send, mpi_recv;
@@ -244,8 +244,8 @@ static PyObject *evt_write(PyObject *self, PyObject *args)
 }
 
 /* check(rows, n_locations, n_regions, n_communicators, n_windows, n_metrics, comm_sizes,
- *       window_sizes) -> the first row that breaks otf2_writer._check_events' rules, or -1.
- * The rules (the caller reports a broken one with _check_events' own message): locations
+ *       window_sizes) -> the first row that breaks writer.checks.check_events' rules, or -1.
+ * The rules (the caller reports a broken one with check_events' own message): locations
  * exist and never decrease; time is non-negative and never decreases within a location; the
  * type is an Ev; the ref exists in its kind's list; peer and remote ranks and collective roots
  * (0xFFFFFFFF: none) are ranks of the event's communicator; uint32_t and uint8_t parameters
@@ -358,7 +358,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_evtwrite",
-    "The event writer's per-event loop in C (cell_otf2.otf2_writer).", -1, methods,
+    "The event writer's per-event loop in C (cell_otf2.writer).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

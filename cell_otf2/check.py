@@ -62,7 +62,7 @@ class CheckResult:
 
 def check_run(run_dir: str | Path) -> CheckResult:
     """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
-    from .otf2_writer import check_defs, check_events  # the writer's refusals, no writing
+    from .writer.checks import check_defs, check_events  # the writer's refusals, no writing
 
     try:
         pipe = analyze(Path(run_dir))

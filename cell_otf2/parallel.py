@@ -291,8 +291,9 @@ class Team:
 
     def write(self, defs, own, tmp: Path, name: str, on_write):
         from .otf2_mpi import MpiCollectives
-        from .otf2_writer import EventGroups, write_archive
         from .write_share import WriteShare
+        from .writer.archive import write_archive
+        from .writer.events import EventGroups
 
         dup, share_comm = self.comm.Dup(), self.comm.Dup()
         try:

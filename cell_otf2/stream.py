@@ -15,7 +15,7 @@ C. per group: order constraints (with its within-node MPI pairs), synchronize it
 D. which MPI records have both ends usable (``whole_run.paired_mpi``), RMA id offsets, the whole
    run's definitions (``emit.build_definitions``; counts come from the writer);
 E. per group: emit its events in pieces and write its locations' event files into the one
-   archive (``otf2_writer.EventGroups``); then the global definitions, summary and report.
+   archive (``writer.events.EventGroups``); then the global definitions, summary and report.
 
 Only one group's decoded state (records, anchors, matches, sync arrays) is in memory at a
 time; the others wait in files (``Spill``) in a directory inside the output's staging
@@ -405,7 +405,8 @@ class Alone:
                          [d.spe_buffer_records for d in summaries])
 
     def write(self, defs, own: Iterator, tmp: Path, name: str, on_write):
-        from .otf2_writer import EventGroups, write_archive  # the only importer of otf2
+        from .writer.archive import write_archive  # the only importer of otf2
+        from .writer.events import EventGroups
 
         return write_archive(defs, EventGroups(own), tmp, name, progress=on_write)
 

@@ -38,7 +38,7 @@ GIVE_MIN = 1 << 14
 
 
 class WriteShare:
-    """The groups (``otf2_writer.EventGroups``) one process writes: its own locations piece
+    """The groups (``writer.events.EventGroups``) one process writes: its own locations piece
     by piece, then the locations others hand over. ``own`` yields this process's groups as
     (locations, events in pieces), each built when asked for, the next asked for once the
     writer has written every piece of the one before. ``comm`` is used for nothing else

@@ -2,7 +2,7 @@
 
 Every sample run and a simulated hybrid (MPI + SPEs) and context-switch run, each with DMA as
 RMA records and as messages, is converted twice: through the C loop and through the ctypes
-path (``otf2_writer.PYTHON_PATH_VARIABLE`` set); every file of the two archives must be equal
+path (``capi.PYTHON_PATH_VARIABLE`` set); every file of the two archives must be equal
 byte for byte, but for the anchor file's random trace identifier (different in any two
 conversions); the same for a hand-built table of every event kind with extreme values. Also:
 the one-pass C input check passes exactly the tables the numpy checks pass, and without the
@@ -18,9 +18,13 @@ import numpy as np
 import pytest
 from writer_samples import sample_defs, sample_events
 
-from cell_otf2 import otf2_writer
 from cell_otf2.convert import convert
-from cell_otf2.model import Ev
+from cell_otf2.errors import OutputError
+from cell_otf2.model import EVENT_DTYPE, Ev
+from cell_otf2.writer import capi, checks
+from cell_otf2.writer import events as writer_events
+from cell_otf2.writer.archive import write_archive
+from cell_otf2.writer.open_archive import OpenArchive
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 SIMULATED = {
@@ -29,7 +33,7 @@ SIMULATED = {
 }
 
 needs_compiled = pytest.mark.skipif(
-    otf2_writer._evtwrite is None,
+    capi._evtwrite is None,
     reason="cell_otf2._evtwrite is not built (pip install -e . with a C compiler)")
 
 
@@ -68,16 +72,16 @@ def assert_same_archives(a: Path, b: Path) -> None:
 def both_paths(write, monkeypatch) -> None:
     """``write("c")`` through the C loop, then ``write("py")`` through the ctypes path."""
     ctypes_calls = []
-    original = otf2_writer._add_other_event_writers
-    monkeypatch.setattr(otf2_writer, "_add_other_event_writers",
+    original = writer_events.add_other_event_writers
+    monkeypatch.setattr(writer_events, "add_other_event_writers",
                         lambda *a: ctypes_calls.append(1) or original(*a))
-    monkeypatch.delenv(otf2_writer.PYTHON_PATH_VARIABLE, raising=False)
+    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
     write("c")
     assert not ctypes_calls
-    monkeypatch.setenv(otf2_writer.PYTHON_PATH_VARIABLE, "1")
+    monkeypatch.setenv(capi.PYTHON_PATH_VARIABLE, "1")
     write("py")
     assert ctypes_calls
-    monkeypatch.delenv(otf2_writer.PYTHON_PATH_VARIABLE)
+    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE)
 
 
 def convert_both(run: Path, out: Path, monkeypatch, **options) -> tuple[Path, Path]:
@@ -96,7 +100,7 @@ def simulated(tmp_path_factory):
 
 
 def test_compiled_loop_is_used_when_built():
-    assert otf2_writer._api().compiled is (otf2_writer._evtwrite is not None)
+    assert capi.c_api().compiled is (capi._evtwrite is not None)
 
 
 @needs_compiled
@@ -137,9 +141,9 @@ def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch):
     ]:
         sel = np.isin(events["type"], kinds)
         events[column][sel] = rng.integers(0, high, sel.sum(), dtype=np.uint64, endpoint=False)
-    monkeypatch.setattr(otf2_writer, "PROGRESS_EVENTS", 7000)
-    both_paths(lambda path: otf2_writer.write_archive(sample_defs(), events, tmp_path / path,
-                                                      "t"), monkeypatch)
+    monkeypatch.setattr(writer_events, "PROGRESS_EVENTS", 7000)
+    both_paths(lambda path: write_archive(sample_defs(), events, tmp_path / path, "t"),
+               monkeypatch)
     assert_same_archives(tmp_path / "c" / "t.otf2", tmp_path / "py" / "t.otf2")
 
 
@@ -160,14 +164,14 @@ def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
         i = int(rng.integers(events.size))
         value = values[column][int(rng.integers(len(values[column])))]
         events[column][i] = value
-        compiled_ok = otf2_writer._compiled_check(defs, events)
-        monkeypatch.setenv(otf2_writer.PYTHON_PATH_VARIABLE, "1")
+        compiled_ok = checks._compiled_check(defs, events)
+        monkeypatch.setenv(capi.PYTHON_PATH_VARIABLE, "1")
         try:
-            otf2_writer.check_events(defs, events)
+            checks.check_events(defs, events)
             numpy_ok = True
-        except otf2_writer.WriterInputError:
+        except checks.WriterInputError:
             numpy_ok = False
-        monkeypatch.delenv(otf2_writer.PYTHON_PATH_VARIABLE)
+        monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE)
         assert compiled_ok == numpy_ok, (column, i, value, Ev(int(good["type"][i])).name)
         seen.add(numpy_ok)
     assert seen == {True, False}
@@ -178,20 +182,20 @@ def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
 def test_a_library_error_stops_the_location_with_one_message(tmp_path, compiled):
     """Rows the checks would refuse (time going backwards), handed to the loop directly: the
     library's error code stops the writing and becomes one OutputError, on both paths."""
-    rows = np.zeros(6, otf2_writer.EVENT_DTYPE)
+    rows = np.zeros(6, EVENT_DTYPE)
     rows["type"] = [Ev.ENTER, Ev.LEAVE, Ev.ENTER, Ev.LEAVE, Ev.ENTER, Ev.LEAVE]
     rows["time"] = [10, 20, 5, 30, 40, 50]
-    api = otf2_writer._api()
-    errors = otf2_writer.library_errors()
+    api = capi.c_api()
+    errors = capi.library_errors()
     errors.clear()
-    archive = otf2_writer._Archive(tmp_path, "e")
+    archive = OpenArchive(tmp_path, "e")
     attrs = _otf2.AttributeList_New()
     per_type = np.zeros(max(Ev) + 1, dtype=np.int64)
     try:
         writer, at = archive.location_writer(0)
-        with pytest.raises(otf2_writer.OutputError, match="the OTF2 library failed"):
-            otf2_writer._write_location_events(api, at, otf2_writer._address(attrs), rows,
-                                               per_type if compiled else None)
+        with pytest.raises(OutputError, match="the OTF2 library failed"):
+            writer_events._write_location_events(api, at, capi.address(attrs), rows,
+                                                 per_type if compiled else None)
         archive.close_location_writer(writer)
     finally:
         _otf2.AttributeList_Delete(attrs)
@@ -203,15 +207,15 @@ def test_a_library_error_stops_the_location_with_one_message(tmp_path, compiled)
 
 def test_without_the_extension_the_ctypes_path_writes_silently(tmp_path, monkeypatch, capfd):
     run = SAMPLES / "fft-16spe"
-    monkeypatch.setattr(otf2_writer, "_evtwrite", None)
-    monkeypatch.setattr(otf2_writer, "_API", None)
+    monkeypatch.setattr(capi, "_evtwrite", None)
+    monkeypatch.setattr(capi, "_API", None)
     calls = []
-    original = otf2_writer._add_other_event_writers
-    monkeypatch.setattr(otf2_writer, "_add_other_event_writers",
+    original = writer_events.add_other_event_writers
+    monkeypatch.setattr(writer_events, "add_other_event_writers",
                         lambda *a: calls.append(1) or original(*a))
-    monkeypatch.delenv(otf2_writer.PYTHON_PATH_VARIABLE, raising=False)
+    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
     s = convert(run, tmp_path / "a.otf2")
-    assert not otf2_writer._api().compiled and calls  # the ctypes path wrote the events
+    assert not capi.c_api().compiled and calls  # the ctypes path wrote the events
     out, err = capfd.readouterr()
     assert out == err == ""
     assert s.events_written > 0

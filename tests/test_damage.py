@@ -617,7 +617,8 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
                                                             when, existing):
     import minirun
 
-    from cell_otf2 import otf2_writer, stream
+    from cell_otf2 import stream
+    from cell_otf2.writer import archive
 
     run = tmp_path / "run"
     minirun.build(run)
@@ -637,7 +638,7 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
     if when == "analyze":
         monkeypatch.setattr(stream, "emit", interrupt)
     else:
-        monkeypatch.setattr(otf2_writer, "write_archive", interrupt)
+        monkeypatch.setattr(archive, "write_archive", interrupt)
     status = cli([str(run), "-o", str(anchor), "--force"])
     err = capsys.readouterr().err
     assert status != 0 and "Traceback" not in err

@@ -12,8 +12,8 @@ from writer_samples import sample_defs, sample_events
 
 from cell_otf2 import output
 from cell_otf2.errors import OutputError, UsageError
-from cell_otf2.otf2_writer import write_archive
 from cell_otf2.output import ArchiveTarget
+from cell_otf2.writer.archive import write_archive
 
 #: the first bytes of an OTF2 anchor and of any other OTF2 file (big-endian writer)
 ANCHOR_MARK, FILE_MARK = b"\x03BOTF2", b"\x03B"

@@ -198,16 +198,16 @@ def test_write_failure_while_handing_over_fails_every_process(runs, tmp_path):
     """Process 0 fails writing its third piece while the other waits for its locations: both
     exit with the output error, nobody hangs, nothing is left at the output path."""
     inject = _SLOW_PROCESS_0 + (
-        "import cell_otf2.otf2_writer as writer\n"
+        "import cell_otf2.writer.events as writer\n"
         "from cell_otf2.errors import OutputError\n"
-        "real_write = writer._EventStream.write\n"
+        "real_write = writer.EventStream.write\n"
         "calls = [0]\n"
         "def write(self, events, checked=False):\n"
         "    calls[0] += 1\n"
         "    if MPI.COMM_WORLD.Get_rank() == 0 and calls[0] == 3:\n"
         "        raise OutputError('injected: disk full')\n"
         "    return real_write(self, events, checked)\n"
-        "writer._EventStream.write = write\n"
+        "writer.EventStream.write = write\n"
     ) + _RUN_CLI
     script = tmp_path / "fail.py"
     script.write_text(inject)
@@ -299,13 +299,12 @@ def test_archive_refused_by_one_process_fails_all(runs, tmp_path):
         "import sys\n"
         "from mpi4py import MPI\n"
         "import _otf2\n"
-        "import cell_otf2.otf2_writer as w\n"
         "real = _otf2.Archive_Open\n"
         "def refuse(*args):\n"
         "    if MPI.COMM_WORLD.Get_rank() == 1:\n"
         "        raise OSError('injected: no space left')\n"
         "    return real(*args)\n"
-        "w._otf2.Archive_Open = refuse\n"
+        "_otf2.Archive_Open = refuse\n"
     ) + _RUN_CLI
     script = tmp_path / "refuse.py"
     script.write_text(inject)

@@ -28,11 +28,13 @@ from cell_otf2.convert import analyze, convert
 from cell_otf2.emit import DmaStyle, emit
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
-from cell_otf2.otf2_writer import EventGroups, WriterInputError, write_archive
 from cell_otf2.output import ArchiveTarget
 from cell_otf2.simulate import simulate_run
 from cell_otf2.stream import CHUNK_EVENTS, drop_analysis
 from cell_otf2.summary import build_summary, sync_report
+from cell_otf2.writer.archive import write_archive
+from cell_otf2.writer.checks import WriterInputError
+from cell_otf2.writer.events import EventGroups
 
 
 def hybrid(out: Path, seed: int, **kw) -> Path:

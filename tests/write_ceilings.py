@@ -1,6 +1,6 @@
 """How fast the OTF2 library takes events through the writer's own C calls with nothing else to
 do: ``write_ceiling`` (Enter/Leave pairs) and ``write_mix_ceiling`` (a given mix of event
-kinds) time the calls ``cell_otf2.otf2_writer`` makes, into a scratch archive that is removed
+kinds) time the calls ``cell_otf2.writer.events`` makes, into a scratch archive that is removed
 again. A measuring aid, not part of the converter; the figures are in docs/performance.md.
 """
 
@@ -18,11 +18,9 @@ import _otf2
 import numpy as np
 
 from cell_otf2.model import EVENT_DTYPE, Ev
-from cell_otf2.otf2_writer import _add_other_event_writers as add_other_event_writers
-from cell_otf2.otf2_writer import _address as address
-from cell_otf2.otf2_writer import _api as c_api
-from cell_otf2.otf2_writer import _Archive as OpenArchive
-from cell_otf2.otf2_writer import library_errors
+from cell_otf2.writer.capi import address, c_api, library_errors
+from cell_otf2.writer.events import add_other_event_writers
+from cell_otf2.writer.open_archive import OpenArchive
 
 
 def write_ceiling(n_events: int, tmpdir: Path) -> float:
@@ -30,7 +28,7 @@ def write_ceiling(n_events: int, tmpdir: Path) -> float:
 
     Writes ``n_events`` (rounded up to even) to one location of a scratch archive in a fresh
     directory under ``tmpdir`` with nothing else to do per event: the calls are made exactly
-    as the writer's ctypes path (``cell_otf2.otf2_writer``) makes them (``map`` over
+    as the writer's ctypes path (``cell_otf2.writer.events``) makes them (``map`` over
     prepared lists), only the calls are timed. The scratch archive is removed again.
     """
     n_pairs = max(1, (n_events + 1) // 2)

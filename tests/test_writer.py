@@ -1,4 +1,4 @@
-"""otf2_writer: a hand-built archive with every Ev kind reads back exactly as written.
+"""writer: a hand-built archive with every Ev kind reads back exactly as written.
 
 The scenario is tests/writer_samples.py's: two MPI processes on two nodes, every Ev kind.
 """
@@ -23,7 +23,6 @@ from writer_samples import (
     sample_events,
 )
 
-from cell_otf2 import otf2_writer
 from cell_otf2.errors import OutputError
 from cell_otf2.model import (
     EVENT_DTYPE,
@@ -34,7 +33,9 @@ from cell_otf2.model import (
     SystemNode,
     SystemNodeDomain,
 )
-from cell_otf2.otf2_writer import WriterInputError, write_archive
+from cell_otf2.writer import events as writer_events
+from cell_otf2.writer.archive import write_archive
+from cell_otf2.writer.checks import WriterInputError
 
 #: reader event class of each Ev
 READER_CLASS = {
@@ -206,7 +207,7 @@ def test_vite_draws_the_messages(written, tmp_path):
 
 def test_progress_every_chunk_and_fast_path(tmp_path, monkeypatch):
     """Many Enter/Leave events (the fast path) in small progress chunks read back exactly."""
-    monkeypatch.setattr(otf2_writer, "PROGRESS_EVENTS", 1000)
+    monkeypatch.setattr(writer_events, "PROGRESS_EVENTS", 1000)
     defs = sample_defs()
     n_per_loc = 2500  # odd number of chunks per location, last one partial
     events = np.zeros(3 * n_per_loc, EVENT_DTYPE)

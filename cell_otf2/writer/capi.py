@@ -1,0 +1,260 @@
+"""The OTF2 library's C side as the writer uses it: the event writer's C functions as ctypes
+objects fetched once per process (``CApi``, ``c_api``), the compiled per-event loop
+(``_evtwrite``) bound to the same functions where it is built, the library's error reports
+collected instead of printed (``LibraryErrors``, ``library_errors``) and glibc's malloc tuned
+for the library's event chunks (``tune_malloc``). It writes nothing itself and knows nothing
+of archives or event tables; why it calls C this way is in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import _otf2
+import numpy as np
+
+from ..errors import OutputError
+from ..model import (
+    ATTR_DMA_TAG,
+    ATTR_EA,
+    ATTR_LIST_ELEMENTS,
+    ATTR_LS_ADDRESS,
+    ATTR_MFC_OPCODE,
+    ATTR_PHYSICAL_SPU,
+    EVENT_DTYPE,
+    Ev,
+)
+
+try:  # the per-event loop in C, built at install time when a C compiler is there (setup.py)
+    from .. import _evtwrite
+except ImportError:
+    _evtwrite = None
+
+
+#: C signatures of the event writer calls, after (writer, attribute list, time): "I" uint32_t,
+#: "B" uint8_t, "Q" uint64_t, "p" pointer. Used to bind nothing and check everything: see CApi
+_SIGNATURES = {
+    "OTF2_EvtWriter_Enter": "I",  # region
+    "OTF2_EvtWriter_Leave": "I",
+    "OTF2_EvtWriter_MpiSend": "IIIQ",  # receiver, comm, tag, length
+    "OTF2_EvtWriter_MpiRecv": "IIIQ",  # sender, comm, tag, length
+    "OTF2_EvtWriter_MpiIsend": "IIIQQ",  # ... request id
+    "OTF2_EvtWriter_MpiIrecv": "IIIQQ",
+    "OTF2_EvtWriter_MpiIsendComplete": "Q",
+    "OTF2_EvtWriter_MpiIrecvRequest": "Q",
+    "OTF2_EvtWriter_MpiCollectiveBegin": "",
+    "OTF2_EvtWriter_MpiCollectiveEnd": "BIIQQ",  # op, comm, root, sent, received
+    "OTF2_EvtWriter_RmaGet": "IIQQ",  # window, remote, bytes, matching id
+    "OTF2_EvtWriter_RmaPut": "IIQQ",
+    "OTF2_EvtWriter_RmaOpCompleteBlocking": "IQ",  # window, matching id
+    "OTF2_EvtWriter_Metric": "IBpp",  # metric, number of values, type ids, values
+    "OTF2_EvtWriter_RmaWinCreate": "I",  # window
+    "OTF2_EvtWriter_RmaWinDestroy": "I",
+}
+
+
+class CApi:
+    """The event writer's C functions as ctypes function objects, fetched once.
+
+    The hot loop is what a conversion spends most of its time in, and most of a ctypes call's
+    cost is converting its arguments. So the functions are loaded through ``ctypes.PyDLL`` (a
+    call keeps the GIL instead of releasing and re-acquiring it around a C function that runs
+    for tens of nanoseconds; the OTF2 library calls back into Python only for its flush
+    callback, which takes the GIL it already has) and are called *without* ``argtypes``, with
+    arguments that need no conversion object: pointers and uint64_t values as ready ``c_void_p``
+    / ``c_uint64`` objects (times are made in C by ``map(c_uint64, ...)`` as the calls consume
+    them), uint32_t and uint8_t values as Python ints (ctypes passes an int as a C int, which
+    has the bit pattern of any value below 2^32; ``check_events`` refuses larger ones). That
+    is about twice as fast per call as ``argtypes`` converting every argument.
+    ``_SIGNATURES`` records each function's parameters.
+    """
+
+    def __init__(self) -> None:
+        lib = ctypes.PyDLL(_otf2.conf.lib._name)  # the library the bindings loaded
+
+        def fetch(name: str) -> ctypes._CFuncPtr:
+            fn = lib[name]  # item access returns a private function object, not the shared one
+            fn.restype = ctypes.c_int
+            return fn
+
+        self.enter = fetch("OTF2_EvtWriter_Enter")
+        self.leave = fetch("OTF2_EvtWriter_Leave")
+        self.mpi_send = fetch("OTF2_EvtWriter_MpiSend")
+        self.mpi_recv = fetch("OTF2_EvtWriter_MpiRecv")
+        self.mpi_isend = fetch("OTF2_EvtWriter_MpiIsend")
+        self.mpi_irecv = fetch("OTF2_EvtWriter_MpiIrecv")
+        self.mpi_isend_complete = fetch("OTF2_EvtWriter_MpiIsendComplete")
+        self.mpi_irecv_request = fetch("OTF2_EvtWriter_MpiIrecvRequest")
+        self.mpi_coll_begin = fetch("OTF2_EvtWriter_MpiCollectiveBegin")
+        self.mpi_coll_end = fetch("OTF2_EvtWriter_MpiCollectiveEnd")
+        self.rma_get = fetch("OTF2_EvtWriter_RmaGet")
+        self.rma_put = fetch("OTF2_EvtWriter_RmaPut")
+        self.rma_complete = fetch("OTF2_EvtWriter_RmaOpCompleteBlocking")
+        self.metric = fetch("OTF2_EvtWriter_Metric")
+        self.attr_add_u64 = fetch("OTF2_AttributeList_AddUint64")  # list, attribute (I), Q
+        #: Ev -> its C function for the kinds called as f(writer, None, time, ref)
+        self.region_fns = np.empty(max(Ev) + 1, dtype=object)
+        self.region_fns[Ev.ENTER] = self.enter
+        self.region_fns[Ev.LEAVE] = self.leave
+        #: called like Enter and Leave: f(writer, attribute list, time, window)
+        self.rma_win_create = fetch("OTF2_EvtWriter_RmaWinCreate")
+        self.rma_win_destroy = fetch("OTF2_EvtWriter_RmaWinDestroy")
+        self.win_fns = {Ev.RMA_WIN_CREATE: self.rma_win_create,
+                        Ev.RMA_WIN_DESTROY: self.rma_win_destroy}
+        self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
+        self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
+        #: the C loop (``_evtwrite``) bound to the same functions, if built; else None
+        self.compiled_loop = _evtwrite if _evtwrite is not None and _bind_compiled(self) else None
+        self.compiled = self.compiled_loop is not None
+
+
+#: ``_evtwrite.bind``'s function table, in its order
+_C_FUNCTIONS = ("enter", "leave", "mpi_send", "mpi_recv", "mpi_isend", "mpi_irecv",
+                "mpi_isend_complete", "mpi_irecv_request", "mpi_coll_begin", "mpi_coll_end",
+                "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64",
+                "rma_win_create", "rma_win_destroy")
+#: the EVENT_DTYPE columns the C loop reads, with the C type it reads them as
+_C_COLUMNS = {"loc": "<u4", "type": "u1", "ref": "<u4", "time": "<i8",
+              **{f"p{k}": "<u8" for k in range(1, 7)}}
+
+
+def _bind_compiled(api: CApi) -> bool:
+    """Hand ``_evtwrite`` the addresses of ``api``'s C functions, the row layout of
+    ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t. False (the ctypes
+    path) if a column the C loop reads changed its type."""
+    fields = EVENT_DTYPE.fields
+    if any(name not in fields or fields[name][0] != np.dtype(kind)
+           for name, kind in _C_COLUMNS.items()):
+        return False
+    _evtwrite.bind(
+        tuple(address(getattr(api, name)) for name in _C_FUNCTIONS),
+        (EVENT_DTYPE.itemsize, *(fields[name][1] for name in _C_COLUMNS)),
+        (ATTR_DMA_TAG, ATTR_MFC_OPCODE, ATTR_LIST_ELEMENTS, ATTR_EA, ATTR_LS_ADDRESS,
+         ATTR_PHYSICAL_SPU),
+        _otf2.TYPE_UINT64.value,
+    )
+    return True
+
+
+#: set (to anything non-empty) to write through the ctypes path even where ``_evtwrite`` is
+#: built: for the test that compares the two paths' archives and for bench/throughput.py only
+PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_WRITER"
+
+
+def use_compiled(api: CApi) -> bool:
+    """Write (and check) through the compiled loop: built, bound and not switched off."""
+    return api.compiled and not os.environ.get(PYTHON_PATH_VARIABLE)
+
+
+#: OTF2_ErrorCallback: (userData, file, line, function, errorCode, msgFormatString, va_list)
+_ERROR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                                   ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int,
+                                   ctypes.c_char_p, ctypes.c_void_p)
+#: OTF2 error codes that mean the device is full (ENOSPC, EDQUOT)
+_NO_SPACE_CODES = frozenset({_otf2.ERROR_ENOSPC.value, _otf2.ERROR_EDQUOT.value})
+#: OTF2 codes below this are warnings and debug notes, not errors
+_FIRST_ERROR_CODE = 1
+
+
+class LibraryErrors:
+    """The OTF2 library's error reports, collected instead of printed on stderr (its default
+    handler prints one ``[OTF2] src/...`` line per layer of a failure), so a failure becomes
+    one message of ours. Registered once per process (``library_errors``)."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.messages: list[str] = []
+        self._callback = _ERROR_CALLBACK(self._on_error)  # referenced as long as registered
+        register = ctypes.CDLL(_otf2.conf.lib._name).OTF2_Error_RegisterCallback
+        register.argtypes = [_ERROR_CALLBACK, ctypes.c_void_p]
+        register.restype = ctypes.c_void_p
+        register(self._callback, None)
+
+    def _on_error(self, _user, _file, _line, _function, code, message, _va) -> int:
+        if len(self.codes) < 64:
+            self.codes.append(int(code))
+            self.messages.append((message or b"").decode("utf-8", "replace"))
+        return code
+
+    def clear(self) -> None:
+        self.codes.clear()
+        self.messages.clear()
+
+    @property
+    def failed(self) -> bool:
+        """Did the library report an error (not a warning) since ``clear``?"""
+        return any(c >= _FIRST_ERROR_CODE for c in self.codes)
+
+    @property
+    def no_space(self) -> bool:
+        return any(c in _NO_SPACE_CODES for c in self.codes)
+
+    def failure(self, where: str) -> OutputError:
+        """One ``OutputError`` for what the library reported while writing ``where``."""
+        if self.no_space:
+            exc = OutputError(f"no space left on the device writing {where}")
+            exc.no_space = True
+            return exc
+        errors = [(c, m) for c, m in zip(self.codes, self.messages, strict=True)
+                  if c >= _FIRST_ERROR_CODE]
+        if not errors:
+            return OutputError(f"{where}: the OTF2 library failed")
+        code, message = errors[0]
+        name = _otf2.Error_GetName(_otf2.ErrorCode(code))
+        return OutputError(f"{where}: the OTF2 library failed: {name}"
+                           + (f": {message}" if message and "%" not in message else ""))
+
+
+@functools.cache
+def library_errors() -> LibraryErrors:
+    """The process's ``LibraryErrors`` (registered with the library on first use)."""
+    return LibraryErrors()
+
+
+_API: CApi | None = None
+
+
+def c_api() -> CApi:
+    """The process's ``CApi`` (fetched on first use)."""
+    global _API
+    if _API is None:
+        _API = CApi()
+    return _API
+
+
+#: glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: blocks below this come from the heap, not from mmap: above OTF2's 1 MiB event chunks
+HEAP_BLOCKS_BELOW = 4 << 20
+#: free memory at the top of the heap kept instead of given back to the system
+HEAP_KEPT = 64 << 20
+#: False: leave glibc's malloc as it is (bench/throughput.py measures both)
+TUNE_MALLOC = True
+_MALLOC_TUNED = [False]
+
+
+def tune_malloc() -> None:
+    """Once per process: tell glibc to serve OTF2's 1 MiB event chunks from the heap and keep
+    them when freed. A location's event writer takes chunks as its events fill them and frees
+    them when it is closed; by default glibc hands such blocks back to the system (munmap, or
+    trimming the top of the heap), so the next location faults the same memory in afresh (page
+    faults cost about 2 ms per MiB on this VM). On the 7.8 M events of the 6 M-record run:
+    minor page faults 72.7 k -> 34.2 k, write_archive 0.91 -> 0.71 CPU s (medians of 9
+    alternating runs). Not glibc (no ``mallopt``): nothing."""
+    if _MALLOC_TUNED[0] or not TUNE_MALLOC:
+        return
+    _MALLOC_TUNED[0] = True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCKS_BELOW)
+    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
+
+
+def address(pointer: object) -> int:
+    """The address a ctypes pointer (or handle) holds, 0 for NULL."""
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
