@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 
 import numpy as np
 
@@ -55,6 +54,7 @@ from .model import (
     ArchiveDefs,
     ClockProps,
     Communicator,
+    DmaStyle,
     DomainKind,
     Ev,
     GroupType,
@@ -75,11 +75,6 @@ from .timing import SyncResult
 
 P = fmt.PpeCode
 S = fmt.SpeCode
-
-
-class DmaStyle(StrEnum):
-    RMA = "rma"
-    MESSAGES = "messages"
 
 
 _MPI_CODES = np.array([P.MPI_SEND, P.MPI_RECV, P.MPI_ISEND, P.MPI_IRECV, P.MPI_ISEND_COMPLETE,

@@ -17,7 +17,7 @@ This module knows neither bytes nor OTF2; it checks nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 import numpy as np
 
@@ -105,6 +105,14 @@ DOMAIN_DTYPE = np.dtype(
 # --------------------------------------------------------------------------------------------
 # 2. The archive to write
 # --------------------------------------------------------------------------------------------
+
+
+class DmaStyle(StrEnum):
+    """How DMA transfers are written (docs/archive.md section 10): RMA operations on a window,
+    or messages (for viewers that draw only messages)."""
+
+    RMA = "rma"
+    MESSAGES = "messages"
 
 
 class Ev(IntEnum):
