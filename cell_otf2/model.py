@@ -7,7 +7,7 @@ definitions (never a Python object per event):
    ``RECORD_DTYPE`` rows, one per usable PPE or SPE record, with its location, clock domain and
    local time; ``ANCHOR_DTYPE`` rows, the slot-order stream (PPE records and SPE block headers)
    that synchronization reads; ``DOMAIN_DTYPE`` rows, one per clock domain.
-2. The archive to write (``emit.py`` fills it, ``otf2_writer.py`` writes it): ``ArchiveDefs``
+2. The archive to write (``emit/`` fills it, ``otf2_writer.py`` writes it): ``ArchiveDefs``
    holding every OTF2 definition, and ``EVENT_DTYPE`` rows, one per OTF2 event, already in
    per-location time order.
 

@@ -59,7 +59,8 @@ import numpy as np
 from .damage import DamageLog
 from .decode import Decoded, RunLayout, build_locations, decode
 from .dumps import Dumps, read_summaries
-from .emit import EmitStats, build_definitions, emit
+from .emit.definitions import build_definitions
+from .emit.events import EmitStats, emit
 from .errors import OutputError
 from .manifest import Manifest, load_manifest
 from .match import Matches, match

@@ -15,7 +15,8 @@ import pytest
 from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.convert import analyze
-from cell_otf2.emit import EventChunks, emit
+from cell_otf2.emit.events import emit
+from cell_otf2.emit.table import EventChunks
 from cell_otf2.model import DmaStyle, Ev, LocKind
 
 

@@ -25,7 +25,7 @@ from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import stream
 from cell_otf2.convert import analyze, convert
-from cell_otf2.emit import emit
+from cell_otf2.emit.events import emit
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
 from cell_otf2.model import DmaStyle
