@@ -10,7 +10,7 @@ mapping uses. It knows no CBT record and no definition: which events each record
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -23,7 +23,9 @@ class EventPart:
     __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time", "pin", "sub",
                  "anchor", "seq")
 
-    def __init__(self, rec, offset, typ, ref, params, loc=None, time=None) -> None:
+    def __init__(self, rec: np.ndarray, offset: int, typ: int, ref: np.ndarray | int,
+                 params: dict, loc: np.ndarray | None = None,
+                 time: np.ndarray | None = None) -> None:
         #: foreign events placed by rule, not by time: None (by time and seq), "start" (before
         #: a location's first event), "end" (after its last), "own" (right before the own
         #: Leave of record ``anchor``); ``sub`` orders events of one place
@@ -46,12 +48,13 @@ class EventPart:
     def size(self) -> int:
         return int(self.rec.size)
 
-    def take(self, sel) -> EventPart:
+    def take(self, sel: slice | np.ndarray) -> EventPart:
         """The events ``sel`` (a slice or index array) of this part."""
         def cut(v):
             return v[sel] if isinstance(v, np.ndarray) and v.ndim else v
         part = EventPart(self.rec[sel], self.offset, self.typ, cut(self.ref),
-                     {k: cut(v) for k, v in self.params.items()}, cut(self.loc), cut(self.time))
+                         {k: cut(v) for k, v in self.params.items()}, cut(self.loc),
+                         cut(self.time))
         part.pos = cut(self.pos)
         part.pin, part.sub, part.anchor = self.pin, cut(self.sub), cut(self.anchor)
         part.seq = cut(self.seq)
@@ -112,7 +115,7 @@ class EventTable:
         rec = np.asarray(rec).astype(self.index, copy=False)
         if rec.size:
             self.own_parts.append(EventPart(rec, int(offset), int(typ), event_param(ref),
-                                        {k: event_param(v) for k, v in p.items()}))
+                                            {k: event_param(v) for k, v in p.items()}))
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
         """Events anywhere: each is own or foreign as its location and time say."""
@@ -138,7 +141,7 @@ class EventTable:
                     continue
                 idx = np.flatnonzero(sel) if not sel.all() else slice(None)
                 part = EventPart(rec[idx], int(k), int(typ), cut(ref, idx),
-                             {name: cut(v, idx) for name, v in params.items()})
+                                 {name: cut(v, idx) for name, v in params.items()})
                 if is_own:
                     self.own_parts.append(part)
                 else:
@@ -432,7 +435,7 @@ class EventChunks:
         largest = max(int(starts[hi] - starts[lo]) for lo, hi in self.ranges)
         return np.empty(largest, EVENT_DTYPE)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[np.ndarray]:
         buffer = self.piece_buffer()
         for lo, hi in self.ranges:
             yield self.build(lo, hi, buffer)
