@@ -55,7 +55,7 @@ def _api_convert(run_dir: str | Path, archive: str | Path, *, force: bool = Fals
     accepted), ``progress(stage, fraction)`` a callback.
     """
     from .convert import convert
-    from .emit import DmaStyle
+    from .model import DmaStyle
     from .order import OrderOptions, check_read_delay
 
     if not 0.0 <= alpha <= 1.0:

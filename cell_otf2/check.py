@@ -31,7 +31,7 @@ from typing import Annotated
 import typer
 
 from .convert import analyze
-from .emit import emit
+from .emit.events import emit
 from .errors import EXIT_LOSSY, EXIT_OK, FormatError
 
 

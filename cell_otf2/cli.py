@@ -30,8 +30,8 @@ import typer
 
 from . import signals
 from .cli_common import choice
-from .emit import DmaStyle
 from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
+from .model import DmaStyle
 from .progress import TerminalProgress
 
 SUBCOMMANDS = ("simulate", "check", "inspect", "report", "convert")

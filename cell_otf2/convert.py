@@ -15,9 +15,9 @@ from pathlib import Path
 from .damage import DamageLog
 from .decode import decode
 from .dumps import Dumps, Progress, read_summaries
-from .emit import DmaStyle
 from .manifest import load_manifest
 from .match import match
+from .model import DmaStyle
 from .nodefit import fitted_node_maps
 from .order import OrderOptions, build_constraints
 from .output import ArchiveTarget, RunInputs

@@ -42,7 +42,7 @@ class DamageKind(StrEnum):
     missing_block = "missing_block"  # a context's block seq skips
     unusable_time = "unusable_time"  # a record whose time cannot be determined
     unresolved_wrap = "unresolved_wrap"  # records after a wrap count the trace leaves open
-    # emit.py: repairs that keep every location's Enter/Leave balanced and nested
+    # emit/balance.py: repairs that keep every location's Enter/Leave balanced and nested
     unclosed_region = "unclosed_region"  # an Enter whose Leave was lost: closed by a Leave
     leave_without_enter = "leave_without_enter"  # a Leave whose Enter was lost: not written
 

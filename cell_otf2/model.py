@@ -7,7 +7,7 @@ definitions (never a Python object per event):
    ``RECORD_DTYPE`` rows, one per usable PPE or SPE record, with its location, clock domain and
    local time; ``ANCHOR_DTYPE`` rows, the slot-order stream (PPE records and SPE block headers)
    that synchronization reads; ``DOMAIN_DTYPE`` rows, one per clock domain.
-2. The archive to write (``emit.py`` fills it, ``writer/`` writes it): ``ArchiveDefs``
+2. The archive to write (``emit/`` fills it, ``writer/`` writes it): ``ArchiveDefs``
    holding every OTF2 definition, and ``EVENT_DTYPE`` rows, one per OTF2 event, already in
    per-location time order.
 
@@ -17,7 +17,7 @@ This module knows neither bytes nor OTF2; it checks nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 import numpy as np
 
@@ -105,6 +105,14 @@ DOMAIN_DTYPE = np.dtype(
 # --------------------------------------------------------------------------------------------
 # 2. The archive to write
 # --------------------------------------------------------------------------------------------
+
+
+class DmaStyle(StrEnum):
+    """How DMA transfers are written (docs/archive.md section 10): RMA operations on a window,
+    or messages (for viewers that draw only messages)."""
+
+    RMA = "rma"
+    MESSAGES = "messages"
 
 
 class Ev(IntEnum):

@@ -54,10 +54,9 @@ import numpy as np
 from .damage import DamageLog
 from .decode import RunLayout, build_locations
 from .dumps import Progress
-from .emit import DmaStyle
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
 from .manifest import Manifest
-from .model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
+from .model import CONTEXT_DTYPE, LOCATION_DTYPE, DmaStyle, LocKind
 from .order import OrderOptions
 from .output import ArchiveTarget, RunInputs
 from .write_share import poll_quietly

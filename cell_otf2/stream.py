@@ -59,11 +59,12 @@ import numpy as np
 from .damage import DamageLog
 from .decode import Decoded, RunLayout, build_locations, decode
 from .dumps import Dumps, read_summaries
-from .emit import DmaStyle, EmitStats, build_definitions, emit
+from .emit.definitions import build_definitions
+from .emit.events import EmitStats, emit
 from .errors import OutputError
 from .manifest import Manifest, load_manifest
 from .match import Matches, match
-from .model import RECORD_DTYPE, Ev
+from .model import RECORD_DTYPE, DmaStyle, Ev
 from .order import Constraints, build_constraints
 from .output import ArchiveTarget
 from .summary import build_summary, sync_report

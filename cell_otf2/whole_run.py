@@ -16,7 +16,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .decode import LINK_DTYPE, Decoded, RunLayout
-from .emit import first_spus, sync_intervals_property
+from .emit.definitions import first_spus, sync_intervals_property
 from .manifest import Manifest
 from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
 from .model import ANCHOR_DTYPE, CONTEXT_DTYPE
@@ -108,7 +108,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
     (``_mpi_index`` order, for ``paired_mpi``), its time span (None: no usable record), and its
     interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
     report's pair figures (``whole_run``), and the SPU of each context's first run that a
-    record names (``emit.first_spus``)."""
+    record names (``emit.definitions.first_spus``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
@@ -159,8 +159,8 @@ def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
 def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],
                node_maps: list):
     """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
-    ``emit.build_definitions``, ``summary.build_summary`` and ``summary.sync_report`` (no
-    records)."""
+    ``emit.definitions.build_definitions``, ``summary.build_summary`` and
+    ``summary.sync_report`` (no records)."""
     from .summary import Pipeline
 
     nn = dec.n_nodes

@@ -2,7 +2,7 @@
 
 The last step of a parallel conversion (``stream.py`` under ``parallel.py``): each converter
 process writes the event files of the locations whose events it built, group of nodes by group,
-in pieces of whole locations (``emit.EventChunks``). The processes' loads differ (process 0
+in pieces of whole locations (``emit.table.EventChunks``). The processes' loads differ (process 0
 also paired every MPI record and fitted the node clocks; nodes differ in size; a machine's
 other work slows one process), so a process that has written all of its own pieces asks the
 others, one after the other, for more. A process that is asked (it looks between two of its
@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .emit import EVENT_DTYPE, EventChunks
+from .emit.table import EventChunks
+from .model import EVENT_DTYPE
 
 #: message tags on the sharing's own communicator
 REQUEST, REPLY, DATA = 1, 2, 3

@@ -15,8 +15,9 @@ import pytest
 from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.convert import analyze
-from cell_otf2.emit import DmaStyle, EventChunks, emit
-from cell_otf2.model import Ev, LocKind
+from cell_otf2.emit.events import emit
+from cell_otf2.emit.table import EventChunks
+from cell_otf2.model import DmaStyle, Ev, LocKind
 
 
 @pytest.fixture(scope="module", params=["context-switch-restored", "two-nodes-hybrid"])

@@ -123,7 +123,7 @@ _SLOW_PROCESS_0 = (
     "from mpi4py import MPI\n"
     "import cell_otf2.stream as stream\n"
     "import cell_otf2.write_share as share\n"
-    "from cell_otf2.emit import EventChunks\n"
+    "from cell_otf2.emit.table import EventChunks\n"
     "stream.CHUNK_EVENTS = 40\n"
     "share.GIVE_MIN = 1\n"
     "real = EventChunks.build\n"

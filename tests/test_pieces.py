@@ -1,5 +1,5 @@
-"""The writer's pieces of whole locations (``emit.EventChunks``): where they are cut, and the
-cut ``write_share`` asks for when part of a process's locations went to another process.
+"""The writer's pieces of whole locations (``emit.table.EventChunks``): where they are cut, and
+the cut ``write_share`` asks for when part of a process's locations went to another process.
 (Handing locations over between converter processes is tested under mpiexec in
 ``test_parallel.py``.)"""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cell_otf2.emit import EventChunks
+from cell_otf2.emit.table import EventChunks
 
 
 def test_pieces_cut_where_the_running_count_reaches_the_piece_size():

@@ -704,7 +704,7 @@ def test_damage_list_from_the_sync_report_and_the_archive(tmp_path):
     m = re.search(r"regions still open at their location's last event ([\d,]+)",
                   html.unescape(text))
     stray = re.search(r"Leaves of a region that was not open ([\d,]+)", text)
-    # the writer closes what a damaged run leaves open (emit.py), so the archive balances
+    # the writer closes what a damaged run leaves open (emit/balance.py), so the archive balances
     opened = int(m.group(1).replace(",", "")) if m else 0
     closed_stray = int(stray.group(1).replace(",", "")) if stray else 0
     assert enters - opened == leaves - closed_stray  # every other Enter has its Leave

@@ -25,9 +25,10 @@ from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import stream
 from cell_otf2.convert import analyze, convert
-from cell_otf2.emit import DmaStyle, emit
+from cell_otf2.emit.events import emit
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
+from cell_otf2.model import DmaStyle
 from cell_otf2.output import ArchiveTarget
 from cell_otf2.simulate import simulate_run
 from cell_otf2.stream import CHUNK_EVENTS, drop_analysis
