@@ -44,13 +44,13 @@ from cell_otf2 import baseline_time as bt
 from cell_otf2 import evaluate as ev
 from cell_otf2.convert import analyze
 from cell_otf2.order import OrderOptions
-from cell_otf2.simulate import simulate_run
-from cell_otf2.truth import load_truth
+from cell_otf2.sim.run import simulate_run
+from cell_otf2.sim.truth import load_truth
 
 OUT = Path(__file__).resolve().parent / "out"
 METHODS = ("ours", "paper", "anchored", "lamport")
 #: the simulator's sources: a cached run is reused only if none of them changed
-SIM_SOURCES = ("simulate.py", "truth.py", "format.py", "sim")
+SIM_SOURCES = ("format.py", "sim")
 #: diagnostic variants of our pipeline (same traces): where the width difference comes from
 VARIANTS = {
     "ours on the paper's constraints": bt.PAPER_ORDER,

@@ -99,7 +99,7 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
     from cell_otf2.convert import analyze, convert
     from cell_otf2.match import MsgKind
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     truth = load_truth(run)
     hz = truth.timebase_hz
@@ -281,7 +281,7 @@ TARGET_WANDER = (0.5, 2.0)
 
 
 def simulate_regime(run: Path, params: tuple) -> None:
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     interval, run_s, nodes, ppm, wander_us, period_s, seed = params
     simulate_run(run, "hybrid", seed=seed, nodes=nodes, ranks=2 * nodes, spes=1, chunks=1,
@@ -312,7 +312,7 @@ def measure_regime(name: str, run: Path) -> dict:
     """Ours (the converter's maps) and linear interpolation on one regime run; the archive
     written and read back."""
     from cell_otf2.convert import analyze, convert
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     params = REGIMES[name]
     truth = load_truth(run)
@@ -457,7 +457,7 @@ def main() -> None:
     rows: list[dict] = []
     big = None
     if not args.skip_sim:
-        from cell_otf2.simulate import simulate_run
+        from cell_otf2.sim.run import simulate_run
 
         work = args.keep or Path(tempfile.mkdtemp(prefix="nodes-bench-"))
         work.mkdir(parents=True, exist_ok=True)

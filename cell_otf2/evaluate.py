@@ -42,10 +42,10 @@ from .decode import Decoded
 from .match import Matches
 from .model import DomainKind, LocKind
 from .order import Constraints
+from .sim.truth import Truth
 from .summary import Pipeline
 from .sync import pair_width_stats
 from .timing import NodeMap, SyncResult, apply_times
-from .truth import Truth
 
 COVER_TOL = 1e-6  # ticks: float rounding of bounds, not a loosening
 

@@ -166,7 +166,7 @@ SIM_CASES = {
 
 
 def _simulate(out: Path, case: dict, seed: int = 3) -> Path:
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     sim.simulate_run(out, seed=seed, **case)
     return out
 
@@ -201,7 +201,7 @@ TRUTH_BEYOND_BOUND = {0.0: 4.0, 8.0: 0.0}
 @pytest.mark.parametrize("read_delay", sorted(TRUTH_BEYOND_BOUND))
 def test_sync_against_truth(sim_run, read_delay):
     """Every record's synchronized time is within its interval's bound of the truth."""
-    truth_mod = pytest.importorskip("cell_otf2.truth")
+    truth_mod = pytest.importorskip("cell_otf2.sim.truth")
     name, run = sim_run
     truth = truth_mod.load_truth(run)
     pipe = analyze(run, order_options=OrderOptions(read_delay_ticks=read_delay))
@@ -327,8 +327,8 @@ def _spe_true_times(jump: int) -> list[int]:
 def test_interval_spanning_wraps_before_a_switch(tmp_path):
     """An interval that wraps several times before its STOP is cut at the right pass of the
     STOP value (the readings of blocks flushed before the STOP are certainly before it)."""
-    sim = pytest.importorskip("cell_otf2.simulate")
-    truth_mod = pytest.importorskip("cell_otf2.truth")
+    sim = pytest.importorskip("cell_otf2.sim.run")
+    truth_mod = pytest.importorskip("cell_otf2.sim.truth")
     run = tmp_path / "run"
     sim.simulate_run(run, "blackscholes", 5, spes=5, phases=2, chunks=4, spus=3)
     truth = truth_mod.load_truth(run)

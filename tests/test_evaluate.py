@@ -161,8 +161,8 @@ def test_anchored_on_minirun_is_off_by_the_run_begin_gap(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    from cell_otf2.simulate import simulate_run
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.run import simulate_run
+    from cell_otf2.sim.truth import load_truth
 
     run = tmp_path_factory.mktemp("eval") / "run"
     simulate_run(run, "fft", seed=5, spes=4, phases=2, chunks=4, spe_buffer_records=1)
@@ -239,8 +239,8 @@ def test_paper_and_baselines_run_on_the_same_trace(small_run):
 def test_anchored_continues_across_links(tmp_path, opts, lo, hi):
     """Anchored error changes from one interval of a context to the next only by what the
     link cannot see (write truncation, restore latency), never by whole decrementer spans."""
-    from cell_otf2.simulate import simulate_run
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.run import simulate_run
+    from cell_otf2.sim.truth import load_truth
 
     simulate_run(tmp_path / "run", "fft", seed=5, spes=4, chunks=4, **opts)
     pipe = analyze(tmp_path / "run")

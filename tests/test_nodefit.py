@@ -202,7 +202,7 @@ def test_nodes_without_messages_both_ways_are_not_fitted():
 
 @pytest.fixture(scope="module")
 def hybrid_run(tmp_path_factory):
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     out = tmp_path_factory.mktemp("two-nodes-drift") / "run"
     sim.simulate_run(out, "hybrid", seed=4, nodes=2, ranks=4, spes=1, chunks=1, phases=120,
                      max_ppm=50.0)
@@ -211,7 +211,7 @@ def hybrid_run(tmp_path_factory):
 
 def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
     from cell_otf2.convert import analyze
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     pipe = analyze(hybrid_run)
     truth = load_truth(hybrid_run)
@@ -231,8 +231,8 @@ def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tm
     from test_convert import check_archive
 
     from cell_otf2.convert import analyze, convert
+    from cell_otf2.sim.truth import load_truth
     from cell_otf2.timing import start_time_maps
-    from cell_otf2.truth import load_truth
 
     pipe = analyze(hybrid_run)
     pts = nf.points_from_trace(pipe.decoded, pipe.matches)
@@ -300,7 +300,7 @@ LINEAR_RMS_US, LINEAR_MAX_US, WANDER_RMS_US, WANDER_MAX_US = 0.2, 0.5, 0.5, 2.0
 
 
 def simulate_regime(out, interval_s, run_s, nodes, ppm, wander_us, period_s, seed):
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     simulate_run(out, "hybrid", seed=seed, nodes=nodes, ranks=2 * nodes, spes=1, chunks=1,
                  duration_s=run_s, compute_s=interval_s, max_ppm=ppm, drift_segments=1,
@@ -313,7 +313,7 @@ def record_errors_us(run, node_maps) -> np.ndarray:
     nodes (their true times mapped to the node's timebase), microseconds."""
     import json
 
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     truth = load_truth(run)
     procs = json.loads((run / "run.json").read_text())["processes"]

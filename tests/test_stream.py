@@ -30,7 +30,7 @@ from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
 from cell_otf2.otf2_writer import EventGroups, WriterInputError, write_archive
 from cell_otf2.output import ArchiveTarget
-from cell_otf2.simulate import simulate_run
+from cell_otf2.sim.run import simulate_run
 from cell_otf2.stream import CHUNK_EVENTS, drop_analysis
 from cell_otf2.summary import build_summary, sync_report
 
