@@ -228,7 +228,7 @@ def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
 def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tmp_path):
     import json
 
-    from test_convert import check_archive
+    from otf2check import check_archive
 
     from cell_otf2.convert import analyze, convert
     from cell_otf2.sim.truth import load_truth
@@ -364,7 +364,7 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     event before one that happened before it; the Score-P-style baseline reverses messages
     on the same pairs."""
 
-    from test_convert import check_archive
+    from otf2check import check_archive
 
     from cell_otf2.convert import convert
 
