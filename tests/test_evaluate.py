@@ -1,4 +1,4 @@
-"""Accuracy metrics (cell_otf2.evaluate) and baselines (cell_otf2.baseline_time).
+"""Accuracy metrics (cellbench.evaluate) and baselines (cellbench.baselines).
 
 Hand-made cases with known answers for every metric, the anchored baseline on the hand-built
 run (its error is exactly the CTX_RUN_BEGIN -> START distance), and one small simulated run
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import minirun  # noqa: E402
 import numpy as np
 import pytest
+from cellbench import baselines as bt
+from cellbench import evaluate as ev
 
-from cell_otf2 import baseline_time as bt
-from cell_otf2 import evaluate as ev
 from cell_otf2 import format as fmt
 from cell_otf2.convert import analyze
 from cell_otf2.match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches

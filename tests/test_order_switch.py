@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cellbench import evaluate as ev
 
-from cell_otf2 import evaluate as ev
 from cell_otf2.convert import analyze
 from cell_otf2.decode import LinkKind
 from cell_otf2.order import Constraints, OrderOptions, build_constraints

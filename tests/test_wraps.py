@@ -17,9 +17,9 @@ from pathlib import Path
 import minirun  # noqa: E402
 import numpy as np
 import pytest
+from cellbench import evaluate as ev  # noqa: E402
 
 from cell_otf2 import decode  # noqa: E402
-from cell_otf2 import evaluate as ev  # noqa: E402
 from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.clocks import MOD  # noqa: E402
 from cell_otf2.convert import analyze  # noqa: E402
