@@ -9,7 +9,7 @@ per SPE block, ``spe_buffer_records=1``, and the default buffered blocks), a con
 per decrementer restore mode (16 contexts on 4 SPUs), and one scale row (>= 10,000 live
 intervals and >= 1e6 constraints; --quick makes it small). For each run: our synchronization
 (``convert.analyze`` defaults), the paper's algorithm as published, anchored raw times and
-Lamport bumping (``cell_otf2.baseline_time``), measured by ``cell_otf2.evaluate``.
+Lamport bumping (``cellbench.baselines``), measured by ``cellbench.evaluate``.
 
 Node clocks (issue 5, ``--nodes``, machinery of ``bench/nodes.py``): hybrid runs of 10 minutes
 (--quick: 1 minute) on 2, 4 and 16 nodes, 2 ranks per node, drift up to +-50 ppm plus wander,
@@ -39,18 +39,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nodes as node_bench  # noqa: E402  (bench/nodes.py: the node-fit rows)
+from cellbench import baselines as bt
+from cellbench import evaluate as ev
 
-from cell_otf2 import baseline_time as bt
-from cell_otf2 import evaluate as ev
 from cell_otf2.convert import analyze
 from cell_otf2.order import OrderOptions
-from cell_otf2.simulate import simulate_run
-from cell_otf2.truth import load_truth
+from cell_otf2.sim.run import simulate_run
+from cell_otf2.sim.truth import load_truth
 
 OUT = Path(__file__).resolve().parent / "out"
 METHODS = ("ours", "paper", "anchored", "lamport")
 #: the simulator's sources: a cached run is reused only if none of them changed
-SIM_SOURCES = ("simulate.py", "truth.py", "format.py", "sim")
+SIM_SOURCES = ("format.py", "sim")
 #: diagnostic variants of our pipeline (same traces): where the width difference comes from
 VARIANTS = {
     "ours on the paper's constraints": bt.PAPER_ORDER,

@@ -87,7 +87,7 @@ JSON_VALUES = (None, True, False, -1, 0, 1, 2, 7, 1 << 64, -(1 << 63), 1.5, "", 
 
 def make_bases(seed: int) -> dict[str, dict[str, bytes]]:
     """Every base run as {file name: bytes} (run.json and the dumps, no truth files)."""
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     out = {}
     with tempfile.TemporaryDirectory(prefix="fuzz-base-") as tmp:

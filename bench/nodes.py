@@ -8,7 +8,7 @@ Rows:
   start and the end (Score-P, VampirTrace); cross-node pairs each leaves reversed; MPI
   messages received before their send in the times handed to the writer, and for runs under
   ``--read-back-below`` records also read back from the written archive; the fit's time
-  (``nodefit.fit_points`` on the run's pairs, as the converter calls it);
+  (``nodefit.fit.fit_points`` on the run's pairs, as the converter calls it);
 - regime rows (issue 16): linear drift and oscillator wander (a sine of 5-15 us over 1-4
   minutes), MPI exchanges every 20 ms to 5 s, runs of 10 s to 30 min (``REGIMES``), the
   converter's maps and linear interpolation against the truth at every record of the other
@@ -42,8 +42,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from cellbench.node_baselines import fit_linear_interpolation
 
-from cell_otf2 import nodefit as nf
+from cell_otf2.nodefit.fit import PiecewiseMap, fit_points, points_from_trace
+from cell_otf2.nodefit.points import POINT_DTYPE, map_to_reference, slacks
 from cell_otf2.sim.clocks import make_node_clock
 
 HZ = 14_318_000
@@ -57,7 +59,7 @@ def errors_us(maps: list, truth_maps: list, grid: list[np.ndarray], hz: float) -
     for m, (to_ref, x) in zip(maps[1:], zip(truth_maps[1:], grid[1:], strict=True), strict=True):
         if m is None:
             continue
-        out.append((nf.map_to_reference(m, x) - to_ref(x)) / hz * 1e6)
+        out.append((map_to_reference(m, x) - to_ref(x)) / hz * 1e6)
     return np.concatenate(out) if out else np.zeros(0)
 
 
@@ -99,7 +101,7 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
     from cell_otf2.convert import analyze, convert
     from cell_otf2.match import MsgKind
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     truth = load_truth(run)
     hz = truth.timebase_hz
@@ -108,7 +110,7 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     pipe = analyze(run, timings=stages)
     t_an = time.perf_counter() - t0
     dec = pipe.decoded
-    pts = nf.points_from_trace(dec, pipe.matches)
+    pts = points_from_trace(dec, pipe.matches)
     t_all = np.concatenate([v[np.isfinite(v)] for v in truth.slot_time.values()])
     span = np.linspace(t_all.min(), t_all.max(), 20001)
     grid = [truth.reference_to_node(n, span) for n in truth.node_names]
@@ -126,11 +128,11 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     mpi = msgs[msgs["kind"] == MsgKind.MPI]
     row["reversed_mpi"] = int((rec["time"][mpi["recv"]] < rec["time"][mpi["send"]]).sum())
     e = errors_us(pipe.sync.node_maps, tmaps, grid, hz)
-    row["reversed_pairs"] = int((nf._slacks(pts, pipe.sync.node_maps) < 0).sum())
+    row["reversed_pairs"] = int((slacks(pts, pipe.sync.node_maps) < 0).sum())
     row["ours_rms_us"], row["ours_max_us"] = _rms_max(e)
     ref = dec.manifest.node_of_rank(0)
     t0, c0 = time.perf_counter(), time.process_time()
-    fit = nf.fit_points(pts, dec.n_nodes, ref, hz)
+    fit = fit_points(pts, dec.n_nodes, ref, hz)
     row["fit_s"], row["fit_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
     row["fit_steps"] = fit.seconds
     print(f"    {'ours (piecewise LP)':22s} {_stats(e)}  reversed pairs {row['reversed_pairs']:7d}"
@@ -139,9 +141,9 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     for label, method in (("constant offsets", "constant"), ("linear interpolation", "linear")):
         t0 = time.perf_counter()
         if method == "linear":
-            bfit = nf.fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
+            bfit = fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
         else:
-            bfit = nf.fit_points(pts, dec.n_nodes, ref, hz, method=method)
+            bfit = fit_points(pts, dec.n_nodes, ref, hz, method=method)
         el = time.perf_counter() - t0
         eb = errors_us(bfit.maps, tmaps, grid, hz)
         row[f"{method}_rms_us"], row[f"{method}_max_us"] = _rms_max(eb)
@@ -221,7 +223,7 @@ def synthetic_points(n_nodes: int, n_messages: int, duration_s: float, seed: int
     a, b = pairs_a[k, 0], pairs_a[k, 1]
     ts = rng.uniform(t0, t1, n_messages)
     tr = ts + (rng.uniform(6.0, 11.0, n_messages) + rng.uniform(0.1, 0.5, n_messages)) * hz / 1e6
-    pts = np.zeros(n_messages, nf.POINT_DTYPE)
+    pts = np.zeros(n_messages, POINT_DTYPE)
     pts["a"], pts["b"] = a, b
     for i, c in enumerate(clocks):
         sa, sb = a == i, b == i
@@ -239,7 +241,7 @@ def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> dict
     print(f"  {n_nodes} nodes, {n_messages} messages over {duration_s:.0f} s "
           f"(made in {time.perf_counter() - t0:.1f} s)", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    fit = nf.fit_points(pts, n_nodes, 0, HZ)
+    fit = fit_points(pts, n_nodes, 0, HZ)
     el, cpu = time.perf_counter() - t0, time.process_time() - c0
     steps = ", ".join(f"{k} {v:.2f} s" for k, v in fit.seconds.items())
     e = errors_us(fit.maps, tmaps, grid, HZ)
@@ -281,7 +283,7 @@ TARGET_WANDER = (0.5, 2.0)
 
 
 def simulate_regime(run: Path, params: tuple) -> None:
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     interval, run_s, nodes, ppm, wander_us, period_s, seed = params
     simulate_run(run, "hybrid", seed=seed, nodes=nodes, ranks=2 * nodes, spes=1, chunks=1,
@@ -304,7 +306,7 @@ def record_errors_us(run: Path, node_maps: list, truth) -> np.ndarray:
         t = truth.slot_time[p["rank"]]
         t = t[np.isfinite(t)]
         x = truth.reference_to_node(p["node"], t)
-        out.append((nf.map_to_reference(m, x) - t) / truth.timebase_hz * 1e6)
+        out.append((map_to_reference(m, x) - t) / truth.timebase_hz * 1e6)
     return np.concatenate(out) if out else np.zeros(0)
 
 
@@ -312,7 +314,7 @@ def measure_regime(name: str, run: Path) -> dict:
     """Ours (the converter's maps) and linear interpolation on one regime run; the archive
     written and read back."""
     from cell_otf2.convert import analyze, convert
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     params = REGIMES[name]
     truth = load_truth(run)
@@ -320,17 +322,17 @@ def measure_regime(name: str, run: Path) -> dict:
     pipe = analyze(run)
     t_an = time.perf_counter() - t0
     dec = pipe.decoded
-    pts = nf.points_from_trace(dec, pipe.matches)
+    pts = points_from_trace(dec, pipe.matches)
     hz = truth.timebase_hz
     row: dict = {"name": name, "interval_s": params[0], "run_s": params[1], "nodes": params[2],
                  "wander_us": params[4], "pairs": int(pts.size), "analyze_s": t_an}
     maps = pipe.sync.node_maps
     row["ours_rms_us"], row["ours_max_us"] = _rms_max(record_errors_us(run, maps, truth))
-    row["reversed_pairs"] = int((nf._slacks(pts, maps) < 0).sum())
+    row["reversed_pairs"] = int((slacks(pts, maps) < 0).sum())
     row["segments"] = int(sum(m.knots_node.size - 1 for m in maps
-                              if isinstance(m, nf.PiecewiseMap)))
+                              if isinstance(m, PiecewiseMap)))
     ref = dec.manifest.node_of_rank(0)
-    lin = nf.fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
+    lin = fit_linear_interpolation(pts, dec.n_nodes, ref, hz)
     row["linear_rms_us"], row["linear_max_us"] = _rms_max(record_errors_us(run, lin.maps, truth))
     row["linear_reversed_pairs"] = lin.reversed
     out = Path(tempfile.mkdtemp(prefix="nodes-archive-"))
@@ -457,7 +459,7 @@ def main() -> None:
     rows: list[dict] = []
     big = None
     if not args.skip_sim:
-        from cell_otf2.simulate import simulate_run
+        from cell_otf2.sim.run import simulate_run
 
         work = args.keep or Path(tempfile.mkdtemp(prefix="nodes-bench-"))
         work.mkdir(parents=True, exist_ok=True)

@@ -273,7 +273,7 @@ def main() -> None:
     try:
         run = a.run
         if run is None:
-            from cell_otf2.simulate import simulate_run
+            from cell_otf2.sim.run import simulate_run
 
             run = work / "run"
             if run.exists():

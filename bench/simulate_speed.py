@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cell_otf2.simulate import simulate_run
+from cell_otf2.sim.run import simulate_run
 
 SPES = 16
 CHUNKS = 256

@@ -19,11 +19,11 @@ import argparse
 import time
 
 import numpy as np
+from cellbench.sync_baselines import lamport_offsets, paper_solve
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import bellman_ford, johnson
 
 from cell_otf2 import sync
-from cell_otf2.sync_baselines import lamport_offsets, paper_solve
 
 
 def make_instance(

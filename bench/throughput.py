@@ -42,7 +42,7 @@ SEED = 7
 
 def _records_per_phase() -> tuple[int, int]:
     """(records of the set-up, records per phase) of SHAPE, from two tiny simulations."""
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     counts = []
     with tempfile.TemporaryDirectory(prefix="tp-calib-") as tmp:
@@ -65,7 +65,7 @@ def simulated_run(records: int) -> Path:
     if stamp.exists():
         print(f"reusing {run}")
         return run
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     if run.exists():
         shutil.rmtree(run)

@@ -133,11 +133,11 @@ def _register() -> None:
     app.command("check", help="Report every problem of RUN_DIR without converting it "
                 "(exit 0 clean, 1 contained damage, 3 refused).")(_interruptible(check_command))
     try:
-        from . import cli_simulate
+        from .sim import cli as sim_cli
     except ImportError:  # the simulator is optional for conversion
         return
     app.command("simulate", help="Write a synthetic CBT 1 run with its ground truth.")(
-        _interruptible(cli_simulate.simulate_command)
+        _interruptible(sim_cli.simulate_command)
     )
 
 

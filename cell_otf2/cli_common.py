@@ -1,4 +1,4 @@
-"""Small helpers the typer commands share (``cli.py``, ``cli_simulate.py``): option checks
+"""Small helpers the typer commands share (``cli.py``, ``sim/cli.py``): option checks
 that answer in our own words. No command and no pipeline logic here.
 """
 

@@ -18,7 +18,7 @@ from .dumps import Dumps, Progress, read_summaries
 from .manifest import load_manifest
 from .match import match
 from .model import DmaStyle
-from .nodefit import fitted_node_maps
+from .nodefit.fit import fitted_node_maps
 from .order import OrderOptions, build_constraints
 from .output import ArchiveTarget, RunInputs
 from .summary import Pipeline, Summary

@@ -76,7 +76,7 @@ class SyncSolution:
 # ------------------------------------------------------------------------------------------
 
 
-def _as_edges(n_domains: int, src, dst, weight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def as_edges(n_domains: int, src, dst, weight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     src = np.asarray(src, dtype=np.int64).ravel()
     dst = np.asarray(dst, dtype=np.int64).ravel()
     weight = np.asarray(weight, dtype=np.float64).ravel()
@@ -100,7 +100,7 @@ def collapse_parallel(
     n_domains: int, src, dst, weight
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Keep, for every (src, dst) pair, only the smallest weight; sorted by (src, dst)."""
-    src, dst, weight = _as_edges(n_domains, src, dst, weight)
+    src, dst, weight = as_edges(n_domains, src, dst, weight)
     if src.size == 0:
         return src, dst, weight
     key = src * n_domains + dst
@@ -404,7 +404,7 @@ class _Reduced:
         return dist + base - sign * q
 
 
-def _reduced_graph(
+def reduced_graph(
     n: int,
     src: np.ndarray,
     dst: np.ndarray,
@@ -449,9 +449,9 @@ def solve(n_domains: int, src, dst, weight, reference: int, alpha: float = 0.5) 
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     timings: dict[str, float] = {}
-    src, dst, weight = _as_edges(n_domains, src, dst, weight)
+    src, dst, weight = as_edges(n_domains, src, dst, weight)
     n = n_domains
-    graph, potential = _reduced_graph(n, src, dst, weight, reference, timings)
+    graph, potential = reduced_graph(n, src, dst, weight, reference, timings)
     t3 = time.perf_counter()
     ref = np.array([reference])
     zero = np.zeros(1)
@@ -508,8 +508,8 @@ def all_pairs_bounds(
     pass a subset for thousands of domains. Raises ValueError if ``relaxation`` is below
     what the system needs (negative cycles remain).
     """
-    src, dst, weight = _as_edges(n_domains, src, dst, weight)
-    graph, potential = _reduced_graph(n_domains, src, dst, weight, anchor=0)
+    src, dst, weight = as_edges(n_domains, src, dst, weight)
+    graph, potential = reduced_graph(n_domains, src, dst, weight, anchor=0)
     need = potential.relaxation
     if relaxation < need - 1e-9 * max(1.0, abs(need)):
         raise ValueError(f"relaxation {relaxation} below the required {need}: negative cycles")
@@ -540,7 +540,7 @@ def pair_width_stats(
     ``keep``), ``mean_spe_spe`` (every unordered SPE pair); NaN where there is no such pair,
     inf where a pair is unbounded. Raises ValueError like ``all_pairs_bounds``.
     """
-    src, dst, weight = _as_edges(n_domains, src, dst, weight)
+    src, dst, weight = as_edges(n_domains, src, dst, weight)
     keep = np.asarray(keep, dtype=np.int64)
     is_spe = np.asarray(is_spe, dtype=bool)
     k = keep.size
@@ -548,7 +548,7 @@ def pair_width_stats(
              "mean_spe_spe": math.nan}
     if k < 2:
         return stats
-    graph, potential = _reduced_graph(n_domains, src, dst, weight, anchor=int(keep[0]))
+    graph, potential = reduced_graph(n_domains, src, dst, weight, anchor=int(keep[0]))
     need = potential.relaxation
     if relaxation < need - 1e-9 * max(1.0, abs(need)):
         raise ValueError(f"relaxation {relaxation} below the required {need}: negative cycles")

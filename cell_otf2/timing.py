@@ -3,8 +3,8 @@
 Per node, the node's timebase domain is the reference (tau, offset 0) for the SPE intervals of
 that node (``sync.solve`` with alpha, default 1/2). Each node's timebase then maps to the
 reference node's (the node hosting rank 0, docs/archive.md) through its ``NodeMap``
-(``offset + rate * timebase``, or piecewise linear: ``nodefit.PiecewiseMap``): the reference
-node is the identity; other nodes use the fit of ``nodefit.py`` when the caller passes it,
+(``offset + rate * timebase``, or piecewise linear: ``nodefit.fit.PiecewiseMap``): the
+reference node is the identity; other nodes use the fit of ``nodefit/`` when the caller passes it,
 otherwise the start-time baseline from the manifest (wall clocks read with each process's start
 timebase; NTP-accurate only, said in the report). Segments of a live interval that decode
 split at a step that may hide wraps are joined again where the bounds allow one wrap count

@@ -75,7 +75,7 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
     on the whole trace (records in (location, slot) order, so pairs and points come out in
     the serial order). Returns the node maps, the per-process within-node pairs (local record
     indexes) and the state step 5 needs."""
-    from .nodefit import fitted_node_maps
+    from .nodefit.fit import fitted_node_maps
 
     recs = np.concatenate([p[0] for p in parts])
     epoch = np.concatenate([p[1] for p in parts])

@@ -13,8 +13,12 @@ test modules without ``__init__.py``).
   and the definitions (locations, groups, system tree, regions, communicators, clock, location
   properties, creator).
 - ``vite_render``: renders the archive to SVG with ViTE and counts the message arrows.
+- ``check_archive``: an undamaged run's archive against its raw dumps (``expected_counts``: the
+  events per location and kind that the dumps imply, counted independently of the converter's
+  mapping code), every message and DMA paired, time non-decreasing, no receive before its send.
 
-It asserts nothing about synchronization quality; it only reads back what was written.
+Beyond that last check it asserts nothing about synchronization quality; it reads back what
+was written.
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import _otf2
+import numpy as np
 import otf2
+
+from cell_otf2 import format as fmt
+from cell_otf2.manifest import load_manifest
+from cell_otf2.reader import read_dump
 
 #: location type values of OTF2 (the reader calls ACCELERATOR_STREAM by its old name, GPU)
 LOCATION_TYPE_NAMES = {0: "UNKNOWN", 1: "CPU_THREAD", 2: "ACCELERATOR_STREAM", 3: "METRIC"}
@@ -287,3 +296,99 @@ def vite_render(anchor: Path, svg_path: Path, timeout: float = 120) -> int | Non
     if "</svg>" not in text:
         raise AssertionError(f"vite wrote an incomplete SVG: {svg_path}")
     return len(_ARROW.findall(text))
+
+
+# ------------------------------------------------------------------------------------------
+# an archive against the raw dumps it was converted from
+# ------------------------------------------------------------------------------------------
+
+P, S = fmt.PpeCode, fmt.SpeCode
+SNDSIG = (0xA0, 0xA1, 0xA2)
+
+
+def expected_counts(run_dir: Path) -> Counter:
+    """(location name, OTF2 event class) -> count, from the raw dumps (docs/archive.md).
+
+    Assumes an undamaged run in which every mailbox value, signal and DMA has its partner.
+    """
+    man = load_manifest(run_dir)
+    want: Counter = Counter()
+    # a manifest PPE region "spe_context_run" (the tracer's ENTER/LEAVE around the call) is
+    # the run's one region: CTX_RUN_BEGIN/END then give none (docs/archive.md, Regions)
+    run_region = not any(g.name == "spe_context_run" and g.core == "ppe" for g in man.regions)
+    for p in man.processes:
+        d = read_dump(man.dump_path(p.rank), man, p.rank)
+        r = p.rank
+        for code, thread, a, b in zip(d.ppe["code"].tolist(), d.ppe["thread"].tolist(),
+                                      d.ppe["a"].tolist(), d.ppe["b"].tolist(), strict=True):
+            loc = f"PPE thread {thread} (rank {r})"
+            if code in (P.ENTER, P.IN_MBOX_WRITE_BEGIN, P.OUT_MBOX_READ_BEGIN,
+                        P.OUT_INTR_MBOX_READ_BEGIN) or (code == P.CTX_RUN_BEGIN and run_region):
+                want[loc, "Enter"] += 1
+            if code in (P.LEAVE, P.IN_MBOX_WRITE_END, P.OUT_MBOX_READ_END,
+                        P.OUT_INTR_MBOX_READ_END) or (code == P.CTX_RUN_END and run_region):
+                want[loc, "Leave"] += 1
+            if code in (P.CTX_CREATE, P.CTX_LOAD, P.CTX_DESTROY, P.SIGNAL_WRITE):
+                want[loc, "Enter"] += 1
+                want[loc, "Leave"] += 1
+            if code in (P.IN_MBOX_WRITE_BEGIN, P.SIGNAL_WRITE, P.MPI_SEND):
+                want[loc, "MpiSend"] += 1
+            if code in (P.OUT_MBOX_READ_END, P.OUT_INTR_MBOX_READ_END, P.MPI_RECV):
+                want[loc, "MpiRecv"] += 1
+            simple = {P.MPI_ISEND: "MpiIsend", P.MPI_ISEND_COMPLETE: "MpiIsendComplete",
+                      P.MPI_IRECV_REQUEST: "MpiIrecvRequest", P.MPI_IRECV: "MpiIrecv",
+                      P.MPI_COLL_BEGIN: "MpiCollectiveBegin",
+                      P.MPI_COLL_END: "MpiCollectiveEnd", P.COUNTER: "Metric"}
+            if code in simple:
+                want[loc, simple[code]] += 1
+            if code == P.CTX_SWITCH:
+                spe = f"SPE ctx {a} (rank {r})"
+                want[spe, "Enter" if b == fmt.SwitchType.STOP else "Leave"] += 1
+        for code, ctx, a in zip(d.spe["code"].tolist(), d.spe["ctx"].tolist(),
+                                d.spe["a"].tolist(), strict=True):
+            loc = f"SPE ctx {ctx} (rank {r})"
+            if code in (S.ENTER, S.START, S.IN_MBOX_READ_BEGIN, S.OUT_MBOX_WRITE_BEGIN,
+                        S.OUT_INTR_MBOX_WRITE_BEGIN, S.SIGNAL_READ_BEGIN, S.TAG_WAIT_BEGIN):
+                want[loc, "Enter"] += 1
+            if code in (S.LEAVE, S.EXIT, S.IN_MBOX_READ_END, S.OUT_MBOX_WRITE_END,
+                        S.OUT_INTR_MBOX_WRITE_END, S.SIGNAL_READ_END, S.TAG_WAIT_END):
+                want[loc, "Leave"] += 1
+            if code == S.DECR_WRITE:
+                want[loc, "Enter"] += 1
+                want[loc, "Leave"] += 1
+            if code in (S.OUT_MBOX_WRITE_BEGIN, S.OUT_INTR_MBOX_WRITE_BEGIN):
+                want[loc, "MpiSend"] += 1
+            if code in (S.IN_MBOX_READ_END, S.SIGNAL_READ_END):
+                want[loc, "MpiRecv"] += 1
+            if code == S.COUNTER:
+                want[loc, "Metric"] += 1
+            if code == S.DMA:
+                if a in SNDSIG:
+                    want[loc, "MpiSend"] += 1
+                else:
+                    want[loc, "RmaGet" if fmt.is_get(a) else "RmaPut"] += 1
+                    want[loc, "RmaOpCompleteBlocking"] += 1
+                    # the DMA window exists on each location that uses it (Score-P's way)
+                    want[loc, "RmaWinCreate"] = want[loc, "RmaWinDestroy"] = 1
+    return +want
+
+
+def check_archive(anchor: Path, run_dir: Path) -> None:
+    """An undamaged run's archive: otf2-print passes, exactly the events ``expected_counts``
+    gives per location and kind, every message, DMA and completion paired, each location's
+    time non-decreasing, and no receive before its send."""
+    otf2_print_ok(anchor)
+    rb = read_events(anchor)
+    got = +Counter(rb.counts)
+    want = expected_counts(run_dir)
+    diff = {k: (want.get(k, 0), got.get(k, 0)) for k in set(want) | set(got)
+            if want.get(k, 0) != got.get(k, 0)}
+    assert not diff, f"(expected, found) per (location, kind): {sorted(diff.items())[:20]}"
+    assert not rb.unmatched_sends and not rb.unmatched_recvs
+    assert not rb.unmatched_completions
+    assert all(op.complete_time is not None and op.complete_time >= op.issue_time
+               for op in rb.rma)
+    for loc, times in rb.times.items():
+        assert np.all(np.diff(times) >= 0), loc
+    for msg in rb.messages:  # after synchronization no receive is before its send
+        assert msg.recv_time >= msg.send_time, msg

@@ -46,7 +46,7 @@ def test_clean_run_exits_0_and_writes_nothing(tmp_path, capsys):
 
 
 def test_damage_lines_are_the_conversion_summary_lines(tmp_path, capsys):
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     run = tmp_path / "run"
     sim.simulate_run(run, "fft", 3, spes=3, phases=2, chunks=4, damage=["gap", "truncate"])
     before = tree(tmp_path)
@@ -86,7 +86,7 @@ def test_check_lists_every_refusal_of_a_run(tmp_path):
     first and says how many more there are."""
     import subprocess
 
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 

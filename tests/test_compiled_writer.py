@@ -91,7 +91,7 @@ def convert_both(run: Path, out: Path, monkeypatch, **options) -> tuple[Path, Pa
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     runs = {}
     for name, case in SIMULATED.items():
         runs[name] = tmp_path_factory.mktemp(name) / "run"

@@ -43,7 +43,7 @@ BASES = {
 
 
 def simulate(out: Path, seed: int = 5, **opts) -> Path:
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     sim.simulate_run(out, seed=seed, **opts)
     return out
 
@@ -165,7 +165,7 @@ def gap_in_place(run: Path, rank: int, slot: int) -> None:
 
 def truth_offsets_inside(run: Path, pipe) -> list:
     """Intervals whose true offset lies outside [lower, upper] (+1 for rounding)."""
-    truth = pytest.importorskip("cell_otf2.truth").load_truth(run)
+    truth = pytest.importorskip("cell_otf2.sim.truth").load_truth(run)
     tv = {(int(i["rank"]), int(i["ctx"]), int(i["interval"])): float(i["offset_ticks"])
           for i in truth.intervals}
     d, res = pipe.decoded.domains, pipe.sync
@@ -200,7 +200,7 @@ def test_lost_mpi_send_pairs_no_wrong_partner(bases, tmp_path):
     d = dump_of(run, 0)
     sends = d.ppe["slot"][d.ppe["code"] == P.MPI_SEND]
     gap_in_place(run, 0, int(sends[sends.size // 2]))
-    truth = pytest.importorskip("cell_otf2.truth").load_truth(run)
+    truth = pytest.importorskip("cell_otf2.sim.truth").load_truth(run)
     true_pairs = {tuple(m) for m in truth.messages[["send_rank", "send_slot", "recv_rank",
                                                     "recv_slot"]].tolist()}
     pipe = analyze(run)
@@ -434,7 +434,7 @@ def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
     opts, kind, may_follow = SIM_SCENARIOS[scenario]
     clean = clean_runs["mpi" if opts is SIM_MPI else "spe"]
     run = simulate(tmp_path / scenario, seed=11, damage=[kind], **opts)
-    truth_mod = pytest.importorskip("cell_otf2.truth")
+    truth_mod = pytest.importorskip("cell_otf2.sim.truth")
     truth, clean_truth = truth_mod.load_truth(run), truth_mod.load_truth(clean)
     (log,) = [e for e in truth.damage if e["kind"] == kind]
     rank = log["rank"]

@@ -1,4 +1,4 @@
-"""Accuracy metrics (cell_otf2.evaluate) and baselines (cell_otf2.baseline_time).
+"""Accuracy metrics (cellbench.evaluate) and baselines (cellbench.baselines).
 
 Hand-made cases with known answers for every metric, the anchored baseline on the hand-built
 run (its error is exactly the CTX_RUN_BEGIN -> START distance), and one small simulated run
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import minirun  # noqa: E402
 import numpy as np
 import pytest
+from cellbench import baselines as bt
+from cellbench import evaluate as ev
 
-from cell_otf2 import baseline_time as bt
-from cell_otf2 import evaluate as ev
 from cell_otf2 import format as fmt
 from cell_otf2.convert import analyze
 from cell_otf2.match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches
@@ -161,8 +161,8 @@ def test_anchored_on_minirun_is_off_by_the_run_begin_gap(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    from cell_otf2.simulate import simulate_run
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.run import simulate_run
+    from cell_otf2.sim.truth import load_truth
 
     run = tmp_path_factory.mktemp("eval") / "run"
     simulate_run(run, "fft", seed=5, spes=4, phases=2, chunks=4, spe_buffer_records=1)
@@ -239,8 +239,8 @@ def test_paper_and_baselines_run_on_the_same_trace(small_run):
 def test_anchored_continues_across_links(tmp_path, opts, lo, hi):
     """Anchored error changes from one interval of a context to the next only by what the
     link cannot see (write truncation, restore latency), never by whole decrementer spans."""
-    from cell_otf2.simulate import simulate_run
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.run import simulate_run
+    from cell_otf2.sim.truth import load_truth
 
     simulate_run(tmp_path / "run", "fft", seed=5, spes=4, chunks=4, **opts)
     pipe = analyze(tmp_path / "run")

@@ -313,7 +313,7 @@ def test_usage_errors_exit_2(capsys):
 def test_fresh_simulated_run_with_preemption(tmp_path):
     """More contexts than SPUs on two ranks, with short time slices: the simulator's own
     count of context switches and its record count."""
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     run = tmp_path / "run"
     s = sim.simulate_run(run, "julia", 11, ranks=2, nodes=1, spes=3, spus=2, phases=2,
                          chunks=6, slice_ms=0.2, decr_writes=True)

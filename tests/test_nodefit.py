@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cellbench.node_baselines import fit_linear_interpolation
 
-from cell_otf2 import nodefit as nf
+from cell_otf2.nodefit import curves
+from cell_otf2.nodefit.curves import choose_model
+from cell_otf2.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
+from cell_otf2.nodefit.points import POINT_DTYPE, FitOptions, map_to_reference, slacks, undominated
+from cell_otf2.nodefit.program import hull, objective_windows
 from cell_otf2.sim.clocks import NodeClock, make_node_clock
 
 HZ = 14_318_000
@@ -38,7 +43,7 @@ def make_points(clocks: list[NodeClock], pairs: list[tuple[int, int]], n: int, s
     b = np.array([p[1] for p in pairs])[k]
     ts = rng.uniform(T0, T0 + span_s * HZ, n)
     tr = ts + rng.uniform(5.0, 10.0, n) * HZ / 1e6
-    pts = np.zeros(n, nf.POINT_DTYPE)
+    pts = np.zeros(n, POINT_DTYPE)
     pts["a"], pts["b"] = a, b
     for i, c in enumerate(clocks):
         pts["ta"][a == i] = np.floor(c.to_node(ts[a == i]))
@@ -47,10 +52,10 @@ def make_points(clocks: list[NodeClock], pairs: list[tuple[int, int]], n: int, s
     return pts
 
 
-def map_errors(fit: nf.NodeFit, clocks: list[NodeClock], span_s: float) -> list[np.ndarray]:
+def map_errors(fit: NodeFit, clocks: list[NodeClock], span_s: float) -> list[np.ndarray]:
     """Per non-reference node: fitted - true reference ticks over the run."""
     t = np.linspace(T0, T0 + span_s * HZ, 2001)
-    return [nf.map_to_reference(fit.maps[i], c.to_node(t)) - t
+    return [map_to_reference(fit.maps[i], c.to_node(t)) - t
             for i, c in enumerate(clocks) if i > 0]
 
 
@@ -59,7 +64,7 @@ def test_recovers_linear_drifts_with_truth_inside_bound():
     clocks = [linear_clock("ref", T0, 0.0, span), linear_clock("b", 3.1e11, 42.0, span),
               linear_clock("c", 9.7e10, -37.5, span)]
     pairs = [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)]
-    fit = nf.fit_points(make_points(clocks, pairs, 30_000, span), 3, 0, HZ)
+    fit = fit_points(make_points(clocks, pairs, 30_000, span), 3, 0, HZ)
     assert fit.reversed == 0 and fit.min_slack > 0
     assert fit.maps[0].method == "reference" and fit.maps[0].rate == 1.0
     for i, err in enumerate(map_errors(fit, clocks, span), start=1):
@@ -70,7 +75,7 @@ def test_recovers_linear_drifts_with_truth_inside_bound():
         assert m.bound is not None and np.abs(err).max() <= m.bound, (i, m.bound)
         # the midpoint map is a tangent of the piecewise map
         x = clocks[i].to_node(T0 + span / 2 * HZ)
-        assert abs(m.offset + m.rate * x - nf.map_to_reference(m, x)) < 1.0
+        assert abs(m.offset + m.rate * x - map_to_reference(m, x)) < 1.0
 
 
 def test_follows_wander_without_reversing_a_message():
@@ -81,7 +86,7 @@ def test_follows_wander_without_reversing_a_message():
                               max_ppm=50.0) for i in range(4)]
     ring = [(i, (i + 1) % 4) for i in range(4)] + [((i + 1) % 4, i) for i in range(4)]
     pts = make_points(clocks, ring, 60_000, span, seed=1)
-    fit = nf.fit_points(pts, 4, 0, HZ)
+    fit = fit_points(pts, 4, 0, HZ)
     assert fit.reversed == 0
     err = np.concatenate(map_errors(fit, clocks, span))
     assert np.sqrt(np.mean(err ** 2)) < 0.3e-6 * HZ
@@ -95,10 +100,10 @@ def test_follows_wander_without_reversing_a_message():
                 assert np.abs(fit.knots[i] - x).min() < 0.2 * HZ, (i, (x - T0) / HZ)
         assert fit.segments[i] <= 14, fit.segments
     # the baselines are worse by far: no rate (constant) and no wander (linear interpolation)
-    const = nf.fit_points(pts, 4, 0, HZ, method="constant")
+    const = fit_points(pts, 4, 0, HZ, method="constant")
     assert all(m.rate == 1.0 for m in const.maps if m is not None)
     assert np.abs(np.concatenate(map_errors(const, clocks, span))).max() > 20 * np.abs(err).max()
-    lin = nf.fit_linear_interpolation(pts, 4, 0, HZ)
+    lin = fit_linear_interpolation(pts, 4, 0, HZ)
     assert np.abs(np.concatenate(map_errors(lin, clocks, span))).max() > 5 * np.abs(err).max()
 
 
@@ -118,12 +123,12 @@ def test_one_way_ring_closed_by_collectives():
     a, b = np.array(pairs)[k, 0], np.array(pairs)[k, 1]
     ts = rng.uniform(T0, T0 + span * HZ, n)
     tr = ts + (fast[k] + rng.uniform(0.0, 5.0, n)) * HZ / 1e6
-    pts = np.zeros(n, nf.POINT_DTYPE)
+    pts = np.zeros(n, POINT_DTYPE)
     pts["a"], pts["b"] = a, b
     for i, c in enumerate(clocks):
         pts["ta"][a == i] = np.floor(c.to_node(ts[a == i]))
         pts["tb"][b == i] = np.floor(c.to_node(tr[b == i]))
-    fit = nf.fit_points(pts, n_nodes, 0, HZ)
+    fit = fit_points(pts, n_nodes, 0, HZ)
     assert fit.reversed == 0
     err = np.concatenate(map_errors(fit, clocks, span))
     assert np.sqrt(np.mean(err ** 2)) < 0.2e-6 * HZ
@@ -142,7 +147,7 @@ def test_bend_search_finds_bends_and_ignores_a_lone_bad_window():
     rng = np.random.default_rng(0)
     v += rng.normal(0.0, 0.1e-6 * HZ, v.size)  # 0.1 us of noise
     v[40] += 30e-6 * HZ  # one window 30 us off (few points, a rate at the search's edge)
-    knots = nf._bend_knots(centers, v, nf.FitOptions(), HZ)
+    knots = curves._bend_knots(centers, v, FitOptions(), HZ)
     for x in bends:
         assert np.abs(knots - x).min() < 0.25 * HZ, ((knots - T0) / HZ, (x - T0) / HZ)
     # the bad window costs at most one knot, with the same rate either side of it
@@ -155,20 +160,20 @@ def test_pair_lines_need_both_directions_on_both_sides_of_the_centre():
     fwd = np.array([True, True, True, False, False, False, True, True, False, False])
     slack = np.full(t.size, 100.0)
     # group 0: the backward points are all after the centre, so its rate is not pinned
-    gk, alpha, beta = nf._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
+    gk, alpha, beta = curves._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
     assert gk.tolist() == []
     fwd[5] = False
     t[5] = -2.0 * HZ
-    gk, alpha, beta = nf._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
+    gk, alpha, beta = curves._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
     assert gk.tolist() == [0] and abs(alpha[0]) < 1e-6
 
 
 def test_wide_runs_get_fewer_longer_windows():
-    o = nf.FitOptions()
+    o = FitOptions()
     lo, hi = 0.0, 600.0 * HZ
-    grid, per_edge = nf._windows(lo, hi, 4, o, HZ)
+    grid, per_edge = objective_windows(lo, hi, 4, o, HZ)
     assert grid.size - 1 == 120 and per_edge == 12  # 5 s windows, pair windows of 60 s
-    grid, per_edge = nf._windows(lo, hi, 256, o, HZ)
+    grid, per_edge = objective_windows(lo, hi, 256, o, HZ)
     assert (grid.size - 1) * 256 <= o.max_windows and per_edge == 1
 
 
@@ -180,7 +185,7 @@ def test_hull_keeps_every_point_that_can_bind():
     y = rng.exponential(100.0, n) + 1e-4 * x * (cell % 3 - 1)
     x[:50] = x[50:100]  # equal x values in one cell
     smax = 3e-4
-    keep = nf._hull(cell, x, y, smax)
+    keep = hull(cell, x, y, smax)
     assert keep.size < n / 10
     for s in np.linspace(-smax, smax, 41):
         v = y - s * x
@@ -196,13 +201,13 @@ def test_nodes_without_messages_both_ways_are_not_fitted():
     clocks = [linear_clock(str(i), 1e11 * (i + 1), 10.0 * i, span) for i in range(4)]
     # node 2 only sends, node 3 has no messages
     pts = make_points(clocks, [(0, 1), (1, 0), (2, 0)], 3000, span)
-    fit = nf.fit_points(pts, 4, 0, HZ)
+    fit = fit_points(pts, 4, 0, HZ)
     assert fit.maps[1] is not None and fit.maps[2] is None and fit.maps[3] is None
 
 
 @pytest.fixture(scope="module")
 def hybrid_run(tmp_path_factory):
-    sim = pytest.importorskip("cell_otf2.simulate")
+    sim = pytest.importorskip("cell_otf2.sim.run")
     out = tmp_path_factory.mktemp("two-nodes-drift") / "run"
     sim.simulate_run(out, "hybrid", seed=4, nodes=2, ranks=4, spes=1, chunks=1, phases=120,
                      max_ppm=50.0)
@@ -211,16 +216,16 @@ def hybrid_run(tmp_path_factory):
 
 def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
     from cell_otf2.convert import analyze
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     pipe = analyze(hybrid_run)
     truth = load_truth(hybrid_run)
-    fit = nf.fit_nodes(pipe.decoded, pipe.matches)
+    fit = fit_nodes(pipe.decoded, pipe.matches)
     assert fit.points == pipe.matches.node_pairs.size > 500
     assert fit.reversed == 0
     name = truth.node_names[1]
     x = pipe.decoded.records["local"][pipe.decoded.records["domain"] == 1]
-    err = nf.map_to_reference(fit.maps[1], x) - truth.node_to_reference(name, x)
+    err = map_to_reference(fit.maps[1], x) - truth.node_to_reference(name, x)
     assert np.abs(err).max() < 2e-6 * HZ
     assert np.abs(err).max() <= fit.maps[1].bound
 
@@ -228,16 +233,16 @@ def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
 def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tmp_path):
     import json
 
-    from test_convert import check_archive
+    from otf2check import check_archive
 
     from cell_otf2.convert import analyze, convert
+    from cell_otf2.sim.truth import load_truth
     from cell_otf2.timing import start_time_maps
-    from cell_otf2.truth import load_truth
 
     pipe = analyze(hybrid_run)
-    pts = nf.points_from_trace(pipe.decoded, pipe.matches)
+    pts = points_from_trace(pipe.decoded, pipe.matches)
     # the manifest's start times alone (NTP-grade) would reverse messages in this run
-    assert (nf._slacks(pts, start_time_maps(pipe.decoded)) < 0).sum() > 10
+    assert (slacks(pts, start_time_maps(pipe.decoded)) < 0).sum() > 10
     anchor = tmp_path / "a.otf2"
     summary = convert(hybrid_run, anchor, report=tmp_path / "rep.json")
     assert not summary.lossy and summary.order_violations == 0
@@ -256,11 +261,11 @@ def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tm
 def test_dominated_points_are_dropped_and_only_those():
     rng = np.random.default_rng(9)
     n = 3000
-    pts = np.zeros(n, nf.POINT_DTYPE)
+    pts = np.zeros(n, POINT_DTYPE)
     pts["a"], pts["b"] = rng.integers(0, 3, n), rng.integers(3, 5, n)
     pts["ta"] = rng.integers(0, 200, n)
     pts["tb"] = pts["ta"] + rng.integers(0, 50, n)
-    keep = nf._undominated(pts, 5)
+    keep = undominated(pts, 5)
     kept = np.zeros(n, dtype=bool)
     kept[keep] = True
     same = (pts["a"][:, None] == pts["a"][None, :]) & (pts["b"][:, None] == pts["b"][None, :])
@@ -300,7 +305,7 @@ LINEAR_RMS_US, LINEAR_MAX_US, WANDER_RMS_US, WANDER_MAX_US = 0.2, 0.5, 0.5, 2.0
 
 
 def simulate_regime(out, interval_s, run_s, nodes, ppm, wander_us, period_s, seed):
-    from cell_otf2.simulate import simulate_run
+    from cell_otf2.sim.run import simulate_run
 
     simulate_run(out, "hybrid", seed=seed, nodes=nodes, ranks=2 * nodes, spes=1, chunks=1,
                  duration_s=run_s, compute_s=interval_s, max_ppm=ppm, drift_segments=1,
@@ -313,7 +318,7 @@ def record_errors_us(run, node_maps) -> np.ndarray:
     nodes (their true times mapped to the node's timebase), microseconds."""
     import json
 
-    from cell_otf2.truth import load_truth
+    from cell_otf2.sim.truth import load_truth
 
     truth = load_truth(run)
     procs = json.loads((run / "run.json").read_text())["processes"]
@@ -326,7 +331,7 @@ def record_errors_us(run, node_maps) -> np.ndarray:
         t = t[np.isfinite(t)]
         x = truth.reference_to_node(p["node"], t)
         m = node_maps[truth.node_names.index(p["node"])]
-        out.append((nf.map_to_reference(m, x) - t) / truth.timebase_hz * 1e6)
+        out.append((map_to_reference(m, x) - t) / truth.timebase_hz * 1e6)
     return np.concatenate(out)
 
 
@@ -335,9 +340,9 @@ def fit_regime(tmp_path_factory, name, params):
 
     run = simulate_regime(tmp_path_factory.mktemp(name) / "run", *params)
     pipe = analyze(run)
-    pts = nf.points_from_trace(pipe.decoded, pipe.matches)
+    pts = points_from_trace(pipe.decoded, pipe.matches)
     assert all(m is not None and m.method in ("fit", "reference") for m in pipe.sync.node_maps)
-    assert (nf._slacks(pts, pipe.sync.node_maps) < 0).sum() == 0  # no message reversed
+    assert (slacks(pts, pipe.sync.node_maps) < 0).sum() == 0  # no message reversed
     e = record_errors_us(run, pipe.sync.node_maps)
     return run, pts, float(np.sqrt(np.mean(e ** 2))), float(np.abs(e).max())
 
@@ -364,7 +369,7 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     event before one that happened before it; the Score-P-style baseline reverses messages
     on the same pairs."""
 
-    from test_convert import check_archive
+    from otf2check import check_archive
 
     from cell_otf2.convert import convert
 
@@ -375,7 +380,7 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     summary = convert(run, anchor)
     assert summary.order_violations == 0
     check_archive(anchor, run)
-    lin = nf.fit_linear_interpolation(pts, 3, 0, HZ)
+    lin = fit_linear_interpolation(pts, 3, 0, HZ)
     assert lin.reversed > 0
 
 
@@ -383,18 +388,18 @@ def test_model_choice_line_for_a_line_knots_for_a_curve():
     """The cross-validated choice on a node curve: a straight noisy curve gets a line, a
     sharp bend gets its bend and no filler knots, a sine gets knots every h (shifted grids
     allowed)."""
-    o = nf.FitOptions()
+    o = FitOptions()
     width = 10.0 * HZ
     centers = T0 + (np.arange(64) + 0.5) * width
     lo, hi = T0, T0 + 640.0 * HZ
     rng = np.random.default_rng(2)
     noise = rng.normal(0.0, 0.6e-6 * HZ, centers.size)  # sparse messages: 0.6 us a window
     line = 3e-6 * (centers - T0) + noise
-    bends, h = nf._choose_model(centers, line, width, lo, hi, o, HZ)
+    bends, h = choose_model(centers, line, width, lo, hi, o, HZ)
     assert bends.size == 0 and h == np.inf
     bend = line + 20e-6 * np.maximum(centers - (T0 + 300.0 * HZ), 0.0)
-    bends, h = nf._choose_model(centers, bend, width, lo, hi, o, HZ)
+    bends, h = choose_model(centers, bend, width, lo, hi, o, HZ)
     assert bends.size == 1 and abs(bends[0] - (T0 + 300.0 * HZ)) < 2.0 * HZ and h == np.inf
     sine = line + 15e-6 * HZ * np.sin(2 * np.pi * (centers - T0) / (240.0 * HZ))
-    bends, h = nf._choose_model(centers, sine, width, lo, hi, o, HZ)
+    bends, h = choose_model(centers, sine, width, lo, hi, o, HZ)
     assert bends.size == 0 and 15.0 * HZ <= h <= 80.0 * HZ, h / HZ

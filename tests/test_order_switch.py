@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cellbench import evaluate as ev
 
-from cell_otf2 import evaluate as ev
 from cell_otf2.convert import analyze
 from cell_otf2.decode import LinkKind
 from cell_otf2.order import Constraints, OrderOptions, build_constraints
-from cell_otf2.simulate import simulate_run
+from cell_otf2.sim.run import simulate_run
+from cell_otf2.sim.truth import load_truth
 from cell_otf2.timing import synchronize
-from cell_otf2.truth import load_truth
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
 #: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact

@@ -37,7 +37,7 @@ from cell_otf2.parallel import (
     launched_world,
     partition,
 )
-from cell_otf2.simulate import simulate_run
+from cell_otf2.sim.run import simulate_run
 
 pytestmark = pytest.mark.mpi  # every test here launches mpiexec or needs mpi4py
 

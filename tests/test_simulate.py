@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from cell_otf2 import format as fmt
-from cell_otf2.simulate import simulate_run
-from cell_otf2.truth import load_truth
+from cell_otf2.sim.run import simulate_run
+from cell_otf2.sim.truth import load_truth
 
 P, S = fmt.PpeCode, fmt.SpeCode
 TWO31 = 1 << 31

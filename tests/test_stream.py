@@ -30,7 +30,7 @@ from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
 from cell_otf2.model import DmaStyle
 from cell_otf2.output import ArchiveTarget
-from cell_otf2.simulate import simulate_run
+from cell_otf2.sim.run import simulate_run
 from cell_otf2.stream import CHUNK_EVENTS, drop_analysis
 from cell_otf2.summary import build_summary, sync_report
 from cell_otf2.writer.archive import write_archive

@@ -12,12 +12,12 @@ import itertools
 
 import numpy as np
 import pytest
+from cellbench.sync_baselines import floyd_warshall, lamport_offsets, paper_solve
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import johnson
 
 from cell_otf2 import sync
-from cell_otf2.sync_baselines import floyd_warshall, lamport_offsets, paper_solve
 
 
 def make_instance(rng, n, n_events, n_pairs, max_delay=0, scale=10**6, node_scale=None):

@@ -22,10 +22,10 @@ from cell_otf2 import sync  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.convert import analyze, convert  # noqa: E402
 from cell_otf2.model import DomainKind  # noqa: E402
-from cell_otf2.simulate import simulate_run  # noqa: E402
+from cell_otf2.sim.run import simulate_run  # noqa: E402
+from cell_otf2.sim.truth import load_truth  # noqa: E402
 from cell_otf2.summary import sync_report  # noqa: E402
 from cell_otf2.timing import pair_table  # noqa: E402
-from cell_otf2.truth import load_truth  # noqa: E402
 
 P = fmt.PpeCode
 

@@ -17,16 +17,16 @@ from pathlib import Path
 import minirun  # noqa: E402
 import numpy as np
 import pytest
+from cellbench import evaluate as ev  # noqa: E402
 
 from cell_otf2 import decode  # noqa: E402
-from cell_otf2 import evaluate as ev  # noqa: E402
 from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.clocks import MOD  # noqa: E402
 from cell_otf2.convert import analyze  # noqa: E402
 from cell_otf2.order import OrderOptions  # noqa: E402
-from cell_otf2.simulate import simulate_run  # noqa: E402
+from cell_otf2.sim.run import simulate_run  # noqa: E402
+from cell_otf2.sim.truth import load_truth  # noqa: E402
 from cell_otf2.summary import interval_widths, sync_report  # noqa: E402
-from cell_otf2.truth import load_truth  # noqa: E402
 
 #: the bounds these tests compare with the truth are the guaranteed mode's (docs/sync-report.md
 #: 5.1: they hold for read delays up to 8 ticks; the default mode can miss by the delay)

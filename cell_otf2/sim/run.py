@@ -1,23 +1,8 @@
-"""Deterministic synthetic CBT 1 runs with ground truth (public entry of ``cell_otf2.sim``).
-
+"""Deterministic synthetic CBT 1 runs with ground truth, the simulator's public entry:
 ``simulate_run(out_dir, workload, seed, **options)`` writes ``run.json``, one dump per rank
-(through ``cell_otf2.format`` dtypes) and ``truth.npz``/``truth.json`` (``cell_otf2.truth``).
-Same options and seed give the same bytes.
-
-Choices where the contracts leave room (also in the final report):
-- Reference time = rank 0's node timebase; every other node drifts within ``max_ppm``.
-- Scheduling (``sim/spu.py``): contexts lose their SPU when blocked at a phase barrier or, once
-  their time slice (``slice_ms``) is over, to a waiting context; the first load and the final
-  unload write no CTX_SWITCH record.
-- ``--duration-s`` picks the number of phases from a per-workload phase estimate; the actual
-  run length differs (waits, scheduling).
-- ``--spus`` counts physical SPUs per node, split evenly between the node's ranks.
-- Heartbeats keep consecutive readings of an interval < 2^30 ticks apart (half the limit),
-  and are written only where a step would reach that (``heartbeat_ticks``: 2^31 is FORMAT
-  3.6's own rule); ``poll_s`` adds a monitoring PPE thread that samples a counter that often.
-
-This module wires the parts together; it does not check the run (tests do).
-"""
+(through ``cell_otf2.format`` dtypes) and ``truth.npz``/``truth.json`` (``sim/truth.py``); same
+options and seed give the same bytes. It wires the parts of ``sim/`` together (the choices where
+the contracts leave room: docs/simulator.md); it does not check the run (tests do)."""
 
 from __future__ import annotations
 
@@ -27,16 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from . import format as fmt
-from .sim import damage as dmg
-from .sim.buffer import KIND_BLOCK, KIND_PPE, KIND_SPE, build_slots
-from .sim.clocks import make_node_clock
-from .sim.driver import ProcessOptions, ProcessSim
-from .sim.manifest import build_manifest, node_hardware, node_name
-from .sim.mpi import MpiWorld
-from .sim.spu import heartbeat_rows
-from .sim.workloads import WORKLOADS, Workload, phase_estimate_us
+from .. import format as fmt
+from . import damage as dmg
+from .buffer import KIND_BLOCK, KIND_PPE, KIND_SPE, build_slots
+from .clocks import make_node_clock
+from .driver import ProcessOptions, ProcessSim
+from .manifest import build_manifest, node_hardware, node_name
+from .mpi import MpiWorld
+from .spu import heartbeat_rows
 from .truth import DMA_DTYPE, INTERVAL_DTYPE, MESSAGE_DTYPE, NodeTruth, Truth, save_truth
+from .workloads import WORKLOADS, Workload, phase_estimate_us
 
 DEFAULT_TIMEBASE_HZ = 14_318_000
 REALTIME_BASE_NS = 1_226_400_000_000_000_000

@@ -1,7 +1,7 @@
 """Accuracy of a clock-synchronization method against the simulator's ground truth.
 
-Input: a decoded trace (``summary.Pipeline``), the run's ``truth.Truth`` and one method's
-offsets per clock domain (``baseline_time.Estimate``, node-timebase ticks: true node time =
+Input: a decoded trace (``summary.Pipeline``), the run's ``sim.truth.Truth`` and one method's
+offsets per clock domain (``baselines.Estimate``, node-timebase ticks: true node time =
 offset + local). Metrics, each a small function on arrays so tests can check it by hand:
 
 - ``true_offsets``: per domain, the true offset, from the true times of its readings (SPE
@@ -35,17 +35,18 @@ import math
 
 import numpy as np
 
-from . import format as fmt
-from .baseline_time import Estimate
-from .damage import DamageLog
-from .decode import Decoded
-from .match import Matches
-from .model import DomainKind, LocKind
-from .order import Constraints
-from .summary import Pipeline
-from .sync import pair_width_stats
-from .timing import NodeMap, SyncResult, apply_times
-from .truth import Truth
+from cell_otf2 import format as fmt
+from cell_otf2.damage import DamageLog
+from cell_otf2.decode import Decoded
+from cell_otf2.match import Matches
+from cell_otf2.model import DomainKind, LocKind
+from cell_otf2.order import Constraints
+from cell_otf2.sim.truth import Truth
+from cell_otf2.summary import Pipeline
+from cell_otf2.sync import pair_width_stats
+from cell_otf2.timing import NodeMap, SyncResult, apply_times
+
+from .baselines import Estimate
 
 COVER_TOL = 1e-6  # ticks: float rounding of bounds, not a loosening
 

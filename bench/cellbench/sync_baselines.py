@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from cell_otf2.sync import BOTH, LOWER, NONE, UPPER, SyncSolution, _as_edges, _reduced_graph
+from cell_otf2.sync import BOTH, LOWER, NONE, UPPER, SyncSolution, as_edges, reduced_graph
 
 #: the paper's relaxation stops when the most negative diagonal entry is above -this
 _PAPER_TOL = 1e-9
@@ -41,7 +41,7 @@ def floyd_warshall(n: int, src, dst, weight, stop_at_negative: bool = False) -> 
     not cycles); ``stop_at_negative`` ends the run after the first pivot that makes a diagonal
     entry negative, when each negative entry is one closed walk of simple paths.
     """
-    src, dst, weight = _as_edges(n, src, dst, weight)
+    src, dst, weight = as_edges(n, src, dst, weight)
     D = np.full((n, n), np.inf)
     np.minimum.at(D, (src, dst), weight)
     idx = np.arange(n)
@@ -87,7 +87,7 @@ def paper_solve(n: int, src, dst, weight, reference: int) -> tuple[SyncSolution,
     """
     if not 0 <= reference < n:
         raise ValueError(f"reference {reference} not in [0, {n})")
-    src, dst, weight = _as_edges(n, src, dst, weight)
+    src, dst, weight = as_edges(n, src, dst, weight)
     relaxation = 0.0
     for _ in range(_PAPER_MAX_ROUNDS):
         D = floyd_warshall(n, src, dst, weight + relaxation, stop_at_negative=True)
@@ -123,13 +123,13 @@ def lamport_offsets(
     their initial offset. Raises ValueError when the loosened system is infeasible (no
     fixpoint exists: bumping would never end).
     """
-    src, dst, weight = _as_edges(n, src, dst, weight)
+    src, dst, weight = as_edges(n, src, dst, weight)
     initial = np.asarray(initial, dtype=np.float64)
     if initial.shape != (n,) or not np.isfinite(initial).all():
         raise ValueError("initial must be n finite offsets")
     if not 0 <= reference < n:
         raise ValueError(f"reference {reference} not in [0, {n})")
-    graph, potential = _reduced_graph(n, src, dst, weight, anchor=reference)
+    graph, potential = reduced_graph(n, src, dst, weight, anchor=reference)
     need = potential.relaxation
     if relaxation < need - 1e-9 * max(1.0, abs(need)):
         raise ValueError(

@@ -1,19 +1,9 @@
-"""Ground truth of a simulated run: what really happened, beside the CBT 1 files.
-
-``truth.npz`` holds the arrays, ``truth.json`` the small things (options, node maps at the
-run's midpoint, damage). Both are ignored by readers of the run (docs/format.md 1: other files).
-
-Conventions (docs/sync-report.md): times are reference ticks (rank 0's node timebase), as floats.
-``slot_time[rank][i]`` is the true time of slot i's clock reading (NaN for a GAP),
-``slot_reserve[rank][i]`` the true time of its reservation (an SPE record: its block's).
-``intervals`` rows give, per live decrementer interval, ``offset_ticks`` such that for every
-reading e, ``node_timebase(true time of e) - (offset_ticks + local(e))`` lies in [0, 1).
-``dma`` rows give each DMA record's true completion, ``messages`` each matched MPI message.
-Slot indices refer to the dump as written (after damage; a truncated dump's partial slot has
-no entry).
-
-This module does not simulate anything and does not check the run.
-"""
+"""Ground truth of a simulated run, what really happened, beside the CBT 1 files: ``truth.npz``
+holds the arrays, ``truth.json`` the small things (options, node maps at the run's midpoint,
+damage); readers of the run ignore both (docs/format.md 1: other files). ``save_truth`` writes
+and ``load_truth`` reads them; their conventions (reference ticks, slot times, intervals, DMA,
+messages) are in docs/simulator.md. This module does not simulate anything and does not check
+the run."""
 
 from __future__ import annotations
 

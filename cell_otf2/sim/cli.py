@@ -1,10 +1,8 @@
-"""``cell2otf2 simulate OUT_DIR``: write a synthetic CBT 1 run with its ground truth.
-
-A thin typer command: parses options, refuses an OUT_DIR that is not empty unless it is a
-previous simulated run and ``--force`` is given, calls ``cell_otf2.simulate.simulate_run`` into
-a hidden staging folder beside OUT_DIR and moves the finished run into place (a failure leaves
-nothing), and prints a short summary. No simulation logic here.
-"""
+"""``cell2otf2 simulate OUT_DIR``: write a synthetic CBT 1 run with its ground truth. A thin
+typer command: parses options, refuses an OUT_DIR that is not empty unless it is a previous
+simulated run and ``--force`` is given, calls ``sim.run.simulate_run`` into a hidden staging
+folder beside OUT_DIR and moves the finished run into place (a failure leaves nothing), and
+prints a short summary. No simulation logic here."""
 
 from __future__ import annotations
 
@@ -19,8 +17,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from .cli_common import choice
-from .errors import EXIT_OUTPUT, EXIT_USAGE
+from ..cli_common import choice
+from ..errors import EXIT_OUTPUT, EXIT_USAGE
 
 
 class WorkloadName(StrEnum):
@@ -112,7 +110,7 @@ def simulate_command(
     ] = False,
 ) -> None:
     """Write a synthetic CBT 1 run with its ground truth."""
-    from .simulate import simulate_run
+    from .run import simulate_run
 
     replace = _check_out_dir(out_dir, force)
     try:
@@ -144,7 +142,7 @@ def simulate_command(
         _fail_output(f"{out_dir}: cannot write the run: {_why(exc)}; nothing was written")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    from .summary import plural
+    from ..summary import plural
 
     typer.echo(
         f"simulated {workload} (seed {seed}) into {out_dir}: "

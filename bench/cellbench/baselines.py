@@ -31,14 +31,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import format as fmt
-from .clocks import MOD
-from .decode import Decoded, LinkKind
-from .match import Matches
-from .model import DomainKind, LocKind
-from .order import Constraints, OrderOptions, build_constraints
-from .summary import Pipeline
-from .sync import error_table
+from cell_otf2 import format as fmt
+from cell_otf2.clocks import MOD
+from cell_otf2.decode import Decoded, LinkKind
+from cell_otf2.match import Matches
+from cell_otf2.model import DomainKind, LocKind
+from cell_otf2.order import Constraints, OrderOptions, build_constraints
+from cell_otf2.summary import Pipeline
+from cell_otf2.sync import error_table
+
 from .sync_baselines import lamport_offsets, paper_solve
 
 #: Floyd-Warshall on more domains than this per node is not attempted (time n^3, memory n^2)

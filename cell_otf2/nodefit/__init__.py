@@ -1,0 +1,6 @@
+"""The node clock fit: every cluster node's timebase mapped to the reference node's from the
+MPI messages between nodes. ``fit.py`` holds the entry points (``fitted_node_maps``,
+``fit_nodes``, ``fit_points``) and the maps and results they return; ``points.py`` the message
+points, the options and what every step shares; ``curves.py`` the offset curves and each node's
+model; ``program.py`` the linear program and the bounds. The method and its measurements are in
+docs/accuracy.md (Across nodes); this package re-exports nothing."""

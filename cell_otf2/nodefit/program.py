@@ -1,0 +1,260 @@
+"""The node fit's linear program (``Program``, scipy's HiGHS, by row generation): knot
+deviations of every node, maximizing every node's smallest slack per window of the objective
+(``objective_windows``) plus a small weight times every node pair's, with rates within
+``1 +- max_ppm``; the rows that can bind (the lower convex hull per cell, ``hull`` and
+``cells``); and the bound the fitted slacks leave each node (``shift_bounds``). It chooses no
+knots (``curves.py`` does) and builds no map (``fit.py`` does)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+from scipy.sparse.csgraph import dijkstra
+
+from .points import FitOptions, by_node
+
+_LP_METHOD = "highs-ipm"
+
+
+class Program:
+    """The linear program, solved by row generation.
+
+    Columns: knot deviations z (reference = x + c + Z(x), Z linear between knots; none for the
+    reference node), one ``t`` per window of every node, one ``u`` per window of every node
+    pair with points in it. Rows: ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for the
+    window of each end and the pair's window (the pool: hull vertices per cell), and
+    ``|rate - 1| <= max_ppm`` per segment. Maximizes ``sum t + edge_weight * sum u``. It starts
+    from the rows of the points with the smallest prior slack per window half of every node
+    and per pair window and direction, solves, adds every pool row and rate row the solution
+    violates, and repeats: the result solves the whole program.
+    """
+
+    def __init__(self, ref: int, knots: list[np.ndarray | None],
+                 tknots: list[np.ndarray | None], per_edge: int, c: np.ndarray,
+                 o: FitOptions, hz: float) -> None:
+        self.ref, self.knots, self.tknots, self.c, self.o, self.hz = ref, knots, tknots, c, o, hz
+        self.per_edge = per_edge
+        n_nodes = len(knots)
+        self.zoff = np.full(n_nodes, -1, np.int64)
+        self.toff = np.full(n_nodes, -1, np.int64)
+        col = 0
+        for n, kn in enumerate(knots):
+            if kn is not None and n != ref:
+                self.zoff[n] = col
+                col += kn.size
+        self.n_z = col
+        for n, kn in enumerate(tknots):
+            if kn is not None:
+                self.toff[n] = col
+                col += kn.size - 1
+        self.n_zt = col
+        self.rows = 0
+        self.rounds = 0
+
+    def _interp(self, node: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Columns and weights of Z_node(x) (column -1, weight 0 on the reference node)."""
+        k = piece_of(node, x, self.knots)
+        lam = np.zeros(x.size)
+        for n, sel in by_node(node):
+            if n == self.ref:
+                continue
+            kn = self.knots[n]
+            lo, hi = kn[k[sel]], kn[k[sel] + 1]
+            lam[sel] = (x[sel] - lo) / (hi - lo)
+        col0 = np.where(node == self.ref, -1, self.zoff[node] + k)
+        col1 = np.where(node == self.ref, -1, col0 + 1)
+        w0 = np.where(node == self.ref, 0.0, 1.0 - lam)
+        w1 = np.where(node == self.ref, 0.0, lam)
+        return col0, w0, col1, w1
+
+    def solve(self, pool: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """z (with the t and u columns after it) for the pool of points; ``score`` (a prior
+        slack per point) picks the rows of the first round."""
+        # scipy.optimize (HiGHS) is imported here, not with the module: a conversion of one
+        # node, or a parallel converter process other than 0, never fits and saves its
+        # import (about 0.2 s and 17 MB)
+        from scipy.optimize import linprog
+
+        c, n_nodes = self.c, len(self.knots)
+        a, b = pool["a"].astype(np.int64), pool["b"].astype(np.int64)
+        ca0, wa0, ca1, wa1 = self._interp(a, pool["ta"])
+        cb0, wb0, cb1, wb1 = self._interp(b, pool["tb"])
+        wa = piece_of(a, pool["ta"], self.tknots)
+        sides = [self.toff[a] + wa, self.toff[b] + piece_of(b, pool["tb"], self.tknots)]
+        n_u = 0
+        if self.o.edge_weight > 0:
+            lo = np.minimum(a, b)
+            pair = (lo * n_nodes + np.maximum(a, b)) * (wa.max() + 1) + wa // self.per_edge
+            upair, inv = np.unique(pair, return_inverse=True)
+            n_u = upair.size
+            sides.append(self.n_zt + inv.ravel() * 2 + (a == lo))
+        d = pool["tb"] + c[b] - pool["ta"] - c[a]
+        # per segment: rate rows, added when violated
+        seg_lo, seg_dx = [], []
+        for n, kn in enumerate(self.knots):
+            if kn is not None and n != self.ref:
+                seg_lo.append(self.zoff[n] + np.arange(kn.size - 1))
+                seg_dx.append(np.diff(kn))
+        seg_col = np.concatenate(seg_lo) if seg_lo else np.zeros(0, np.int64)
+        seg_len = np.concatenate(seg_dx) if seg_dx else np.zeros(0)
+        eps = self.o.max_ppm * 1e-6
+        n_cols = self.n_zt + n_u
+        cost = np.zeros(n_cols)
+        cost[self.n_z:self.n_zt] = -1.0
+        cost[self.n_zt:] = -self.o.edge_weight
+        bounds = np.empty((n_cols, 2))
+        bounds[:, 0], bounds[:, 1] = -np.inf, np.inf
+        bounds[self.n_z:, 1] = self.hz * 1.0  # t, u: never unbounded
+        active = np.zeros((pool.size, len(sides)), dtype=bool)
+        for side, tcol in enumerate(sides):  # per column and side, the smallest prior slacks
+            best = np.full(n_cols + 2 * n_u, np.inf)
+            np.minimum.at(best, tcol, score)
+            active[:, side] = score <= best[tcol] + self.o.start_us * 1e-6 * self.hz
+        if n_u:  # u columns were numbered per direction to pick a first row of each
+            sides[2] = self.n_zt + (sides[2] - self.n_zt) // 2
+        rate_on = np.zeros((seg_col.size, 2), dtype=bool)
+        tol, margin = 1.0, 2.0  # ticks: a window's smallest slack 1 tick high is no matter
+        for self.rounds in range(1, 101):
+            parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+            rhs = []
+            row0 = 0
+            for side, tcol in enumerate(sides):
+                i = np.flatnonzero(active[:, side])
+                r = row0 + np.arange(i.size)
+                for col, wgt in ((ca0, wa0), (ca1, wa1), (cb0, -wb0), (cb1, -wb1)):
+                    ok = col[i] >= 0
+                    parts.append((r[ok], col[i][ok], wgt[i][ok]))
+                parts.append((r, tcol[i], np.ones(i.size)))
+                rhs.append(d[i])
+                row0 += i.size
+            for side, sign in ((0, 1.0), (1, -1.0)):
+                j = np.flatnonzero(rate_on[:, side])
+                r = row0 + np.arange(j.size)
+                parts.append((r, seg_col[j] + 1, np.full(j.size, sign)))
+                parts.append((r, seg_col[j], np.full(j.size, -sign)))
+                rhs.append(eps * seg_len[j])
+                row0 += j.size
+            rr = np.concatenate([p[0] for p in parts])
+            cc = np.concatenate([p[1] for p in parts])
+            vv = np.concatenate([p[2] for p in parts])
+            a_ub = sparse.csr_matrix((vv, (rr, cc)), shape=(row0, n_cols))
+            res = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds,
+                          method=_LP_METHOD)
+            if res.x is None or res.status != 0:
+                raise RuntimeError(f"node fit: HiGHS found no solution ({res.message})")
+            sol = res.x
+            self.rows = row0
+            zz = np.r_[sol[:self.n_z], 0.0]  # index -1 -> the reference's zero
+            slack = d + wb0 * zz[cb0] + wb1 * zz[cb1] - wa0 * zz[ca0] - wa1 * zz[ca1]
+            low = np.stack([slack - sol[tcol] for tcol in sides], axis=1)
+            bad = (low < -tol) & ~active
+            dz = zz[seg_col + 1] - zz[seg_col]
+            lim = eps * seg_len
+            bad_rate = np.c_[dz > lim + tol, -dz > lim + tol] & ~rate_on
+            if not bad.any() and not bad_rate.any():
+                break
+            active |= low < margin
+            rate_on |= np.c_[dz > lim - margin, -dz > lim - margin] | bad_rate
+        return sol
+
+
+def objective_windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
+             hz: float) -> tuple[np.ndarray, int]:
+    """Edges (reference ticks) of the windows of the node terms: ``t_window_s`` or 1/``windows``
+    of the run if shorter, wider when nodes x windows would pass ``max_windows``; and how many
+    of them make a window of the node-pair terms (``edge_window_s``, at most a tenth of the
+    run, one at least)."""
+    span = hi_r - lo_r
+    if not np.isfinite(o.t_window_s):
+        return np.array([lo_r, hi_r]), 1
+    n_t = max(int(np.ceil(span / (o.t_window_s * hz))), o.windows, 1)
+    n_t = max(1, min(n_t, o.max_windows // max(n_fitted, 1)))
+    per_edge = int(round(min(o.edge_window_s * hz, span / 10) * n_t / span))
+    return np.linspace(lo_r, hi_r, n_t + 1), max(1, per_edge)
+
+
+def piece_of(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None]) -> np.ndarray:
+    k = np.zeros(node.size, np.int64)
+    for n, sel in by_node(node):
+        kn = knots[n]
+        if kn is not None:
+            k[sel] = np.clip(np.searchsorted(kn, x[sel], side="right") - 1, 0, kn.size - 2)
+    return k
+
+
+def hull(cell: np.ndarray, x: np.ndarray, y: np.ndarray, smax: float,
+          max_passes: int = 200) -> np.ndarray:
+    """Indexes of the points that minimize ``y - s * x`` within their cell for some slope s in
+    [-smax, smax]: the lower convex hull's vertices whose supporting slopes meet that range.
+    Removing a point above the chord of its neighbours never removes a hull vertex, so the
+    passes are exact; points left after ``max_passes`` are only kept, never lost."""
+    if cell.size == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((y, x, cell))
+    g, xs, ys = cell[order], x[order], y[order]
+    first = np.ones(g.size, dtype=bool)
+    first[1:] = (g[1:] != g[:-1]) | (xs[1:] != xs[:-1])
+    idx, g, xs, ys = order[first], g[first], xs[first], ys[first]
+    for _ in range(max_passes):
+        if g.size < 3:
+            break
+        inner = (g[1:-1] == g[:-2]) & (g[1:-1] == g[2:])
+        x0, x1, x2 = xs[:-2], xs[1:-1], xs[2:]
+        y0, y1, y2 = ys[:-2], ys[1:-1], ys[2:]
+        above = inner & ((y1 - y0) * (x2 - x0) >= (y2 - y0) * (x1 - x0))
+        if not above.any():
+            break
+        keep = np.ones(g.size, dtype=bool)
+        keep[1:-1] = ~above
+        idx, g, xs, ys = idx[keep], g[keep], xs[keep], ys[keep]
+    same = g[1:] == g[:-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(same, (ys[1:] - ys[:-1]) / (xs[1:] - xs[:-1]), np.nan)
+    s_left = np.r_[-np.inf, np.where(same, s, -np.inf)]
+    s_right = np.r_[np.where(same, s, np.inf), np.inf]
+    ok = (s_left <= smax) & (s_right >= -smax)
+    return np.sort(idx[ok])
+
+
+def cells(a: np.ndarray, b: np.ndarray, ka: np.ndarray, kb: np.ndarray,
+           knots: list[np.ndarray | None]) -> np.ndarray:
+    """One int64 key per (segment of a, segment of b)."""
+    sizes = np.array([k.size - 1 if k is not None else 1 for k in knots], dtype=np.int64)
+    off = np.r_[0, np.cumsum(sizes)]
+    return (off[a] + ka) * off[-1] + off[b] + kb
+
+
+def slope_limit(max_ppm: float) -> float:
+    """Largest |rate_a / rate_b - 1| when both rates lie within 1 +- max_ppm."""
+    eps = max_ppm * 1e-6
+    return ((1 + eps) / (1 - eps) - 1) * 1.01 + 1e-12 if eps < 1 else np.inf
+
+
+def shift_bounds(pts: np.ndarray, slack: np.ndarray, n_nodes: int, ref: int, c: np.ndarray,
+            w: float) -> np.ndarray:
+    """Per node, the largest shift the fitted slacks allow in any window of ``w`` reference
+    ticks (inf: never bounded)."""
+    tr = pts["ta"] + c[pts["a"]]
+    w = max(w, 1.0)
+    win = ((tr - tr.min()) // w).astype(np.int64)
+    n_win = int(win.max()) + 1
+    relax = max(0.0, -float(np.nanmin(slack)))
+    wt = slack + relax
+    # per (window, a, b) minimum; edge b -> a (shift of a <= shift of b + slack)
+    key = (win * n_nodes + pts["a"]) * n_nodes + pts["b"]
+    order = np.lexsort((wt, key))
+    key, wt = key[order], wt[order]
+    first = np.r_[True, key[1:] != key[:-1]]
+    key, wt = key[first], wt[first]
+    a = (key // n_nodes) % n_nodes
+    b = key % n_nodes
+    wn = key // (n_nodes * n_nodes)
+    size = n_win * n_nodes
+    wt = np.maximum(wt, 1e-9)  # csgraph drops explicit zeros
+    g = sparse.csr_matrix((wt, (wn * n_nodes + b, wn * n_nodes + a)), shape=(size, size))
+    src = np.arange(n_win) * n_nodes + ref
+    up = dijkstra(g, indices=src, min_only=True).reshape(n_win, n_nodes)
+    down = dijkstra(g.T.tocsr(), indices=src, min_only=True).reshape(n_win, n_nodes)
+    both = np.isfinite(up) & np.isfinite(down)
+    worst = np.where(both, np.maximum(up, down), -np.inf).max(axis=0)
+    return np.where(np.isfinite(worst), worst, np.inf)
