@@ -90,7 +90,7 @@ def input_bytes(run: Path) -> int:
 
 def largest_node_bytes(run: Path) -> int:
     """The dumps of the node whose dumps are largest (the serial converter holds one group of
-    whole nodes at a time, ``cell_otf2/stream.py``)."""
+    whole nodes at a time, ``cell_otf2/driver.py``)."""
     from cell_otf2.manifest import load_manifest
 
     man = load_manifest(run)
@@ -110,7 +110,7 @@ def _maxrss_bytes() -> int:
 
 
 def child_convert(run: str, archive: str) -> dict:
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
 
     c0 = time.process_time()
     t0 = time.perf_counter()
@@ -124,6 +124,7 @@ def child_convert(run: str, archive: str) -> dict:
 
 def child_idle() -> dict:
     import cell_otf2.convert  # noqa: F401  the modules a conversion loads
+
     import cell_otf2.otf2_writer  # noqa: F401
 
     return {"maxrss": _maxrss_bytes()}
@@ -135,7 +136,7 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
     import numpy as np
 
     from cell_otf2 import otf2_writer
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
 
     original = otf2_writer._EventStream.write
     seen: dict = {}

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from cell_otf2 import otf2_writer
-from cell_otf2.convert import convert
+from cell_otf2.conversion import convert
 from cell_otf2.model import Ev
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"

@@ -18,8 +18,9 @@ import pytest
 from otf2check import otf2_print_ok, read_events, vite_render  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402
+from cell_otf2.analysis import analyze  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
-from cell_otf2.convert import analyze, convert  # noqa: E402
+from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
 from cell_otf2.order import OrderOptions  # noqa: E402
 from cell_otf2.reader import read_dump  # noqa: E402

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2.convert import analyze
+from cell_otf2.analysis import analyze
 from cell_otf2.emit import DmaStyle, EventChunks, emit
 from cell_otf2.model import Ev, LocKind
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cell_otf2 import evaluate as ev
-from cell_otf2.convert import analyze
+from cell_otf2.analysis import analyze
 from cell_otf2.decode import LinkKind
 from cell_otf2.order import Constraints, OrderOptions, build_constraints
 from cell_otf2.simulate import simulate_run
