@@ -8,7 +8,7 @@ matmul, blackscholes and julia with 16 SPEs at 14.318 MHz, full instrumentation 
 per SPE block, ``spe_buffer_records=1``, and the default buffered blocks), a context-switch row
 per decrementer restore mode (16 contexts on 4 SPUs), and one scale row (>= 10,000 live
 intervals and >= 1e6 constraints; --quick makes it small). For each run: our synchronization
-(``convert.analyze`` defaults), the paper's algorithm as published, anchored raw times and
+(``analysis.analyze`` defaults), the paper's algorithm as published, anchored raw times and
 Lamport bumping (``cellbench.baselines``), measured by ``cellbench.evaluate``.
 
 Node clocks (issue 5, ``--nodes``, machinery of ``bench/nodes.py``): hybrid runs of 10 minutes
@@ -42,7 +42,7 @@ import nodes as node_bench  # noqa: E402  (bench/nodes.py: the node-fit rows)
 from cellbench import baselines as bt
 from cellbench import evaluate as ev
 
-from cell_otf2.convert import analyze
+from cell_otf2.analysis import analyze
 from cell_otf2.order import OrderOptions
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth

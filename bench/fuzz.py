@@ -354,7 +354,7 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
     """Convert and check one mutated run (or one environment case, ``fuzz_env``); never
     raises. ``verify``: otf2-print the archive."""
     from cell_otf2.check import check_run
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
 
     base, files, muts = make_case(case, seed, bases)
@@ -567,7 +567,7 @@ def report(results: list[dict], seconds: float) -> int:
 def replay(case: int, seed: int, keep: Path | None) -> int:
     """Run one case in this process and show everything, traceback included."""
     from cell_otf2.check import check_run
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
 
     bases = make_bases(seed)
     base, files, muts = make_case(case, seed, bases)

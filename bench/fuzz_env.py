@@ -207,7 +207,7 @@ class Disk:
 def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
                  disk: Disk | None) -> dict:
     """One case of ``klass`` on the run at ``run`` (already written); never raises."""
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
 
     rng = random.Random(f"{seed}:{case}:envcase")

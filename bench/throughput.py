@@ -90,7 +90,7 @@ def input_bytes(run: Path) -> int:
 
 def largest_node_bytes(run: Path) -> int:
     """The dumps of the node whose dumps are largest (the serial converter holds one group of
-    whole nodes at a time, ``cell_otf2/stream.py``)."""
+    whole nodes at a time, ``cell_otf2/driver.py``)."""
     from cell_otf2.manifest import load_manifest
 
     man = load_manifest(run)
@@ -110,7 +110,7 @@ def _maxrss_bytes() -> int:
 
 
 def child_convert(run: str, archive: str) -> dict:
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
 
     c0 = time.process_time()
     t0 = time.perf_counter()
@@ -124,6 +124,7 @@ def child_convert(run: str, archive: str) -> dict:
 
 def child_idle() -> dict:
     import cell_otf2.convert  # noqa: F401  the modules a conversion loads
+
     import cell_otf2.writer.archive  # noqa: F401
 
     return {"maxrss": _maxrss_bytes()}
@@ -134,7 +135,7 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
     by location afterwards: node groups may come in any order) and the definitions."""
     import numpy as np
 
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
     from cell_otf2.model import EVENT_DTYPE, Ev
     from cell_otf2.writer.events import EventStream
 

@@ -1,38 +1,31 @@
-"""``cell2otf2 check RUN_DIR``: every problem of a run, found the way conversion finds it,
-with nothing written.
-
-``check_run(run_dir)`` runs the whole conversion pipeline except the writer: read, decode,
-match, order, sync, record times, and ``emit`` (which finds undefined region, program and
-counter ids), then the writer's own input checks on the event table and definitions. So the
-damage it reports is exactly what ``cell2otf2 RUN -o A.otf2`` would put in its summary
-(``DamageLog.summary_lines``), and a run it passes converts.
-
-Outcomes (``CheckResult.status``, the command's exit status):
-- 0: no damage;
-- 1: contained damage (docs/damage.md); ``lines`` holds one line per kind, with the first
-  file and slot index;
-- 3: refused: ``check_run`` raises the pipeline's ``CellOtf2Error`` (a ``FormatError``
-  naming the file, offset or slot, field, expected and found), as conversion would, with
-  every other dump that is refused on its own (and every missing dump) in its ``more``;
-  the command lists them all.
-
-``check_command`` is the typer command (registered by ``cli._register``); it prints
-``CheckResult.report()`` and exits with the status.
-
-It does not repair, rewrite or convert anything, and creates no file.
-"""
+"""``cell2otf2 check RUN_DIR``: every problem of a run, found the way conversion finds it, with
+nothing written: ``check_run`` runs the conversion's own phases (``driver.run_phases`` on a
+``team_serial.SerialTeam``) with a sink that passes each piece of events and the definitions
+through the writer's input checks instead of writing them, so the damage it reports is exactly
+what a conversion's summary would list and a run it passes converts. Exit status 0 (no
+damage), 1 (contained damage, one line per kind with the first file and slot index) or 3
+(refused: the pipeline's ``FormatError``, with every other dump refused on its own in its
+``more``). It does not repair, rewrite or convert anything; a run of more than 512 MB of dumps
+sets node groups aside in a temporary directory, removed when it ends."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
 import typer
 
-from .convert import analyze
-from .emit.events import emit
+from .driver import StageClock, run_phases
 from .errors import EXIT_LOSSY, EXIT_OK, FormatError
+from .model import DmaStyle
+from .spill import Spill
+from .team_serial import SerialTeam
 
 
 @dataclass
@@ -60,27 +53,49 @@ class CheckResult:
                 *(f"    {line}" for line in self.lines)]
 
 
-def check_run(run_dir: str | Path) -> CheckResult:
-    """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
+@dataclass
+class Checked:
+    """What the checking sink saw: events per location, as the writer would count them."""
+
+    events_per_location: np.ndarray
+
+
+def check_only(defs: Any, groups: Iterator, _tmp: Path, _name: str,
+               _on_write: Callable[[int], None]) -> Checked:
+    """The sink of ``check``: every piece of events and the definitions through the
+    writer's input checks, nothing written."""
     from .writer.checks import check_defs, check_events  # the writer's refusals, no writing
 
+    counts = np.zeros(len(defs.locations), dtype=np.int64)
+    for _locations, pieces in groups:
+        for piece in ([pieces] if isinstance(pieces, np.ndarray) else pieces):
+            check_events(defs, piece)
+            counts += np.bincount(piece["loc"], minlength=counts.size)[: counts.size]
+    check_defs(defs)
+    return Checked(counts)
+
+
+def check_run(run_dir: str | Path) -> CheckResult:
+    """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
+    spill = Spill(Path(tempfile.gettempdir())
+                  / f".cell2otf2-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        pipe = analyze(Path(run_dir))
+        summary, whole = run_phases(SerialTeam(sink=check_only), Path(run_dir), spill.directory,
+                                    "check", StageClock(), spill, DmaStyle.RMA, 0.5, None,
+                                    None, None)
     except FormatError as first:
         first.more += [e for e in _other_dump_refusals(Path(run_dir), first)
                        if str(e) not in {str(m) for m in first.more}]
         raise
-    defs, events, _ = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage)
-    check_events(defs, events)
-    check_defs(defs)
-    dec = pipe.decoded
+    finally:
+        spill.close()
     return CheckResult(
         run_dir=str(run_dir),
-        processes=dec.manifest.n_ranks,
-        records=int(dec.records_total),
-        events=int(events.size),
-        lines=pipe.damage.summary_lines(),
-        damage_total=pipe.damage.total(),
+        processes=summary.processes,
+        records=summary.records_in,
+        events=summary.events_written,
+        lines=summary.damage,
+        damage_total=whole.damage.total(),
     )
 
 

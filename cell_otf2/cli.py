@@ -6,7 +6,7 @@ reaches a user: anything unexpected is reported as an internal error with exit s
 Pipeline logic lives in the modules the commands call.
 
 Commands: ``convert`` (the default: ``cell2otf2 RUN_DIR -o A.otf2``), ``check``, ``inspect``
-(``inspect.py``; exit 0 whenever the run could be read, damaged or not, 3 when refused),
+(``run_info.py``; exit 0 whenever the run could be read, damaged or not, 3 when refused),
 ``report`` (``cell_otf2.report.render_report``; needs the optional matplotlib, exit 2 with
 the install command when it is missing) and ``simulate``.
 
@@ -198,7 +198,7 @@ def convert_command(
                            help="exit 0 even if a node is placed only by its start readings")
     ] = False,
 ) -> None:
-    from .convert import convert
+    from .conversion import convert
     from .order import OrderOptions
 
     progress = TerminalProgress(not quiet)
@@ -222,10 +222,10 @@ def inspect_command(
     run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
                                              help="CBT 1 run directory (holds run.json)")],
     as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON object (keys: see cell_otf2.inspect)")
+        bool, typer.Option("--json", help="print one JSON object (keys: see cell_otf2.run_info)")
     ] = False,
 ) -> None:
-    from .inspect import inspect
+    from .run_info import inspect
 
     info = inspect(run_dir)  # a CellOtf2Error becomes one message and exit 3 in main
     if as_json:

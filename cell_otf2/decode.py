@@ -232,7 +232,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     The locations and their record counts come from a summary of every dump (``summarize``)
     before any is decoded; a caller that has them passes ``summaries`` (one per dump given),
     and ``dumps`` is then indexed once per dump, in order, so it may be a sequence that reads
-    each dump when indexed (``convert.analyze`` passes one: only one dump is then in memory at
+    each dump when indexed (``analysis.analyze`` passes one: only one dump is then in memory at
     a time; that sequence, not decode, makes sure a dump read again is the one summarized).
 
     With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
@@ -244,7 +244,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     the dumps afterwards: the records table then never coexists with all of them).
 
     ``allocate(n)``: the zeroed ``RECORD_DTYPE`` table of n rows the records are written to
-    (``stream.py`` maps a file); default ``np.zeros``.
+    (``spill.py`` maps a file); default ``np.zeros``.
     """
     if summaries is None:
         summaries = [_DumpSummary.of(dumps[i]) for i in range(len(dumps))]

@@ -178,7 +178,7 @@ def match(dec: Decoded, damage: DamageLog, mpi: bool = True) -> Matches:
     """Pair every matchable record of the decoded trace.
 
     ``mpi=False`` leaves MPI records unpaired (a parallel conversion holds only some processes'
-    records and pairs MPI over every process's MPI records, ``parallel.py``)."""
+    records and pairs MPI over every process's MPI records, ``team_mpi.py``)."""
     b = _Builder(dec, damage)
     for c in dec.contexts.tolist():
         rank, ctx, loc = int(c[0]), int(c[1]), int(c[2])

@@ -59,7 +59,7 @@ class Summary:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     stage_cpu_seconds: dict[str, float] = field(default_factory=dict)  # CPU time per stage
     wall_seconds: float = 0.0
-    converter_processes: int = 1  # MPI processes that converted (``parallel.py``)
+    converter_processes: int = 1  # MPI processes that converted (``team_mpi.py``)
     #: locations (and their events) a converter process handed to a less busy one while
     #: writing (``write_share.py``)
     locations_handed_over: int = 0

@@ -1,5 +1,5 @@
 """The steps of a conversion that see the whole run at once, between the groups of nodes that
-are converted one by one (``stream.convert_groups``, serially or on every process under MPI):
+are converted one by one (``driver.run_phases``, serially or on every process under MPI):
 pairing every MPI record and fitting the node clocks (``match_mpi``), telling which MPI
 records have both ends usable after synchronization (``paired_mpi``), RMA ids in the serial
 numbering (``rma_id_offset``), and the whole run's decoded skeleton, bounds and damage for the
@@ -103,7 +103,7 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
 
 def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: SyncResult,
                      pairs: bool = True) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
-    """What a share of the run (a converter process's nodes, or a group of ``stream.py``)
+    """What a share of the run (a converter process's nodes, or a group of ``driver.py``)
     hands on once its records have their times: the usable flags of its MPI records
     (``_mpi_index`` order, for ``paired_mpi``), its time span (None: no usable record), and its
     interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the

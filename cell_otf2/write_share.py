@@ -1,6 +1,6 @@
 """Sharing out the event files of a parallel conversion while they are written.
 
-The last step of a parallel conversion (``stream.py`` under ``parallel.py``): each converter
+The last step of a parallel conversion (``driver.py`` on a ``team_mpi.MpiTeam``): each converter
 process writes the event files of the locations whose events it built, group of nodes by group,
 in pieces of whole locations (``emit.table.EventChunks``). The processes' loads differ (process 0
 also paired every MPI record and fitted the node clocks; nodes differ in size; a machine's
@@ -16,7 +16,7 @@ which process writes it: the archive is the same whoever wrote which location
 (``tests/test_parallel.py``).
 
 What it does not do: split a location, move work of steps before the write, or guess loads in
-advance (the partition of nodes, ``parallel.partition``, does that from the dump sizes).
+advance (the partition of nodes, ``team_mpi.partition``, does that from the dump sizes).
 """
 
 from __future__ import annotations

@@ -52,16 +52,18 @@ print(sorted(m for m in ("otf2", "matplotlib") if m in sys.modules))
     assert r.stdout.splitlines() == ["[]", "RunInfo 16950", "[]"]
 
 
-def test_convert_and_inspect_are_callable_whichever_import_came_first(tmp_path):
+def test_convert_and_inspect_are_plain_functions_whichever_import_came_first(tmp_path):
     code = """
 import sys
-from cell_otf2.convert import analyze  # the module first, as the pipeline's users do
-from cell_otf2.inspect import RunInfo
+from cell_otf2.conversion import convert as run_conversion  # the modules first
+from cell_otf2.run_info import RunInfo
 import cell_otf2
 from cell_otf2 import convert, inspect
+from cell_otf2.summary import Summary
 s = cell_otf2.convert(sys.argv[1], sys.argv[2])
-print(type(s).__name__, s.processes, callable(convert), callable(inspect), callable(analyze))
-print(isinstance(inspect(sys.argv[1]), RunInfo), convert.Summary is cell_otf2.Summary)
+print(type(s).__name__, s.processes, callable(convert), callable(inspect),
+      callable(run_conversion))
+print(isinstance(inspect(sys.argv[1]), RunInfo), Summary is cell_otf2.Summary)
 """
     r = python(code, str(SAMPLES / "wraps-heartbeats"), str(tmp_path / "a.otf2"))
     assert r.returncode == 0, r.stderr
@@ -199,12 +201,12 @@ def test_report_calls_the_renderer_and_prints_what_it_wrote(tmp_path, capsys, mo
 def test_ctrl_c_in_a_command(tmp_path, capsys, monkeypatch, command):
     import cell_otf2.check
     import cell_otf2.dumps
-    import cell_otf2.inspect
+    import cell_otf2.run_info
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    for module in (cell_otf2.dumps, cell_otf2.inspect):
+    for module in (cell_otf2.dumps, cell_otf2.run_info):
         monkeypatch.setattr(module, "read_dump", interrupt)
     run = str(SAMPLES / "wraps-heartbeats")
     args = {"convert": [run, "-o", str(tmp_path / "o" / "a.otf2")],

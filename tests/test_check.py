@@ -11,7 +11,7 @@ import pytest
 
 from cell_otf2.check import check_run  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
-from cell_otf2.convert import convert  # noqa: E402
+from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.errors import FormatError  # noqa: E402
 
 

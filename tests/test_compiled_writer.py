@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from writer_samples import sample_defs, sample_events
 
-from cell_otf2.convert import convert
+from cell_otf2.conversion import convert
 from cell_otf2.errors import OutputError
 from cell_otf2.model import EVENT_DTYPE, Ev
 from cell_otf2.writer import capi, checks

@@ -20,8 +20,8 @@ import pytest
 from otf2check import otf2_print_ok, read_events  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402
+from cell_otf2.analysis import analyze  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
-from cell_otf2.convert import analyze  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
 from cell_otf2.model import LocKind  # noqa: E402
 from cell_otf2.order import OrderOptions  # noqa: E402
@@ -617,7 +617,7 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
                                                             when, existing):
     import minirun
 
-    from cell_otf2 import stream
+    from cell_otf2 import driver
     from cell_otf2.writer import archive
 
     run = tmp_path / "run"
@@ -636,7 +636,7 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
         raise KeyboardInterrupt
 
     if when == "analyze":
-        monkeypatch.setattr(stream, "emit", interrupt)
+        monkeypatch.setattr(driver, "emit", interrupt)
     else:
         monkeypatch.setattr(archive, "write_archive", interrupt)
     status = cli([str(run), "-o", str(anchor), "--force"])

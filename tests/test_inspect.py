@@ -14,8 +14,8 @@ from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import format as fmt
 from cell_otf2.cli import main as cli_main
-from cell_otf2.inspect import _readings, inspect
 from cell_otf2.manifest import load_manifest
+from cell_otf2.run_info import _readings, inspect
 
 ALL = sorted(p.name for p in SAMPLES.iterdir() if (p / "run.json").exists())
 UNDAMAGED = [s for s in ALL if s != "damaged-gap-truncate"]

@@ -215,7 +215,7 @@ def hybrid_run(tmp_path_factory):
 
 
 def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
-    from cell_otf2.convert import analyze
+    from cell_otf2.analysis import analyze
     from cell_otf2.sim.truth import load_truth
 
     pipe = analyze(hybrid_run)
@@ -235,7 +235,8 @@ def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tm
 
     from otf2check import check_archive
 
-    from cell_otf2.convert import analyze, convert
+    from cell_otf2.analysis import analyze
+    from cell_otf2.conversion import convert
     from cell_otf2.sim.truth import load_truth
     from cell_otf2.timing import start_time_maps
 
@@ -336,7 +337,7 @@ def record_errors_us(run, node_maps) -> np.ndarray:
 
 
 def fit_regime(tmp_path_factory, name, params):
-    from cell_otf2.convert import analyze
+    from cell_otf2.analysis import analyze
 
     run = simulate_regime(tmp_path_factory.mktemp(name) / "run", *params)
     pipe = analyze(run)
@@ -371,7 +372,7 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
 
     from otf2check import check_archive
 
-    from cell_otf2.convert import convert
+    from cell_otf2.conversion import convert
 
     run, pts, rms, mx = fit_regime(tmp_path_factory, "archive",
                                    (2.0, 300.0, 3, 50.0, 15.0, 240.0, 11))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from cellbench import evaluate as ev
 
-from cell_otf2.convert import analyze
+from cell_otf2.analysis import analyze
 from cell_otf2.decode import LinkKind
 from cell_otf2.order import Constraints, OrderOptions, build_constraints
 from cell_otf2.sim.run import simulate_run

@@ -30,14 +30,14 @@ from otf2check import read_events
 
 from cell_otf2 import cli
 from cell_otf2.manifest import load_manifest
-from cell_otf2.parallel import (
+from cell_otf2.sim.run import simulate_run
+from cell_otf2.team_mpi import (
     SERIAL_VAR,
     _single_host_transport,
     launched_size,
     launched_world,
     partition,
 )
-from cell_otf2.sim.run import simulate_run
 
 pytestmark = pytest.mark.mpi  # every test here launches mpiexec or needs mpi4py
 
@@ -121,10 +121,10 @@ _RUN_CLI = "from cell_otf2.cli import main\nmain(sys.argv[1:])\n"
 _SLOW_PROCESS_0 = (
     "import sys, time\n"
     "from mpi4py import MPI\n"
-    "import cell_otf2.stream as stream\n"
+    "import cell_otf2.driver as driver\n"
     "import cell_otf2.write_share as share\n"
     "from cell_otf2.emit.table import EventChunks\n"
-    "stream.CHUNK_EVENTS = 40\n"
+    "driver.CHUNK_EVENTS = 40\n"
     "share.GIVE_MIN = 1\n"
     "real = EventChunks.build\n"
     "def build(self, lo, hi, buffer=None):\n"
@@ -170,15 +170,15 @@ def test_processes_streaming_node_by_node_write_the_serial_archive(runs, tmp_pat
                               str(tmp_path / "s.json")], capsys)
     script = tmp_path / "groups.py"
     script.write_text(_SLOW_PROCESS_0 + (
-        "import cell_otf2.stream as stream\n"
-        "stream.IN_MEMORY_BYTES = 0\n"
-        "stream.GROUP_BYTES = 1\n"
-        "real_groups = stream.node_groups\n"
+        "import cell_otf2.driver as driver\n"
+        "driver.IN_MEMORY_BYTES = 0\n"
+        "driver.GROUP_BYTES = 1\n"
+        "real_groups = driver.node_groups\n"
         "def groups(*args, **kw):\n"
         "    found = real_groups(*args, **kw)\n"
         "    print(f'@groups {MPI.COMM_WORLD.Get_rank()} {len(found)}', file=sys.stderr)\n"
         "    return found\n"
-        "stream.node_groups = groups\n") + _RUN_CLI)
+        "driver.node_groups = groups\n") + _RUN_CLI)
     par = _mpiexec(n_proc, [str(run), "-o", str(p_anchor), "--report",
                             str(tmp_path / "p.json")], script=script)
     assert par.returncode == status, par.stderr
@@ -272,7 +272,7 @@ def test_unexpected_error_on_one_process_aborts_all(runs, tmp_path):
     """A bug on process 1 (injected) ends the whole job with one message; nobody hangs."""
     inject = (
         "import sys\n"
-        "import cell_otf2.parallel as par\n"
+        "import cell_otf2.team_mpi as par\n"
         "real = par._layout_part\n"
         "def broken(man, summaries, damage):\n"
         "    from mpi4py import MPI\n"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from otf2check import read_events  # noqa: E402
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2.convert import convert  # noqa: E402
+from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
 from cell_otf2.report.derive import (  # noqa: E402
     Cat,
@@ -323,7 +323,7 @@ def test_bounds_parse_of_unplaced_and_unbounded_entries():
 def test_converter_and_report_package_do_not_import_matplotlib(tmp_path):
     import subprocess
 
-    code = ("import sys\nfrom cell_otf2.convert import convert\nimport cell_otf2.report\n"
+    code = ("import sys\nfrom cell_otf2.conversion import convert\nimport cell_otf2.report\n"
             f"convert({str(SAMPLES / 'wraps-heartbeats')!r}, {str(tmp_path / 'a.otf2')!r})\n"
             "print('matplotlib' in sys.modules)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

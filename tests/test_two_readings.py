@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2 import convert as convert_mod  # noqa: E402
 from cell_otf2 import dumps as dumps_mod  # noqa: E402
+from cell_otf2.analysis import analyze  # noqa: E402
+from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.damage import DamageLog  # noqa: E402
 from cell_otf2.decode import decode  # noqa: E402
 from cell_otf2.errors import FormatError  # noqa: E402
@@ -32,7 +33,7 @@ def test_decoding_read_twice_equals_decoding_in_memory(name, monkeypatch):
         return read_dump(path, *args, **kwargs)
 
     monkeypatch.setattr(dumps_mod, "read_dump", counting_read)
-    pipe = convert_mod.analyze(run)
+    pipe = analyze(run)
     man = load_manifest(run)
     assert sorted(reads) == sorted(2 * [man.dump_path(p.rank).name for p in man.processes])
     damage = DamageLog()
@@ -64,5 +65,5 @@ def test_a_dump_that_changes_between_readings_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(dumps_mod, "read_dump", changing_read)
     out = tmp_path / "out" / "a.otf2"
     with pytest.raises(FormatError, match="changed while it was being converted"):
-        convert_mod.convert(run, out)
+        convert(run, out)
     assert not (tmp_path / "out").exists()

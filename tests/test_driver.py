@@ -1,14 +1,12 @@
-"""The serial conversion node group by node group (``stream.py``) equals converting the whole
-run in memory at once (``convert.analyze``, then emit and write, as the converter did before).
-
-Compared, for several simulated runs converted one node per group (every group but the one
-in memory spilled to disk) and with the default grouping: the definitions and every event as
-the otf2 reader reads them back, ``otf2-print`` output, the definition and event files byte for
-byte (``test_parallel._same_archive``), the summary (all but the wall-time line; damage lines
-included) and the sync report. Also: the grouping of nodes, the spill directory is gone after
-a conversion and after a failure in the middle of one, a full disk is an error that says so,
-the writer refuses a location in two groups.
-"""
+"""The conversion's one driver (``driver.run_phases``) gives the same archive, summary and
+sync report however the run's nodes are grouped: one node per group (every group but the one
+in memory spilled to disk), two nodes per group, and the whole run as one group in memory
+(``tests/test_parallel.py`` adds the MPI team to the same comparison). Compared: the
+definitions and every event as the otf2 reader reads them back, ``otf2-print`` output, the
+definition and event files byte for byte, the summary (all but the wall-time line) and the
+sync report. Also: the grouping of nodes, the spill directory is gone after a conversion and
+after a failure in the middle of one, a full disk is an error that says so, the writer
+refuses a location in two groups."""
 
 from __future__ import annotations
 
@@ -23,16 +21,13 @@ import pytest
 from archive_compare import same_archive, summary_body
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2 import stream
-from cell_otf2.convert import analyze, convert
-from cell_otf2.emit.events import emit
+from cell_otf2 import driver, node_groups
+from cell_otf2 import spill as spill_module
+from cell_otf2.analysis import analyze
+from cell_otf2.conversion import convert
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
-from cell_otf2.model import DmaStyle
-from cell_otf2.output import ArchiveTarget
 from cell_otf2.sim.run import simulate_run
-from cell_otf2.stream import CHUNK_EVENTS, drop_analysis
-from cell_otf2.summary import build_summary, sync_report
 from cell_otf2.writer.archive import write_archive
 from cell_otf2.writer.checks import WriterInputError
 from cell_otf2.writer.events import EventGroups
@@ -43,26 +38,17 @@ def hybrid(out: Path, seed: int, **kw) -> Path:
     return out
 
 
-def in_memory(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
+def one_group(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
               alpha: float = 0.5) -> list[str]:
-    """The conversion as it was before ``stream.py``: the whole run analyzed at once, the
-    event table emitted in pieces and written. Returns the summary's lines."""
-    pipe = analyze(run, alpha)
-    pipe.constraints = drop_analysis(pipe.decoded, pipe.matches, pipe.constraints)
-    defs, events, estats = emit(pipe.decoded, pipe.matches, pipe.sync, pipe.damage,
-                                DmaStyle(dma_style), chunk_events=CHUNK_EVENTS)
-    target = ArchiveTarget(anchor)
-    target.prepare(False)
-    with target.staged() as tmp:
-        write_archive(defs, events, tmp, target.name)
-    report.write_text(json.dumps(sync_report(pipe), indent=1) + "\n")
-    return build_summary(pipe, str(run), str(anchor), events.size, estats, {}).lines()
+    """The run converted as one group, in memory (these runs are far below
+    ``IN_MEMORY_BYTES``). Returns the summary's lines."""
+    return convert(run, anchor, report=report, dma_style=dma_style, alpha=alpha).lines()
 
 
 def streamed(run: Path, anchor: Path, report: Path, monkeypatch, group_bytes: int,
              dma_style: str = "rma", alpha: float = 0.5) -> list[str]:
-    monkeypatch.setattr(stream, "GROUP_BYTES", group_bytes)
-    monkeypatch.setattr(stream, "IN_MEMORY_BYTES", 0)  # these runs are small: group anyway
+    monkeypatch.setattr(driver, "GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(driver, "IN_MEMORY_BYTES", 0)  # these runs are small: group anyway
     return convert(run, anchor, report=report, dma_style=dma_style, alpha=alpha).lines()
 
 
@@ -96,10 +82,10 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "dma_style", "alpha"), CASES)
-def test_node_by_node_equals_the_whole_run_in_memory(runs, tmp_path, monkeypatch, name,
+def test_node_by_node_equals_the_whole_run_one_group(runs, tmp_path, monkeypatch, name,
                                                      dma_style, alpha):
     run = runs[name] if name in runs else SAMPLES / name
-    ref = in_memory(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json", dma_style, alpha)
+    ref = one_group(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json", dma_style, alpha)
     got = streamed(run, tmp_path / "s" / "a.otf2", tmp_path / "s.json", monkeypatch, 0,
                    dma_style, alpha)
     assert _body(got) == _body(ref)
@@ -115,7 +101,7 @@ def test_default_grouping_equals_one_node_per_group(runs, tmp_path, monkeypatch)
     man = load_manifest(run)
     sizes = [man.dump_path(p.rank).stat().st_size for p in man.processes]
     two = sizes[0] + sizes[1] + sizes[2] + sizes[3]  # nodes 0 and 1 (2 ranks each)
-    assert stream.node_groups(man, sizes, two) == [[0, 1, 2, 3], [4, 5]]
+    assert node_groups.node_groups(man, sizes, two) == [[0, 1, 2, 3], [4, 5]]
     a = streamed(run, tmp_path / "a" / "a.otf2", tmp_path / "a.json", monkeypatch, two)
     b = streamed(run, tmp_path / "b" / "a.otf2", tmp_path / "b.json", monkeypatch, 0)
     assert _body(a) == _body(b)
@@ -125,24 +111,24 @@ def test_default_grouping_equals_one_node_per_group(runs, tmp_path, monkeypatch)
 def test_node_groups(runs):
     man = load_manifest(runs["four_nodes"])  # 8 ranks, 2 per node
     sizes = [100] * 8
-    assert stream.node_groups(man, sizes, 0) == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert stream.node_groups(man, sizes, 400) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert stream.node_groups(man, sizes, 10**9) == [list(range(8))]
+    assert node_groups.node_groups(man, sizes, 0) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert node_groups.node_groups(man, sizes, 400) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert node_groups.node_groups(man, sizes, 10**9) == [list(range(8))]
     sizes[2] = 1000  # a node larger than the limit is a group of its own
-    assert stream.node_groups(man, sizes, 400) == [[0, 1], [2, 3], [4, 5, 6, 7]]
+    assert node_groups.node_groups(man, sizes, 400) == [[0, 1], [2, 3], [4, 5, 6, 7]]
 
 
 def test_spill_round_trip_and_cleanup(runs, tmp_path, monkeypatch):
     """Spilled groups are read back as they were written; the spill directory lives in the
     staging directory and is gone after the conversion and after a failure in the middle."""
     seen: list[Path] = []
-    real_save = stream.Spill._save
+    real_save = spill_module.Spill._save
 
     def save(self, g, state):
         real_save(self, g, state)
         seen.append(self.directory)
 
-    monkeypatch.setattr(stream.Spill, "_save", save)
+    monkeypatch.setattr(spill_module.Spill, "_save", save)
     out = tmp_path / "out"
     streamed(runs["four_nodes"], out / "a.otf2", tmp_path / "r.json", monkeypatch, 0)
     assert seen and all(d.parent.parent == out for d in seen)
@@ -151,7 +137,7 @@ def test_spill_round_trip_and_cleanup(runs, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(stream, "emit", broken)  # after every group was spilled
+    monkeypatch.setattr(driver, "emit", broken)  # after every group was spilled
     seen.clear()
     with pytest.raises(KeyboardInterrupt):
         streamed(runs["four_nodes"], tmp_path / "x" / "a.otf2", tmp_path / "x.json",
@@ -164,14 +150,14 @@ def test_spill_keeps_every_array(runs, tmp_path, mapped):
     """A group's state saved and loaded equals the state it was (records with their times
     kept apart once the records are on disk; or a mapped file from the start)."""
     pipe = analyze(runs["four_nodes"])
-    spill = stream.Spill(tmp_path / "spill")
+    spill = spill_module.Spill(tmp_path / "spill")
     dec = pipe.decoded
     if mapped:
         table = spill.record_table(0)(dec.records.size)
         assert not table.view(np.uint8).any()  # zeroed
         table[:] = pipe.decoded.records
         dec = dataclasses.replace(dec, records=table, _cache={})
-    state = stream._State(dec, pipe.matches, pipe.sync, timed=True)
+    state = spill_module.GroupState(dec, pipe.matches, pipe.sync, timed=True)
     spill.put(0, state)
     spill.evict()
     back = spill.get(0)
@@ -210,7 +196,7 @@ def test_spill_without_space_or_without_fallocate(runs, tmp_path, monkeypatch, c
     def refuse(fd, offset, length):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(stream.os, "posix_fallocate", refuse)
+    monkeypatch.setattr(spill_module.os, "posix_fallocate", refuse)
     run = runs["four_nodes"]
     if code == errno.ENOSPC:
         with pytest.raises(OutputError, match="No space left on device.*2.5 times"):
@@ -218,7 +204,8 @@ def test_spill_without_space_or_without_fallocate(runs, tmp_path, monkeypatch, c
         assert not (tmp_path / "out").exists()
         return
     got = streamed(run, tmp_path / "s" / "a.otf2", tmp_path / "s.json", monkeypatch, 0)
-    ref = in_memory(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json")
+    monkeypatch.undo()  # the reference: one group, in memory
+    ref = one_group(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json")
     assert _body(got) == _body(ref)
     same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
 
@@ -227,17 +214,17 @@ def test_small_run_is_one_group(runs, tmp_path, monkeypatch):
     """A run of at most IN_MEMORY_BYTES of dumps is converted as one group: nothing is
     spilled (no spill space needed), whatever GROUP_BYTES says."""
     seen = []
-    real = stream.node_groups
+    real = node_groups.node_groups
 
-    def spy(man, sizes, limit=stream.GROUP_BYTES, ranks=None):
+    def spy(man, sizes, limit=node_groups.GROUP_BYTES, ranks=None):
         groups = real(man, sizes, limit, ranks)
         seen.append(groups)
         return groups
 
-    monkeypatch.setattr(stream, "GROUP_BYTES", 1)
-    monkeypatch.setattr(stream, "node_groups", spy)
+    monkeypatch.setattr(driver, "GROUP_BYTES", 1)
+    monkeypatch.setattr(driver, "node_groups", spy)
     convert(runs["four_nodes"], tmp_path / "a.otf2")
     assert len(seen) == 1 and len(seen[0]) == 1
-    monkeypatch.setattr(stream, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(driver, "IN_MEMORY_BYTES", 0)
     convert(runs["four_nodes"], tmp_path / "b.otf2")
     assert len(seen[1]) == 4  # one group per node once the run counts as large

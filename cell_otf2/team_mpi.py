@@ -1,51 +1,20 @@
-"""Parallel conversion under ``mpiexec -n P`` (or ``srun``): each process converts whole nodes.
-
-``convert.convert`` hands a conversion here when ``launched_world`` finds an MPI launch of more
-than one process (on one host with Open MPI it first picks shared-memory messaging,
-``_single_host_transport``). Process 0 stages the output (``output.ArchiveTarget``); then
-every converter process ("process" below; "rank" is an MPI rank of the traced run) runs the
-serial conversion's phases on its share, group of nodes by group (``stream.convert_groups``
-with a ``Team``), which meet here:
-
-- plan: from the dump sizes process 0 broadcasts, every process computes the same
-  assignment of whole nodes to processes, heaviest first onto the least loaded process
-  (``partition``), so each node's SPE synchronization runs on one process exactly as in a
-  serial conversion; the run's location layout is assembled from every process's location
-  rows (allgather, ``_layout_part``), so location refs are the serial conversion's;
-- MPI: every process's MPI records (a small subset, ``whole_run.mpi_subset``) are gathered to
-  process 0, which pairs them with ``match`` on an MPI-only trace in the serial record order,
-  fits the node clocks from the cross-node pairs (``match_mpi``) and sends each process its
-  within-node MPI pairs; the node maps are broadcast; after synchronization the usable flags
-  of the MPI records go to process 0, which tells each process which of its MPI records
-  belong to a message whose both ends are usable (``paired_mpi``);
-- RMA matching ids are shifted to the serial numbering (``rma_id_offset``); process 0
-  builds the definitions from the gathered interval bounds (``whole_run``), the summary and the
-  report;
-- write: every process writes its locations' event files into the staging directory through
-  OTF2's collective callbacks (``otf2_mpi``), then asks the busier processes for locations
-  they have not begun (``write_share``); process 0 writes the definitions and the anchor
-  file and moves the archive into place.
-
-The archive equals the serial conversion's: same definitions, events per location and
-timestamps (``tests/test_parallel.py`` compares them event by event). The summary's numbers
-are the serial ones; its damage lines too, except that kinds first found in the same stage
-may be listed in another order.
-
-Errors: every step ends in an agreement (``_Steps.run``): a ``CellOtf2Error`` on any process is
-raised on every process (the lowest failing process's message; the others are ``secondary``
-and print nothing), so all exit with one status; anything else, a bug, aborts the MPI job
-(``comm.Abort``) rather than leave a process waiting in a collective.
-
-It imports mpi4py only when launched under MPI with more than one process.
-"""
+"""The team of every process of an MPI launch (``mpiexec -n P``, ``srun``), as
+``driver.run_phases`` and ``conversion.convert`` ask a team (``team_serial.SerialTeam`` is the
+other); the only module that imports mpi4py, and only when launched with more than one
+process. Each process converts whole nodes (``partition``: heaviest first onto the least
+loaded process), the location layout is assembled from every process's rows, every step ends
+in an agreement (a ``CellOtf2Error`` on any process is raised on all; anything else aborts the
+job), the root stages and commits the output, and events are written through OTF2's
+collective callbacks with locations handed from busy processes to idle ones
+(``write_share``). It does not convert anything itself; docs/performance.md describes the
+parallel conversion and what it measured."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +25,7 @@ from .decode import RunLayout, build_locations
 from .dumps import Progress
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
 from .manifest import Manifest
-from .model import CONTEXT_DTYPE, LOCATION_DTYPE, DmaStyle, LocKind
-from .order import OrderOptions
+from .model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
 from .output import ArchiveTarget, RunInputs
 from .write_share import poll_quietly
 
@@ -249,21 +217,28 @@ def _assemble_layout(man: Manifest, parts: list[dict]) -> RunLayout:
 # --------------------------------------------------------------------------------------------
 
 
-class Team:
-    """The converter processes of ``comm`` as ``stream.convert_groups`` asks them (the serial
-    conversion's is ``stream.Alone``): collectives of mpi4py, every step agreed on
+class MpiTeam:
+    """The converter processes of ``comm``: collectives of mpi4py, every step agreed on
     (``_Steps``), the nodes of this process (``partition``), the layout assembled from every
-    process's part, and the write through OTF2's collective callbacks with locations handed
-    from busy processes to idle ones (``write_share``)."""
+    process's part, the root staging the output, and the collective write."""
 
-    def __init__(self, steps: _Steps) -> None:
+    def __init__(self, comm: Any) -> None:
+        steps = _Steps(comm)
         self.steps = steps
-        self.comm = steps.comm
+        self.comm = comm
         self.rank, self.size = steps.rank, steps.comm.Get_size()
         self.handed = (0, 0)  # locations, events this process handed over while writing
 
     def run(self, step: str, fn: Callable[[], Any]) -> Any:
         return self.steps.run(step, fn)
+
+    def on_root(self, step: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the root, None on the other processes (an agreed step)."""
+        return self.steps.run(step, fn if self.rank == 0 else lambda: None)
+
+    def from_root(self, fn: Callable[[], Any]) -> Any:
+        """The root's ``fn()`` on every process."""
+        return self.comm.bcast(fn() if self.rank == 0 else None, root=0)
 
     def gather(self, value: Any) -> list | None:
         return self.comm.gather(value, root=0)
@@ -307,77 +282,58 @@ class Team:
             share_comm.Free()
             dup.Free()
 
+    # the output ------------------------------------------------------------------------------
 
-def convert_parallel(comm: Any, run_dir: str | Path, archive: str | Path, *, force: bool = False,
-                     dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
-                     report: str | Path | None = None,
-                     order_options: OrderOptions | None = None,
-                     progress: Progress | None = None, group_bytes: int | None = None):
-    """``convert.convert`` on every process of ``comm``; returns the run's summary on each
-    (with ``rank`` set to the process's rank). ``group_bytes``: ``stream.convert_groups``'."""
-    wall0 = time.perf_counter()
-    steps = _Steps(comm)
-    root = steps.rank == 0
-    target = steps.run("output", lambda: ArchiveTarget(archive, report))
-    try:
-        steps.run("output",
-                  lambda: target.prepare(force, RunInputs.of(run_dir)) if root else None)
-        summary = _convert(steps, Path(run_dir), target, str(archive), DmaStyle(dma_style),
-                           alpha, report, order_options, progress if root else None, wall0,
-                           group_bytes)
-    except KeyboardInterrupt:
-        target.remove_made()
-        sys.stderr.write("cell2otf2: error: interrupted\n")
-        comm.Abort(EXIT_USAGE)
-        raise
-    except BaseException:
-        target.remove_made()
-        raise
-    summary.rank = steps.rank
-    return summary
+    def local_progress(self, progress: Progress | None) -> Progress | None:
+        """The progress display is the root's."""
+        return progress if self.rank == 0 else None
 
-
-def _convert(steps: _Steps, run_dir: Path, target: ArchiveTarget, archive: str,
-             dma_style: DmaStyle, alpha: float, report, order_options, progress, wall0: float,
-             group_bytes: int | None):
-    """Process 0 stages the output; every process converts its nodes group by group into it
-    (``stream.convert_groups``; spilled groups under ``.spill/process<rank>`` inside the
-    staging directory); process 0 commits the archive and writes the report."""
-    from .stream import Spill, StageClock, convert_groups
-    from .summary import sync_report
-
-    comm, root = steps.comm, steps.rank == 0
-    staging = target.staged() if root else None
-    tmp = steps.run("output", lambda: str(staging.__enter__()) if root else None)
-    entered = root
-    try:
-        tmp = Path(comm.bcast(tmp, root=0))
-        spill = Spill(tmp / ".spill" / f"process{steps.rank}")
+    def open_output(self, archive: str | Path, report: str | Path | None, force: bool,
+                    run_dir: str | Path) -> ArchiveTarget:
+        """The output target on every process, checked and prepared by the root."""
+        target = self.run("output", lambda: ArchiveTarget(archive, report))
         try:
-            summary, whole = convert_groups(Team(steps), run_dir, tmp, target.name,
-                                            StageClock(progress), spill, dma_style, alpha,
-                                            order_options, progress, group_bytes,
-                                            pairs=report is not None)
-        finally:
-            spill.close()
-        if root and report is not None:  # moved into place with the archive
-            target.stage_report(json.dumps(sync_report(whole), indent=1) + "\n")
-        entered = False
-        steps.run("write", lambda: staging.__exit__(None, None, None) if root else None)
-    except BaseException as exc:
-        if isinstance(exc, CellOtf2Error):  # every process is here (agreed): none still
-            _wait_quietly(comm)  # removes its spill files when process 0 removes the staging
-        if entered:
-            staging.__exit__(*sys.exc_info())
-        raise
+            self.run("output", lambda: target.prepare(force, RunInputs.of(run_dir))
+                     if self.rank == 0 else None)
+        except BaseException as exc:
+            self.failed(target, exc)
+            raise
+        return target
 
-    def finish():
-        summary.run_dir, summary.archive = str(run_dir), archive
-        summary.converter_processes = comm.Get_size()
-        summary.wall_seconds = time.perf_counter() - wall0
+    @contextmanager
+    def staged(self, target: ArchiveTarget) -> Iterator[Path]:
+        """The root's staging directory on every process; committed by the root when the
+        block ends normally on every process."""
+        root = self.rank == 0
+        staging = target.staged() if root else None
+        tmp = self.run("output", lambda: str(staging.__enter__()) if root else None)
+        entered = root
+        try:
+            yield Path(self.comm.bcast(tmp, root=0))
+            entered = False
+            self.run("write", lambda: staging.__exit__(None, None, None) if root else None)
+        except BaseException as exc:
+            if isinstance(exc, CellOtf2Error):  # every process is here (agreed): none still
+                _wait_quietly(self.comm)  # removes its spill files when the root removes it
+            if entered:
+                staging.__exit__(*sys.exc_info())
+            raise
+
+    def spill_directory(self, tmp: Path) -> Path:
+        return tmp / ".spill" / f"process{self.rank}"
+
+    def failed(self, target: ArchiveTarget, exc: BaseException) -> None:
+        """After any failure: the folders the root made go again; an interruption stops
+        every process (a process waiting in a collective would never return)."""
+        target.remove_made()
+        if isinstance(exc, KeyboardInterrupt):
+            sys.stderr.write("cell2otf2: error: interrupted\n")
+            self.comm.Abort(EXIT_USAGE)
+
+    def finish(self, summary: Any) -> Any:
+        """The root's summary on every process, with this process's rank."""
+        if self.rank == 0:
+            summary.converter_processes = self.size
+        summary = self.comm.bcast(summary, root=0)
+        summary.rank = self.rank
         return summary
-
-    summary = steps.run("report", finish if root else lambda: None)
-    return comm.bcast(summary, root=0)
-
-
