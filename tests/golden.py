@@ -46,6 +46,8 @@ UPDATE_COMMAND = "python tests/golden.py --update"
 RUN, ANCHOR, SYNC_REPORT, REPORT_DIR = "run", "out/a.otf2", "out/a.sync.json", "rep"
 WALL_TIME_LINE = re.compile(rb"^  wall time .*$", re.MULTILINE)
 DECIMAL = re.compile(rb"\d+\.\d+")
+#: the outputs of ``cell2otf2 simulate`` (the others are the converter's)
+SIMULATOR_OUTPUTS = ("simulate/", "simulated run/")
 
 
 @dataclass(frozen=True)
@@ -217,12 +219,16 @@ def load_expected() -> dict[str, dict[str, str]]:
 
 def compare(case: str, expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     """Lines saying what differs (empty: identical), naming the case and every output."""
-    names = sorted(expected.keys() | actual.keys())
+    names = sorted(expected.keys() | actual.keys(),
+                   key=lambda n: (not n.startswith(SIMULATOR_OUTPUTS), n))
     differ = [n for n in names if expected.get(n) != actual.get(n)]
     if not differ:
         return []
     lines = [f"golden case {case!r}: {len(differ)} output(s) differ from "
              f"{EXPECTED.relative_to(ROOT)}:"]
+    if differ[0].startswith(SIMULATOR_OUTPUTS):
+        lines.append("  (the SIMULATOR's output for this seed changed: a simulator change; "
+                     "the converter's outputs listed after it may only follow from it)")
     for n in differ:
         if n not in actual:
             lines.append(f"  {n}: missing (expected {expected[n][:16]})")
@@ -230,9 +236,6 @@ def compare(case: str, expected: dict[str, str], actual: dict[str, str]) -> list
             lines.append(f"  {n}: not expected (now {actual[n][:16]})")
         else:
             lines.append(f"  {n}: expected {expected[n][:16]}, got {actual[n][:16]}")
-    if any(n.startswith(("simulate/", "simulated run/")) for n in differ):
-        lines.append("  -> the SIMULATOR's output for this seed changed (a simulator change, "
-                     "the converter's outputs below follow from it)")
     lines.append(f"If the change of behaviour is intended, regenerate with: {UPDATE_COMMAND}")
     return lines
 

@@ -46,7 +46,8 @@ def test_conversion_identical(case, converted):
     _, digests = converted(case)
     expected, _ = golden.split(_expected(case))
     problems = golden.compare(case.name, expected, digests)
-    assert not problems, "\n".join(problems)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
 
 
 @pytest.mark.parametrize("case", [_param(c, [pytest.mark.slow] if c.slow_report else [])
@@ -57,7 +58,8 @@ def test_report_identical(case, converted):
     work, _ = converted(case)
     _, expected = golden.split(_expected(case))
     problems = golden.compare(case.name, expected, golden.produce_report(work))
-    assert not problems, "\n".join(problems)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
 
 
 def test_no_stale_expectations():
