@@ -390,6 +390,18 @@ def test_stale_staging_of_a_killed_conversion_is_removed(tmp_path):
     assert hidden(out) == []
 
 
+def handler_installed(p: subprocess.Popen, sig: int, timeout: float = 60.0) -> None:
+    """Wait until process ``p`` catches ``sig`` (its ``SigCgt`` mask in /proc): on a loaded
+    machine the interpreter may take longer than any fixed delay to start."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and p.poll() is None:
+        status = Path(f"/proc/{p.pid}/status").read_text()
+        caught = int(next(x for x in status.splitlines() if x.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (sig - 1) & 1:
+            return
+        time.sleep(0.01)
+
+
 def test_ctrl_c_while_reading_an_archive_back_for_the_report(tmp_path):
     pytest.importorskip("matplotlib")
     src = big_run(tmp_path)
@@ -398,6 +410,7 @@ def test_ctrl_c_while_reading_an_archive_back_for_the_report(tmp_path):
         p = subprocess.Popen([sys.executable, "-m", "cell_otf2", "report",
                               str(tmp_path / "a.otf2"), "-o", str(tmp_path / f"r{delay}")],
                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        handler_installed(p, signal.SIGINT)  # from then on the delay is the report's own time
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         code = p.wait(timeout=120)
