@@ -26,10 +26,13 @@ def choose_model(centers: np.ndarray, v: np.ndarray, width: float, lo_r: float, 
     interleaved sets (cross-validation: the bends are searched again on each training set,
     so a procedure that chases noise predicts badly). A candidate's score is the median of
     its squared errors (a training set that misses a bend spoils a few windows, not the
-    score). The choice is the candidate with the fewest knots whose score is within
-    ``cv_floor_us`` squared of the best, or below it (a finer model must predict the curve
-    better by more than the fit resolves): a line (no bends, h = inf) unless the messages
-    show something it misses. Candidates are scored fewest knots first, and no further once
+    score). The choice is the candidate with the fewest knots whose score is within the floor
+    of the best, or below it: a finer model must predict unseen windows better by more than
+    the floor, which is ``cv_floor_noise`` times the noise variance of the curve's window
+    offsets (sigma^2, from its second differences: what the messages resolve), clipped to
+    ``cv_floor_min_us`` .. ``cv_floor_us`` squared. So a node is a line (no bends, h = inf)
+    unless its messages show something the line misses, and dense messages follow finer
+    curves than sparse ones. Candidates are scored fewest knots first, and no further once
     one is below the floor. A negative h: knots exactly every h (the grid shifted by h /
     ``spins`` predicts more than ``spin_slack`` times worse: its knots sit on bends)."""
     ok = np.flatnonzero(np.isfinite(v))
@@ -42,7 +45,8 @@ def choose_model(centers: np.ndarray, v: np.ndarray, width: float, lo_r: float, 
     sets = [(ok[fold == f], ok[fold != f]) for f in range(o.folds)]
     fold_bends = [_bend_knots(centers[tr], v[tr], o, hz, width, sigma) for _, tr in sets]
     full = _bend_knots(centers, v, o, hz)
-    floor = (o.cv_floor_us * 1e-6 * hz) ** 2
+    floor = float(np.clip(o.cv_floor_noise * sigma ** 2, (o.cv_floor_min_us * 1e-6 * hz) ** 2,
+                          (o.cv_floor_us * 1e-6 * hz) ** 2))
 
     def score(i: int, h: float, shift: float = 0.0) -> float:
         err = np.zeros(centers.size)

@@ -42,6 +42,10 @@ class FitOptions:
     spin_slack: float = 4.0  # ... if the shifted knots' score is within this factor
     folds: int = 5  # model choice: cross-validation over this many interleaved window sets
     cv_floor_us: float = 0.3  # ... the fewest knots whose median error is within this^2
+    #: ... or within this times the curve's noise variance when that is less (dense
+    #: messages resolve finer curves), but never below ``cv_floor_min_us`` squared
+    cv_floor_noise: float = 0.5
+    cv_floor_min_us: float = 0.05
     window_s: float = 0.0  # windows of the bound; 0: t_window_s
 
 
