@@ -43,7 +43,7 @@ from cellbench import baselines as bt
 from cellbench import evaluate as ev
 
 from cell_otf2.analysis import analyze
-from cell_otf2.order import OrderOptions
+from cell_otf2.model import OrderOptions
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
 

@@ -101,7 +101,7 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
     from cell_otf2.analysis import analyze
     from cell_otf2.conversion import convert
-    from cell_otf2.match import MsgKind
+    from cell_otf2.model import MsgKind
     from cell_otf2.sim.truth import load_truth
 
     truth = load_truth(run)

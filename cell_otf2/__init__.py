@@ -39,8 +39,8 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
     accepted), ``progress(stage, fraction)`` a callback.
     """
     from .conversion import convert as run_conversion
-    from .model import DmaStyle
-    from .order import OrderOptions, check_read_delay
+    from .model import DmaStyle, OrderOptions
+    from .order import check_read_delay
 
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")

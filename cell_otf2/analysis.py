@@ -13,8 +13,9 @@ from .decode import decode
 from .dumps import Dumps, Progress, read_summaries
 from .manifest import load_manifest
 from .match import match
+from .model import OrderOptions
 from .nodefit.fit import fitted_node_maps
-from .order import OrderOptions, build_constraints
+from .order import build_constraints
 from .summary import Pipeline
 from .timing import apply_times, synchronize
 

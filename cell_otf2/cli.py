@@ -199,7 +199,7 @@ def convert_command(
     ] = False,
 ) -> None:
     from .conversion import convert
-    from .order import OrderOptions
+    from .model import OrderOptions
 
     progress = TerminalProgress(not quiet)
     try:

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from .driver import StageClock, run_phases
 from .dumps import Progress
-from .model import DmaStyle
-from .order import OrderOptions
+from .model import DmaStyle, OrderOptions
 from .spill import Spill
 from .summary import Summary, sync_report
 

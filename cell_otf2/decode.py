@@ -26,7 +26,7 @@ It does not match messages (``match.py``), build constraints (``order.py``) or c
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,10 +38,14 @@ from .model import (
     ANCHOR_DTYPE,
     CONTEXT_DTYPE,
     DOMAIN_DTYPE,
+    LINK_DTYPE,
     LOCATION_DTYPE,
     RECORD_DTYPE,
+    Decoded,
     DomainKind,
+    LinkKind,
     LocKind,
+    RunLayout,
 )
 from .reader import Dump
 
@@ -49,89 +53,9 @@ P = fmt.PpeCode
 S = fmt.SpeCode
 
 
-class LinkKind:
-    SWITCH = 1
-    WRITE = 2
-    WRAP = 3
-
-
-#: what joins interval ``prev`` to interval ``next`` of one context
-LINK_DTYPE = np.dtype(
-    [
-        ("prev", "<i4"),  # domain of the interval before
-        ("next", "<i4"),  # domain of the interval after
-        ("kind", "u1"),  # LinkKind
-        ("value", "<i8"),  # decrementer value at the link: STOP's saved value (switch),
-        #                    written value (write); the raw step mod 2^32 (wrap)
-        ("start_value", "<i8"),  # START's restore value (switch), -1 otherwise
-        ("local_prev", "<i8"),  # local time of ``value`` on the previous interval's clock
-        ("local_next", "<i8"),  # local time of ``start_value`` (switch) or ``value`` (write)
-        #                         on the next interval's clock
-        ("last_local_prev", "<i8"),  # local time of the previous interval's last reading
-        ("first_local_next", "<i8"),  # local time of the next interval's first reading
-        ("stop_rec", "<i8"),  # record index of the CTX_SWITCH STOP, -1
-        ("start_rec", "<i8"),  # record index of the CTX_SWITCH START, -1
-        ("write_rec", "<i8"),  # record index of the DECR_WRITE, -1
-    ]
-)
-
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
 )
-
-
-@dataclass
-class Decoded:
-    manifest: Manifest
-    dump_names: list[str]  # per rank, as messages name the file
-    spe_buffer_records: list[int]
-    locations: np.ndarray  # LOCATION_DTYPE
-    contexts: np.ndarray  # CONTEXT_DTYPE
-    records: np.ndarray  # RECORD_DTYPE, sorted by (loc, slot) = program order per location
-    anchors: np.ndarray  # ANCHOR_DTYPE, sorted by (rank, slot)
-    domains: np.ndarray  # DOMAIN_DTYPE; node domains first
-    links: np.ndarray  # LINK_DTYPE
-    n_nodes: int
-    slots_lost: int = 0
-    blocks_missing: int = 0
-    records_total: int = 0  # PPE + SPE records read from the dumps
-    ctx_loc: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, ctx) -> loc
-    #: per record: possible losses before it in its stream (``_losses``); 0 = none, so pairing
-    #: by count is certain up to it. None: not computed (every stream complete)
-    loss_epoch: np.ndarray | None = None
-    #: per rank: first slot position from which any record of the process may be missing
-    loss_cut: np.ndarray | None = None
-
-    #: groupings of ``records`` that several stages use, made once (``code_index``,
-    #: ``location_starts``); they assume the codes and locations no longer change
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    def loc_of(self, rank: int, ctx: int) -> int:
-        return self.ctx_loc.get((rank, ctx), -1)
-
-    def code_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """Record indexes grouped by code, ascending within a code (a stable radix sort of the
-        16-bit codes), and where each code's group starts: code c's records are
-        ``order[start[c]:start[c + 1]]``."""
-        if "code_index" not in self._cache:
-            code = self.records["code"]
-            start = np.zeros((1 << 16) + 1, dtype=np.int64)
-            np.cumsum(np.bincount(code, minlength=1 << 16), out=start[1:])
-            order = np.argsort(code, kind="stable")
-            if order.size < 1 << 31:  # half the memory
-                order = order.astype(np.int32)
-            self._cache["code_index"] = (order, start)
-        return self._cache["code_index"]
-
-    def location_starts(self) -> np.ndarray:
-        """Where each location's records start (records are sorted by location); the last
-        entry is the number of records."""
-        if "location_starts" not in self._cache:
-            start = np.zeros(self.locations.size + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self.records["loc"], minlength=self.locations.size),
-                      out=start[1:])
-            self._cache["location_starts"] = start
-        return self._cache["location_starts"]
 
 
 @dataclass
@@ -204,18 +128,6 @@ def build_locations(
     contexts = np.array([tuple(c) for c in ctx_rows], dtype=CONTEXT_DTYPE)
     ctx_loc = {(int(c["rank"]), int(c["ctx"])): int(c["loc"]) for c in contexts}
     return locations, contexts, ctx_loc
-
-
-@dataclass
-class RunLayout:
-    """What decoding some of a run's dumps needs to know of all of them (parallel conversion):
-    every location and context in the run's numbering (as ``build_locations`` numbers them
-    from every dump), and per rank its dump's name and SPE buffer size."""
-
-    locations: np.ndarray  # LOCATION_DTYPE
-    contexts: np.ndarray  # CONTEXT_DTYPE
-    dump_names: list[str]
-    spe_buffer_records: list[int]
 
 
 def summarize(dump: Dump) -> _DumpSummary:

@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 
 from .damage import DamageLog
-from .decode import Decoded, decode
+from .decode import decode
 from .dumps import Dumps, read_summaries
 from .emit.definitions import build_definitions
 from .emit.events import EmitStats, emit
 from .manifest import load_manifest
-from .match import Matches, match
-from .model import DmaStyle, Ev
+from .match import match
+from .model import Constraints, Decoded, DmaStyle, Ev, Matches
 from .node_groups import GROUP_BYTES, IN_MEMORY_BYTES, node_groups
-from .order import Constraints, build_constraints
+from .order import build_constraints
 from .spill import GroupState, Spill
 from .summary import build_summary
 from .timing import apply_times, synchronize

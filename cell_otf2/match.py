@@ -32,48 +32,15 @@ It does not look at time (except to report value mismatches) and does not build 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from . import format as fmt
 from .damage import DamageKind, DamageLog
-from .decode import Decoded
-from .model import LocKind
+from .model import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Decoded, LocKind, Matches, MsgKind
 
 P = fmt.PpeCode
 S = fmt.SpeCode
 
-
-class MsgKind:
-    MBOX_IN = 1
-    MBOX_OUT = 2
-    MBOX_INTR = 3
-    SIGNAL = 4
-    MPI = 5
-
-
-MSG_DTYPE = np.dtype(
-    [
-        ("kind", "u1"),  # MsgKind; for mailboxes and signals also the OTF2 tag
-        ("send", "<i8"),  # record where the value was sent (writer's BEGIN / send call)
-        ("recv", "<i8"),  # record where it was received (reader's END / receive)
-        ("send_loc", "<i4"),
-        ("recv_loc", "<i4"),
-    ]
-)
-
-DMA_DTYPE = np.dtype(
-    [
-        ("issue", "<i8"),  # DMA record
-        ("complete", "<i8"),  # completing TAG_WAIT_END record, -1 if none
-        ("loc", "<i4"),  # issuing SPE location
-        ("target", "<i4"),  # main-memory pseudo-location or target SPE location
-        ("target_kind", "u1"),  # 0 main memory, 1 Local Store, 2 problem-state area
-    ]
-)
-
-PAIR_DTYPE = np.dtype([("before", "<i8"), ("after", "<i8")])
 
 _CAPACITY = {MsgKind.MBOX_IN: 4, MsgKind.MBOX_OUT: 1, MsgKind.MBOX_INTR: 1}
 
@@ -86,16 +53,6 @@ _MAILBOXES = (
     (MsgKind.MBOX_INTR, P.OUT_INTR_MBOX_READ_BEGIN, P.OUT_INTR_MBOX_READ_END,
      S.OUT_INTR_MBOX_WRITE_BEGIN, S.OUT_INTR_MBOX_WRITE_END, False),
 )
-
-
-@dataclass
-class Matches:
-    messages: np.ndarray  # MSG_DTYPE
-    dma: np.ndarray  # DMA_DTYPE
-    pairs: np.ndarray  # PAIR_DTYPE, within a node
-    node_pairs: np.ndarray  # PAIR_DTYPE, MPI pairs between different nodes
-    collectives: int = 0
-    mpi_messages: int = 0
 
 
 class _Builder:

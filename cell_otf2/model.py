@@ -21,6 +21,8 @@ from enum import IntEnum, StrEnum
 
 import numpy as np
 
+from .manifest import Manifest
+
 # --------------------------------------------------------------------------------------------
 # 1. Decoded trace
 # --------------------------------------------------------------------------------------------
@@ -299,3 +301,224 @@ class ArchiveDefs:
     rma_windows: list[RmaWindow] = field(default_factory=list)
     attributes: list[Attribute] = field(default_factory=lambda: list(FIXED_ATTRIBUTES))
     location_properties: list[LocationProperty] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------
+# shapes the pipeline's stages hand each other (decode, match, order, sync)
+# ------------------------------------------------------------------------------------------
+
+
+class LinkKind:
+    SWITCH = 1
+    WRITE = 2
+    WRAP = 3
+
+
+#: what joins interval ``prev`` to interval ``next`` of one context
+LINK_DTYPE = np.dtype(
+    [
+        ("prev", "<i4"),  # domain of the interval before
+        ("next", "<i4"),  # domain of the interval after
+        ("kind", "u1"),  # LinkKind
+        ("value", "<i8"),  # decrementer value at the link: STOP's saved value (switch),
+        #                    written value (write); the raw step mod 2^32 (wrap)
+        ("start_value", "<i8"),  # START's restore value (switch), -1 otherwise
+        ("local_prev", "<i8"),  # local time of ``value`` on the previous interval's clock
+        ("local_next", "<i8"),  # local time of ``start_value`` (switch) or ``value`` (write)
+        #                         on the next interval's clock
+        ("last_local_prev", "<i8"),  # local time of the previous interval's last reading
+        ("first_local_next", "<i8"),  # local time of the next interval's first reading
+        ("stop_rec", "<i8"),  # record index of the CTX_SWITCH STOP, -1
+        ("start_rec", "<i8"),  # record index of the CTX_SWITCH START, -1
+        ("write_rec", "<i8"),  # record index of the DECR_WRITE, -1
+    ]
+)
+
+
+@dataclass
+class Decoded:
+    manifest: Manifest
+    dump_names: list[str]  # per rank, as messages name the file
+    spe_buffer_records: list[int]
+    locations: np.ndarray  # LOCATION_DTYPE
+    contexts: np.ndarray  # CONTEXT_DTYPE
+    records: np.ndarray  # RECORD_DTYPE, sorted by (loc, slot) = program order per location
+    anchors: np.ndarray  # ANCHOR_DTYPE, sorted by (rank, slot)
+    domains: np.ndarray  # DOMAIN_DTYPE; node domains first
+    links: np.ndarray  # LINK_DTYPE
+    n_nodes: int
+    slots_lost: int = 0
+    blocks_missing: int = 0
+    records_total: int = 0  # PPE + SPE records read from the dumps
+    ctx_loc: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, ctx) -> loc
+    #: per record: possible losses before it in its stream (``_losses``); 0 = none, so pairing
+    #: by count is certain up to it. None: not computed (every stream complete)
+    loss_epoch: np.ndarray | None = None
+    #: per rank: first slot position from which any record of the process may be missing
+    loss_cut: np.ndarray | None = None
+
+    #: groupings of ``records`` that several stages use, made once (``code_index``,
+    #: ``location_starts``); they assume the codes and locations no longer change
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def loc_of(self, rank: int, ctx: int) -> int:
+        return self.ctx_loc.get((rank, ctx), -1)
+
+    def code_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Record indexes grouped by code, ascending within a code (a stable radix sort of the
+        16-bit codes), and where each code's group starts: code c's records are
+        ``order[start[c]:start[c + 1]]``."""
+        if "code_index" not in self._cache:
+            code = self.records["code"]
+            start = np.zeros((1 << 16) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(code, minlength=1 << 16), out=start[1:])
+            order = np.argsort(code, kind="stable")
+            if order.size < 1 << 31:  # half the memory
+                order = order.astype(np.int32)
+            self._cache["code_index"] = (order, start)
+        return self._cache["code_index"]
+
+    def location_starts(self) -> np.ndarray:
+        """Where each location's records start (records are sorted by location); the last
+        entry is the number of records."""
+        if "location_starts" not in self._cache:
+            start = np.zeros(self.locations.size + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.records["loc"], minlength=self.locations.size),
+                      out=start[1:])
+            self._cache["location_starts"] = start
+        return self._cache["location_starts"]
+
+
+@dataclass
+class RunLayout:
+    """What decoding some of a run's dumps needs to know of all of them (parallel conversion):
+    every location and context in the run's numbering (as ``build_locations`` numbers them
+    from every dump), and per rank its dump's name and SPE buffer size."""
+
+    locations: np.ndarray  # LOCATION_DTYPE
+    contexts: np.ndarray  # CONTEXT_DTYPE
+    dump_names: list[str]
+    spe_buffer_records: list[int]
+
+
+class MsgKind:
+    MBOX_IN = 1
+    MBOX_OUT = 2
+    MBOX_INTR = 3
+    SIGNAL = 4
+    MPI = 5
+
+
+MSG_DTYPE = np.dtype(
+    [
+        ("kind", "u1"),  # MsgKind; for mailboxes and signals also the OTF2 tag
+        ("send", "<i8"),  # record where the value was sent (writer's BEGIN / send call)
+        ("recv", "<i8"),  # record where it was received (reader's END / receive)
+        ("send_loc", "<i4"),
+        ("recv_loc", "<i4"),
+    ]
+)
+
+
+DMA_DTYPE = np.dtype(
+    [
+        ("issue", "<i8"),  # DMA record
+        ("complete", "<i8"),  # completing TAG_WAIT_END record, -1 if none
+        ("loc", "<i4"),  # issuing SPE location
+        ("target", "<i4"),  # main-memory pseudo-location or target SPE location
+        ("target_kind", "u1"),  # 0 main memory, 1 Local Store, 2 problem-state area
+    ]
+)
+
+
+PAIR_DTYPE = np.dtype([("before", "<i8"), ("after", "<i8")])
+
+
+@dataclass
+class Matches:
+    messages: np.ndarray  # MSG_DTYPE
+    dma: np.ndarray  # DMA_DTYPE
+    pairs: np.ndarray  # PAIR_DTYPE, within a node
+    node_pairs: np.ndarray  # PAIR_DTYPE, MPI pairs between different nodes
+    collectives: int = 0
+    mpi_messages: int = 0
+
+
+@dataclass(frozen=True)
+class OrderOptions:
+    """Slack assumed where the trace cannot measure it, in seconds; chosen conservatively."""
+
+    restore_latency_s: float = 10e-6  # compensated restore: clock late by 0..this
+    write_latency_s: float = 1e-6  # DECR_WRITE: write this long after its reading at most
+    kernel_read_slack_ticks: int = 4  # kernel's two timebase readings vs the real instants
+    #: how long after its reservation a clock is read at most (docs/format.md 6.3: "a few
+    #: ticks"). 0 (default, docs/sync-report.md): slot-order pairs are taken as exact and the
+    #: solver loosens every constraint by the least uniform amount that makes them feasible;
+    #: D > 0 (the guaranteed mode): slot-order pairs are loosened by D so the bounds hold for
+    #: any delay up to D
+    read_delay_ticks: float = 0.0
+    #: constraint sources to build (None: all): "slot_order", "block", "semantic", "switch",
+    #: "continuity"; the published algorithm uses slot order only
+    sources: frozenset[str] | None = None
+
+
+@dataclass
+class Constraints:
+    src: np.ndarray  # int64
+    dst: np.ndarray  # int64
+    weight: np.ndarray  # float64: x[dst] - x[src] <= weight
+    counts: dict[str, int] = field(default_factory=dict)  # constraints per source
+    #: slacks used, in ticks, and ``slot_order``: "exact" or "read delay" (``OrderOptions``)
+    assumed: dict[str, float | str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return int(self.src.size)
+
+
+@dataclass(frozen=True)
+class SyncSolution:
+    """Per-domain clock offsets relative to the reference (true = offset + local)."""
+
+    offset: np.ndarray  # float64[n]; NaN where unbounded ("none")
+    lower: np.ndarray  # float64[n]; -inf where nothing bounds the domain from below
+    upper: np.ndarray  # float64[n]; +inf where nothing bounds the domain from above
+    bounded: np.ndarray  # <U5[n]: "both", "upper", "lower" or "none"
+    relaxation: float  # ticks added to every weight to make the system feasible
+    reference: int
+    alpha: float
+    n_constraints: int  # constraints given
+    n_edges: int  # distinct constraints after collapsing parallel edges (self-loops included)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+
+
+@dataclass
+class NodeMap:
+    offset: float  # reference = offset + rate * node timebase
+    rate: float
+    bound: float | None  # largest uncertainty in reference ticks, None if unknown
+    method: str  # "reference", "start-times", "fit"
+
+    def to_reference(self, x: np.ndarray) -> np.ndarray:
+        """Reference ticks of node timebase ``x``."""
+        return self.offset + self.rate * np.asarray(x, dtype=np.float64)
+
+
+@dataclass
+class SyncResult:
+    offset: np.ndarray  # per domain, node-timebase ticks (0 for node domains); NaN unbounded
+    lower: np.ndarray
+    upper: np.ndarray
+    bounded: np.ndarray  # "both" | "upper" | "lower" | "none"
+    relaxation: float  # the largest over nodes
+    node_maps: list[NodeMap]
+    solutions: list[SyncSolution] = field(default_factory=list)
+    usable: np.ndarray | None = None  # per record
+    order_violations: int = 0
+    clamped: int = 0  # records held at their predecessor's time
+    #: per node, the relaxation of its own solution (0 where nothing was solved)
+    node_relaxation: np.ndarray | None = None
+    #: the constraints actually solved (wrap links included), until the caller drops them
+    constraints: Constraints | None = None
+    #: the report's ``pairs`` (``pair_table``), once computed
+    pairs: list[dict] | None = None

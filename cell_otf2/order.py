@@ -28,32 +28,10 @@ It does not solve anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from .decode import Decoded, LinkKind
 from .manifest import DecrementerRestore
-from .match import Matches
-
-
-@dataclass(frozen=True)
-class OrderOptions:
-    """Slack assumed where the trace cannot measure it, in seconds; chosen conservatively."""
-
-    restore_latency_s: float = 10e-6  # compensated restore: clock late by 0..this
-    write_latency_s: float = 1e-6  # DECR_WRITE: write this long after its reading at most
-    kernel_read_slack_ticks: int = 4  # kernel's two timebase readings vs the real instants
-    #: how long after its reservation a clock is read at most (docs/format.md 6.3: "a few
-    #: ticks"). 0 (default, docs/sync-report.md): slot-order pairs are taken as exact and the
-    #: solver loosens every constraint by the least uniform amount that makes them feasible;
-    #: D > 0 (the guaranteed mode): slot-order pairs are loosened by D so the bounds hold for
-    #: any delay up to D
-    read_delay_ticks: float = 0.0
-    #: constraint sources to build (None: all): "slot_order", "block", "semantic", "switch",
-    #: "continuity"; the published algorithm uses slot order only
-    sources: frozenset[str] | None = None
-
+from .model import Constraints, Decoded, LinkKind, Matches, OrderOptions
 
 #: the largest read delay accepted (a decrementer step of 2^31 ticks is a possible wrap)
 MAX_READ_DELAY_TICKS = float(2**31)
@@ -65,20 +43,6 @@ def check_read_delay(value: float) -> float:
     if not 0.0 <= value <= MAX_READ_DELAY_TICKS:  # also false for NaN
         raise ValueError(f"read delay must be a finite number of ticks in 0..2^31, got {value}")
     return value
-
-
-@dataclass
-class Constraints:
-    src: np.ndarray  # int64
-    dst: np.ndarray  # int64
-    weight: np.ndarray  # float64: x[dst] - x[src] <= weight
-    counts: dict[str, int] = field(default_factory=dict)  # constraints per source
-    #: slacks used, in ticks, and ``slot_order``: "exact" or "read delay" (``OrderOptions``)
-    assumed: dict[str, float | str] = field(default_factory=dict)
-
-    @property
-    def size(self) -> int:
-        return int(self.src.size)
 
 
 def _pairs(d_before, t_before, d_after, t_after):

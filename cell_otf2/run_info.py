@@ -66,9 +66,9 @@ import numpy as np
 
 from . import format as fmt
 from .damage import DamageLog
-from .decode import Decoded, decode
+from .decode import decode
 from .manifest import load_manifest
-from .model import DomainKind, LocKind
+from .model import Decoded, DomainKind, LocKind
 from .reader import Dump, read_dump
 
 P, S = fmt.PpeCode, fmt.SpeCode

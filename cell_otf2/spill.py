@@ -17,11 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .decode import Decoded
 from .errors import OutputError
-from .match import Matches
-from .model import RECORD_DTYPE
-from .timing import SyncResult
+from .model import RECORD_DTYPE, Decoded, Matches, SyncResult
 
 
 @dataclass

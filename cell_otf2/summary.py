@@ -12,11 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .damage import DamageLog
-from .decode import Decoded
-from .match import Matches
-from .model import DomainKind
-from .order import Constraints
-from .timing import SyncResult, pair_table
+from .model import Constraints, Decoded, DomainKind, Matches, SyncResult
+from .timing import pair_table
 
 
 @dataclass

@@ -43,32 +43,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components, dijkstra
 
+from .model import SyncSolution
+
 BOTH, UPPER, LOWER, NONE = "both", "upper", "lower", "none"
 
 #: Howard's policy iteration gives up after this many improvements (never reached in practice)
 _HOWARD_MAX_ITER = 100_000
-
-
-@dataclass(frozen=True)
-class SyncSolution:
-    """Per-domain clock offsets relative to the reference (true = offset + local)."""
-
-    offset: np.ndarray  # float64[n]; NaN where unbounded ("none")
-    lower: np.ndarray  # float64[n]; -inf where nothing bounds the domain from below
-    upper: np.ndarray  # float64[n]; +inf where nothing bounds the domain from above
-    bounded: np.ndarray  # <U5[n]: "both", "upper", "lower" or "none"
-    relaxation: float  # ticks added to every weight to make the system feasible
-    reference: int
-    alpha: float
-    n_constraints: int  # constraints given
-    n_edges: int  # distinct constraints after collapsing parallel edges (self-loops included)
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per step
 
 
 # ------------------------------------------------------------------------------------------

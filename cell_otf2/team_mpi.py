@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from .damage import DamageLog
-from .decode import RunLayout, build_locations
+from .decode import build_locations
 from .dumps import Progress
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
 from .manifest import Manifest
-from .model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind
+from .model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind, RunLayout
 from .output import ArchiveTarget, RunInputs
 from .write_share import poll_quietly
 

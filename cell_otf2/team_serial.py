@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .damage import DamageLog
-from .decode import RunLayout, build_locations
+from .decode import build_locations
 from .manifest import Manifest
+from .model import RunLayout
 from .output import ArchiveTarget, RunInputs
 
 #: ``sink(defs, groups, tmp, name, on_write)``: takes the definitions and the event groups

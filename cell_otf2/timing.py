@@ -21,48 +21,12 @@ It does not build constraints and writes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .clocks import MOD
 from .damage import DamageKind, DamageLog
-from .decode import Decoded, LinkKind
-from .model import DomainKind
-from .order import Constraints
-from .sync import SyncSolution, pair_width_stats, solve
-
-
-@dataclass
-class NodeMap:
-    offset: float  # reference = offset + rate * node timebase
-    rate: float
-    bound: float | None  # largest uncertainty in reference ticks, None if unknown
-    method: str  # "reference", "start-times", "fit"
-
-    def to_reference(self, x: np.ndarray) -> np.ndarray:
-        """Reference ticks of node timebase ``x``."""
-        return self.offset + self.rate * np.asarray(x, dtype=np.float64)
-
-
-@dataclass
-class SyncResult:
-    offset: np.ndarray  # per domain, node-timebase ticks (0 for node domains); NaN unbounded
-    lower: np.ndarray
-    upper: np.ndarray
-    bounded: np.ndarray  # "both" | "upper" | "lower" | "none"
-    relaxation: float  # the largest over nodes
-    node_maps: list[NodeMap]
-    solutions: list[SyncSolution] = field(default_factory=list)
-    usable: np.ndarray | None = None  # per record
-    order_violations: int = 0
-    clamped: int = 0  # records held at their predecessor's time
-    #: per node, the relaxation of its own solution (0 where nothing was solved)
-    node_relaxation: np.ndarray | None = None
-    #: the constraints actually solved (wrap links included), until the caller drops them
-    constraints: Constraints | None = None
-    #: the report's ``pairs`` (``pair_table``), once computed
-    pairs: list[dict] | None = None
+from .model import Constraints, Decoded, DomainKind, LinkKind, NodeMap, SyncResult
+from .sync import pair_width_stats, solve
 
 
 def start_time_maps(dec: Decoded) -> list[NodeMap]:

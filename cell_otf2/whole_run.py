@@ -15,13 +15,23 @@ import numpy as np
 
 from . import format as fmt
 from .damage import Damage, DamageLog
-from .decode import LINK_DTYPE, Decoded, RunLayout
 from .emit.definitions import first_spus, sync_intervals_property
 from .manifest import Manifest
-from .match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches, match
-from .model import ANCHOR_DTYPE, CONTEXT_DTYPE
-from .order import Constraints
-from .timing import SyncResult, pair_table
+from .match import match
+from .model import (
+    ANCHOR_DTYPE,
+    CONTEXT_DTYPE,
+    DMA_DTYPE,
+    LINK_DTYPE,
+    MSG_DTYPE,
+    PAIR_DTYPE,
+    Constraints,
+    Decoded,
+    Matches,
+    RunLayout,
+    SyncResult,
+)
+from .timing import pair_table
 
 P = fmt.PpeCode
 

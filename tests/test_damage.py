@@ -23,8 +23,10 @@ from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.analysis import analyze  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
-from cell_otf2.model import LocKind  # noqa: E402
-from cell_otf2.order import OrderOptions  # noqa: E402
+from cell_otf2.model import (
+    LocKind,  # noqa: E402
+    OrderOptions,  # noqa: E402
+)
 from cell_otf2.reader import read_dump  # noqa: E402
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails

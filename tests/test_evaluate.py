@@ -19,9 +19,18 @@ from cellbench import evaluate as ev
 
 from cell_otf2 import format as fmt
 from cell_otf2.analysis import analyze
-from cell_otf2.match import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Matches
-from cell_otf2.model import DOMAIN_DTYPE, RECORD_DTYPE, DomainKind, LocKind
-from cell_otf2.order import Constraints, OrderOptions
+from cell_otf2.model import (
+    DMA_DTYPE,
+    DOMAIN_DTYPE,
+    MSG_DTYPE,
+    PAIR_DTYPE,
+    RECORD_DTYPE,
+    Constraints,
+    DomainKind,
+    LocKind,
+    Matches,
+    OrderOptions,
+)
 
 P, S = fmt.PpeCode, fmt.SpeCode
 

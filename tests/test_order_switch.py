@@ -13,8 +13,8 @@ import pytest
 from cellbench import evaluate as ev
 
 from cell_otf2.analysis import analyze
-from cell_otf2.decode import LinkKind
-from cell_otf2.order import Constraints, OrderOptions, build_constraints
+from cell_otf2.model import Constraints, LinkKind, OrderOptions
+from cell_otf2.order import build_constraints
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
 from cell_otf2.timing import synchronize

@@ -33,10 +33,16 @@ import numpy as np
 
 from cell_otf2 import format as fmt
 from cell_otf2.clocks import MOD
-from cell_otf2.decode import Decoded, LinkKind
-from cell_otf2.match import Matches
-from cell_otf2.model import DomainKind, LocKind
-from cell_otf2.order import Constraints, OrderOptions, build_constraints
+from cell_otf2.model import (
+    Constraints,
+    Decoded,
+    DomainKind,
+    LinkKind,
+    LocKind,
+    Matches,
+    OrderOptions,
+)
+from cell_otf2.order import build_constraints
 from cell_otf2.summary import Pipeline
 from cell_otf2.sync import error_table
 

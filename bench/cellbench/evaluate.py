@@ -37,14 +37,11 @@ import numpy as np
 
 from cell_otf2 import format as fmt
 from cell_otf2.damage import DamageLog
-from cell_otf2.decode import Decoded
-from cell_otf2.match import Matches
-from cell_otf2.model import DomainKind, LocKind
-from cell_otf2.order import Constraints
+from cell_otf2.model import Constraints, Decoded, DomainKind, LocKind, Matches, NodeMap, SyncResult
 from cell_otf2.sim.truth import Truth
 from cell_otf2.summary import Pipeline
 from cell_otf2.sync import pair_width_stats
-from cell_otf2.timing import NodeMap, SyncResult, apply_times
+from cell_otf2.timing import apply_times
 
 from .baselines import Estimate
 

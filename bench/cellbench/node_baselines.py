@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cell_otf2.model import NodeMap
 from cell_otf2.nodefit.fit import NodeFit, fit_points, midpoint_map
 from cell_otf2.nodefit.points import (
     FitOptions,
@@ -16,7 +17,6 @@ from cell_otf2.nodefit.points import (
     slacks,
     strongly_connected,
 )
-from cell_otf2.timing import NodeMap
 
 
 def fit_linear_interpolation(points: np.ndarray, n_nodes: int, ref: int, hz: float,

@@ -12,12 +12,12 @@ import numpy as np
 
 from .. import __version__
 from .. import format as fmt
-from ..decode import Decoded
 from ..manifest import RegionKind
 from ..model import (
     ArchiveDefs,
     ClockProps,
     Communicator,
+    Decoded,
     DomainKind,
     GroupType,
     Location,
@@ -30,10 +30,10 @@ from ..model import (
     Region,
     RegionRole,
     RmaWindow,
+    SyncResult,
     SystemNode,
     SystemNodeDomain,
 )
-from ..timing import SyncResult
 
 P = fmt.PpeCode
 

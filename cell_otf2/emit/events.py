@@ -12,10 +12,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ..damage import DamageLog
-from ..decode import Decoded
-from ..match import Matches
-from ..model import ArchiveDefs, DmaStyle, Ev
-from ..timing import SyncResult
+from ..model import ArchiveDefs, Decoded, DmaStyle, Ev, Matches, SyncResult
 from . import families
 from .balance import balance_regions
 from .definitions import build_definitions

@@ -13,9 +13,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..damage import DamageKind, DamageLog
-from ..decode import Decoded
-from ..match import MsgKind
-from ..model import DmaStyle, Ev
+from ..model import Decoded, DmaStyle, Ev, MsgKind
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
 P = fmt.PpeCode

@@ -11,7 +11,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
-from ..timing import NodeMap
+from ..model import NodeMap
 from .points import FitOptions, map_to_reference, slacks
 
 _GOLDEN = (np.sqrt(5.0) - 1.0) / 2.0

@@ -13,10 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..decode import Decoded
-from ..match import Matches
-from ..model import DomainKind
-from ..timing import NodeMap, start_time_maps
+from ..model import Decoded, DomainKind, Matches, NodeMap
+from ..timing import start_time_maps
 from .curves import choose_model, node_curves, node_knots, prior_offsets, refined_curves
 from .points import (
     POINT_DTYPE,

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
-from ..timing import NodeMap
+from ..model import NodeMap
 
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
 #: record ``after`` on node b at ``tb`` (record ids count distinct messages per node)
