@@ -1,25 +1,20 @@
-"""The conversion's one driver (``driver.run_phases``) gives the same archive, summary and
-sync report however the run's nodes are grouped: one node per group (every group but the one
-in memory spilled to disk), two nodes per group, and the whole run as one group in memory
-(``tests/test_parallel.py`` adds the MPI team to the same comparison). Compared: the
-definitions and every event as the otf2 reader reads them back, ``otf2-print`` output, the
-definition and event files byte for byte, the summary (all but the wall-time line) and the
-sync report. Also: the grouping of nodes, the spill directory is gone after a conversion and
-after a failure in the middle of one, a full disk is an error that says so, the writer
-refuses a location in two groups."""
+"""The driver's node groups and spill (``node_groups``, ``spill``): how nodes are grouped, a
+spilled group reads back as it was, the spill directory is gone after a conversion and after a
+failure in the middle of one, a full disk is an error that says so, a run without
+``fallocate`` converts the same, a small run is one group, and the writer refuses a location
+in two groups. That every team and grouping writes the same archive is
+``tests/test_equivalence.py``."""
 
 from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from archive_compare import same_archive, summary_body
-from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import driver, node_groups
 from cell_otf2 import spill as spill_module
@@ -68,44 +63,6 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                          chunks=6, slice_ms=0.05, decrementer_restore="restored",
                          heartbeats=False),
     }
-
-
-CASES = [
-    ("four_nodes", "rma", 0.5),
-    ("damaged", "messages", 0.25),
-    ("damaged", "rma", 0.5),
-    ("switches", "rma", 0.5),
-    ("two-nodes-hybrid", "messages", 0.5),
-    ("context-switch-restored", "rma", 0.5),  # a single node: one group
-    ("damaged-gap-truncate", "rma", 0.5),
-]
-
-
-@pytest.mark.parametrize(("name", "dma_style", "alpha"), CASES)
-def test_node_by_node_equals_the_whole_run_one_group(runs, tmp_path, monkeypatch, name,
-                                                     dma_style, alpha):
-    run = runs[name] if name in runs else SAMPLES / name
-    ref = one_group(run, tmp_path / "m" / "a.otf2", tmp_path / "m.json", dma_style, alpha)
-    got = streamed(run, tmp_path / "s" / "a.otf2", tmp_path / "s.json", monkeypatch, 0,
-                   dma_style, alpha)
-    assert _body(got) == _body(ref)
-    assert json.loads((tmp_path / "s.json").read_text()) == json.loads(
-        (tmp_path / "m.json").read_text())
-    same_archive(tmp_path / "m" / "a.otf2", tmp_path / "s" / "a.otf2")
-    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["a", "a.def", "a.otf2"]
-
-
-def test_default_grouping_equals_one_node_per_group(runs, tmp_path, monkeypatch):
-    """Two nodes per group (uneven: 3 nodes) gives the archive of one node per group."""
-    run = runs["damaged"]
-    man = load_manifest(run)
-    sizes = [man.dump_path(p.rank).stat().st_size for p in man.processes]
-    two = sizes[0] + sizes[1] + sizes[2] + sizes[3]  # nodes 0 and 1 (2 ranks each)
-    assert node_groups.node_groups(man, sizes, two) == [[0, 1, 2, 3], [4, 5]]
-    a = streamed(run, tmp_path / "a" / "a.otf2", tmp_path / "a.json", monkeypatch, two)
-    b = streamed(run, tmp_path / "b" / "a.otf2", tmp_path / "b.json", monkeypatch, 0)
-    assert _body(a) == _body(b)
-    same_archive(tmp_path / "a" / "a.otf2", tmp_path / "b" / "a.otf2")
 
 
 def test_node_groups(runs):

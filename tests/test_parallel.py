@@ -1,21 +1,14 @@
-"""Parallel conversion under mpiexec equals the serial conversion, event by event.
-
-The serial conversion runs in this process; the parallel one as ``mpiexec -n P python -m
-cell_otf2.cli ...`` with 2 or 3 processes (Open MPI from Debian, mpi4py from the ``mpi``
-extra; on a loaded 2-core machine each launch takes seconds). Compared: the definitions and
-every event as the otf2 reader reads them back, ``otf2-print`` output (all but the random
-trace identifier), the definition and event files byte for byte, the sync report, the
-summary (all but the wall-time line) and the exit status. Also: a damaged run converted by
-more processes than it has nodes, a refused dump (every process exits 3, the message is
-printed once, the output path stays as it was), an existing archive, a bug on one process
-(the job is aborted, nobody waits), and the launch detection and node partition without
-MPI.
-"""
+"""The MPI team under mpiexec: locations handed from a slow process to idle ones while
+writing still give the serial archive; a damaged run converted by more processes than it has
+nodes; a refused dump (every process exits 3, the message is printed once, the output path
+stays as it was), an existing archive, a bug on one process (the job is aborted, nobody
+waits), OTF2 refusing the archive on one process; and the launch detection and node partition
+without MPI. That the MPI team writes the serial archive for every grouping is
+``tests/test_equivalence.py``."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -26,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from archive_compare import same_archive, summary_body
-from otf2check import read_events
 
 from cell_otf2 import cli
 from cell_otf2.manifest import load_manifest
@@ -93,25 +85,6 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-@needs_mpi
-def test_two_processes_write_the_serial_archive(runs, tmp_path, capsys):
-    run = runs["four_nodes"]
-    s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
-    status, out, _ = _serial([str(run), "-o", str(s_anchor), "--report",
-                              str(tmp_path / "s.json")], capsys)
-    par = _mpiexec(2, [str(run), "-o", str(p_anchor), "--report", str(tmp_path / "p.json")])
-    assert (status, par.returncode) == (0, 0), par.stderr
-    assert "on 2 converter processes" in par.stdout
-    assert par.stdout.count("cell2otf2:") == 1  # one summary, from process 0
-    assert summary_body(par.stdout) == summary_body(out)
-    assert json.loads((tmp_path / "p.json").read_text()) == json.loads(
-        (tmp_path / "s.json").read_text())
-    same_archive(s_anchor, p_anchor)
-    back = read_events(p_anchor)
-    assert back.rma and all(op.complete_time is not None for op in back.rma)
-    assert not back.unmatched_sends and not back.unmatched_recvs
-
-
 #: the end of every injection script: run the command line with the script's arguments
 _RUN_CLI = "from cell_otf2.cli import main\nmain(sys.argv[1:])\n"
 
@@ -153,44 +126,6 @@ def test_locations_handed_over_while_writing_give_the_serial_archive(runs, tmp_p
     assert handed and int(handed[1]) > 0 and int(handed[2]) > 0, par.stdout
     assert summary_body(par.stdout) == summary_body(out)
     same_archive(s_anchor, p_anchor)
-
-
-@needs_mpi
-@pytest.mark.parametrize("name,n_proc,groups", [("four_nodes", 2, [2, 2]),
-                                                ("damaged", 3, [1, 1, 0])])
-def test_processes_streaming_node_by_node_write_the_serial_archive(runs, tmp_path, capsys,
-                                                                   name, n_proc, groups):
-    """A run counted as large (``IN_MEMORY_BYTES`` 0, groups of one node): each process
-    converts its nodes one group at a time, spilling the others inside the staging
-    directory, and hands locations over while writing; the archive, summary and report are
-    the serial ones and no spill file is left."""
-    run = runs[name]
-    s_anchor, p_anchor = tmp_path / "s" / "a.otf2", tmp_path / "p" / "a.otf2"
-    status, out, _ = _serial([str(run), "-o", str(s_anchor), "--report",
-                              str(tmp_path / "s.json")], capsys)
-    script = tmp_path / "groups.py"
-    script.write_text(_SLOW_PROCESS_0 + (
-        "import cell_otf2.driver as driver\n"
-        "driver.IN_MEMORY_BYTES = 0\n"
-        "driver.GROUP_BYTES = 1\n"
-        "real_groups = driver.node_groups\n"
-        "def groups(*args, **kw):\n"
-        "    found = real_groups(*args, **kw)\n"
-        "    print(f'@groups {MPI.COMM_WORLD.Get_rank()} {len(found)}', file=sys.stderr)\n"
-        "    return found\n"
-        "driver.node_groups = groups\n") + _RUN_CLI)
-    par = _mpiexec(n_proc, [str(run), "-o", str(p_anchor), "--report",
-                            str(tmp_path / "p.json")], script=script)
-    assert par.returncode == status, par.stderr
-    per_process = dict(re.findall(r"@groups (\d+) (\d+)", par.stderr))
-    assert [int(per_process[str(q)]) for q in range(n_proc)] == groups  # 0: one empty group
-    # whether locations are handed over depends on which process finishes first (the
-    # handing itself is tested with an injected slow process 0 above)
-    assert summary_body(par.stdout) == summary_body(out)
-    assert json.loads((tmp_path / "p.json").read_text()) == json.loads(
-        (tmp_path / "s.json").read_text())
-    same_archive(s_anchor, p_anchor)
-    assert not list(tmp_path.glob("p/.*"))  # no staging (or spill) directory left
 
 
 @needs_mpi
