@@ -1,12 +1,8 @@
 """``cell2otf2 check RUN_DIR``: every problem of a run, found the way conversion finds it, with
-nothing written: ``check_run`` runs the conversion's own phases (``driver.run_phases`` on a
-``team_serial.SerialTeam``) with a sink that passes each piece of events and the definitions
-through the writer's input checks instead of writing them, so the damage it reports is exactly
-what a conversion's summary would list and a run it passes converts. Exit status 0 (no
-damage), 1 (contained damage, one line per kind with the first file and slot index) or 3
-(refused: the pipeline's ``FormatError``, with every other dump refused on its own in its
-``more``). It does not repair, rewrite or convert anything; a run of more than 512 MB of dumps
-sets node groups aside in a temporary directory, removed when it ends."""
+nothing written: ``check_run`` runs the conversion's own phases with a sink that passes events
+and definitions through the writer's input checks instead of writing them, so a run it passes
+converts (docs/design.md, docs/damage.md). Exit status 0 (no damage), 1 (contained damage, one
+line per kind) or 3 (refused). It does not repair, rewrite or convert anything."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
-"""Command line: ``cell2otf2 RUN_DIR -o ARCHIVE.otf2`` plus subcommands.
-
-Thin typer commands only: each parses options, calls the pipeline, prints, and maps a
-``CellOtf2Error`` to one message and its exit status (README: Command line). No traceback
-reaches a user: anything unexpected is reported as an internal error with exit status 3.
-Pipeline logic lives in the modules the commands call.
-
-Commands: ``convert`` (the default: ``cell2otf2 RUN_DIR -o A.otf2``), ``check``, ``inspect``
-(``run_info.py``; exit 0 whenever the run could be read, damaged or not, 3 when refused),
-``report`` (``cell_otf2.report.render_report``; needs the optional matplotlib, exit 2 with
-the install command when it is missing) and ``simulate``.
-
-Ctrl-C anywhere prints ``cell2otf2: interrupted`` on stderr and exits with status 130
-(128 + SIGINT, the shell convention), after the interrupted command has cleaned up (a
-conversion leaves its output path as it was). Typer would otherwise exit 130 silently (or
-print "Aborted!" and exit 1 in older versions, which would read as "converted with losses").
-"""
+"""Command line: ``cell2otf2 RUN_DIR -o ARCHIVE.otf2`` (``convert``) plus ``check``, ``inspect``
+(``run_info.py``), ``report`` (``cell_otf2.report``; exit 2 when matplotlib is missing) and
+``simulate``: thin typer commands that parse options, call the pipeline, print, and map a
+``CellOtf2Error`` to one message and its exit status; anything unexpected is an internal error
+(exit 3), never a traceback, and Ctrl-C prints ``cell2otf2: interrupted`` and exits 130 once the
+command has cleaned up (docs/design.md). Pipeline logic lives in the modules the commands call."""
 
 from __future__ import annotations
 

@@ -1,27 +1,9 @@
-"""SPE live intervals: which decrementer readings share one offset, and their local times.
-
-For one SPE context, given its decrementer readings in program order (record ``decr`` values
-and block-header ``decr`` values), its DECR_WRITE readings and its CTX_SWITCH STOP/START pairs,
-``split_intervals`` assigns every reading to a live interval (docs/format.md section 7) and
-computes ``local = -unwrapped(decr)``, counting up from minus the interval's first reading.
-
-Rules (docs/format.md section 6):
-- a DECR_WRITE reading belongs to the interval before the write; the next reading starts a
-  new interval that counts from the written value;
-- readings down to and including a STOP's saved value belong to the interval before it; every
-  STOP/START pair starts a new interval, even one with no readings. Which side of a STOP a
-  reading falls on is decided by value: the decrementer counts down, so a reading is past the
-  STOP when the ticks from the interval's start value down to it exceed the ticks down to the
-  STOP's saved value. A switch whose STOP value is not reached before a DECR_WRITE belongs to
-  the counting after that write.
-- consecutive readings of one interval are less than 2^31 ticks apart (heartbeats); a step of
-  2^31 or more is ambiguous and reported in ``big_steps`` (the caller decides what to do),
-  unless the caller says which steps are (``force_split``: decode weighs them against the
-  slot order).
-
-Vectorized per context: numpy over readings, a Python step per switch and per DECR_WRITE only.
-This module does not know about records, slots or files, and does not estimate offsets.
-"""
+"""SPE live intervals: ``split_intervals`` assigns each of one context's decrementer readings
+(record and block-header ``decr`` values, in program order) to a live interval, given its DECR_WRITE
+readings and CTX_SWITCH STOP/START pairs, and computes ``local = -unwrapped(decr)`` by the rules
+of docs/format.md sections 6-7; steps of 2^31 ticks or more are reported in ``big_steps`` unless
+the caller says which split (``force_split``). Vectorized per context (docs/design.md). It does
+not know about records, slots or files, and does not estimate offsets."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Contained damage (docs/damage.md): what kind, how much, where first, in words.
-
-Damage that can be contained is worked around by the stage that finds it and recorded here,
-never fatal and never silent. A stage returns ``Damage`` entries (one per kind and file, already
-aggregated with numpy, never one Python object per damaged record) and the pipeline collects
-them in a ``DamageLog``, which the CLI turns into summary lines and an exit status.
-
-``Damage.count`` is how many records or slots were affected (its unit depends on the kind, see
-``_WORDING``); ``occurrences`` is how many separate places (GAPs, blocks, files) that count came
-from; ``first_slot`` is the slot index (0-based, after the file header) of the first place, or
-``None`` when the damage has no slot (e.g. a whole context).
-
-This module decides nothing about what is damage; it only records and words it.
-"""
+"""Contained damage (docs/damage.md): the ``Damage`` entries a stage returns (one per kind and file,
+aggregated with numpy) and the ``DamageLog`` that collects them and words them as summary lines
+and an exit status, so damage is never fatal and never silent. It decides nothing about what is
+damage; it only records and words it."""
 
 from __future__ import annotations
 

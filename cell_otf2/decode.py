@@ -1,27 +1,9 @@
 """Slot arrays of every dump -> the decoded trace: locations, records in program order, clock
-domains with local times, the slot-order anchor stream and the links between intervals.
-
-What it does, per process (docs/format.md section 6):
-- locations: rank r's main PPE thread is location r (docs/archive.md); then, per rank, its other
-  PPE threads, its main-memory pseudo-location and its SPE contexts, in that order;
-- program order: PPE records per thread and SPE records per context in slot order (blocks of
-  one context appear in seq order, records inside a block in array order);
-- clock domains: one per node timebase (PPE records), one per SPE live interval
-  (``clocks.split_intervals``), with ``local`` times;
-- anchors: every PPE record and every block header, in slot order, with its reading; every
-  record points at its anchor (an SPE record at its block's header);
-- interval links: what joins consecutive intervals of a context (context switch, decrementer
-  write), for the continuity constraints of ``order.py``.
-
-Contained damage is recorded, never silent: records naming a context, region, program or
-counter that was never defined; a PPE timebase running backwards within a thread (the record
-keeps its raw reading but gets no clock domain, so it constrains nothing); missing blocks
-(seq skips); CTX_SWITCH records that do not pair. Decrementer steps that may hide a wrap
-(``_wrap_candidates``) start a segment of their interval (a domain of its own), for
-``timing.synchronize`` to join again or report.
-
-It does not match messages (``match.py``), build constraints (``order.py``) or correct time.
-"""
+domains with local times (``clocks.split_intervals``), the slot-order anchor stream and the
+links between intervals (docs/design.md), with contained damage recorded (undefined ids, a PPE
+timebase running backwards, missing blocks, unpaired CTX_SWITCH records, decrementer steps that
+may hide a wrap). It does not match messages (``match.py``), build constraints (``order.py``)
+or correct time (``timing.py``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Domain exceptions and the exit status each maps to (README: Command line).
-
-A ``FormatError`` carries what a user needs to find the problem: the file, the slot index or
-byte offset, the field, what was expected and what was found. The CLI turns each exception
-into one message and an exit status; nothing here prints or exits.
-"""
+"""Domain exceptions and the exit status each maps to (README: Command line); a ``FormatError``
+carries the file, the slot index or byte offset, the field, what was expected and what was
+found. The CLI turns each exception into one message and an exit status; nothing here prints or
+exits."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Byte layout of CBT 1 (docs/format.md section 4): one declaration that both encodes and decodes.
-
-Every structure of a CBT 1 dump is declared here once, as an explicit-endian numpy structured
-dtype, for both byte orders. Decoding is ``np.frombuffer(data, dtype)``; encoding is filling a
-``np.zeros(n, dtype)`` array and calling ``tobytes()``. The simulator writes through these
-dtypes and the reader reads through them, so the two cannot disagree about a field.
-
-Slot codes are ``IntEnum``s. Sizes are asserted at import.
-
-This module does not open files, does not check field values (that is ``reader.py``), and does
-not interpret time.
-"""
+"""Byte layout of CBT 1 (docs/format.md section 4): every structure of a dump declared once as an
+explicit-endian numpy structured dtype for both byte orders, used both to decode and to encode
+(the simulator writes through them), plus the slot codes as ``IntEnum``s; sizes are asserted at
+import. It does not open files, does not check field values (``reader.py``) and does not
+interpret time."""
 
 from __future__ import annotations
 

@@ -1,27 +1,8 @@
-"""The run manifest ``run.json`` (docs/format.md section 2) -> frozen dataclasses, fully checked.
-
-``load_manifest(run_dir)`` reads ``run_dir/run.json`` and checks everything section 2 states:
-``format == "cbt"``, ``version == 1``, every required key with its JSON type, a duplicate id or
-name within one list, process ranks exactly 0..N-1, a process on an undeclared node, a dump
-``path`` that is absolute or does not name an existing file, ``decrementer_restore`` in
-{compensated, restored}, region ``core``/``kind`` values and ids 1..65535, communicator 0
-present and equal to ``MPI_COMM_WORLD`` over all ranks in rank order, and communicator ranks
-that are valid world ranks. Unknown keys are ignored; ``pid`` and ``application`` are optional.
-Every failure raises ``FormatError`` naming ``run.json``, the JSON path of the field (e.g.
-``processes[2].rank``), what was expected and what was found; invalid JSON names line and column.
-
-Choices where section 2 is silent (a user would expect them):
-- integers are JSON integers (``true``/``1.0`` are refused); ``timebase_hz``, ``cell_chips`` and
-  ``spes_per_chip`` are >= 1; ``start_timebase``, ``start_realtime_ns``, ``pid`` are >= 0 and
-  fit 64 bits; program ids fit u64, counter and communicator ids u32 (the record fields that
-  carry them);
-- names are non-empty strings; a communicator's ``ranks`` are non-empty and hold no world rank
-  twice; communicator 0 must also be named ``MPI_COMM_WORLD``;
-- two processes may not share one dump ``path``.
-
-It does not open the dumps (``reader.py`` does), and does not check that records name defined
-ids (``decode.py`` counts those as damage).
-"""
+"""The run manifest ``run.json`` (docs/format.md section 2) -> frozen dataclasses, fully checked:
+``load_manifest(run_dir)`` refuses any violation with a ``FormatError`` naming ``run.json``, the
+JSON path of the field, what was expected and what was found (the checks and the choices where
+section 2 is silent: docs/format.md 2.5). It does not open the dumps (``reader.py``) and does not
+check that records name defined ids (``decode.py`` counts those as damage)."""
 
 from __future__ import annotations
 

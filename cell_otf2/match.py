@@ -1,34 +1,9 @@
-"""Pair what belongs together: mailbox and signal values, DMA commands and their completing tag
-wait, MPI messages, collectives, and context runs with their START/EXIT.
-
-Input is a ``Decoded`` trace; output, all numpy arrays of record indexes:
-- ``messages`` (MSG_DTYPE): one row per matched mailbox value, signal or MPI point-to-point
-  message, send record -> receive record;
-- ``dma`` (DMA_DTYPE): one row per DMA command with its target location and completing
-  TAG_WAIT_END (-1 when no later tag wait has its tag);
-- ``pairs`` (PAIR_DTYPE): happened-before pairs between records, every one sound by docs/format.md
-  section 6 alone, for ``order.py``.
-
-Rules (docs/format.md 5-6): mailbox values match by count per context and direction (the values
-are compared and a disagreement is counted); the inbound mailbox holds 4 values, outbound ones
-1, so read BEGIN(k) happened before write END(k + capacity). Signals: the k-th write of a
-register (SIGNAL_WRITE or SNDSIG) is consumed by its k-th SIGNAL_READ; writes from several
-sources to one register are ordered by slot position, so they give messages but no order pair
-(that order is not certain). DMA completes at the first later TAG_WAIT_END whose status has its
-tag's bit. MPI point-to-point matches by the non-overtaking rule per (communicator, sender,
-receiver, tag); MPI pairs between nodes are returned separately (``node_pairs``) because node
-clocks drift. Collectives: the k-th collective of a communicator on each member is one
-instance. Unmatched items are counted in the damage log, never dropped silently.
-
-Around lost records (``Decoded.loss_epoch``, docs/damage.md) pairing by count is no longer
-certain: a lost write or send would shift every later pair onto the wrong partner and invent
-an order. So only records before the first possible loss of their stream are paired (for MPI
-also before a record whose communicator or peer is undefined; for a collective instance, the
-members must also agree on its operation and root); the rest are counted as unmatched ("after
-lost slots"), and a DMA is completed only by a tag wait with no possible loss in between.
-
-It does not look at time (except to report value mismatches) and does not build constraints.
-"""
+"""Pair what belongs together in a ``Decoded`` trace: mailbox and signal values, DMA commands and
+their completing tag wait, MPI messages (pairs between nodes apart, ``node_pairs``), collectives
+and context runs with their START/EXIT, as numpy arrays of record indexes, plus happened-before
+pairs for ``order.py``; pairing by count stops at the first possible loss of a stream, and what
+is left unmatched is counted as damage (rules: docs/design.md, docs/damage.md). It does not look
+at time (except to report value mismatches) and does not build constraints."""
 
 from __future__ import annotations
 

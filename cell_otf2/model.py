@@ -1,18 +1,8 @@
-"""The canonical in-memory shapes shared by every pipeline stage.
-
-Two layers live here, both as numpy structured dtypes plus small frozen dataclasses for
-definitions (never a Python object per event):
-
-1. The decoded trace (``decode.py`` fills it, ``order.py`` and ``sync.py`` read it):
-   ``RECORD_DTYPE`` rows, one per usable PPE or SPE record, with its location, clock domain and
-   local time; ``ANCHOR_DTYPE`` rows, the slot-order stream (PPE records and SPE block headers)
-   that synchronization reads; ``DOMAIN_DTYPE`` rows, one per clock domain.
-2. The archive to write (``emit/`` fills it, ``writer/`` writes it): ``ArchiveDefs``
-   holding every OTF2 definition, and ``EVENT_DTYPE`` rows, one per OTF2 event, already in
-   per-location time order.
-
-This module knows neither bytes nor OTF2; it checks nothing.
-"""
+"""The in-memory shapes every pipeline stage shares, as numpy structured dtypes plus small frozen
+dataclasses for definitions (never a Python object per event): the decoded trace (records,
+slot-order anchors, clock domains; ``decode.py`` fills it) and the archive to write
+(``ArchiveDefs`` and ``EVENT_DTYPE`` rows; ``emit/`` fills it, ``writer/`` writes it). It knows
+neither bytes nor OTF2 and checks nothing."""
 
 from __future__ import annotations
 

@@ -1,30 +1,9 @@
-"""Happened-before edges between clock domains, as difference constraints for ``sync.py``.
-
-A pair e1 -> e2 (e1 in domain d1 at local t1 happened before e2 in domain d2 at local t2)
-means g(d1) + t1 <= g(d2) + t2, i.e. the constraint ``x[d1] - x[d2] <= t2 - t1``, returned in
-``sync.solve``'s convention ``x[dst] - x[src] <= weight`` with src = d2, dst = d1.
-
-Sources, each sound by docs/format.md section 6 alone:
-- slot order: consecutive anchors (PPE records and block headers) of one process's buffer;
-  anchors without a usable clock are skipped, which keeps the order of the others (slot
-  order is transitive) and invents nothing for lost slots;
-- a block's records happened before its header's reading;
-- semantic pairs from ``match.py`` (mailboxes with capacity, signals, context runs, MPI and
-  collectives within a node);
-- interval links: the STOP value (the decrementer at the save, a reading of the interval
-  before) happened before the STOP record; the START record before the restored value (the
-  next interval counts down from it once the restore began, after START); with
-  ``compensated`` the kernel's restore reading is after START and ``delta`` = STOP value -
-  START value after its save reading, so the save was at most ``delta`` + the kernel's
-  reading slack before START: a lower bound of the interval before the switch, which
-  nothing else gives when the PPE was quiet while it ran. A DECR_WRITE or a ``compensated``
-  restore joins two intervals of one context in both directions with the small slack they
-  allow (``OrderOptions``); a ``restored`` switch gives the lower bound only (the time the
-  clock stood still is at least START - STOP).
-
-Constraints between different nodes are not built here (node clocks drift; see the node fit).
-It does not solve anything.
-"""
+"""Happened-before edges between clock domains as difference constraints for ``sync.py``, in
+``sync.solve``'s convention (``x[dst] - x[src] <= weight``, docs/design.md): slot order, a
+block's records before its header, the semantic pairs of ``match.py`` within a node and the
+links between consecutive intervals of a context, each sound by docs/format.md section 6 alone
+(the list: docs/accuracy.md). It builds no constraint between nodes (their clocks drift:
+``nodefit/``) and solves nothing."""
 
 from __future__ import annotations
 

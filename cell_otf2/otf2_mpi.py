@@ -1,26 +1,9 @@
-"""OTF2's collective callbacks over an mpi4py communicator: parallel writing of one archive.
-
-With these callbacks set on an archive (``install``), every converter process of a parallel
-conversion opens the same archive, writes the event files of its own locations, and the
-process of rank 0 in the communicator is OTF2's master: it writes the global definitions and
-the anchor file. The OTF2 C library calls the callbacks (``OTF2_CollectiveCallbacks``: size,
-rank, barrier, broadcast, gather(v), scatter(v), local communicators) at its collective steps
-(opening and closing the event and definition files, closing the archive).
-
-Buffers arrive as raw C addresses; they are wrapped with ``MPI.buffer.fromaddress`` and moved
-as bytes (element count times the size of the OTF2 type). The ``_otf2`` module's own
-``CollectiveCallbacks`` wrappers are not used: their Gatherv prototype lacks the userData
-argument and their gather wrappers cast the output buffer to a Python object. A callback never
-lets an exception through to C (ctypes would print it and return 0, "success"): it returns
-``OTF2_CALLBACK_ERROR`` instead, and OTF2 reports the failed operation.
-
-``agree`` is not an OTF2 callback: it lets every process learn whether any of them failed
-between two collective steps, so that all of them close the archive together (no process
-waits in a collective another one never reaches).
-
-The caller imports mpi4py and passes the communicator in: importing this module initializes
-nothing. It checks nothing about the archive's contents.
-"""
+"""OTF2's collective callbacks over an mpi4py communicator (``install``), so that every converter
+process of a parallel conversion writes the event files of its own locations into one archive
+and rank 0 writes the definitions and the anchor; ``agree`` lets every process learn whether any
+failed between two collective steps (how and why: docs/performance.md). The caller imports
+mpi4py and passes the communicator in, so importing this module initializes nothing; it checks
+nothing about the archive's contents."""
 
 from __future__ import annotations
 

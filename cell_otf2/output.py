@@ -1,18 +1,8 @@
-"""Safe output: the archive named by ``-o`` (its anchor, ``.def`` and event folder) and the
-optional sync report, checked before any work and moved into place only once whole.
-
-``ArchiveTarget(path, report)`` parses ``-o`` (``UsageError`` unless it ends in ``.otf2``);
-``prepare(force, inputs)`` refuses, before the long work, anything it must not touch: an entry
-or report that is an input of the run, holds it or lies inside it where it would replace it;
-an existing entry without ``force``; with ``force``, anything that is not recognizably a
-previous archive (an OTF2 anchor, an OTF2 definition file, a folder of OTF2 event and local
-definition files only) or a previous sync report. ``staged()`` yields a fresh hidden directory
-beside the archive; on success the staged files are checked (anchor and definitions present
-and not empty, every file synced to disk), the report is written to a temporary file, and
-under a lock on the output directory (so two conversions never interleave their moves) the old
-entries go aside, the new ones come in and the aside ones are deleted; any failure restores
-the previous state. It moves and checks directory entries only; it never looks inside events.
-"""
+"""Safe output: the archive named by ``-o`` (its anchor, ``.def`` and event folder) and the optional
+sync report, checked before any work (``ArchiveTarget.prepare``: nothing that is an input, and
+with ``--force`` only what is recognizably a previous archive or report) and moved into place
+only once whole, staged, checked and synced, under a lock (``staged``; the steps:
+docs/design.md). It moves and checks directory entries only; it never looks inside events."""
 
 from __future__ import annotations
 

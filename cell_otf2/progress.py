@@ -1,13 +1,7 @@
-"""The progress line of a long conversion on a terminal: the stage running now and how far it
-is, the whole conversion's percent and the time left, rewritten in place on stderr.
-
-``TerminalProgress`` is the ``progress(stage, fraction)`` callback the pipeline calls; a stage
-is named as soon as it starts (``fraction`` 0). The overall percent weights the stages by their
-measured share of a conversion's time (``STAGE_WEIGHTS``); the time left is extrapolated from
-the time so far once a few seconds and percent have passed. Stages only advance: a stage
-called after a later one (emit's pieces while writing) counts toward the later one. It prints
-nothing when stderr is not a terminal, and it knows nothing of the pipeline.
-"""
+"""The progress line of a long conversion on a terminal: ``TerminalProgress`` is the
+``progress(stage, fraction)`` callback the pipeline calls, and rewrites on stderr the stage
+running now, the whole conversion's percent (stages weighted by ``STAGE_WEIGHTS``) and the time
+left. It prints nothing when stderr is not a terminal, and it knows nothing of the pipeline."""
 
 from __future__ import annotations
 

@@ -1,46 +1,9 @@
-"""One shared-buffer dump (docs/format.md section 4) -> native-endian numpy arrays of its slots.
-
-``read_dump(path, manifest, rank)`` first identifies the file (pyelftools style) and refuses it
-with a ``FormatError`` naming the file, byte offset, field, expected and found value when it is
-not a CBT 1 dump of that rank: length >= 64, magic, byte_order, version, header_size,
-slot_size, spe_buffer_records >= 1, spe_buffers in {1, 2}, rank and timebase_hz equal to the
-manifest's. Then it frames the slot stream with numpy, reading it in chunks of
-``CHUNK_SLOTS`` slots into one reused buffer (the only Python loop; none per slot or per
-block), into arrays sized by a first counting pass, so memory is the output arrays plus one
-chunk's bytes and temporaries. It
-returns a ``Dump``: PPE records, SPE block headers, SPE records, GAPs, and the contained damage
-(``damage.Damage`` entries, one per kind, ``file`` = the dump's path relative to the run
-directory; refusals name the path as given):
-
-- ``truncated_file``: length is not 64 + 32k; the partial slot is dropped (count 1, first_slot =
-  index the partial slot would have had).
-- ``gap``: one entry for all GAPs, count = slots lost, occurrences = GAP records.
-- ``block_overrun``: a block whose ``count`` runs past the end of the file; count = records
-  missing, first_slot = the block header's slot.
-- ``block_broken``: a PPE-class (0x01xx) or control-class (0x03xx) slot where a block's record
-  was expected; the block ends there and that slot is read at top level. count = records
-  missing, first_slot = the interrupting slot.
-- ``bad_block_count``: ``count`` outside 1..spe_buffer_records; the block is still framed by its
-  declared count (slots belong to it unless a PPE/control slot breaks it).
-- ``spe_outside_block``: a defined SPE code at top level; skipped.
-- ``unknown_code``: a code this version does not define, at top level or inside a block. Inside a
-  block it is skipped but still counts as one of the block's slots (framing is kept).
-- ``slot_count_mismatch``: header ``slots_reserved`` (when not 0) differs from the slots the file
-  accounts for (non-GAP slots + slots lost in GAPs); count = absolute difference.
-
-Framing rule (why it vectorizes): a slot whose class is PPE or control is always a top-level
-slot, because such a slot inside a block's range breaks the block. Every other slot belongs to
-the nearest top-level slot before it if that is a block header and the slot lies within its
-``count``; otherwise it is outside any block. Across chunks only the last top-level slot seen
-is carried; a block's shortfall is settled when the next top-level slot (or the end) is seen.
-
-``blocks['present']`` counts the block's records that were read into ``spe`` (defined SPE
-codes only), so ``spe[first:first + present]`` are exactly its records; ``count - present`` is
-what is missing or skipped, and the damage entries say why.
-
-Not checked here (later stages or nobody): reserved header fields, block ``buffer``/``flags``/
-``seq``/``ticket`` values, record field values, ids, and anything about time.
-"""
+"""One shared-buffer dump (docs/format.md section 4) -> native-endian numpy arrays of its slots:
+``read_dump(path, manifest, rank)`` refuses a file that is not a CBT 1 dump of that rank with a
+``FormatError``, frames the slot stream in chunks with numpy (format.md 4.3; memory bounded by
+the output arrays plus one chunk) and returns a ``Dump`` of PPE records, SPE block headers, SPE
+records, GAPs and the contained damage (docs/damage.md, docs/design.md). It does not check
+reserved fields, block ``seq``/``ticket`` values, record fields, ids or anything about time."""
 
 from __future__ import annotations
 

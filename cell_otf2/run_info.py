@@ -1,58 +1,9 @@
-"""``cell2otf2 inspect RUN_DIR``: what a run holds, without synchronizing or writing anything.
-
-``inspect(run_dir) -> RunInfo`` reads the manifest and every dump (``reader.read_dump``) and
-decodes them (``decode.decode``: contexts, live intervals, decrementer unwrapping), then counts
-with numpy. It does not match messages, build constraints, synchronize or write; so its damage
-lines are those that reading and decoding find (``cell2otf2 check`` adds what matching and
-emitting find, e.g. unmatched messages and undefined region ids). A run that reading refuses
-raises the reader's ``CellOtf2Error`` (exit status 3 on the command line); anything that could
-be read is inspected (exit status 0, damage or not: ``inspect`` reports, ``check`` judges).
-
-Where each number comes from:
-- records per kind: the slots the reader framed, by their docs/format.md names (``format.PpeCode``,
-  ``format.SpeCode``); slots with undefined codes are not records (see the damage lines);
-- blocks: SPE block headers; ``partial`` = declared ``count`` below the header's
-  ``spe_buffer_records`` (a buffer flushed before it was full, e.g. at exit);
-  ``records_missing`` = declared minus framed records; ``missing`` = blocks absent from a
-  context's ``seq`` (skipped numbers; blocks cut off after the last one cannot be seen);
-- ``lost_slots`` / ``gaps``: the GAP records' lost-slot counts and the GAP records;
-- node timebase: first (smallest) and last (largest) raw PPE reading of the process or node,
-  leaving out readings that decode found running backwards; ``span_s`` = (last - first) / Hz;
-- SPE context: ``intervals`` = live intervals (docs/format.md 7; an interval split at a step
-  whose slot-order window leaves room for a wrap is still one interval, its extra parts are
-  ``unresolved_wraps``: decode's candidates, most of which conversion then decides from the
-  whole order);
-  ``switches`` = its CTX_SWITCH STOP records; ``decr_writes`` = its DECR_WRITE records;
-  ``wraps`` = decrementer wraps passed inside its intervals (from decode's unwrapping:
-  ``(raw + local) / 2^32`` at each interval's last reading); ``first_decr`` / ``last_decr`` =
-  raw decrementer of its first and last reading in program order (records and block headers);
-  ``span_ticks`` = sum over its intervals of last minus first local time (decrementer ticks
-  the context was observed running, excluding time between intervals).
-
-``RunInfo.to_dict()`` (``--json``) has these keys, all always present (``null`` where a value
-does not exist, e.g. a process without PPE records has no timebase span):
-
-- ``run_dir``, ``application``, ``timebase_hz``, ``decrementer_restore``;
-- ``nodes``: list of {``name``, ``cell_chips``, ``spes_per_chip``, ``ranks``,
-  ``timebase_first``, ``timebase_last``, ``span_s``};
-- ``processes``: list of {``rank``, ``node``, ``dump``, ``dump_bytes``, ``byte_order``
-  ("B"/"L"), ``spe_buffer_records``, ``spe_buffers``, ``slots``, ``slots_reserved``,
-  ``ppe_threads`` (list of thread indexes), ``records`` {``ppe``, ``spe``},
-  ``records_per_kind`` {``ppe``: {NAME: n for every PPE code}, ``spe``: {NAME: n for every
-  SPE code}}, ``blocks`` {``count``, ``partial``, ``records_missing``, ``missing``}, ``gaps``,
-  ``lost_slots``, ``timebase_first``, ``timebase_last``, ``span_s``, ``contexts``};
-- each context: {``ctx``, ``program``, ``program_id``, ``created``, ``records``, ``blocks``,
-  ``partial_blocks``, ``missing_blocks``, ``intervals``, ``switches``, ``decr_writes``,
-  ``heartbeats``, ``wraps``, ``unresolved_wraps``, ``readings``, ``first_decr``, ``last_decr``,
-  ``span_ticks``};
-- ``totals``: {``processes``, ``nodes``, ``ppe_threads``, ``contexts``, ``records``,
-  ``records_ppe``, ``records_spe``, ``records_per_kind`` (as per process, summed), ``slots``,
-  ``blocks``, ``partial_blocks``, ``missing_blocks``, ``gaps``, ``lost_slots``, ``intervals``,
-  ``switches``, ``decr_writes``, ``heartbeats``, ``wraps``, ``unresolved_wraps``};
-- ``damage``: ``DamageLog.summary_lines()`` of reading and decoding (empty list: none).
-
-``RunInfo.lines()`` is the same as tables for an 80-100 column terminal.
-"""
+"""``cell2otf2 inspect RUN_DIR``: ``inspect(run_dir) -> RunInfo`` reads the manifest and every dump
+and decodes them, then counts with numpy; ``RunInfo.lines()`` prints tables and ``to_dict()``
+the ``--json`` object (its keys and where each number comes from: docs/format.md section 11).
+A run reading refuses raises ``CellOtf2Error`` (exit 3); anything readable is inspected (exit
+0, damaged or not: ``check`` judges). It does not match messages, build constraints,
+synchronize or write."""
 
 from __future__ import annotations
 

@@ -1,43 +1,9 @@
-"""Clock synchronization on a difference-constraint graph: relaxation, bounds and offsets.
-
-Input convention (fixed): arrays ``src``, ``dst`` (domain indexes) and ``weight`` meaning, for
-every k, ``x[dst[k]] - x[src[k]] <= weight[k]``: an edge src -> dst of that weight. A
-happened-before pair e1 -> e2 (e1 in domain d1 at local t1, e2 in d2 at local t2) is the edge
-d2 -> d1 of weight t2 - t1. ``x[d]`` is the offset of domain d: true time = x[d] + local time,
-relative to one ``reference`` domain whose offset is 0.
-
-What ``solve`` does, in this order (each step timed in ``SyncSolution.timings``):
-
-1. collapse: parallel edges keep their minimum (numpy sort + ``minimum.reduceat``); self-loops
-   only matter to the relaxation and are dropped afterwards.
-2. centre: an exact potential along a spanning forest (sums of weights, exact for integer
-   weights below 2**53) shifts every weight to a small number, so cycle sums and potentials
-   do not lose precision on raw timebase values of 10**12 ticks.
-3. scc: strongly connected components (scipy, connection="strong").
-4. relaxation: per component with a cycle, Howard's policy iteration (a variant that keeps a
-   single policy cycle, see ``_howard``) gives the minimum cycle mean and a feasible potential
-   (its bias vector); components are then shifted in topological order so the potential
-   satisfies every edge. ``relaxation`` = max(0, -minimum cycle mean) (the mean of an actual
-   cycle, to ~1e-10 * max |weight|), plus whatever rounding the potential still violates, so
-   the potential is a certificate: the loosened system is feasible (never under-relaxed).
-5. sssp: with that potential every loosened weight becomes non-negative and Dijkstra
-   (scipy.sparse.csgraph) gives ``upper[v]`` = dist(reference -> v) and ``lower[v]`` =
-   -dist(v -> reference).
-
-Offsets: ``alpha * upper + (1 - alpha) * lower`` when both bounds are finite ("both"). A domain
-bounded on one side only cannot take the bound itself in general (it would break constraints
-against the domains already placed); it takes the tightest value on that side consistent with
-them: "upper"-only domains x[u] = min over placed b of (x[b] + dist(b -> u)), which equals
-``upper[u]`` when alpha = 1; "lower"-only domains x[l] = max over placed c of
-(x[c] - dist(l -> c)). Domains with neither bound get NaN and "none", never a made-up value.
-With these rules the offsets satisfy every loosened constraint between non-NaN domains.
-
-Error of a pair (``error_table``): half the width of the feasible interval of the relative
-offset x[j] - x[i], which is [-D[j, i], D[i, j]], so (D[i, j] + D[j, i]) / 2.
-
-This module knows nothing about traces: it does not check that the constraints are sound,
-only that the indexes are in range and the weights finite.
-"""
+"""Clock synchronization on a difference-constraint graph: ``solve`` takes edges ``x[dst] - x[src]
+<= weight`` between clock domains, finds the least uniform relaxation that makes them feasible
+(Howard's minimum cycle mean), the upper and lower bound of every domain relative to the
+reference (Dijkstra) and offsets between them by ``alpha`` (never a made-up value for an
+unbounded domain); ``error_table`` gives pairwise errors (the steps: docs/accuracy.md). It knows
+nothing about traces and checks only that indexes are in range and weights finite."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The team of every process of an MPI launch (``mpiexec -n P``, ``srun``), as
 ``driver.run_phases`` and ``conversion.convert`` ask a team (``team_serial.SerialTeam`` is the
-other); the only module that imports mpi4py, and only when launched with more than one
-process. Each process converts whole nodes (``partition``: heaviest first onto the least
-loaded process), the location layout is assembled from every process's rows, every step ends
-in an agreement (a ``CellOtf2Error`` on any process is raised on all; anything else aborts the
-job), the root stages and commits the output, and events are written through OTF2's
-collective callbacks with locations handed from busy processes to idle ones
-(``write_share``). It does not convert anything itself; docs/performance.md describes the
-parallel conversion and what it measured."""
+other); the only module that imports mpi4py, and only with more than one process. It splits
+whole nodes between processes (``partition``), agrees on every step, stages and commits the
+output on the root and writes events through OTF2's collective callbacks (``otf2_mpi``,
+``write_share``); it converts nothing itself (docs/performance.md)."""
 
 from __future__ import annotations
 

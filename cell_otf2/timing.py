@@ -1,23 +1,8 @@
-"""Apply synchronization: solve each node's constraints and give every record its reference time.
-
-Per node, the node's timebase domain is the reference (tau, offset 0) for the SPE intervals of
-that node (``sync.solve`` with alpha, default 1/2). Each node's timebase then maps to the
-reference node's (the node hosting rank 0, docs/archive.md) through its ``NodeMap``
-(``offset + rate * timebase``, or piecewise linear: ``nodefit.fit.PiecewiseMap``): the
-reference node is the identity; other nodes use the fit of ``nodefit/`` when the caller passes it,
-otherwise the start-time baseline from the manifest (wall clocks read with each process's start
-timebase; NTP-accurate only, said in the report). Segments of a live interval that decode
-split at a step that may hide wraps are joined again where the bounds allow one wrap count
-(``_decide_wraps``, linear in the run), the rest reported.
-
-Records get ``time`` = round(node map(offset[domain] + local)) in integer reference ticks. A
-record without a usable clock (backwards PPE timebase) takes its predecessor's time on its
-location; records of an interval nothing bounds are counted as unusable and flagged
-(``usable`` False). Per location time never decreases: a record that would be earlier than
-its predecessor is held at the predecessor's time and counted as an order violation.
-
-It does not build constraints and writes nothing.
-"""
+"""Apply synchronization: solve each node's constraints (``sync.solve``, the node's timebase as
+reference), map each node's timebase to the reference node's (the node fit of ``nodefit/`` when
+given, else the manifest's start readings), join wrap-split interval segments where one wrap
+count fits, and give every record its time in integer reference ticks, never decreasing per
+location (docs/design.md). It does not build constraints and writes nothing."""
 
 from __future__ import annotations
 

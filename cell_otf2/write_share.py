@@ -1,23 +1,9 @@
-"""Sharing out the event files of a parallel conversion while they are written.
-
-The last step of a parallel conversion (``driver.py`` on a ``team_mpi.MpiTeam``): each converter
-process writes the event files of the locations whose events it built, group of nodes by group,
-in pieces of whole locations (``emit.table.EventChunks``). The processes' loads differ (process 0
-also paired every MPI record and fitted the node clocks; nodes differ in size; a machine's
-other work slows one process), so a process that has written all of its own pieces asks the
-others, one after the other, for more. A process that is asked (it looks between two of its
-pieces) hands over the last locations of its current group that it has not begun: about half
-of the group's events it has left, at most ``GIVE_MAX``, built into one table and sent to the
-asker, which writes them. A process with less than ``GIVE_MIN`` events to give says it has
-nothing; an asker every other process turned away is done and answers the others' requests
-("nothing") until every process is done (a non-blocking barrier, so nobody spins a core).
-Each location is written by exactly one process, whole, and its event file does not depend on
-which process writes it: the archive is the same whoever wrote which location
-(``tests/test_parallel.py``).
-
-What it does not do: split a location, move work of steps before the write, or guess loads in
-advance (the partition of nodes, ``team_mpi.partition``, does that from the dump sizes).
-"""
+"""Sharing out the event files of a parallel conversion while they are written (``driver.py`` on a
+``team_mpi.MpiTeam``): a process that has written its own pieces asks the others for more, and
+an asked process hands over whole locations it has not begun, so each location is written
+whole by exactly one process and the archive does not depend on which (docs/performance.md).
+It does not split a location, move work of earlier steps or guess loads in advance
+(``team_mpi.partition`` does that from the dump sizes)."""
 
 from __future__ import annotations
 

@@ -97,3 +97,16 @@ def test_readme_module_map_names_every_module():
     missing += [f"{d.name}/" for d in PACKAGE.iterdir()
                 if d.is_dir() and (d / "__init__.py").exists() and f"`{d.name}/`" not in section]
     assert missing == []
+
+
+def test_every_module_has_a_one_paragraph_docstring():
+    """The project standard: a module's docstring says in one paragraph what it does and what
+    it does not; rationale, measurements and lists live in docs/."""
+    bad = []
+    for f in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(f.read_text()), clean=False)
+        if doc is None or not doc.strip():
+            bad.append(f"{f.relative_to(ROOT)}: no module docstring")
+        elif any(not line.strip() for line in doc.strip().splitlines()):
+            bad.append(f"{f.relative_to(ROOT)}: more than one paragraph")
+    assert bad == []

@@ -1,31 +1,8 @@
-"""``cell2otf2 report``: figures and an index.html from a converted OTF2 archive.
-
-``render_report(archive, out_dir)`` reads the archive back with the ``otf2`` reader (so it
-shows what a viewer will show; ``load``), derives segments, lines and shares with numpy
-(``derive``, ``axis``) and draws with matplotlib's Agg canvas (no pyplot, no global backend):
-
-- ``timeline.png`` (``timeline``): a row per location, innermost regions as colored bars,
-  DMA transfers and mailbox / MPI messages as lines;
-- ``dma_bandwidth.png`` (``dma``): DMA bandwidth per SPE over time, on average and in
-  aggregate, against the 25.6 GB/s peak;
-- ``dma_histograms.png`` (``dmahist``): DMA command sizes and issue-to-completion latencies;
-- ``waits.png`` (``waits``): share of each SPE's running time computing, waiting on tag
-  groups, on mailboxes / signals, switched out;
-- ``ppe_mpi.png`` (``ppempi``): PPE threads' time by region, and every MPI call's cost;
-- ``sync_bounds.png`` (``bounds``): the bound of every live interval, from the archive's
-  location properties;
-- ``node_clocks.png`` (``nodeclock``): each node's clock offset over time with its bound
-  (from the sync report) and the MPI messages between nodes that pin it;
-- ``contexts.csv`` (``contexts``): one row per SPE context, exact over every event;
-- ``index.html`` (``html``): the figures, a summary computed from the archive, the damage
-  list (``damagelist``), the per-context and mailbox / signal wait tables, plus the headline
-  numbers of the synchronization report when one is given.
-
-With more than ``max_events`` events the timeline is drawn from a sample (``load``) and says
-so; every other figure and table is exact over all events (``exact``). matplotlib is the
-optional extra ``cell2otf2[report]``; only this package imports it, and only when a report is
-rendered.
-"""
+"""``cell2otf2 report``: ``render_report(archive, out_dir)`` reads a converted OTF2 archive back
+(``load``), derives what to draw with numpy (``derive``, ``axis``) and writes the figures, one
+module each, ``contexts.csv`` and an ``index.html`` (``html``); above ``max_events`` only the
+timeline is drawn from a sample, everything else is exact (docs/design.md). matplotlib, the
+optional extra ``cell2otf2[report]``, is imported only here and only when a report is rendered."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The x axis of the time figures: sample windows side by side, and pixel rasters on it.
-
-With one window (no sampling) the axis is the archive's time span. With several, each window
-gets a share of the columns proportional to its duration and the skipped time between two
-windows is squeezed into a narrow gap, so a sample of short windows is still readable; a time
-inside a gap maps into the gap (a message line from one window to the next stays a line).
-
-``coverage`` rasterizes per-location time segments into columns: for every column the time
-each state covers in it, from a cumulative sum per state (no Python loop per segment), and
-``dominant`` picks the state covering most of a column (how a timeline viewer shows more
-regions than pixels). No matplotlib here.
-"""
+"""The x axis of the time figures: sample windows side by side, each in proportion to its duration
+with the skipped time squeezed into narrow gaps, and pixel rasters on it (``coverage``: the
+time each state covers per column; ``dominant``: the state covering most of a column). No
+matplotlib here."""
 
 from __future__ import annotations
 

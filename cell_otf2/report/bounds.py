@@ -1,14 +1,7 @@
 """sync_bounds.png: the synchronization bound of every live interval, from the archive's own
-location properties (``cell2otf2::sync_intervals``, ``cell2otf2::sync_bound_ticks``).
-
-Left: a row per SPE context, each interval a bar from its first to its last record
-(the gaps between bars are context switches), colored by its bound width (upper - lower of
-its offset); unbounded intervals hatched red. Right: the worst and mean
-width per context in ticks, with microseconds on the top axis; rows labelled per rank beyond
-``style.MAX_LABELLED`` contexts. Drawn from definitions only,
-so never sampled. An interval none of whose records was written (first time ``-``) cannot be
-placed on the time axis and is only counted in the title.
-"""
+location properties (``cell2otf2::sync_intervals``, ``cell2otf2::sync_bound_ticks``): a row per
+SPE context with its intervals as bars colored by width, and the worst and mean width per
+context (docs/design.md). Drawn from definitions only, so never sampled."""
 
 from __future__ import annotations
 

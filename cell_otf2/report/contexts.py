@@ -1,14 +1,7 @@
-"""The per-context table: one row per SPE context with its numbers over every event, written as
-``contexts.csv`` (plain numbers in seconds, bytes and ticks) and shown on the page with units
-(``table``; one row per rank beyond ``style.MAX_LABELLED`` contexts, the CSV keeps every
-context). Mailbox and signal waits (count, mean, longest) are columns of both and a table of
-their own (``wait_table``). Shares are of the context's running time (some region open, START
-to EXIT, switched-out time included): busy (its program and user regions), DMA wait
-(``mfc_read_tag_status``), mailbox wait (mailbox and signal reads and writes) and off SPU.
-Bytes are those into and out of its local store; bandwidth is bytes over running time, also as
-a share of the 25.6 GB/s peak. The sync bound is the archive's ``cell2otf2::sync_bound_ticks``
-(its widest interval).
-"""
+"""The per-context table: one row per SPE context with its numbers over every event (running-time
+shares, bytes, bandwidth, sync bound, mailbox and signal waits), written as ``contexts.csv``
+with plain numbers and shown on the page with units (``table``), plus the mailbox and signal
+wait table (``wait_table``); what each number means: docs/design.md."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""What the figures draw, computed from ``load.Loaded`` with numpy (no matplotlib here).
-
-- ``segments``: per location, stretches of time in one innermost region (Vampir's master
-  timeline shows the innermost region), inside the sample windows only;
-- ``message_lines`` / ``rma_lines``: kept sends paired with their kept receives, kept RMA
-  issues with their kept completions (pairing keys come from ``load``, so pairs are right even
-  when their events lie in different windows);
-- ``region_category``: computing / tag-group wait / mailbox wait / off SPU per region, by the
-  region names ``emit`` writes;
-- ``sync_intervals``: the ``cell2otf2::sync_intervals`` property parsed.
-
-It assumes the archive was written by cell2otf2 (region and communicator names); anything
-else draws as plain regions and lines.
-"""
+"""What the figures draw, computed from ``load.Loaded`` with numpy: innermost-region segments per
+location (``segments``), message and RMA lines (``message_lines``, ``rma_lines``), the category
+of each region (``region_category``) and the parsed ``cell2otf2::sync_intervals`` property. It
+assumes region and communicator names as cell2otf2 writes them (anything else draws as plain
+regions and lines) and imports no matplotlib."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""dma_bandwidth.png: DMA bandwidth per SPE context and in aggregate, against the 25.6 GB/s peak
-of one SPE's MFC (and of the Cell's memory interface), from every DMA command. Top left: a row
-per SPE context over the whole run, each command's bytes spread evenly from its issue to its
-completion (a command never completed counts at its issue), into the destination SPE's local
-store and out of the source SPE's (main memory is not a row); the color scale ends at the
-busiest column. Bottom left: all SPEs together, with the run's mean and the memory peak of all
-chips (each Cell chip has its own 25.6 GB/s memory interface). Right: per context, its mean
-over its running time and its busiest column, on a log scale up to the peak. Exact
-(``exact.transfers``), never sampled. Beyond ``style.MAX_LABELLED`` rows the rows are labelled
-per rank.
-"""
+"""dma_bandwidth.png: DMA bandwidth per SPE context over time, all SPEs together, and each
+context's mean and busiest column, against the 25.6 GB/s peak of one SPE's MFC and the chips'
+memory peak, from every DMA command (``exact.transfers``, never sampled; how bytes are spread:
+docs/design.md). Beyond ``style.MAX_LABELLED`` rows the rows are labelled per rank."""
 
 from __future__ import annotations
 

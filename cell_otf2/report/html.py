@@ -1,10 +1,7 @@
-"""index.html: the figures and a summary table computed from the archive (and, when given,
-the headline numbers of the conversion's synchronization report).
-
-Every number in the archive table comes from ``load.Loaded``: counts over all events (never
-the sample), definitions and location properties. The page is static, with relative links
-to the PNGs beside it; nothing is fetched.
-"""
+"""index.html: the figures and a summary table computed from the archive (every number from
+``load.Loaded``: counts over all events, never the sample, definitions and location
+properties), plus the headline numbers of the synchronization report when given. The page is
+static, with relative links to the PNGs beside it; nothing is fetched."""
 
 from __future__ import annotations
 

@@ -1,25 +1,8 @@
-"""An OTF2 archive read back with the ``otf2`` reader into bounded numpy arrays.
-
-What a viewer will show is what the OTF2 library reads, so this module reads the archive with
-``otf2.reader.Reader`` (definitions) and the same library's global event reader (events in
-time order), but through raw callbacks that copy each event's numbers into preallocated numpy
-rows instead of building one Python object per event.
-
-Sampling: when the archive holds more than ``max_events`` events, only ``max_events`` of them
-are kept, as ``n_windows`` windows of consecutive events (in the reader's global time order)
-spread evenly over the event stream (the skipped events are split evenly before, between and
-after the windows). Every event is still read and counted: the counts per kind, the message
-and DMA pairing sequence numbers and the per-location region stacks are exact, so a window
-starts with the true innermost region of every location, and a kept send pairs with its kept
-receive even when both lie in different windows.
-
-Exact over every event, sampled or not (``Exact``): per location and region the completed
-visits, their inclusive time and longest visit, and the exclusive time (innermost open
-region); and a log of every RMA event and every message on an MPI or the "DMA" communicator
-(sizes, latencies and the node-clock messages come from it). A Leave that does not match the
-location's open regions closes what was left open inside its region (those visits are not
-counted); the archive itself is not checked (``otf2-print`` does that).
-"""
+"""An OTF2 archive read back with the ``otf2`` reader (what a viewer shows) into bounded numpy
+arrays, through raw callbacks rather than a Python object per event: above ``max_events`` only
+evenly spread windows of consecutive events are kept, but every event is read, so counts,
+pairing and region stacks stay exact, and ``Exact`` keeps per-region times and every RMA and
+message exact (docs/design.md). It does not check the archive (``otf2-print`` does)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""node_clocks.png: each node's clock offset against time, its bound, and the MPI messages that
-pin it. One panel per node other than the reference (rank 0's node, whose clock is archive
-time). With the ``--sync-report``, the line is the node's offset (archive time minus the node's
-own timebase) relative to its value at the trace start, from the report's ``segments`` when
-present (a piecewise map) and otherwise from the node's one ``offset_ticks`` and ``rate``; the
-band is +- its ``bound_ticks``. Every MPI message between two nodes, read from the archive,
-limits how far the map may move: a message into the node keeps its receive after its send (the
-true offset lies above the line minus the message's slack, a triangle up), a message out of it
-keeps its send before the receive (below the line plus the slack, a triangle down). The two
-tightest are the messages that pin the map and are labelled. Without the report the line is the
-archive's own map (zero) and only the messages are drawn.
-"""
+"""node_clocks.png: each node's clock offset against time (from ``--sync-report``), its bound,
+and the MPI messages between nodes that pin it, one panel per node other than the reference
+(rank 0's node); how the line and the message marks are drawn: docs/design.md. Without the
+report the line is the archive's own map (zero) and only the messages are drawn."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Shared figure conventions: size, colors per region, row order, time-axis labels.
-
-Colors follow what a Cell user looks for: tag-group waits red, mailbox and signal waits
-orange, a switched-out context dark gray, MPI purple, ``spe_context_run`` light blue; SPE
-programs and user regions take the remaining qualitative colors. Beyond ``MAX_LABELLED`` rows
-a figure labels its rows per rank (``label_rows``). No matplotlib import here.
-"""
+"""Shared figure conventions: size, colors per region (what a Cell user looks for: tag-group waits
+red, mailbox and signal waits orange, off SPU dark gray, MPI purple), row order, time-axis
+labels and per-rank labels beyond ``MAX_LABELLED`` rows (``label_rows``). No matplotlib
+import here."""
 
 from __future__ import annotations
 

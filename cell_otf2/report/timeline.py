@@ -1,15 +1,8 @@
-"""timeline.png: the master-timeline overview (a row per location, regions as colored bars,
-DMA transfers and mailbox / MPI messages as lines).
-
-Each row is rasterized to the figure's columns: a column shows the region that covers most
-of its time (``axis.dominant``), so no region disappears below a pixel and the drawing cost
-does not grow with the number of events. Lines join a kept send to its kept receive, and a
-kept DMA issue to its kept completion (data from the source row to the destination row);
-beyond ``MAX_LINES`` of a kind, an evenly spread subset in time is drawn and the legend says
-how many of how many. Beyond ``MAX_ROWS`` locations the rows are groups, one per rank and
-kind of location (its PPE threads, its main memory, its SPE contexts): a column shows the
-region that covers most of the group's time in it, and lines within a group are not drawn.
-"""
+"""timeline.png: the master-timeline overview, a row per location (or per rank and kind of location
+beyond ``MAX_ROWS``) rasterized to the figure's columns with the region covering most of each
+column (``axis.dominant``), and DMA transfers and mailbox / MPI messages as lines (at most
+``MAX_LINES`` per kind); details: docs/design.md. The drawing cost does not grow with the number
+of events."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""waits.png: the share of its running time each SPE context spends computing, waiting on
-tag groups, waiting on mailboxes or signals, and switched out ("off SPU").
-
-Running time is the time some region is open on the SPE location (its program runs from
-START to EXIT); the shares are exact, from every event of the archive (``exact``), also when
-the timeline is drawn from a sample. Beyond ``style.MAX_LABELLED`` contexts a bar is a rank
-(its contexts' times summed).
-"""
+"""waits.png: the share of its running time (START to EXIT) each SPE context spends computing,
+waiting on tag groups, waiting on mailboxes or signals, and switched out ("off SPU"), exact from
+every event (``exact``) even when the timeline is sampled; beyond ``style.MAX_LABELLED``
+contexts a bar is a rank (its contexts' times summed)."""
 
 from __future__ import annotations
 

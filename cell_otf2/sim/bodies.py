@@ -1,20 +1,7 @@
-"""Vectorized SPE phase bodies: the double-buffered DMA / compute loop of the Cell SDK samples.
-
-One call builds every record of one context's phase with numpy (no Python loop per record).
-Loop body of iteration i (buffer ``i % 2``, tag ``tag_base + i % 2``):
-
-    TAG_WAIT_BEGIN(all, 1<<tag_i)  TAG_WAIT_END(1<<tag_i)      # GET(i) and PUT(i-2) done
-    DMA GET(i+1)                                                 # prefetch the other buffer
-    ENTER compute  COUNTER flops  LEAVE compute
-    DMA PUT(i)
-
-and after the loop one TAG_WAIT for both tags. With this order the time from one wait's END to
-the next is ``max(work, prefetch latency) + eps``: a plain cumulative sum. Every DMA completes
-(``done``) no later than the first later TAG_WAIT_END whose status has its tag bit, and a PUT
-completes before the GET that reuses its buffer is issued.
-
-This module does not know about mailboxes, scheduling or clocks; times are reference ticks.
-"""
+"""Vectorized SPE phase bodies: ``dma_loop`` builds every record of one context's phase with numpy,
+the double-buffered DMA / compute loop of the Cell SDK samples (its shape and timing:
+docs/simulator.md). It does not know about mailboxes, scheduling or clocks; times are reference
+ticks."""
 
 from __future__ import annotations
 

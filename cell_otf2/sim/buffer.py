@@ -1,21 +1,8 @@
-"""The shared trace buffer of one process: blocks, reservations, slots, bytes.
-
-Input: the process's records (``records.REC_DTYPE``, ``t`` = true time of each clock reading)
-and the decrementer intervals of its contexts. Output: ``Slots``, one row per slot in slot
-order with its true reading and reservation times, and the encoded dump bytes.
-
-- PPE record: reserved ``min(U(0.2, 8), gap/2)`` ticks before its timebase reading (``gap`` =
-  time since the thread's previous record, so program order is slot order);
-  ``timebase = floor(node timebase at the reading)``.
-- SPE records are grouped per context, in program order, into blocks of
-  ``spe_buffer_records``; the block is reserved ``min(U(1, 4), gap/3)`` ticks after its last
-  record, its header decr read ``min(U(0, 8), gap/3)`` after that (``gap`` = time to the
-  context's next record), so every record precedes its header and the header precedes the
-  next record. ``buffer`` alternates 0/1 with ``spe_buffers`` 2; the last block has flags bit 0.
-- Slots follow reservation order; ``ticket`` is the header's slot index.
-
-Encoding goes through ``cell_otf2.format`` dtypes only. This module does not apply damage.
-"""
+"""The shared trace buffer of one simulated process: from its records (``records.REC_DTYPE``, true
+reading times) and its contexts' decrementer intervals, ``Slots`` (one row per slot in slot
+order with its true reading and reservation times) and the encoded dump bytes, through
+``cell_otf2.format`` dtypes only (reservation rules: docs/simulator.md). It does not apply
+damage."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""True clocks of a simulated run: node timebases mapped to the reference and back.
-
-The reference is the timebase of the node hosting rank 0 (reference ticks = its timebase
-ticks). Every other node's oscillator runs at ``1 + ppm * 1e-6`` node ticks per reference
-tick, with the rate changing at a few knots (slow wander, piecewise linear). The map is exact
-by construction: ``NodeClock.to_node`` / ``to_ref`` interpolate between the knots, so the
-simulator and the truth use one definition. SPE decrementers are driven by their node's
-oscillator, so they are derived from ``to_node`` (see ``spu.py``).
-
-This module does not read or write files and knows nothing about records.
-"""
+"""True clocks of a simulated run: each node's timebase mapped to the reference (rank 0's node)
+and back, exactly, through ``NodeClock.to_node`` / ``to_ref`` (a drift rate changing at a few
+knots), so the simulator and the truth share one definition; SPE decrementers derive from
+``to_node`` (``spu.py``). It does not read or write files and knows nothing about records."""
 
 from __future__ import annotations
 

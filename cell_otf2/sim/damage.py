@@ -1,21 +1,7 @@
-"""Damage on request: one kind per docs/format.md section 8 item, applied to an otherwise clean run.
-
-Record-level kinds edit a process's record table before it becomes slots (``dmg`` = 1 marks
-what they touched): ``unknown-code`` (a PPE record gets code 0x01EE), ``undefined-id`` (a PPE
-COUNTER names counter 999), ``no-exit`` (a context's EXIT and its LEAVE of ``spu_main`` vanish,
-CTX_RUN_END reports a runtime exception), ``no-run-end`` (a CTX_RUN_END vanishes),
-``unmatched-mailbox`` (the PPE's last read of a context's outbound mailbox vanishes, so that
-write has no reader), ``unmatched-mpi`` (rank 0 sends a message nobody receives).
-Slot-level kinds edit the slots, in this order whatever the order asked: ``gap`` (two
-reservations lost, one GAP in their place), ``backwards-timebase`` (a main-thread PPE timebase
-1000 ticks below its predecessor), ``block-overrun`` (the dump ends inside a block),
-``truncate`` (the file is cut inside a slot). Every kind acts on the last rank.
-
-Each application appends {"kind", "rank", "detail"} to the damage log, plus numbers where a
-kind has them (gap: gap_slot, first_ticket, lost_slots; truncate: cut_byte, partial_slot,
-lost_slots; block-overrun: header_slot, missing_records; backwards-timebase: slot); the truth
-also lists every touched slot per rank. This module does not decide whether a reader copes.
-"""
+"""Damage on request: one kind per docs/format.md section 8 item, applied to the last rank of an
+otherwise clean run, record-level kinds on the record table and slot-level kinds on the slots,
+each logged for the truth (the kinds and what they log: docs/simulator.md). It does not decide
+whether a reader copes."""
 
 from __future__ import annotations
 

@@ -1,29 +1,7 @@
-"""One simulated MPI process: its PPE threads, SPE contexts, mailboxes, signals and phases.
-
-Program shape (libspe2 style): the main PPE thread (0) enters ``main``, creates and loads every
-context, and starts one PPE thread per context (thread ctx+1) that calls ``spe_context_run``
-(CTX_RUN_BEGIN ... CTX_RUN_END inside region ``spe_context_run``). The SPE program records
-START, enters ``spu_main`` and then runs phases separated by a mailbox barrier with the PPE:
-
-- release: the PPE writes ``release_values`` values into each context's inbound mailbox (depth
-  4: a write blocks until the SPE has taken the value 4 places earlier); the SPE reads them
-  with some processing in between; optionally the PPE writes signal register 2 and the SPE
-  reads it; with SPE-to-SPE traffic the SPE also reads signal register 1, written by its left
-  neighbour's SNDSIG in the previous phase;
-- when every context has its own SPU: a "started" ack into the outbound mailbox (depth 1),
-  which the PPE only reads when it collects, so the SPE's "done" write at the end of its body
-  blocks until then (with fewer SPUs than contexts there is no ack: a write blocked on the PPE
-  while other contexts wait for an SPU would deadlock without time slices);
-- the vectorized body (``bodies.dma_loop``), optionally preceded by a DECR_WRITE;
-- arrive: the SPE writes "done" into its outbound mailbox and blocks reading its inbound one;
-  the PPE reads every outbound mailbox, then releases the next phase. In the last phase the SPE
-  also writes its interrupt mailbox, leaves ``spu_main`` and records EXIT.
-
-All times are true reference ticks. Each value enters a mailbox strictly between its writer's
-BEGIN and END and leaves strictly between its reader's BEGIN and END.
-
-This module does not place slots or encode bytes, and does not do MPI (``mpi.py``).
-"""
+"""One simulated MPI process: its PPE threads, SPE contexts, mailboxes, signals and phases in the
+libspe2 style (a PPE thread per context in ``spe_context_run``; phases separated by a mailbox
+barrier with the PPE; the program's shape: docs/simulator.md), all in true reference ticks. It
+does not place slots or encode bytes (``buffer.py``) and does not do MPI (``mpi.py``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""run.json of a simulated run (docs/format.md section 2). Builds the dict; does not write files.
-
-``communicators`` defaults to MPI_COMM_WORLD alone; the MPI part passes its own list (world
-plus one communicator per node with two or more ranks).
-"""
+"""run.json of a simulated run (docs/format.md section 2): builds the dict, with ``communicators``
+defaulting to MPI_COMM_WORLD alone (the MPI part passes world plus one communicator per node
+with two or more ranks). It does not write files."""
 
 from __future__ import annotations
 

@@ -1,27 +1,8 @@
-"""MPI between simulated processes, once per phase after every process collected its barrier.
-
-Per phase, in true time, on MPI_COMM_WORLD (comm id 0, peers are world ranks):
-
-1. blocking ring, eager: each rank sends two small messages with the same tag to its right
-   neighbour (MPI_Send returns after a local copy, possibly before the receive starts), then
-   receives two from its left neighbour; the second arrives no earlier than the first
-   (non-overtaking) and MPI_RECV is recorded after the message is complete;
-2. nonblocking exchange, rendezvous: MPI_Isend right, MPI_Irecv left, MPI_Waitall; a large
-   send completes only once the receiver posted its receive; ISEND_COMPLETE / IRECV are
-   recorded when the wait finds them complete;
-3. a ring inside each node's communicator (ids 1, 2, ...: the ranks of one node, when it has
-   two or more) with peers given as ranks *in that communicator*;
-4. MPI_Barrier and MPI_Allreduce every phase, MPI_Alltoall every third (every END after every
-   BEGIN), MPI_Bcast from rank 0 every other phase (root's BEGIN before every END),
-   MPI_Reduce to rank 0 on odd phases (every BEGIN before the root's END; the others may leave
-   as soon as their contribution is sent).
-
-Every MPI record sits inside the ENTER/LEAVE of its call's region (kind ``mpi``). Latencies:
-intra-node 1-2 us + bytes / 2 GB/s, inter-node 5-10 us + bytes / 1 GB/s. Sends carry the true
-arrival time in ``done``; ``messages`` collects (send rank, send uid, recv rank, recv uid).
-
-This module does not touch SPEs or slots.
-"""
+"""MPI between simulated processes, once per phase after every process collected its barrier:
+blocking and nonblocking rings on MPI_COMM_WORLD, a ring inside each node's communicator and
+the collectives, each record inside its call's region, with intra- and inter-node latencies
+(the phase's schedule: docs/simulator.md); sends carry the true arrival time in ``done``. It
+does not touch SPEs or slots."""
 
 from __future__ import annotations
 

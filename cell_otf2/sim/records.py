@@ -1,14 +1,7 @@
-"""The simulator's in-memory record table (one per process), before it becomes slots.
-
-Every generator appends rows here: PPE records (``core`` 0, ``actor`` = PPE thread) and SPE
-records (``core`` 1, ``actor`` = context id). ``t`` is the true reference time at which the
-record's clock was read (docs/format.md 5.1/5.2 say when); the buffer stage derives reservation
-times and raw clock values from it. ``done`` carries a second true time where one exists (a DMA
-command's completion, an MPI message's arrival), ``dmg`` marks records damage touched.
-``uid`` is the insertion order: the tie-break for equal times and the key the truth uses.
-
-This module does not check semantics; the generators are responsible for them.
-"""
+"""The simulator's in-memory record table (one per process) before it becomes slots: PPE and SPE
+records with the true time their clock was read (``t``), a second true time where one exists
+(``done``), a damage mark (``dmg``) and the insertion order (``uid``), as docs/simulator.md
+describes. It does not check semantics; the generators are responsible for them."""
 
 from __future__ import annotations
 

@@ -1,28 +1,8 @@
-"""SPU scheduling, context switches and decrementer live intervals of one process.
-
-A decrementer counts down one per tick of its node's oscillator. While a context runs, its
-value at reference time t is ``K - floor(node_timebase(t))`` (unwrapped, a Python int;
-the raw register is that mod 2^32); every live interval has its own integer ``K``.
-Intervals begin at the first load (random 32-bit start value), at every restore after a
-context switch and at every DECR_WRITE.
-
-Scheduling: a context keeps its SPU until it blocks on its inbound mailbox at a phase
-barrier, or until its time slice is over while another context waits. A context that needs an
-SPU takes the earliest of: a free SPU; a blocked holder's SPU (STOP of the holder); a working
-holder's SPU once that holder's slice is over, at a quiet moment of its body (it is preempted:
-STOP, and it resumes - START - as soon as the preempting context blocks; its remaining records
-move later by the time it was off). A context is preempted at most once per preempting
-context, and a context that preempted another is not preempted itself before it blocks (so no
-chain of moves). The first load and the final unload write no CTX_SWITCH record; only a
-STOP/START pair does.
-
-Restore modes (docs/format.md 6.6): "restored" resumes from the saved value (the local clock stood
-still); "compensated" resumes from the saved value minus the kernel's two timebase readings'
-difference, and the decrementer starts counting only after a restore latency, so the interval
-offset grows by that latency.
-
-This module emits only CTX_SWITCH and SPE START records; it does not place other records.
-"""
+"""SPU scheduling, context switches and decrementer live intervals of one simulated process:
+contexts keep their SPU until they block at a phase barrier or a waiting context preempts them
+after their time slice, and each live interval gets its own decrementer start under the run's
+restore mode (docs/format.md 6.6; the rules: docs/simulator.md). It emits only CTX_SWITCH and
+SPE START records; it does not place other records."""
 
 from __future__ import annotations
 

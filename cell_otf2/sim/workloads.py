@@ -1,10 +1,7 @@
-"""Workload shapes (Cell SDK benchmark-like) and the manifest ids they use.
-
-A ``Workload`` fixes the SPE loop (``bodies.LoopSpec``), chunks per phase, how many values the
-PPE writes into each inbound mailbox at a phase release (6 > the mailbox depth 4, so the PPE's
-5th write blocks until the SPE read the 1st), and which extras run (PPE signals, SPE-to-SPE
-LS DMA and SNDSIG, MPI). This module holds data only.
-"""
+"""Workload shapes (Cell SDK benchmark-like) and the manifest ids they use: a ``Workload`` fixes the
+SPE loop (``bodies.LoopSpec``), chunks per phase, the values the PPE writes into each inbound
+mailbox at a release and which extras run (PPE signals, SPE-to-SPE DMA and SNDSIG, MPI). This
+module holds data only."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """The writer's input checks, public because ``cell2otf2 check`` refuses what conversion would
-refuse without writing: ``check_events`` (the table has ``EVENT_DTYPE``, its locations are
-sorted and exist, time is non-negative and never decreases within a location, every type is
-an ``Ev``, every ref exists, peer and root ranks lie in their communicator, values passed as
-32- or 8-bit C parameters fit them; in one pass of the compiled loop where it is built) and
-``check_defs`` (every parent, group, member and location a definition names exists, location
-names are unique, no system node is named "0"), both raising ``WriterInputError``. It does not
-check the events' semantics (matching sends and receives, balanced Enter/Leave) or whether
-the clock properties agree with the event times, and it never sorts or changes the table.
-"""
+refuse without writing: ``check_events`` (table shape, locations, time order, types, refs, ranks,
+C parameter ranges) and ``check_defs`` (references between definitions, unique location names),
+both raising ``WriterInputError`` (the full list: docs/design.md). It does not check the events'
+semantics or the clock properties, and it never sorts or changes the table."""
 
 from __future__ import annotations
 
