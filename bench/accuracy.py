@@ -8,8 +8,8 @@ matmul, blackscholes and julia with 16 SPEs at 14.318 MHz, full instrumentation 
 per SPE block, ``spe_buffer_records=1``, and the default buffered blocks), a context-switch row
 per decrementer restore mode (16 contexts on 4 SPUs), and one scale row (>= 10,000 live
 intervals and >= 1e6 constraints; --quick makes it small). For each run: our synchronization
-(``analysis.analyze`` defaults), the paper's algorithm as published, anchored raw times and
-Lamport bumping (``cellbench.baselines``), measured by ``cellbench.evaluate``.
+(``cellbench.analysis.analyze`` defaults), the paper's algorithm as published, anchored raw
+times and Lamport bumping (``cellbench.baselines``), measured by ``cellbench.evaluate``.
 
 Node clocks (issue 5, ``--nodes``, machinery of ``bench/nodes.py``): hybrid runs of 10 minutes
 (--quick: 1 minute) on 2, 4 and 16 nodes, 2 ranks per node, drift up to +-50 ppm plus wander,
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nodes as node_bench  # noqa: E402  (bench/nodes.py: the node-fit rows)
 from cellbench import baselines as bt
 from cellbench import evaluate as ev
+from cellbench.analysis import analyze
 
-from cell_otf2.analysis import analyze
 from cell_otf2.model import OrderOptions
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth

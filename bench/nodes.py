@@ -99,7 +99,8 @@ def hybrid_options(nodes: int, duration_s: float, phase_ms: float) -> dict:
 
 def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
-    from cell_otf2.analysis import analyze
+    from cellbench.analysis import analyze
+
     from cell_otf2.conversion import convert
     from cell_otf2.model import MsgKind
     from cell_otf2.sim.truth import load_truth
@@ -314,7 +315,8 @@ def record_errors_us(run: Path, node_maps: list, truth) -> np.ndarray:
 def measure_regime(name: str, run: Path) -> dict:
     """Ours (the converter's maps) and linear interpolation on one regime run; the archive
     written and read back."""
-    from cell_otf2.analysis import analyze
+    from cellbench.analysis import analyze
+
     from cell_otf2.conversion import convert
     from cell_otf2.sim.truth import load_truth
 

@@ -1,4 +1,4 @@
-"""Scale benchmark of the clock-synchronization solver (cell_otf2.sync.solve).
+"""Scale benchmark of the clock-synchronization solver (cell_otf2.solver.solve).
 
 Builds a realistic constraint system from known true offsets and prints the time per step:
 a few node domains (raw timebase values of ~1e12 ticks), many SPE live-interval domains (8 SPE
@@ -23,7 +23,7 @@ from cellbench.sync_baselines import lamport_offsets, paper_solve
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import bellman_ford, johnson
 
-from cell_otf2 import sync
+from cell_otf2 import solver
 
 
 def make_instance(
@@ -110,13 +110,13 @@ def main() -> None:
         f"instance: {n} domains, {src.size} constraints, built in {time.perf_counter() - t0:.2f} s"
     )
     t0 = time.perf_counter()
-    sol = sync.solve(n, src, dst, w, reference=0)
+    sol = solver.solve(n, src, dst, w, reference=0)
     total = time.perf_counter() - t0
     for step, sec in sol.timings.items():
         print(f"  {step:<16s} {sec:8.3f} s")
     print(f"  {'total':<16s} {total:8.3f} s")
     print(f"distinct edges {sol.n_edges}, relaxation {sol.relaxation:.6f} ticks")
-    both = sol.bounded == sync.BOTH
+    both = sol.bounded == solver.BOTH
     inside = (truth >= sol.lower - 1e-6) & (truth <= sol.upper + 1e-6)
     err = np.abs(sol.offset - truth)[both]
     width = (sol.upper - sol.lower)[both]
@@ -125,7 +125,7 @@ def main() -> None:
         f"|offset - truth| max {err.max():.2f} mean {err.mean():.2f} ticks; "
         f"bound width max {width.max():.1f} mean {width.mean():.1f}"
     )
-    viol = sync.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-6)
+    viol = solver.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-6)
     print(f"max violation of loosened constraints: {viol}")
     if args.compare:
         compare_johnson(n, src, dst, w, sol)
@@ -135,7 +135,7 @@ def main() -> None:
 
 def compare_johnson(n, src, dst, w, sol) -> None:
     """scipy's johnson (Bellman-Ford inside) on the same collapsed, loosened graph."""
-    cs, cd, cw = sync.collapse_parallel(n, src, dst, w)
+    cs, cd, cw = solver.collapse_parallel(n, src, dst, w)
     g = csr_matrix((cw + sol.relaxation, (cs, cd)), shape=(n, n))
     t0 = time.perf_counter()
     D = johnson(g, indices=[sol.reference])[0]
@@ -150,11 +150,11 @@ def compare_johnson(n, src, dst, w, sol) -> None:
 def compare_baselines(n_small: int, seed: int) -> None:
     """Accuracy against truth of solve, the paper's algorithm and Lamport bumping."""
     n, src, dst, w, truth = make_instance(n_small, 60 * n_small, n_nodes=2, seed=seed)
-    sol = sync.solve(n, src, dst, w, reference=0)
+    sol = solver.solve(n, src, dst, w, reference=0)
     t0 = time.perf_counter()
     paper, _ = paper_solve(n, src, dst, w, reference=0)
     t_paper = time.perf_counter() - t0
-    placed = sol.bounded == sync.BOTH
+    placed = sol.bounded == solver.BOTH
     # Lamport from offsets that are right to within a few hundred ticks (a run-begin anchor)
     rng = np.random.default_rng(seed)
     initial = np.where(placed, truth + rng.integers(-300, 300, n), 0.0)

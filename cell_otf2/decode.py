@@ -3,7 +3,7 @@ domains with local times (``clocks.split_intervals``), the slot-order anchor str
 links between intervals (docs/design.md), with contained damage recorded (undefined ids, a PPE
 timebase running backwards, missing blocks, unpaired CTX_SWITCH records, decrementer steps that
 may hide a wrap). It does not match messages (``match.py``), build constraints (``order.py``)
-or correct time (``timing.py``)."""
+or correct time (``synchronize.py``)."""
 
 from __future__ import annotations
 
@@ -126,8 +126,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     The locations and their record counts come from a summary of every dump (``summarize``)
     before any is decoded; a caller that has them passes ``summaries`` (one per dump given),
     and ``dumps`` is then indexed once per dump, in order, so it may be a sequence that reads
-    each dump when indexed (``analysis.analyze`` passes one: only one dump is then in memory at
-    a time; that sequence, not decode, makes sure a dump read again is the one summarized).
+    each dump when indexed (``bench/cellbench/analysis.py`` passes one: only one dump is then
+    in memory at a time; that sequence, not decode, makes sure a dump read again is the one
+    summarized).
 
     With ``layout`` the dumps may be any subset of the run's (in rank order): locations,
     contexts and the per-rank lists are the whole run's, records, anchors and interval domains
@@ -424,7 +425,7 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
     apparent ticks A plus 2^32 per hidden wrap, and at most ``hi - lo``: when that is below
     A + 2^32, no step of the window hides a wrap. Otherwise (or when no PPE record bounds
     the window) each of its steps is a candidate, for the order constraints to decide
-    (``timing.synchronize``). Absent heartbeats prove nothing; present ones (``trusted``:
+    (``synchronize.synchronize``). Absent heartbeats prove nothing; present ones (``trusted``:
     anywhere in the dump) prove an SPE library that keeps consecutive readings < 2^31 apart
     (docs/format.md 6.8), so then only steps of 2^31 or more, and steps across lost blocks or
     records (they may have been heartbeats), are candidates.

@@ -30,7 +30,7 @@ from .node_groups import GROUP_BYTES, IN_MEMORY_BYTES, node_groups
 from .order import build_constraints
 from .spill import GroupState, Spill
 from .summary import build_summary
-from .timing import apply_times, synchronize
+from .synchronize import apply_times, synchronize
 from .whole_run import (
     STAGES,
     dump_bytes,

@@ -1,8 +1,10 @@
-"""The in-memory shapes every pipeline stage shares, as numpy structured dtypes plus small frozen
-dataclasses for definitions (never a Python object per event): the decoded trace (records,
-slot-order anchors, clock domains; ``decode.py`` fills it) and the archive to write
-(``ArchiveDefs`` and ``EVENT_DTYPE`` rows; ``emit/`` fills it, ``writer/`` writes it). It knows
-neither bytes nor OTF2 and checks nothing."""
+"""Every type two stages share, in one place: the numpy structured dtypes and small dataclasses
+of the decoded trace (records, slot-order anchors, clock domains and links: ``Decoded``,
+``RunLayout``), of the pairs (``Matches`` and its message, DMA and pair dtypes), of the
+constraints (``OrderOptions``, ``Constraints``), of the synchronization (``SyncSolution``,
+``NodeMap``, ``SyncResult``), and of the archive to write (``ArchiveDefs``, ``EVENT_DTYPE``,
+``DmaStyle``); never a Python object per event. It knows neither bytes nor OTF2, computes
+nothing and checks nothing: the stages that fill these shapes are their own modules."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Happened-before edges between clock domains as difference constraints for ``sync.py``, in
-``sync.solve``'s convention (``x[dst] - x[src] <= weight``, docs/design.md): slot order, a
+"""Happened-before edges between clock domains as difference constraints for ``solver.py``, in
+``solver.solve``'s convention (``x[dst] - x[src] <= weight``, docs/design.md): slot order, a
 block's records before its header, the semantic pairs of ``match.py`` within a node and the
 links between consecutive intervals of a context, each sound by docs/format.md section 6 alone
 (the list: docs/accuracy.md). It builds no constraint between nodes (their clocks drift:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .damage import DamageLog
 from .model import Constraints, Decoded, DomainKind, Matches, SyncResult
-from .timing import pair_table
+from .synchronize import pair_table
 
 
 @dataclass

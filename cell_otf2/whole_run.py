@@ -31,7 +31,7 @@ from .model import (
     RunLayout,
     SyncResult,
 )
-from .timing import pair_table
+from .synchronize import pair_table
 
 P = fmt.PpeCode
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cellbench.analysis import analyze  # noqa: E402
 from otf2check import otf2_print_ok, read_events  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402
-from cell_otf2.analysis import analyze  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.manifest import load_manifest  # noqa: E402
 from cell_otf2.model import (
@@ -31,7 +31,7 @@ from cell_otf2.reader import read_dump  # noqa: E402
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
 #: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact
-#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_sync.py)
+#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_solver.py)
 GUARANTEED = OrderOptions(read_delay_ticks=8)
 
 P, S = fmt.PpeCode, fmt.SpeCode

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from archive_compare import same_archive, summary_body
+from cellbench.analysis import analyze
 
 from cell_otf2 import driver, node_groups
 from cell_otf2 import spill as spill_module
-from cell_otf2.analysis import analyze
 from cell_otf2.conversion import convert
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest

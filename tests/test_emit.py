@@ -12,9 +12,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from cellbench.analysis import analyze
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2.analysis import analyze
 from cell_otf2.emit.events import emit
 from cell_otf2.emit.table import EventChunks
 from cell_otf2.model import DmaStyle, Ev, LocKind

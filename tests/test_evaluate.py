@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from cellbench import baselines as bt
 from cellbench import evaluate as ev
+from cellbench.analysis import analyze
 
 from cell_otf2 import format as fmt
-from cell_otf2.analysis import analyze
 from cell_otf2.model import (
     DMA_DTYPE,
     DOMAIN_DTYPE,
@@ -36,7 +36,7 @@ P, S = fmt.PpeCode, fmt.SpeCode
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
 #: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact
-#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_sync.py)
+#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_solver.py)
 GUARANTEED = OrderOptions(read_delay_ticks=8)
 
 

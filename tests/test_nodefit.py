@@ -215,7 +215,8 @@ def hybrid_run(tmp_path_factory):
 
 
 def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
-    from cell_otf2.analysis import analyze
+    from cellbench.analysis import analyze
+
     from cell_otf2.sim.truth import load_truth
 
     pipe = analyze(hybrid_run)
@@ -233,12 +234,12 @@ def test_simulated_hybrid_pairs_all_in_order(hybrid_run):
 def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tmp_path):
     import json
 
+    from cellbench.analysis import analyze
     from otf2check import check_archive
 
-    from cell_otf2.analysis import analyze
     from cell_otf2.conversion import convert
     from cell_otf2.sim.truth import load_truth
-    from cell_otf2.timing import start_time_maps
+    from cell_otf2.synchronize import start_time_maps
 
     pipe = analyze(hybrid_run)
     pts = points_from_trace(pipe.decoded, pipe.matches)
@@ -346,7 +347,7 @@ def record_errors_us(run, node_maps) -> np.ndarray:
 
 
 def fit_regime(tmp_path_factory, name, params):
-    from cell_otf2.analysis import analyze
+    from cellbench.analysis import analyze
 
     run = simulate_regime(tmp_path_factory.mktemp(name) / "run", *params)
     pipe = analyze(run)

@@ -11,17 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cellbench import evaluate as ev
+from cellbench.analysis import analyze
 
-from cell_otf2.analysis import analyze
 from cell_otf2.model import Constraints, LinkKind, OrderOptions
 from cell_otf2.order import build_constraints
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
-from cell_otf2.timing import synchronize
+from cell_otf2.synchronize import synchronize
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
 #: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact
-#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_sync.py)
+#: slot order leaves it within a few ticks: tests/test_convert.py, tests/test_solver.py)
 GUARANTEED = OrderOptions(read_delay_ticks=8)
 
 CASE = dict(workload="fft", spes=8, spus=3, phases=4, chunks=8)

@@ -11,10 +11,10 @@ from pathlib import Path
 import minirun  # noqa: E402
 import numpy as np
 import pytest
+from cellbench.analysis import analyze  # noqa: E402
 from paths import SAMPLES  # noqa: E402
 
 from cell_otf2 import dumps as dumps_mod  # noqa: E402
-from cell_otf2.analysis import analyze  # noqa: E402
 from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.damage import DamageLog  # noqa: E402
 from cell_otf2.decode import decode  # noqa: E402

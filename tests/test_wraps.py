@@ -18,10 +18,10 @@ import minirun  # noqa: E402
 import numpy as np
 import pytest
 from cellbench import evaluate as ev  # noqa: E402
+from cellbench.analysis import analyze  # noqa: E402
 
 from cell_otf2 import decode  # noqa: E402
 from cell_otf2 import format as fmt  # noqa: E402
-from cell_otf2.analysis import analyze  # noqa: E402
 from cell_otf2.clocks import MOD  # noqa: E402
 from cell_otf2.model import OrderOptions  # noqa: E402
 from cell_otf2.sim.run import simulate_run  # noqa: E402
@@ -213,7 +213,7 @@ _LIMITED = """
 import resource, sys
 limit = int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-from cell_otf2.analysis import analyze
+from cellbench.analysis import analyze
 pipe = analyze(sys.argv[1])
 print(len(pipe.decoded.links), len(pipe.damage.entries()))
 """

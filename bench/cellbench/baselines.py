@@ -4,7 +4,7 @@ Every method returns an ``Estimate``: offsets per clock domain in node-timebase 
 node time = offset + local, node domains 0, NaN where the method places nothing), and bounds
 where the method has them. The methods (README, "Synchronization"):
 
-- ``ours``: ``analysis.analyze`` with its defaults (the pipeline's ``SyncResult``).
+- ``ours``: ``cellbench.analysis.analyze`` with its defaults (the pipeline's ``SyncResult``).
 - ``anchored``: raw times. Each context's first reading is put at the timebase of its first
   CTX_RUN_BEGIN; later intervals continue by the link values in ``decoded.links`` (a DECR_WRITE:
   the written value is read at the write; a CTX_SWITCH: the START's restore value continues
@@ -43,8 +43,8 @@ from cell_otf2.model import (
     OrderOptions,
 )
 from cell_otf2.order import build_constraints
+from cell_otf2.solver import error_table
 from cell_otf2.summary import Pipeline
-from cell_otf2.sync import error_table
 
 from .sync_baselines import lamport_offsets, paper_solve
 

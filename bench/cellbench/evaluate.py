@@ -12,7 +12,7 @@ offset + local). Metrics, each a small function on arrays so tests can check it 
 - ``coverage``: share of domains whose true offset lies inside [lower, upper] (1e-6 tick
   tolerance for float rounding), over domains with both bounds finite.
 - ``width_stats``: mean and max of upper - lower over domains with both bounds finite.
-- ``record_times``: the times the archive would get with these offsets: ``timing.apply_times``
+- ``record_times``: the times the archive would get with these offsets: ``synchronize.apply_times``
   on a copy (same rounding, node maps, never-decreasing clamp per location); ``held`` counts
   records the clamp had to hold back (an order violation within a location).
 - ``record_errors``: time of each SPE record with a clock vs ``truth.slot_time`` (reference
@@ -20,7 +20,8 @@ offset + local). Metrics, each a small function on arrays so tests can check it 
 - ``order_violations``: pairs whose written times are reversed: matched messages (send after
   receive), DMA issue after its completing tag wait, CTX_RUN_BEGIN after START, EXIT after
   CTX_RUN_END; plus ``held``.
-- ``table1``: the paper's Table 1 columns (``sync.error_table``'s) from ``sync.pair_width_stats``
+- ``table1``: the paper's Table 1 columns (``solver.error_table``'s) from
+  ``solver.pair_width_stats``
   over the node domain and the non-empty SPE intervals of one node (an evenly spaced subset
   when there are more than ``max_domains``).
 
@@ -39,9 +40,9 @@ from cell_otf2 import format as fmt
 from cell_otf2.damage import DamageLog
 from cell_otf2.model import Constraints, Decoded, DomainKind, LocKind, Matches, NodeMap, SyncResult
 from cell_otf2.sim.truth import Truth
+from cell_otf2.solver import pair_width_stats
 from cell_otf2.summary import Pipeline
-from cell_otf2.sync import pair_width_stats
-from cell_otf2.timing import apply_times
+from cell_otf2.synchronize import apply_times
 
 from .baselines import Estimate
 
@@ -200,8 +201,8 @@ def table1_subset(dec: Decoded, node: int, max_domains: int = 400) -> np.ndarray
 def table1(dec: Decoded, cons: Constraints, relaxation: float, node: int,
            subset: np.ndarray) -> dict[str, float]:
     """Table 1 columns of ``cons`` (loosened by ``relaxation``) over ``subset`` of ``node``
-    (its node domain first), with the report's code (``sync.pair_width_stats``); the error
-    of a pair here is half the width (``sync.error_table``'s keys and meaning)."""
+    (its node domain first), with the report's code (``solver.pair_width_stats``); the error
+    of a pair here is half the width (``solver.error_table``'s keys and meaning)."""
     members = np.flatnonzero(dec.domains["node"] == node)
     index = np.full(dec.domains.size, -1, dtype=np.int64)
     index[members] = np.arange(members.size)

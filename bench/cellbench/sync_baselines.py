@@ -1,6 +1,6 @@
-"""Baselines for the clock-synchronization benchmark, beside the real solver (``sync.py``).
+"""Baselines for the clock-synchronization benchmark, beside the real solver (``solver.py``).
 
-Same input convention as ``sync.solve``: ``x[dst[k]] - x[src[k]] <= weight[k]``.
+Same input convention as ``solver.solve``: ``x[dst[k]] - x[src[k]] <= weight[k]``.
 
 - ``paper_solve``: Biberstein, Harel, Heilper (2008) as published: Floyd-Warshall all pairs
   (numpy, O(n^3) time and O(n^2) memory: small n only), and when the FW diagonal shows a
@@ -9,8 +9,8 @@ Same input convention as ``sync.solve``: ``x[dst[k]] - x[src[k]] <= weight[k]``.
   FW stops at the first pivot that makes the diagonal negative: run to the end, it composes
   negative cycles and d grows like 2**n (1e84 ticks on 300 domains), which no reading of
   the paper intends; stopped there, d is the total of one closed walk of simple paths.
-  This over-relaxes compared with ``sync.solve`` (d is a cycle's total, not its mean).
-  Offsets with alpha = 1/2 and the same one-sided/unbounded rules as ``sync.solve``,
+  This over-relaxes compared with ``solver.solve`` (d is a cycle's total, not its mean).
+  Offsets with alpha = 1/2 and the same one-sided/unbounded rules as ``solver.solve``,
   computed from the matrix.
 - ``lamport_offsets``: Lamport-style bumping: from initial offsets, raise offsets minimally
   until every constraint holds; the least fixpoint x >= initial of
@@ -18,7 +18,7 @@ Same input convention as ``sync.solve``: ``x[dst[k]] - x[src[k]] <= weight[k]``.
   with Dijkstra on reduced weights instead of a Bellman-Ford sweep (same fixpoint, faster).
 
 Nothing here checks that constraints are sound; indexes and weights are validated as in
-``sync.py``.
+``solver.py``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from cell_otf2.model import SyncSolution
-from cell_otf2.sync import BOTH, LOWER, NONE, UPPER, as_edges, reduced_graph
+from cell_otf2.solver import BOTH, LOWER, NONE, UPPER, as_edges, reduced_graph
 
 #: the paper's relaxation stops when the most negative diagonal entry is above -this
 _PAPER_TOL = 1e-9

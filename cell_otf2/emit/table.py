@@ -87,7 +87,7 @@ class EventTable:
 
     Every event belongs to a record ``seq // 8`` (its tie-break ``seq``). An *own* event is on
     its record's location at its record's time; records of one location are in program order
-    with non-decreasing times (``timing.apply_times``), so a location's own events in (time,
+    with non-decreasing times (``synchronize.apply_times``), so a location's own events in (time,
     seq) order are simply its records' events in record order, each record's by seq offset
     and then in ``add`` order (what a stable sort by (loc, time, seq) gives too). They are
     placed by counting: events per record, then a running fill per record. A *foreign* event

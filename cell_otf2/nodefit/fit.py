@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..model import Decoded, DomainKind, Matches, NodeMap
-from ..timing import start_time_maps
+from ..synchronize import start_time_maps
 from .curves import choose_model, node_curves, node_knots, prior_offsets, refined_curves
 from .points import (
     POINT_DTYPE,
@@ -77,7 +77,7 @@ def points_from_trace(dec: Decoded, matches: Matches) -> np.ndarray:
 def fitted_node_maps(dec: Decoded, matches: Matches,
                      options: FitOptions | None = None) -> list[NodeMap]:
     """The converter's node maps: the fit where the messages reach a node both ways, the
-    manifest's start times (``timing.start_time_maps``) for the other nodes."""
+    manifest's start times (``synchronize.start_time_maps``) for the other nodes."""
     maps = start_time_maps(dec)
     if dec.n_nodes < 2:
         return maps

@@ -318,7 +318,7 @@ class EventGroups:
     The groups' locations are disjoint but need not follow each other (a group of nodes holds
     every fourth rank's locations, say); a location no group names gets an empty event file.
     The groups are taken one at a time, so a caller can build each group's events only when
-    the writer reaches it (``stream.py``).
+    the writer reaches it (``driver.py``).
 
     In parallel writing the groups of all processes together name every location exactly once
     (``locations`` is then None): a location named by no group of this process is written by

@@ -1,4 +1,4 @@
-"""sync.py and sync_baselines.py against ground truth and independent computations.
+"""solver.py and sync_baselines.py against ground truth and independent computations.
 
 Instances come from KNOWN true offsets: domains with offsets g, events with true times,
 local = floor(true - g) (+ a few ticks of read delay for infeasible cases), pairs sampled
@@ -17,7 +17,7 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import johnson
 
-from cell_otf2 import sync
+from cell_otf2 import solver
 
 
 def make_instance(rng, n, n_events, n_pairs, max_delay=0, scale=10**6, node_scale=None):
@@ -83,12 +83,12 @@ def test_feasible_instance_contains_truth_and_needs_no_relaxation(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(3, 40))
     src, dst, w, truth = make_instance(rng, n, 40 * n, 20 * n, node_scale=10**12 + seed)
-    sol = sync.solve(n, src, dst, w, reference=0)
+    sol = solver.solve(n, src, dst, w, reference=0)
     assert sol.relaxation == 0.0
-    assert (sol.bounded == sync.BOTH).all()
+    assert (sol.bounded == solver.BOTH).all()
     assert (truth >= sol.lower - 1e-3).all() and (truth <= sol.upper + 1e-3).all()
     assert (sol.lower <= sol.offset + 1e-3).all() and (sol.offset <= sol.upper + 1e-3).all()
-    assert sync.check_feasible(sol.offset, src, dst, w, tol=1e-3) == 0.0
+    assert solver.check_feasible(sol.offset, src, dst, w, tol=1e-3) == 0.0
     assert sol.offset[0] == 0.0
     assert np.isclose(sol.offset, 0.5 * (sol.lower + sol.upper), atol=1e-3).all()
 
@@ -98,15 +98,15 @@ def test_relaxation_equals_linear_program_on_infeasible_instances(seed):
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(3, 30))
     src, dst, w, _ = make_instance(rng, n, 30 * n, 10 * n, max_delay=4, scale=10**4)
-    sol = sync.solve(n, src, dst, w, reference=0)
-    expected = lp_relaxation(n, *sync.collapse_parallel(n, src, dst, w))
+    sol = solver.solve(n, src, dst, w, reference=0)
+    expected = lp_relaxation(n, *solver.collapse_parallel(n, src, dst, w))
     assert expected > 0  # the delays really make it infeasible
     assert sol.relaxation == pytest.approx(expected, abs=1e-6)
     assert sol.relaxation >= expected - 1e-9  # never under-relaxed
-    assert sync.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-6) == 0.0
+    assert solver.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-6) == 0.0
     # and no less would do: the loosened system is tight
     with pytest.raises(ValueError):
-        sync.all_pairs_bounds(n, src, dst, w, sol.relaxation - 1e-3)
+        solver.all_pairs_bounds(n, src, dst, w, sol.relaxation - 1e-3)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -117,18 +117,18 @@ def test_relaxation_equals_cycle_enumeration_on_tiny_graphs(seed):
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
     w = rng.integers(-9, 12, m).astype(np.float64) + rng.choice([0.0, 0.25, 1 / 3], m)
     mcm = brute_min_cycle_mean(n, src, dst, w)
-    assert sync.minimum_cycle_mean(n, src, dst, w) == pytest.approx(mcm, abs=1e-9)
-    sol = sync.solve(n, src, dst, w, reference=0)
+    assert solver.minimum_cycle_mean(n, src, dst, w) == pytest.approx(mcm, abs=1e-9)
+    sol = solver.solve(n, src, dst, w, reference=0)
     assert sol.relaxation == pytest.approx(max(0.0, -mcm) if np.isfinite(mcm) else 0.0, abs=1e-9)
-    assert sync.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-9) == 0.0
+    assert solver.check_feasible(sol.offset, src, dst, w + sol.relaxation, tol=1e-9) == 0.0
 
 
 def test_bounds_equal_johnson_distances_at_moderate_size():
     rng = np.random.default_rng(7)
     n = 300
     src, dst, w, _ = make_instance(rng, n, 20_000, 5_000, max_delay=3, scale=10**9)
-    sol = sync.solve(n, src, dst, w, reference=0)
-    cs, cd, cw = sync.collapse_parallel(n, src, dst, w)
+    sol = solver.solve(n, src, dst, w, reference=0)
+    cs, cd, cw = solver.collapse_parallel(n, src, dst, w)
     g = csr_matrix((cw + sol.relaxation, (cs, cd)), shape=(n, n))
     D = johnson(g, indices=[0])[0]
     Dt = johnson(g.T.tocsr(), indices=[0])[0]
@@ -147,7 +147,7 @@ def test_unreachable_and_one_sided_domains():
     src = np.array([0, 1, 1, 3])
     dst = np.array([1, 0, 2, 0])
     w = np.array([10.0, -4.0, 5.0, 7.0])
-    sol = sync.solve(5, src, dst, w, reference=0)
+    sol = solver.solve(5, src, dst, w, reference=0)
     assert sol.bounded.tolist() == ["both", "both", "upper", "lower", "none"]
     assert sol.lower[1] == 4.0 and sol.upper[1] == 10.0 and sol.offset[1] == 7.0
     assert sol.upper[2] == 15.0 and sol.lower[2] == -np.inf
@@ -156,25 +156,25 @@ def test_unreachable_and_one_sided_domains():
     # one-sided domains are placed consistently with the placed ones, not at their bound
     assert sol.offset[2] == 12.0  # x1 + 5, tighter than upper = 15
     assert sol.offset[3] == -7.0
-    assert sync.check_feasible(sol.offset, src, dst, w) == 0.0
+    assert solver.check_feasible(sol.offset, src, dst, w) == 0.0
     # with alpha = 1 the upper-only domain takes its bound
-    assert sync.solve(5, src, dst, w, reference=0, alpha=1.0).offset[2] == 15.0
+    assert solver.solve(5, src, dst, w, reference=0, alpha=1.0).offset[2] == 15.0
 
 
 def test_bound_at_the_one_sided_bound_would_violate_a_constraint():
     """Why one-sided domains are not simply set to their bound (documented choice)."""
     src, dst, w = np.array([0, 1, 1]), np.array([1, 0, 2]), np.array([10.0, -4.0, 5.0])
-    sol = sync.solve(3, src, dst, w, reference=0)
+    sol = solver.solve(3, src, dst, w, reference=0)
     naive = sol.offset.copy()
     naive[2] = sol.upper[2]
-    assert sync.check_feasible(naive, src, dst, w) > 0
-    assert sync.check_feasible(sol.offset, src, dst, w) == 0.0
+    assert solver.check_feasible(naive, src, dst, w) > 0
+    assert solver.check_feasible(sol.offset, src, dst, w) == 0.0
 
 
 def test_check_feasible_reports_the_worst_violation():
     x = np.array([0.0, 5.0, np.nan])
-    assert sync.check_feasible(x, [0, 1, 0], [1, 0, 2], [3.0, 10.0, 0.0]) == 2.0
-    assert sync.check_feasible(x, [0], [1], [5.0]) == 0.0
+    assert solver.check_feasible(x, [0, 1, 0], [1, 0, 2], [3.0, 10.0, 0.0]) == 2.0
+    assert solver.check_feasible(x, [0], [1], [5.0]) == 0.0
 
 
 # ------------------------------------------------------------------------------------------
@@ -186,26 +186,26 @@ def test_collapse_keeps_the_minimum_of_parallel_edges():
     src = np.array([2, 0, 2, 0, 1, 0])
     dst = np.array([1, 1, 1, 1, 0, 1])
     w = np.array([4.0, 9.0, -1.0, 3.0, 2.0, 5.0])
-    s, d, ww = sync.collapse_parallel(3, src, dst, w)
+    s, d, ww = solver.collapse_parallel(3, src, dst, w)
     assert list(zip(s.tolist(), d.tolist(), ww.tolist(), strict=True)) == [
         (0, 1, 3.0),
         (1, 0, 2.0),
         (2, 1, -1.0),
     ]
-    sol = sync.solve(3, src, dst, w, reference=0)
+    sol = solver.solve(3, src, dst, w, reference=0)
     assert sol.n_edges == 3 and sol.n_constraints == 6
     assert sol.upper[1] == 3.0 and sol.lower[1] == -2.0  # a sum would have given 17 and -2
 
 
 def test_invalid_input_is_refused():
     with pytest.raises(ValueError):
-        sync.solve(2, [0], [2], [1.0], reference=0)
+        solver.solve(2, [0], [2], [1.0], reference=0)
     with pytest.raises(ValueError):
-        sync.solve(2, [0], [1], [np.nan], reference=0)
+        solver.solve(2, [0], [1], [np.nan], reference=0)
     with pytest.raises(ValueError):
-        sync.solve(2, [0, 1], [1], [1.0], reference=0)
+        solver.solve(2, [0, 1], [1], [1.0], reference=0)
     with pytest.raises(ValueError):
-        sync.solve(2, [0], [1], [1.0], reference=5)
+        solver.solve(2, [0], [1], [1.0], reference=5)
 
 
 # ------------------------------------------------------------------------------------------
@@ -217,13 +217,13 @@ def test_all_pairs_bounds_equal_floyd_warshall_and_subset():
     rng = np.random.default_rng(11)
     n = 25
     src, dst, w, _ = make_instance(rng, n, 600, 300, max_delay=2, scale=10**5)
-    sol = sync.solve(n, src, dst, w, reference=0)
-    D = sync.all_pairs_bounds(n, src, dst, w, sol.relaxation)
+    sol = solver.solve(n, src, dst, w, reference=0)
+    D = solver.all_pairs_bounds(n, src, dst, w, sol.relaxation)
     F = floyd_warshall(n, src, dst, w + sol.relaxation)
     assert np.allclose(D, F, atol=1e-6)
     sub = [4, 0, 17]
     assert np.allclose(
-        sync.all_pairs_bounds(n, src, dst, w, sol.relaxation, subset=sub), F[np.ix_(sub, sub)]
+        solver.all_pairs_bounds(n, src, dst, w, sol.relaxation, subset=sub), F[np.ix_(sub, sub)]
     )
 
 
@@ -237,7 +237,7 @@ def test_error_table_on_a_hand_computed_matrix():
             [4.0, 5.0, 1.0, 0.0],
         ]
     )
-    tab = sync.error_table(D, [False, True, True, True], ppe_index=0)
+    tab = solver.error_table(D, [False, True, True, True], ppe_index=0)
     # pair errors: (0,1) 3, (0,2) 3, (0,3) 3, (1,2) 5, (1,3) 3, (2,3) 2
     assert tab == {
         "max_error_all": 5.0,
@@ -257,10 +257,10 @@ def test_paper_agrees_with_solve_on_feasible_instances(seed):
     rng = np.random.default_rng(300 + seed)
     n = int(rng.integers(3, 30))
     src, dst, w, truth = make_instance(rng, n, 30 * n, 10 * n)
-    sol = sync.solve(n, src, dst, w, reference=0)
+    sol = solver.solve(n, src, dst, w, reference=0)
     paper, D = paper_solve(n, src, dst, w, reference=0)
     assert paper.relaxation == 0.0
-    assert np.allclose(D, sync.all_pairs_bounds(n, src, dst, w, 0.0), atol=1e-6)
+    assert np.allclose(D, solver.all_pairs_bounds(n, src, dst, w, 0.0), atol=1e-6)
     assert np.allclose(paper.upper, sol.upper) and np.allclose(paper.lower, sol.lower)
     assert np.allclose(paper.offset, sol.offset)
     assert (truth >= paper.lower).all() and (truth <= paper.upper).all()
@@ -271,15 +271,15 @@ def test_paper_over_relaxes_on_infeasible_instances(seed):
     rng = np.random.default_rng(400 + seed)
     n = int(rng.integers(3, 25))
     src, dst, w, _ = make_instance(rng, n, 30 * n, 10 * n, max_delay=5, scale=10**4)
-    sol = sync.solve(n, src, dst, w, reference=0)
+    sol = solver.solve(n, src, dst, w, reference=0)
     paper, _ = paper_solve(n, src, dst, w, reference=0)
     assert paper.relaxation >= sol.relaxation - 1e-9
-    assert sync.check_feasible(paper.offset, src, dst, w + paper.relaxation, tol=1e-6) == 0.0
+    assert solver.check_feasible(paper.offset, src, dst, w + paper.relaxation, tol=1e-6) == 0.0
 
 
 def test_paper_relaxation_on_a_three_cycle_is_half_its_total():
     src, dst, w = np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([-2.0, -2.0, -2.0])
-    assert sync.solve(3, src, dst, w, 0).relaxation == pytest.approx(2.0)  # -mean
+    assert solver.solve(3, src, dst, w, 0).relaxation == pytest.approx(2.0)  # -mean
     assert paper_solve(3, src, dst, w, 0)[0].relaxation == 3.0  # d/2, d = 6
     # a full FW run composes the cycle with itself on the diagonal; the paper's d is the cycle
     assert np.diag(floyd_warshall(3, src, dst, w)).min() == -12.0
@@ -290,7 +290,7 @@ def test_paper_relaxation_stays_of_the_size_of_the_delays():
     rng = np.random.default_rng(9)
     n = 120
     src, dst, w, _ = make_instance(rng, n, 4000, 2000, max_delay=3, scale=10**6)
-    sol = sync.solve(n, src, dst, w, reference=0)
+    sol = solver.solve(n, src, dst, w, reference=0)
     paper, _ = paper_solve(n, src, dst, w, reference=0)
     assert sol.relaxation <= paper.relaxation < 10 * max(sol.relaxation, 1.0)
 
@@ -316,7 +316,7 @@ def test_lamport_offsets_is_the_least_bumped_fixpoint(seed):
     initial = truth + rng.integers(-50, 50, n)
     initial[0] = 0.0
     x = lamport_offsets(n, src, dst, w, initial, reference=0)
-    assert sync.check_feasible(x, src, dst, w, tol=1e-9) == 0.0
+    assert solver.check_feasible(x, src, dst, w, tol=1e-9) == 0.0
     assert x[0] == 0.0
     fix = _bellman_ford_bump(n, src, dst, w, initial)
     assert np.allclose(x, fix - (fix[0] - initial[0]))
@@ -348,10 +348,10 @@ def test_howard_needs_few_policy_evaluations_on_a_long_chain(monkeypatch):
     g = rng.integers(-(10**6), 10**6, n)
     w = (g[dst] - g[src]).astype(np.float64) + rng.integers(-3, 50, src.size)
     calls = []
-    real = sync._evaluate_policy
-    monkeypatch.setattr(sync, "_evaluate_policy", lambda *a: calls.append(1) or real(*a))
-    sol = sync.solve(n, src, dst, w, reference=0)
+    real = solver._evaluate_policy
+    monkeypatch.setattr(solver, "_evaluate_policy", lambda *a: calls.append(1) or real(*a))
+    sol = solver.solve(n, src, dst, w, reference=0)
     assert len(calls) < 20
     pair_sums = w[: n - 1] + w[n - 1 :]  # each 2-cycle u -> u+1 -> u
     assert sol.relaxation == pytest.approx(max(0.0, -pair_sums.min() / 2), abs=1e-9)
-    assert sync.check_feasible(sol.offset, src, dst, w + sol.relaxation) == 0.0
+    assert solver.check_feasible(sol.offset, src, dst, w + sol.relaxation) == 0.0

@@ -1,23 +1,24 @@
 """The stages up to the record times (read, decode, match, order, synchronize) on a whole
 run at once, in memory, returning every intermediate array: what the tests and benchmarks
 evaluate against the simulator's truth. Not a conversion: it writes nothing, spills nothing
-and runs in one process; ``conversion.convert`` is the product's path."""
+and runs in one process; ``cell_otf2.conversion.convert`` is the product's path."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from .damage import DamageLog
-from .decode import decode
-from .dumps import Dumps, Progress, read_summaries
-from .manifest import load_manifest
-from .match import match
-from .model import OrderOptions
+from cell_otf2.damage import DamageLog
+from cell_otf2.decode import decode
+from cell_otf2.dumps import Dumps, Progress, read_summaries
+from cell_otf2.manifest import load_manifest
+from cell_otf2.match import match
+from cell_otf2.model import OrderOptions
+from cell_otf2.order import build_constraints
+from cell_otf2.summary import Pipeline
+from cell_otf2.synchronize import apply_times, synchronize
+
 from .nodefit.fit import fitted_node_maps
-from .order import build_constraints
-from .summary import Pipeline
-from .timing import apply_times, synchronize
 
 
 def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | None = None,

@@ -1,4 +1,4 @@
-"""Apply synchronization: solve each node's constraints (``sync.solve``, the node's timebase as
+"""Apply synchronization: solve each node's constraints (``solver.solve``, the node's timebase as
 reference), map each node's timebase to the reference node's (the node fit of ``nodefit/`` when
 given, else the manifest's start readings), join wrap-split interval segments where one wrap
 count fits, and give every record its time in integer reference ticks, never decreasing per
@@ -11,7 +11,7 @@ import numpy as np
 from .clocks import MOD
 from .damage import DamageKind, DamageLog
 from .model import Constraints, Decoded, DomainKind, LinkKind, NodeMap, SyncResult
-from .sync import pair_width_stats, solve
+from .solver import pair_width_stats, solve
 
 
 def start_time_maps(dec: Decoded) -> list[NodeMap]:
@@ -60,7 +60,7 @@ def _decide_wraps(links: np.ndarray, chain: np.ndarray, lower: np.ndarray, upper
     readings). Along a chain of segments s_0, s_1, ... of one live interval put
     y[s_j] = x[s_j] - (c_0 + ... + c_{j-1}) - 2^32 * (decided m's before s_j): y never
     decreases and steps by 2^32 per hidden wrap. ``lower``/``upper`` bound every x against
-    the node's timebase (the two single-source searches of ``sync.solve``), so they bound y.
+    the node's timebase (the two single-source searches of ``solver.solve``), so they bound y.
     A link k hides no wrap when some segment at or before it and some after it are less than
     2^32 apart in y (a prefix maximum of the lower bounds against a suffix minimum of the
     upper ones); segments so joined share their y, and between two such groups the wrap count
@@ -231,7 +231,7 @@ def pair_table(dec: Decoded, result: SyncResult, max_domains: int | None = None)
     Table 1 figures over its node domain and its SPE intervals bounded from both sides (at
     most ``max_domains`` in all, evenly spaced; default from ``PAIRS_BUDGET``), in the
     constraints ``result`` solved, loosened by that node's relaxation
-    (``sync.pair_width_stats``: error of a pair = width of the two domains' relative offset;
+    (``solver.pair_width_stats``: error of a pair = width of the two domains' relative offset;
     memory linear in the node's domains). Stores them in ``result.pairs`` too. Needs
     ``result.constraints``."""
     if result.pairs is not None:
