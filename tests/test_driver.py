@@ -22,15 +22,9 @@ from cell_otf2 import spill as spill_module
 from cell_otf2.conversion import convert
 from cell_otf2.errors import OutputError
 from cell_otf2.manifest import load_manifest
-from cell_otf2.sim.run import simulate_run
 from cell_otf2.writer.archive import write_archive
 from cell_otf2.writer.checks import WriterInputError
 from cell_otf2.writer.events import EventGroups
-
-
-def hybrid(out: Path, seed: int, **kw) -> Path:
-    simulate_run(out, "hybrid", seed, **kw)
-    return out
 
 
 def one_group(run: Path, anchor: Path, report: Path, dma_style: str = "rma",
@@ -52,17 +46,9 @@ def _body(lines: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("runs")
-    return {
-        "four_nodes": hybrid(base / "four", 11, ranks=8, nodes=4, spes=2, phases=3, chunks=4),
-        "damaged": hybrid(base / "damaged", 5, ranks=6, nodes=3, spes=2, phases=4, chunks=4,
-                        damage=["gap", "unmatched-mpi", "undefined-id", "backwards-timebase",
-                                "no-exit", "unknown-code"]),
-        "switches": hybrid(base / "switches", 3, ranks=4, nodes=2, spes=4, spus=2, phases=3,
-                         chunks=6, slice_ms=0.05, decrementer_restore="restored",
-                         heartbeats=False),
-    }
+def runs(simulated) -> dict[str, Path]:
+    return {"four_nodes": simulated("four-nodes"), "damaged": simulated("damaged-three-nodes"),
+            "switches": simulated("switches-hybrid")}
 
 
 def test_node_groups(runs):

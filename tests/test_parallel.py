@@ -22,7 +22,6 @@ from archive_compare import same_archive, summary_body
 
 from cell_otf2 import cli
 from cell_otf2.manifest import load_manifest
-from cell_otf2.sim.run import simulate_run
 from cell_otf2.team_mpi import (
     SERIAL_VAR,
     _single_host_transport,
@@ -69,20 +68,9 @@ def _serial(args: list[str], capsys) -> tuple[int, str, str]:
     return status, out.out, out.err
 
 
-def _sim(out: Path, seed: int, **kw) -> Path:
-    simulate_run(out, "hybrid", seed, **kw)
-    return out
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("runs")
-    return {
-        "four_nodes": _sim(base / "four", 11, ranks=8, nodes=4, spes=2, phases=3, chunks=4),
-        "damaged": _sim(base / "damaged", 5, ranks=4, nodes=2, spes=2, phases=4, chunks=4,
-                        damage=["gap", "unmatched-mpi", "undefined-id", "backwards-timebase",
-                                "no-exit", "unknown-code"]),
-    }
+def runs(simulated) -> dict[str, Path]:
+    return {"four_nodes": simulated("four-nodes"), "damaged": simulated("damaged-hybrid")}
 
 
 #: the end of every injection script: run the command line with the script's arguments
@@ -271,8 +259,8 @@ def test_launch_detection_from_the_environment(monkeypatch):
     assert launched_world() is None
 
 
-def test_partition_gives_whole_nodes_balanced_by_bytes(tmp_path):
-    run = _sim(tmp_path / "run", 2, ranks=8, nodes=4, spes=1, phases=1, chunks=1)
+def test_partition_gives_whole_nodes_balanced_by_bytes(simulated):
+    run = simulated(workload="hybrid", seed=2, ranks=8, nodes=4, spes=1, phases=1, chunks=1)
     man = load_manifest(run)
     sizes = [100] * man.n_ranks
     sizes[0] = sizes[1] = 1000  # node 0 is the heaviest
