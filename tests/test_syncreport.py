@@ -19,7 +19,7 @@ from cellbench.analysis import analyze  # noqa: E402
 from otf2check import read_events  # noqa: E402
 
 from cell_otf2 import format as fmt  # noqa: E402
-from cell_otf2 import sync  # noqa: E402
+from cell_otf2 import solver  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.model import DomainKind  # noqa: E402
@@ -199,8 +199,8 @@ def test_report_segments_reproduce_the_archive(runs, tmp_path, name):
 
 def _all_pairs_figures(n, src, dst, w, relaxation, keep, is_spe, ppe_at) -> dict:
     """Table 1 widths from the whole all-pairs matrix (the reference implementation)."""
-    D = sync.all_pairs_bounds(n, src, dst, w, relaxation, subset=keep)
-    t = sync.error_table(D, is_spe, ppe_at)
+    D = solver.all_pairs_bounds(n, src, dst, w, relaxation, subset=keep)
+    t = solver.error_table(D, is_spe, ppe_at)
     return {"max_all": 2 * t["max_error_all"], "max_spe": 2 * t["max_error_spe"],
             "mean_spe_ppe": 2 * t["mean_error_spe_ppe"],
             "mean_spe_spe": 2 * t["mean_error_spe_spe"]}
@@ -218,8 +218,8 @@ def test_pair_width_stats_equal_the_all_pairs_matrix(seed, max_cells):
     keep = rng.permutation(n)[: int(rng.integers(3, n))]
     is_spe = np.ones(keep.size, dtype=bool)
     is_spe[0] = False
-    relax = sync.solve(n, s, d, w, 0).relaxation
-    got = sync.pair_width_stats(n, s, d, w, relax, keep, is_spe, int(keep[0]),
+    relax = solver.solve(n, s, d, w, 0).relaxation
+    got = solver.pair_width_stats(n, s, d, w, relax, keep, is_spe, int(keep[0]),
                                 max_cells=max_cells)
     want = _all_pairs_figures(n, s, d, w, relax, keep, is_spe, 0)
     for k, v in want.items():
@@ -296,7 +296,7 @@ def test_relaxation_is_the_exact_minimum_cycle_mean(runs, name):
         index[members] = np.arange(members.size)
         s, d = index[cons.src], index[cons.dst]
         ok = (s >= 0) & (d >= 0)
-        cs, cd, cw = sync.collapse_parallel(members.size, s[ok], d[ok], cons.weight[ok])
+        cs, cd, cw = solver.collapse_parallel(members.size, s[ok], d[ok], cons.weight[ok])
         mcm = karp_minimum_cycle_mean(members.size, cs, cd, cw)
         want = max(0.0, -mcm) if math.isfinite(mcm) else 0.0
         assert res.node_relaxation[node] == pytest.approx(want, abs=1e-6), node
