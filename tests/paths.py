@@ -8,8 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
-#: the environment of a subprocess that imports this checkout's ``cell_otf2``
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+#: the environment of a subprocess that imports this checkout's ``cell_otf2`` (and the
+#: benchmarks' support package ``cellbench``, from bench/)
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")])}
 
 
 def snapshot(directory: Path) -> dict[str, bytes | None]:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from cellbench import evaluate as ev  # noqa: E402
 from cellbench.analysis import analyze  # noqa: E402
+from paths import ENV
 
 from cell_otf2 import decode  # noqa: E402
 from cell_otf2 import format as fmt  # noqa: E402
@@ -231,7 +232,7 @@ def test_deciding_many_wraps_fits_in_linear_memory(tmp_path):
     if soft != resource.RLIM_INFINITY and soft < limit:
         pytest.skip("this process already runs under a tighter address-space limit")
     out = subprocess.run([sys.executable, "-c", _LIMITED, str(run), str(limit)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=ENV)
     assert out.returncode == 0, out.stderr[-2000:]
     links, damage = (int(x) for x in out.stdout.split())
     assert links > 15_000  # the candidates: (links)^2 * 8 bytes would be gigabytes
