@@ -54,6 +54,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageKind
 from .errors import FormatError
+from .loops import gather_fields
 from .manifest import Manifest, file_kind
 
 # --------------------------------------------------------------------------------------------
@@ -414,9 +415,8 @@ class _Framer:
         rows = out[i:i + len(slots)]
         setattr(self, cursor, i + len(slots))
         rows["slot"] = slots
-        rec = np.take(view, slots - self.chunk_start)  # take: ~20x fancy indexing here
-        for f in fields:
-            rows[f] = rec[f]
+        # the fields straight from the chunk's bytes (byte order converted on the way)
+        gather_fields(rows, view, slots - self.chunk_start, tuple((f, f) for f in fields))
         return rows
 
     def _settle(self, block_idx: np.ndarray, next_top: np.ndarray, codes_at: np.ndarray | None
