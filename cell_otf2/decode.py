@@ -33,6 +33,7 @@ import numpy as np
 from . import format as fmt
 from .clocks import HALF, MOD, split_intervals
 from .damage import DamageKind, DamageLog
+from .loops import gather_fields
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -52,6 +53,9 @@ from .reader import Dump
 P = fmt.PpeCode
 S = fmt.SpeCode
 
+
+#: the fields of an SPE record that its record row takes as they are
+_SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
 
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
@@ -266,32 +270,33 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             mine = records[lo:lo + rec_idx.size]
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             mine["loc"] = loc
-            # the context's records in slot order (= program order), gathered once as rows
-            rows = np.take(spe, rec_idx)
-            for name in ("code", "slot", "a", "b", "c", "d"):
-                mine[name] = rows[name]
-            mine["anchor"] = block_anchor[rows["block"]]
+            # the context's records in slot order (= program order): their fields gathered
+            # straight into their rows, the columns needed below read back from them
+            gather_fields(mine, spe, rec_idx, _SPE_FIELDS)
+            rec_block = spe["block"][rec_idx]
+            rec_code = mine["code"]
+            mine["anchor"] = block_anchor[rec_block]
             # readings in program order: each block's records, then its header
-            keys = np.concatenate([2 * rows["slot"],
+            keys = np.concatenate([2 * mine["slot"],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([rows["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
+            raw = np.concatenate([spe["decr"][rec_idx], blocks["decr"][blk_idx]]).astype(np.int64)
             is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
             which = np.concatenate([rec_idx, blk_idx])
             po = np.argsort(keys, kind="stable")
             raw, is_rec, which = raw[po], is_rec[po], which[po]
             # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
             write_new = np.full(raw.size, -1, dtype=np.int64)
-            is_write = rows["code"] == S.DECR_WRITE
+            is_write = rec_code == S.DECR_WRITE
             dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
             dw[is_rec] = is_write
-            write_new[dw] = rows["b"][is_write].astype(np.int64) % MOD
+            write_new[dw] = mine["b"][is_write].astype(np.int64) % MOD
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
             # block of each reading (a record's block, or the header's own)
             reading_block = which.copy()
-            reading_block[is_rec] = rows["block"]
+            reading_block[is_rec] = rec_block
             run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
-            del rows
+            del rec_block, rec_code
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
