@@ -1,7 +1,8 @@
 /* Per-record loops of reading and decoding in C (issue 18): `gather` copies chosen fields of
  * chosen rows of one packed table into consecutive rows of another, converting each field on
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
- * does, without a temporary per field.
+ * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
+ * wait in one sweep (match.py's per-tag search).
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
  * keep their numpy path, cell_otf2/loops.py, which gives the same results).
@@ -103,7 +104,66 @@ done:
     return result;
 }
 
+/* dma_complete(issue, tag, waits, status, epoch, out): per DMA command (record indexes
+ * `issue`, ascending, with `tag`), the first of the context's TAG_WAIT_END records (`waits`,
+ * ascending) after it whose `status` has bit `tag` set, or -1 (also when the two lie in
+ * different loss epochs: `epoch` per record). One backward sweep keeping, per tag, the nearest
+ * such wait after the sweep's position. int64 arrays but `status` (uint64) and `epoch`
+ * (int32); the caller checks the orders. */
+static PyObject *dma_complete(PyObject *self, PyObject *args)
+{
+    Py_buffer issue, tag, waits, status, epoch, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &issue, &tag, &waits, &status, &epoch, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t ni = issue.len / 8, nw = waits.len / 8, ne = epoch.len / 4;
+    const int64_t *is = issue.buf, *tg = tag.buf, *ws = waits.buf;
+    const uint64_t *st = status.buf;
+    const int32_t *ep = epoch.buf;
+    int64_t *o = out.buf;
+    if (tag.len != issue.len || out.len != issue.len || status.len != waits.len) {
+        PyErr_SetString(PyExc_ValueError, "dma_complete: lengths differ");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ni; i++)
+        if (is[i] < 0 || is[i] >= ne) { PyErr_SetString(PyExc_IndexError, "dma_complete"); goto done; }
+    for (Py_ssize_t j = 0; j < nw; j++)
+        if (ws[j] < 0 || ws[j] >= ne) { PyErr_SetString(PyExc_IndexError, "dma_complete"); goto done; }
+    {
+        int64_t nxt[64];
+        for (int t = 0; t < 64; t++) nxt[t] = -1;
+        Py_ssize_t j = nw - 1;
+        for (Py_ssize_t i = ni - 1; i >= 0; i--) {
+            for (; j >= 0 && ws[j] > is[i]; j--) {
+                uint64_t bits = st[j];
+                while (bits) {
+                    int t = __builtin_ctzll(bits);
+                    nxt[t] = ws[j];
+                    bits &= bits - 1;
+                }
+            }
+            int64_t t = tg[i], c = -1;
+            if (t >= 0 && t < 64 && nxt[t] >= 0 && ep[nxt[t]] == ep[is[i]])
+                c = nxt[t];
+            o[i] = c;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&issue);
+    PyBuffer_Release(&tag);
+    PyBuffer_Release(&waits);
+    PyBuffer_Release(&status);
+    PyBuffer_Release(&epoch);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"dma_complete", dma_complete, METH_VARARGS,
+     "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
+     "tag wait, or -1"},
     {"gather", gather, METH_VARARGS,
      "gather(dst, dst_itemsize, src, src_itemsize, idx, fields): fields of src rows idx "
      "into consecutive dst rows"},

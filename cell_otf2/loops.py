@@ -1,5 +1,6 @@
 """The per-record loops of reading and decoding: ``gather_fields`` copies chosen fields of
-chosen rows of one structured table into another, through the compiled helper
+chosen rows of one structured table into another, ``dma_completions`` finds each DMA
+command's completing tag wait; both through the compiled helper
 ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables allow it,
 else through numpy, with the same result either way (``tests/test_decodeloops.py``)."""
 
@@ -62,3 +63,35 @@ def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
     _decodeloops.gather(dst.view(np.uint8), dst.dtype.itemsize,
                         src.view(np.uint8) if src.size else b"", src.dtype.itemsize,
                         np.ascontiguousarray(idx, dtype=np.int64), spec)
+
+
+def dma_completions(issue: np.ndarray, tag: np.ndarray, waits: np.ndarray, status: np.ndarray,
+                    epoch: np.ndarray) -> np.ndarray:
+    """Per DMA command (record indexes ``issue``, ascending; ``tag`` 0..255), the first tag
+    wait (record indexes ``waits``, ascending, their ``status`` masks) after it whose status
+    has bit ``tag``, or -1: none, a tag of 64 or more, or one in another loss ``epoch``
+    (indexed by record: a tag wait in a lost block between them may have been the one)."""
+    if COMPILED and (issue.size < 2 or bool((issue[1:] > issue[:-1]).all())) and (
+            waits.size < 2 or bool((waits[1:] > waits[:-1]).all())):
+        out = np.empty(issue.size, dtype=np.int64)
+        _decodeloops.dma_complete(np.ascontiguousarray(issue, dtype=np.int64),
+                                  np.ascontiguousarray(tag, dtype=np.int64),
+                                  np.ascontiguousarray(waits, dtype=np.int64),
+                                  np.ascontiguousarray(status, dtype=np.uint64),
+                                  np.ascontiguousarray(epoch, dtype=np.int32), out)
+        return out
+    # bit k of every wait's status as row k (tags of 64 and more have no bit: never met)
+    status = np.ascontiguousarray(status, dtype="<u8")
+    bits = np.unpackbits(status.view(np.uint8).reshape(-1, 8), axis=1,
+                         bitorder="little").T.astype(bool)
+    complete = np.full(issue.size, -1, dtype=np.int64)
+    by_tag = np.argsort(tag, kind="stable")
+    tag_start = np.searchsorted(tag[by_tag], np.arange(257))
+    for t in np.unique(tag).tolist():
+        w = waits[bits[t]] if t < 64 else waits[:0]
+        sel = by_tag[tag_start[t]:tag_start[t + 1]]
+        pos = np.searchsorted(w, issue[sel], side="right")
+        ok = pos < w.size
+        ok[ok] = epoch[w[pos[ok]]] == epoch[issue[sel[ok]]]
+        complete[sel[ok]] = w[pos[ok]]
+    return complete
