@@ -6,6 +6,7 @@ else through numpy, with the same result either way (``tests/test_decodeloops.py
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -15,8 +16,10 @@ try:
 except ImportError:  # built without a C compiler: numpy does the same
     _decodeloops = None
 
+#: set (to anything but empty) in the environment: the numpy path even where C is built
+PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_LOOPS"
 #: False: always the numpy path (tests compare both)
-COMPILED = _decodeloops is not None
+COMPILED = _decodeloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
 
 _SPECS: dict = {}
 _NATIVE = "<" if sys.byteorder == "little" else ">"
