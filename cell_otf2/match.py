@@ -113,7 +113,10 @@ class _Builder:
     def spe_ctx_records(self, loc: int, code: int) -> np.ndarray:
         lo, hi = self.loc_range(loc)
         idx = self.code_records(code)
-        return idx[np.searchsorted(idx, lo):np.searchsorted(idx, hi)]
+        # bounds of the index's own type: a Python int would make searchsorted convert the
+        # whole (int32) index to int64 first, every call
+        t = idx.dtype.type
+        return idx[np.searchsorted(idx, t(lo)):np.searchsorted(idx, t(hi))]
 
     def loc_range(self, loc: int) -> tuple[int, int]:
         return int(self.loc_start[loc]), int(self.loc_start[loc + 1])
