@@ -12,7 +12,7 @@ from collections.abc import Callable
 from .damage import DamageLog
 from .decode import summarize
 from .errors import FormatError
-from .reader import ReadStorage, read_dump
+from .reader import read_dump
 
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
@@ -24,9 +24,8 @@ def read_summaries(man, damage: DamageLog, progress: Progress | None = None,
     ``damage``; decoding reads the dumps again one at a time (``Dumps``)."""
     ranks = [p.rank for p in man.processes] if ranks is None else ranks
     summaries = []
-    storage = ReadStorage()  # a summary keeps copies: one set of buffers serves every dump
     for i, rank in enumerate(ranks):
-        dump = read_dump(man.dump_path(rank), man, rank, spe_records=False, storage=storage)
+        dump = read_dump(man.dump_path(rank), man, rank, spe_records=False)
         damage.extend(dump.damage)
         summaries.append(summarize(dump))
         del dump
@@ -48,9 +47,6 @@ class Dumps:
         self.summaries = summaries
         self.ranks = [p.rank for p in man.processes] if ranks is None else list(ranks)
         self.seconds = self.cpu_seconds = 0.0
-        # each dump is read into the buffers of the one before: ``decode`` is done with a dump
-        # when it asks for the next
-        self.storage = ReadStorage()
 
     def __len__(self) -> int:
         return len(self.ranks)
@@ -58,7 +54,7 @@ class Dumps:
     def __getitem__(self, i: int):
         t0, c0 = time.perf_counter(), time.process_time()
         rank = self.ranks[i]
-        dump = read_dump(self.man.dump_path(rank), self.man, rank, storage=self.storage)
+        dump = read_dump(self.man.dump_path(rank), self.man, rank)
         if not self.summaries[i].matches(dump):
             raise FormatError(dump.path, "the dump changed while it was being converted "
                               "(its records differ between two readings)")

@@ -203,15 +203,13 @@ def _read_header(path: Path, size: int, manifest: Manifest, rank: int) -> np.voi
 
 def read_dump(
     path: Path, manifest: Manifest, rank: int, *, chunk_slots: int = CHUNK_SLOTS,
-    spe_records: bool = True, storage: ReadStorage | None = None,
+    spe_records: bool = True,
 ) -> Dump:
     """Read ``rank``'s dump at ``path``: refuse a file that is not one, contain any damage.
 
     ``chunk_slots`` bounds the working memory (slots framed at once); any value >= 1 gives the
     same result, tests use small ones. ``spe_records=False``: ``spe`` keeps only each SPE
     record's context (``SPE_CTX_DTYPE``), all a summary needs; the rest is the same.
-    ``storage``: the arrays are views of its buffers, valid until it serves the next dump
-    (for a caller that is done with a dump before reading the next: no fresh pages per dump).
     """
     path = Path(path)
     name = _display_name(path, manifest)
@@ -242,7 +240,7 @@ def read_dump(
     try:
         with _SlotSource(path, n, chunk_slots) as source:
             framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]),
-                             spe_records, storage)
+                             spe_records)
             framer.run(chunk_slots)
     except OSError as exc:
         raise FormatError(path, f"cannot read the dump: {exc.strerror or exc}") from None
@@ -277,27 +275,6 @@ def read_dump(
         gaps=gaps,
         damage=damage,
     )
-
-
-def _fresh(_kind: str, n: int, dtype: np.dtype) -> np.ndarray:
-    return np.empty(n, dtype)
-
-
-class ReadStorage:
-    """Buffers reused from dump to dump by ``read_dump``: each of its arrays is a view of the
-    buffer of its kind, grown when a dump needs more. A dump read into it is valid only until
-    the next one is."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[str, np.ndarray] = {}
-
-    def array(self, kind: str, n: int, dtype: np.dtype) -> np.ndarray:
-        size = n * dtype.itemsize
-        buf = self.buffers.get(kind)
-        if buf is None or buf.size < size:
-            self.buffers.pop(kind, None)  # freed before the larger one is made
-            buf = self.buffers[kind] = np.empty(size, dtype=np.uint8)
-        return buf[:size].view(dtype)
 
 
 class _Damage:
@@ -364,10 +341,8 @@ class _Framer:
     """
 
     def __init__(self, source: _SlotSource, layout: fmt.Layout, n: int, name: str,
-                 spe_buffer_records: int, spe_records: bool = True,
-                 storage: ReadStorage | None = None) -> None:
+                 spe_buffer_records: int, spe_records: bool = True) -> None:
         self.source = source
-        self.storage = storage
         self.spe_records = spe_records
         self.layout = layout
         self.n = n
@@ -401,14 +376,10 @@ class _Framer:
             self._read(start, stop)
             cats = _CATEGORY[self._codes(start, stop)]
             per_cat += np.bincount(cats, minlength=5)
-        new = self.storage.array if self.storage is not None else _fresh
-        # every field of every row but the blocks' is written by the framing
-        self.ppe = new("ppe", int(per_cat[_PPE]), PPE_DTYPE)
-        self.blocks = new("blocks", int(per_cat[_BLOCK]), BLOCK_DTYPE)
-        self.blocks[...] = 0
-        self.spe = new("spe", int(per_cat[_SPE]),
-                       SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE)
-        self.gaps = new("gaps", int(per_cat[_GAP]), GAP_DTYPE)
+        self.ppe = np.zeros(int(per_cat[_PPE]), PPE_DTYPE)
+        self.blocks = np.zeros(int(per_cat[_BLOCK]), BLOCK_DTYPE)
+        self.spe = np.zeros(int(per_cat[_SPE]), SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE)
+        self.gaps = np.zeros(int(per_cat[_GAP]), GAP_DTYPE)
         self.i_ppe = self.i_blk = self.i_spe = self.i_gap = 0
 
     def run(self, chunk_slots: int) -> None:
@@ -422,10 +393,7 @@ class _Framer:
         if self.carry_block >= 0:
             self._settle(np.array([self.carry_block]), np.array([self.n]), None)
         if self.i_spe < len(self.spe):  # SPE-coded slots outside blocks were skipped
-            if self.storage is None:
-                self.spe.resize(self.i_spe, refcheck=False)
-            else:
-                self.spe = self.spe[:self.i_spe]
+            self.spe.resize(self.i_spe, refcheck=False)
         present = self.blocks["present"].astype(np.int64)
         self.blocks["first"] = np.cumsum(present) - present
         bad = (self.blocks["count"] < 1) | (self.blocks["count"] > self.spe_buffer_records)
