@@ -9,4 +9,7 @@ the library's functions at run time from the `otf2` bindings.
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cell_otf2._evtwrite", ["cell_otf2/_evtwrite.c"],
+                             optional=True),
+                   # reading and decoding's per-record loops (numpy where it is not built)
+                   Extension("cell_otf2._decodeloops", ["cell_otf2/_decodeloops.c"],
                              optional=True)])

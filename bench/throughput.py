@@ -123,8 +123,7 @@ def child_convert(run: str, archive: str) -> dict:
 
 
 def child_idle() -> dict:
-    import cell_otf2.convert  # noqa: F401  the modules a conversion loads
-
+    import cell_otf2.conversion  # noqa: F401  the modules a conversion loads
     import cell_otf2.writer.archive  # noqa: F401
 
     return {"maxrss": _maxrss_bytes()}

@@ -15,6 +15,7 @@ import numpy as np
 from . import format as fmt
 from .clocks import HALF, MOD, split_intervals
 from .damage import DamageKind, DamageLog
+from .loops import gather_fields
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -34,6 +35,9 @@ from .reader import Dump
 P = fmt.PpeCode
 S = fmt.SpeCode
 
+
+#: the fields of an SPE record that its record row takes as they are
+_SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
 
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
@@ -172,7 +176,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     np.cumsum(loc_count, out=loc_start[1:])
     n_records = int(loc_start[-1])
     records = (allocate(n_records) if allocate is not None
-               else np.zeros(n_records, RECORD_DTYPE))
+               else _zeros_without_huge_pages(n_records, RECORD_DTYPE))
     loss_epoch = np.zeros(records.size, dtype=np.int32)
     for dump_index in range(len(dumps)):
         dump = dumps[dump_index]
@@ -249,32 +253,33 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             mine = records[lo:lo + rec_idx.size]
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             mine["loc"] = loc
-            # the context's records in slot order (= program order), gathered once as rows
-            rows = np.take(spe, rec_idx)
-            for name in ("code", "slot", "a", "b", "c", "d"):
-                mine[name] = rows[name]
-            mine["anchor"] = block_anchor[rows["block"]]
+            # the context's records in slot order (= program order): their fields gathered
+            # straight into their rows, the columns needed below read back from them
+            gather_fields(mine, spe, rec_idx, _SPE_FIELDS)
+            rec_block = spe["block"][rec_idx]
+            rec_code = mine["code"]
+            mine["anchor"] = block_anchor[rec_block]
             # readings in program order: each block's records, then its header
-            keys = np.concatenate([2 * rows["slot"],
+            keys = np.concatenate([2 * mine["slot"],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([rows["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
+            raw = np.concatenate([spe["decr"][rec_idx], blocks["decr"][blk_idx]]).astype(np.int64)
             is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
             which = np.concatenate([rec_idx, blk_idx])
             po = np.argsort(keys, kind="stable")
             raw, is_rec, which = raw[po], is_rec[po], which[po]
             # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
             write_new = np.full(raw.size, -1, dtype=np.int64)
-            is_write = rows["code"] == S.DECR_WRITE
+            is_write = rec_code == S.DECR_WRITE
             dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
             dw[is_rec] = is_write
-            write_new[dw] = rows["b"][is_write].astype(np.int64) % MOD
+            write_new[dw] = mine["b"][is_write].astype(np.int64) % MOD
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
             # block of each reading (a record's block, or the header's own)
             reading_block = which.copy()
-            reading_block[is_rec] = rows["block"]
+            reading_block[is_rec] = rec_block
             run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
-            del rows
+            del rec_block, rec_code
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
@@ -348,6 +353,26 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         loss_epoch=loss_epoch,
         loss_cut=cuts.astype(np.int64),
     )
+
+
+#: numpy's switch for asking the kernel for huge pages for large arrays (private; absent: no-op)
+_MADVISE_HUGEPAGE = getattr(getattr(np, "_core", None), "multiarray", None)
+
+
+def _zeros_without_huge_pages(n: int, dtype: np.dtype) -> np.ndarray:
+    """``np.zeros(n, dtype)`` in ordinary pages. numpy asks for transparent huge pages for
+    every large array; with the kernel's defrag mode "madvise" (Debian's default) a fault in
+    such an array may first compact memory, which made decoding the 6 M-record run take 2.0
+    to 2.9 CPU s from run to run (its 447 MB record table is filled by strided writes, context
+    by context); in 4 KiB pages it takes 2.0-2.1."""
+    switch = getattr(_MADVISE_HUGEPAGE, "_set_madvise_hugepage", None)
+    if switch is None:
+        return np.zeros(n, dtype)
+    before = switch(False)
+    try:
+        return np.zeros(n, dtype)
+    finally:
+        switch(before)
 
 
 def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

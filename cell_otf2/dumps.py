@@ -25,7 +25,7 @@ def read_summaries(man, damage: DamageLog, progress: Progress | None = None,
     ranks = [p.rank for p in man.processes] if ranks is None else ranks
     summaries = []
     for i, rank in enumerate(ranks):
-        dump = read_dump(man.dump_path(rank), man, rank)
+        dump = read_dump(man.dump_path(rank), man, rank, spe_records=False)
         damage.extend(dump.damage)
         summaries.append(summarize(dump))
         del dump

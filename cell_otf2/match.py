@@ -11,6 +11,7 @@ import numpy as np
 
 from . import format as fmt
 from .damage import DamageKind, DamageLog
+from .loops import dma_completions
 from .model import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Decoded, LocKind, Matches, MsgKind
 
 P = fmt.PpeCode
@@ -87,7 +88,10 @@ class _Builder:
     def spe_ctx_records(self, loc: int, code: int) -> np.ndarray:
         lo, hi = self.loc_range(loc)
         idx = self.code_records(code)
-        return idx[np.searchsorted(idx, lo):np.searchsorted(idx, hi)]
+        # bounds of the index's own type: a Python int would make searchsorted convert the
+        # whole (int32) index to int64 first, every call
+        t = idx.dtype.type
+        return idx[np.searchsorted(idx, t(lo)):np.searchsorted(idx, t(hi))]
 
     def loc_range(self, loc: int) -> tuple[int, int]:
         return int(self.loc_start[loc]), int(self.loc_start[loc + 1])
@@ -258,22 +262,8 @@ def _dma(b: _Builder) -> np.ndarray:
         if not issue.size:
             continue
         waits = b.spe_ctx_records(loc, S.TAG_WAIT_END)
-        # bit k of every wait's status as row k (tags of 64 and more have no bit: never met)
-        status = np.ascontiguousarray(rec["b"][waits], dtype="<u8")
-        bits = np.unpackbits(status.view(np.uint8).reshape(-1, 8), axis=1,
-                             bitorder="little").T.astype(bool)
         tag = (rec["d"][issue] & 0xFF).astype(np.int64)
-        complete = np.full(issue.size, -1, dtype=np.int64)
-        by_tag = np.argsort(tag, kind="stable")
-        tag_start = np.searchsorted(tag[by_tag], np.arange(257))
-        for t in np.unique(tag).tolist():
-            w = waits[bits[t]] if t < 64 else waits[:0]
-            sel = by_tag[tag_start[t]:tag_start[t + 1]]
-            pos = np.searchsorted(w, issue[sel], side="right")
-            ok = pos < w.size
-            # a tag wait in a lost block between them may have been the completing one
-            ok[ok] = b.epoch[w[pos[ok]]] == b.epoch[issue[sel[ok]]]
-            complete[sel[ok]] = w[pos[ok]]
+        complete = dma_completions(issue, tag, waits, rec["b"][waits], b.epoch)
         # target: another context's Local Store / problem-state area of this process, or memory
         ea = rec["b"][issue]
         target = np.full(issue.size, mem_loc[rank], dtype=np.int64)

@@ -17,6 +17,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageKind
 from .errors import FormatError
+from .loops import gather_fields
 from .manifest import Manifest, file_kind
 
 # --------------------------------------------------------------------------------------------
@@ -67,6 +68,10 @@ SPE_DTYPE = np.dtype(
     ]
 )
 
+#: what a reading for the summary only (``read_dump(..., spe_records=False)``) keeps of each SPE
+#: record: its block's context
+SPE_CTX_DTYPE = np.dtype([("ctx", "u2")])
+
 #: every GAP control slot
 GAP_DTYPE = np.dtype([("slot", "i8"), ("lost", "u8"), ("first_ticket", "u8")])
 
@@ -80,8 +85,10 @@ _CATEGORY[int(fmt.ControlCode.GAP)] = _GAP
 #: PPE-class and control-class codes, defined or not: always top level, they break a block
 _TOP_LEVEL = np.isin(np.arange(1 << 16) >> 8, [fmt.SlotClass.PPE, fmt.SlotClass.CONTROL])
 
-#: slots framed at once: 32 MiB of dump, a few times that in temporaries
-CHUNK_SLOTS = 1 << 20
+#: slots framed at once: 4 MiB of dump, a few times that in temporaries, small enough for
+#: glibc to serve them again from its heap chunk after chunk (at 32 MiB each chunk's
+#: temporaries were fresh mappings, faulted in and zeroed anew: twice the page faults)
+CHUNK_SLOTS = 1 << 17
 
 
 @dataclass
@@ -158,12 +165,14 @@ def _read_header(path: Path, size: int, manifest: Manifest, rank: int) -> np.voi
 
 
 def read_dump(
-    path: Path, manifest: Manifest, rank: int, *, chunk_slots: int = CHUNK_SLOTS
+    path: Path, manifest: Manifest, rank: int, *, chunk_slots: int = CHUNK_SLOTS,
+    spe_records: bool = True,
 ) -> Dump:
     """Read ``rank``'s dump at ``path``: refuse a file that is not one, contain any damage.
 
     ``chunk_slots`` bounds the working memory (slots framed at once); any value >= 1 gives the
-    same result, tests use small ones.
+    same result, tests use small ones. ``spe_records=False``: ``spe`` keeps only each SPE
+    record's context (``SPE_CTX_DTYPE``), all a summary needs; the rest is the same.
     """
     path = Path(path)
     name = _display_name(path, manifest)
@@ -193,7 +202,8 @@ def read_dump(
 
     try:
         with _SlotSource(path, n, chunk_slots) as source:
-            framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]))
+            framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]),
+                             spe_records)
             framer.run(chunk_slots)
     except OSError as exc:
         raise FormatError(path, f"cannot read the dump: {exc.strerror or exc}") from None
@@ -294,8 +304,9 @@ class _Framer:
     """
 
     def __init__(self, source: _SlotSource, layout: fmt.Layout, n: int, name: str,
-                 spe_buffer_records: int) -> None:
+                 spe_buffer_records: int, spe_records: bool = True) -> None:
         self.source = source
+        self.spe_records = spe_records
         self.layout = layout
         self.n = n
         self.spe_buffer_records = spe_buffer_records
@@ -330,7 +341,7 @@ class _Framer:
             per_cat += np.bincount(cats, minlength=5)
         self.ppe = np.zeros(int(per_cat[_PPE]), PPE_DTYPE)
         self.blocks = np.zeros(int(per_cat[_BLOCK]), BLOCK_DTYPE)
-        self.spe = np.zeros(int(per_cat[_SPE]), SPE_DTYPE)
+        self.spe = np.zeros(int(per_cat[_SPE]), SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE)
         self.gaps = np.zeros(int(per_cat[_GAP]), GAP_DTYPE)
         self.i_ppe = self.i_blk = self.i_spe = self.i_gap = 0
 
@@ -377,9 +388,8 @@ class _Framer:
         rows = out[i:i + len(slots)]
         setattr(self, cursor, i + len(slots))
         rows["slot"] = slots
-        rec = np.take(view, slots - self.chunk_start)  # take: ~20x fancy indexing here
-        for f in fields:
-            rows[f] = rec[f]
+        # the fields straight from the chunk's bytes (byte order converted on the way)
+        gather_fields(rows, view, slots - self.chunk_start, tuple((f, f) for f in fields))
         return rows
 
     def _settle(self, block_idx: np.ndarray, next_top: np.ndarray, codes_at: np.ndarray | None
@@ -467,10 +477,14 @@ class _Framer:
         inner_cat = category[inner_local]
         is_record = within & (inner_cat == _SPE)
 
-        rows = self._take(self.spe, "i_spe", self.spe_view, inner[is_record],
-                          ("code", "a", "decr", "b", "c", "d"))
         spe_block = owner_block[is_record]
-        rows["block"] = spe_block
+        if self.spe_records:
+            rows = self._take(self.spe, "i_spe", self.spe_view, inner[is_record],
+                              ("code", "a", "decr", "b", "c", "d"))
+            rows["block"] = spe_block
+        else:
+            rows = self.spe[self.i_spe:self.i_spe + spe_block.size]
+            self.i_spe += spe_block.size
         if len(spe_block):
             rows["ctx"] = self.blocks["ctx"][spe_block]
             lo = int(spe_block[0])  # slot order: block indexes never decrease

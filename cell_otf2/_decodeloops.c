@@ -1,0 +1,181 @@
+/* Per-record loops of reading and decoding in C (issue 18): `gather` copies chosen fields of
+ * chosen rows of one packed table into consecutive rows of another, converting each field on
+ * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
+ * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
+ * wait in one sweep (match.py's per-tag search).
+ *
+ * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
+ * keep their numpy path, cell_otf2/loops.py, which gives the same results).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t load(const unsigned char *p, int64_t size, int swap, int sign)
+{
+    uint64_t v = 0;
+    switch (size) {
+    case 1: { uint8_t x; memcpy(&x, p, 1); v = sign ? (uint64_t)(int64_t)(int8_t)x : x; break; }
+    case 2: {
+        uint16_t x; memcpy(&x, p, 2);
+        if (swap) x = __builtin_bswap16(x);
+        v = sign ? (uint64_t)(int64_t)(int16_t)x : x;
+        break;
+    }
+    case 4: {
+        uint32_t x; memcpy(&x, p, 4);
+        if (swap) x = __builtin_bswap32(x);
+        v = sign ? (uint64_t)(int64_t)(int32_t)x : x;
+        break;
+    }
+    default: {
+        uint64_t x; memcpy(&x, p, 8);
+        if (swap) x = __builtin_bswap64(x);
+        v = x;
+    }
+    }
+    return v;
+}
+
+static inline void store(unsigned char *p, int64_t size, uint64_t v)
+{
+    switch (size) {
+    case 1: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
+    case 2: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); break; }
+    case 4: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
+    default: memcpy(p, &v, 8);
+    }
+}
+
+/* gather(dst, dst_itemsize, src, src_itemsize, idx, fields): for i in range(len(idx)),
+ * row i of dst gets fields of row idx[i] of src; `fields` is int64 rows of (src_offset,
+ * src_size, dst_offset, dst_size, swap, signed). Buffers are bytes; the caller checks that
+ * idx is in range (checked again here). */
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    Py_buffer dst, src, idx, fields;
+    Py_ssize_t dst_item, src_item;
+    if (!PyArg_ParseTuple(args, "w*ny*ny*y*", &dst, &dst_item, &src, &src_item, &idx, &fields))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = idx.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t nf = fields.len / (Py_ssize_t)(6 * sizeof(int64_t));
+    Py_ssize_t src_rows = src_item > 0 ? src.len / src_item : 0;
+    const int64_t *ix = (const int64_t *)idx.buf;
+    const int64_t *f = (const int64_t *)fields.buf;
+    if (dst_item <= 0 || src_item <= 0 || n * dst_item > dst.len) {
+        PyErr_SetString(PyExc_ValueError, "gather: destination too small");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        const int64_t *g = f + 6 * k;
+        if (g[0] < 0 || g[0] + g[1] > src_item || g[2] < 0 || g[2] + g[3] > dst_item
+            || (g[1] != 1 && g[1] != 2 && g[1] != 4 && g[1] != 8)
+            || (g[3] != 1 && g[3] != 2 && g[3] != 4 && g[3] != 8)) {
+            PyErr_SetString(PyExc_ValueError, "gather: bad field");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (ix[i] < 0 || ix[i] >= src_rows) {
+            PyErr_SetString(PyExc_IndexError, "gather: row out of range");
+            goto done;
+        }
+    }
+    {
+        const unsigned char *s0 = (const unsigned char *)src.buf;
+        unsigned char *d = (unsigned char *)dst.buf;
+        for (Py_ssize_t i = 0; i < n; i++, d += dst_item) {
+            const unsigned char *s = s0 + ix[i] * src_item;
+            for (Py_ssize_t k = 0; k < nf; k++) {
+                const int64_t *g = f + 6 * k;
+                store(d + g[2], g[3], load(s + g[0], g[1], (int)g[4], (int)g[5]));
+            }
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&fields);
+    return result;
+}
+
+/* dma_complete(issue, tag, waits, status, epoch, out): per DMA command (record indexes
+ * `issue`, ascending, with `tag`), the first of the context's TAG_WAIT_END records (`waits`,
+ * ascending) after it whose `status` has bit `tag` set, or -1 (also when the two lie in
+ * different loss epochs: `epoch` per record). One backward sweep keeping, per tag, the nearest
+ * such wait after the sweep's position. int64 arrays but `status` (uint64) and `epoch`
+ * (int32); the caller checks the orders. */
+static PyObject *dma_complete(PyObject *self, PyObject *args)
+{
+    Py_buffer issue, tag, waits, status, epoch, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &issue, &tag, &waits, &status, &epoch, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t ni = issue.len / 8, nw = waits.len / 8, ne = epoch.len / 4;
+    const int64_t *is = issue.buf, *tg = tag.buf, *ws = waits.buf;
+    const uint64_t *st = status.buf;
+    const int32_t *ep = epoch.buf;
+    int64_t *o = out.buf;
+    if (tag.len != issue.len || out.len != issue.len || status.len != waits.len) {
+        PyErr_SetString(PyExc_ValueError, "dma_complete: lengths differ");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ni; i++)
+        if (is[i] < 0 || is[i] >= ne) { PyErr_SetString(PyExc_IndexError, "dma_complete"); goto done; }
+    for (Py_ssize_t j = 0; j < nw; j++)
+        if (ws[j] < 0 || ws[j] >= ne) { PyErr_SetString(PyExc_IndexError, "dma_complete"); goto done; }
+    {
+        int64_t nxt[64];
+        for (int t = 0; t < 64; t++) nxt[t] = -1;
+        Py_ssize_t j = nw - 1;
+        for (Py_ssize_t i = ni - 1; i >= 0; i--) {
+            for (; j >= 0 && ws[j] > is[i]; j--) {
+                uint64_t bits = st[j];
+                while (bits) {
+                    int t = __builtin_ctzll(bits);
+                    nxt[t] = ws[j];
+                    bits &= bits - 1;
+                }
+            }
+            int64_t t = tg[i], c = -1;
+            if (t >= 0 && t < 64 && nxt[t] >= 0 && ep[nxt[t]] == ep[is[i]])
+                c = nxt[t];
+            o[i] = c;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&issue);
+    PyBuffer_Release(&tag);
+    PyBuffer_Release(&waits);
+    PyBuffer_Release(&status);
+    PyBuffer_Release(&epoch);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"dma_complete", dma_complete, METH_VARARGS,
+     "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
+     "tag wait, or -1"},
+    {"gather", gather, METH_VARARGS,
+     "gather(dst, dst_itemsize, src, src_itemsize, idx, fields): fields of src rows idx "
+     "into consecutive dst rows"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_decodeloops",
+    "Per-record loops of reading and decoding (cell_otf2/loops.py binds them).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__decodeloops(void)
+{
+    return PyModule_Create(&module);
+}

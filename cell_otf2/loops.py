@@ -1,0 +1,100 @@
+"""The per-record loops of reading and decoding: ``gather_fields`` copies chosen fields of
+chosen rows of one structured table into another, ``dma_completions`` finds each DMA
+command's completing tag wait; both through the compiled helper
+``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables allow it,
+else through numpy, with the same result either way (``tests/test_decodeloops.py``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+try:
+    from . import _decodeloops
+except ImportError:  # built without a C compiler: numpy does the same
+    _decodeloops = None
+
+#: set (to anything but empty) in the environment: the numpy path even where C is built
+PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_LOOPS"
+#: False: always the numpy path (tests compare both)
+COMPILED = _decodeloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
+
+_SPECS: dict = {}
+_NATIVE = "<" if sys.byteorder == "little" else ">"
+
+
+def _spec(dst_dtype: np.dtype, src_dtype: np.dtype, pairs: tuple) -> np.ndarray | None:
+    """The field table of ``_decodeloops.gather`` for these dtypes, or None when a field is
+    not an integer of 1, 2, 4 or 8 bytes (the numpy path then)."""
+    key = (dst_dtype, src_dtype, pairs)
+    if key in _SPECS:
+        return _SPECS[key]
+    rows = []
+    for d, s in pairs:
+        dt, doff = dst_dtype.fields[d][:2]
+        st, soff = src_dtype.fields[s][:2]
+        if (dt.kind not in "iu" or st.kind not in "iu" or dt.itemsize not in (1, 2, 4, 8)
+                or st.itemsize not in (1, 2, 4, 8)
+                or (dt.itemsize > 1 and dt.byteorder not in ("=", "|", _NATIVE))):
+            rows = None
+            break
+        swap = st.itemsize > 1 and st.byteorder not in ("=", "|", _NATIVE)
+        rows.append((soff, st.itemsize, doff, dt.itemsize, int(swap), int(st.kind == "i")))
+    spec = None if rows is None else np.array(rows, dtype=np.int64).reshape(-1, 6)
+    _SPECS[key] = spec
+    return spec
+
+
+def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
+                  pairs: tuple[tuple[str, str], ...]) -> None:
+    """``dst[d] = src[s][idx]`` for every (d, s) of ``pairs``; ``len(dst) == len(idx)``."""
+    idx = np.asarray(idx)
+    if len(dst) != idx.size:
+        raise ValueError(f"gather_fields: {len(dst)} rows for {idx.size} indexes")
+    spec = (_spec(dst.dtype, src.dtype, pairs)
+            if COMPILED and dst.ndim == 1 and src.ndim == 1 and dst.flags.c_contiguous
+            and src.flags.c_contiguous and dst.dtype.itemsize and src.dtype.itemsize else None)
+    if spec is None:
+        rows = np.take(src, idx)
+        for d, s in pairs:
+            dst[d] = rows[s]
+        return
+    if not idx.size:
+        return
+    _decodeloops.gather(dst.view(np.uint8), dst.dtype.itemsize,
+                        src.view(np.uint8) if src.size else b"", src.dtype.itemsize,
+                        np.ascontiguousarray(idx, dtype=np.int64), spec)
+
+
+def dma_completions(issue: np.ndarray, tag: np.ndarray, waits: np.ndarray, status: np.ndarray,
+                    epoch: np.ndarray) -> np.ndarray:
+    """Per DMA command (record indexes ``issue``, ascending; ``tag`` 0..255), the first tag
+    wait (record indexes ``waits``, ascending, their ``status`` masks) after it whose status
+    has bit ``tag``, or -1: none, a tag of 64 or more, or one in another loss ``epoch``
+    (indexed by record: a tag wait in a lost block between them may have been the one)."""
+    if COMPILED and (issue.size < 2 or bool((issue[1:] > issue[:-1]).all())) and (
+            waits.size < 2 or bool((waits[1:] > waits[:-1]).all())):
+        out = np.empty(issue.size, dtype=np.int64)
+        _decodeloops.dma_complete(np.ascontiguousarray(issue, dtype=np.int64),
+                                  np.ascontiguousarray(tag, dtype=np.int64),
+                                  np.ascontiguousarray(waits, dtype=np.int64),
+                                  np.ascontiguousarray(status, dtype=np.uint64),
+                                  np.ascontiguousarray(epoch, dtype=np.int32), out)
+        return out
+    # bit k of every wait's status as row k (tags of 64 and more have no bit: never met)
+    status = np.ascontiguousarray(status, dtype="<u8")
+    bits = np.unpackbits(status.view(np.uint8).reshape(-1, 8), axis=1,
+                         bitorder="little").T.astype(bool)
+    complete = np.full(issue.size, -1, dtype=np.int64)
+    by_tag = np.argsort(tag, kind="stable")
+    tag_start = np.searchsorted(tag[by_tag], np.arange(257))
+    for t in np.unique(tag).tolist():
+        w = waits[bits[t]] if t < 64 else waits[:0]
+        sel = by_tag[tag_start[t]:tag_start[t + 1]]
+        pos = np.searchsorted(w, issue[sel], side="right")
+        ok = pos < w.size
+        ok[ok] = epoch[w[pos[ok]]] == epoch[issue[sel[ok]]]
+        complete[sel[ok]] = w[pos[ok]]
+    return complete
