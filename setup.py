@@ -9,4 +9,6 @@ the library's functions at run time from the `otf2` bindings.
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cell_otf2._evtwrite", ["cell_otf2/_evtwrite.c"],
+                             optional=True),
+                   Extension("cell_otf2._evtread", ["cell_otf2/_evtread.c"],
                              optional=True)])
