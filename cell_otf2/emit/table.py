@@ -234,7 +234,7 @@ class EventTable:
             else:
                 part.pos = (base[r] + fill[r]).astype(self.index)
                 fill[r] += 1
-        del fill
+        per_record = fill  # filled up: every record's own events again
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
@@ -250,9 +250,9 @@ class EventTable:
             f_time = np.concatenate([p.time for p in self.foreign])
             f_seq = np.concatenate([p.rec.astype(np.int64) * 8 + p.offset
                                     for p in self.foreign])
-            own_time = np.zeros(self.n_own, dtype=np.int64)
-            for part in self.own_parts:
-                own_time[part.pos] = self.rec_time[part.rec]
+            # a record's own events are consecutive, at its time: one streaming pass instead
+            # of a scatter per part gathering from the wide record rows
+            own_time = np.repeat(self.rec_time, per_record)
             pins = [(p.pin, p.size) for p in self.foreign]
             f_pin = np.concatenate([np.full(n, self._PHASE[w], dtype=np.int8)
                                     for w, n in pins])
@@ -278,6 +278,7 @@ class EventTable:
             self.f_order = np.zeros(0, dtype=np.int64)
             self.f_loc = np.zeros(0, dtype=np.int64)
             self.f_insert = np.zeros(0, dtype=np.int64)
+        del per_record
         n_before = np.searchsorted(self.f_loc, np.arange(self.n_locations + 1), side="left")
         #: final index of location L's first event
         self.loc_start = self.own_start + n_before
