@@ -36,25 +36,30 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
         parts += [(False, k, p) for k, p in enumerate(ev.foreign) if p.typ in _REGION_EVENTS]
     if not parts:
         return
-    final, locs, step, refs, src, idx = [], [], [], [], [], []
+    final, step, refs = [], [], []
     for own, k, p in parts:
         if own:
             pos = p.pos.astype(np.int64)
             final.append(pos + np.searchsorted(ev.f_insert, pos, side="right"))
-            locs.append(ev.rec_loc[p.rec].astype(np.int64))
         else:
             j = inv[f_at[k]:f_at[k + 1]]
             final.append(ev.f_insert[j] + j)
-            locs.append(p.loc.astype(np.int64))
-        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int64))
+        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int8))
         refs.append(np.broadcast_to(np.asarray(p.ref, dtype=np.int64), (p.size,)))
-        src.append(np.full(p.size, len(src), dtype=np.int64))
-        idx.append(np.arange(p.size))
-    order = np.argsort(np.concatenate(final), kind="stable")
-    loc = np.concatenate(locs)[order]
+    # final positions are distinct: order by them through a table over every position (no
+    # sort), and read each event's location off the location starts
+    final_all = np.concatenate(final)
+    del final
+    by_pos = np.full(ev.size, -1, dtype=np.int64)
+    by_pos[final_all] = np.arange(final_all.size)
+    fin = np.flatnonzero(by_pos >= 0)
+    order = by_pos[fin]
+    del by_pos, final_all
+    loc = np.searchsorted(ev.loc_start, fin, side="right") - 1
+    del fin
     d = np.concatenate(step)[order]
     ref = np.concatenate(refs)[order]
-    depth = np.cumsum(d)
+    depth = np.cumsum(d, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]]))
     base = np.concatenate([[0], depth[starts[1:] - 1]])
     depth -= np.repeat(base, np.diff(np.append(starts, loc.size)))
@@ -68,8 +73,9 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
     if not wrong_locs.size and not bad.any():
         return
     flagged = np.unique(np.concatenate([wrong_locs, loc[bad]]))
-    src_all = np.concatenate(src)[order]
-    idx_all = np.concatenate(idx)[order]
+    sizes = np.array([p.size for _own, _k, p in parts], dtype=np.int64)
+    src_all = np.repeat(np.arange(len(parts)), sizes)[order]
+    idx_all = (np.arange(order.size) - np.repeat(np.cumsum(sizes) - sizes, sizes))[order]
     drop: dict[int, list[int]] = {}
     closers: list[tuple] = []  # (where, loc, ref, sub, anchor: (own?, part, index))
     unclosed: dict[int, list[int]] = {}  # rank -> slots of the Enters closed
