@@ -250,9 +250,12 @@ class EventTable:
             f_time = np.concatenate([p.time for p in self.foreign])
             f_seq = np.concatenate([p.rec.astype(np.int64) * 8 + p.offset
                                     for p in self.foreign])
-            # a record's own events are consecutive, at its time: one streaming pass instead
-            # of a scatter per part gathering from the wide record rows
-            own_time = np.repeat(self.rec_time, per_record)
+            # a record's own events are consecutive, at its time: the times of own positions
+            # are read off the records where needed, never for every own event (each pass
+            # over the record rows' times costs a pass over the whole record table)
+
+            def own_time(pos: np.ndarray) -> np.ndarray:
+                return self.rec_time[np.searchsorted(base, pos, side="right") - 1]
             pins = [(p.pin, p.size) for p in self.foreign]
             f_pin = np.concatenate([np.full(n, self._PHASE[w], dtype=np.int8)
                                     for w, n in pins])
@@ -262,8 +265,9 @@ class EventTable:
             timed = f_pin == 0
             for loc in np.unique(f_loc[timed]).tolist():
                 sel = np.flatnonzero((f_loc == loc) & timed)
-                lo, hi = int(self.own_start[loc]), int(self.own_start[loc + 1])
-                times = own_time[lo:hi]
+                lo = int(self.own_start[loc])
+                r_lo, r_hi = int(loc_first_rec[loc]), int(loc_first_rec[loc + 1])
+                times = np.repeat(self.rec_time[r_lo:r_hi], per_record[r_lo:r_hi])
                 before = f_seq[sel] < 8 * int(loc_first_rec[loc])
                 left = np.searchsorted(times, f_time[sel], side="left")
                 right = np.searchsorted(times, f_time[sel], side="right")
@@ -284,7 +288,7 @@ class EventTable:
         self.loc_start = self.own_start + n_before
         self.size = self.n_own + int(self.f_loc.size)
 
-    def _place_pins(self, f_loc, f_time, f_pin, insert, own_time, timed) -> None:
+    def _place_pins(self, f_loc, f_time, f_pin, insert, own_time: Callable, timed) -> None:
         """Insertion points and times of the pinned foreign events (``pin``), in place; their
         parts' ``time`` too, for ``table``."""
         n = self.n_locations
@@ -294,8 +298,8 @@ class EventTable:
         t_first = np.full(n, big, dtype=np.int64)
         t_last = np.full(n, -1, dtype=np.int64)
         has = own_n > 0
-        t_first[has] = own_time[self.own_start[:-1][has]]
-        t_last[has] = own_time[self.own_start[1:][has] - 1]
+        t_first[has] = own_time(self.own_start[:-1][has])
+        t_last[has] = own_time(self.own_start[1:][has] - 1)
         np.minimum.at(t_first, f_loc[timed], f_time[timed])
         np.maximum.at(t_last, f_loc[timed], f_time[timed])
         at = 0
@@ -311,7 +315,7 @@ class EventTable:
                 insert[k], part.time = self.own_start[loc + 1], t_last[loc]
             else:
                 pos = self._own_pos(np.asarray(part.anchor), Ev.LEAVE)
-                insert[k], part.time = pos, own_time[pos]
+                insert[k], part.time = pos, own_time(pos)
             f_time[k] = part.time
 
     def counts_per_type(self) -> dict[int, int]:
