@@ -234,7 +234,7 @@ class EventTable:
             else:
                 part.pos = (base[r] + fill[r]).astype(self.index)
                 fill[r] += 1
-        per_record = fill  # filled up: every record's own events again
+        per_record = self.per_record = fill  # filled up: every record's own events again
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
@@ -282,7 +282,6 @@ class EventTable:
             self.f_order = np.zeros(0, dtype=np.int64)
             self.f_loc = np.zeros(0, dtype=np.int64)
             self.f_insert = np.zeros(0, dtype=np.int64)
-        del per_record
         n_before = np.searchsorted(self.f_loc, np.arange(self.n_locations + 1), side="left")
         #: final index of location L's first event
         self.loc_start = self.own_start + n_before
@@ -352,15 +351,35 @@ class EventTable:
         def own_final(pos: np.ndarray) -> np.ndarray:
             return pos + np.searchsorted(shift_all, pos, side="right") - start
 
+        # own events: type, ref and seq offset gathered in own order into contiguous columns,
+        # time and seq made per record, then each written into the rows in one pass
         own_range = np.array([own_lo, own_hi], dtype=self.index)  # same dtype: no conversion
+        n_own = own_hi - own_lo
+        own_type = np.empty(n_own, np.uint8)
+        own_ref = np.empty(n_own, np.uint32)
+        own_off = np.empty(n_own, np.uint8)
         for part in self.own_parts:
             lo, hi = np.searchsorted(part.pos, own_range, side="left")
             if hi <= lo:
                 continue
             q = part.take(slice(lo, hi))
-            at = own_final(q.pos)
-            e["time"][at] = times[q.rec - r_lo]
-            self._fill(e, at, q)
+            k = q.pos - own_lo
+            own_type[k] = q.typ
+            own_ref[k] = q.ref
+            own_off[k] = q.offset
+            if q.params:
+                self._fill_params(e, own_final(q.pos), q)
+        per = self.per_record[r_lo:r_hi]
+        own_slots = slice(0, n_own)
+        if f_hi > f_lo:
+            own_slots = np.ones(stop - start, dtype=bool)
+            own_slots[f_final] = False
+        e["time"][own_slots] = np.repeat(times, per)
+        e["type"][own_slots] = own_type
+        e["ref"][own_slots] = own_ref
+        e["seq"][own_slots] = (np.repeat(np.arange(r_lo, r_hi, dtype=np.uint64) * np.uint64(8), per)
+                               + own_off)
+        del own_type, own_ref, own_off
         if f_hi > f_lo:
             sources = np.concatenate([np.full(p.size, i) for i, p in enumerate(self.foreign)])
             within = np.concatenate([np.arange(p.size) for p in self.foreign])
@@ -380,6 +399,9 @@ class EventTable:
         e["ref"][at] = q.ref
         e["seq"][at] = (q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
                         if q.seq is None else q.seq)
+        self._fill_params(e, at, q)
+
+    def _fill_params(self, e: np.ndarray, at: np.ndarray, q: EventPart) -> None:
         rows = None  # the events' record rows, gathered once for every parameter taken from them
         for name, v in q.params.items():
             if callable(v):
