@@ -1,15 +1,16 @@
-"""Build the optional C helper of the event writer (cell_otf2/_evtwrite.c, issue 18).
-
-Everything else of the package is declared in pyproject.toml. The extension is optional: on a
-machine without a C compiler (or without Python's headers) the install goes on without it and
-the writer uses its ctypes path (writing about 25x slower). It does not link against OTF2; it gets
-the library's functions at run time from the `otf2` bindings.
-"""
+"""Build the optional C helpers of the per-event loops (issue 18): the event writer
+(cell_otf2/_evtwrite.c), reading and decoding's per-record loops (cell_otf2/_decodeloops.c) and
+the report's event read-back (cell_otf2/_evtread.c). Everything else of the package is declared
+in pyproject.toml. Each extension is optional: on a machine without a C compiler (or without
+Python's headers) the install goes on without it and that stage takes its numpy or ctypes path
+(same results, slower). None links against OTF2; the writer and the reader get the library's
+functions at run time from the `otf2` bindings."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cell_otf2._evtwrite", ["cell_otf2/_evtwrite.c"],
                              optional=True),
-                   # reading and decoding's per-record loops (numpy where it is not built)
                    Extension("cell_otf2._decodeloops", ["cell_otf2/_decodeloops.c"],
+                             optional=True),
+                   Extension("cell_otf2._evtread", ["cell_otf2/_evtread.c"],
                              optional=True)])

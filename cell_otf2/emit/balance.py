@@ -36,25 +36,30 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
         parts += [(False, k, p) for k, p in enumerate(ev.foreign) if p.typ in _REGION_EVENTS]
     if not parts:
         return
-    final, locs, step, refs, src, idx = [], [], [], [], [], []
+    final, step, refs = [], [], []
     for own, k, p in parts:
         if own:
             pos = p.pos.astype(np.int64)
             final.append(pos + np.searchsorted(ev.f_insert, pos, side="right"))
-            locs.append(ev.rec_loc[p.rec].astype(np.int64))
         else:
             j = inv[f_at[k]:f_at[k + 1]]
             final.append(ev.f_insert[j] + j)
-            locs.append(p.loc.astype(np.int64))
-        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int64))
+        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int8))
         refs.append(np.broadcast_to(np.asarray(p.ref, dtype=np.int64), (p.size,)))
-        src.append(np.full(p.size, len(src), dtype=np.int64))
-        idx.append(np.arange(p.size))
-    order = np.argsort(np.concatenate(final), kind="stable")
-    loc = np.concatenate(locs)[order]
+    # final positions are distinct: order by them through a table over every position (no
+    # sort), and read each event's location off the location starts
+    final_all = np.concatenate(final)
+    del final
+    by_pos = np.full(ev.size, -1, dtype=np.int64)
+    by_pos[final_all] = np.arange(final_all.size)
+    fin = np.flatnonzero(by_pos >= 0)
+    order = by_pos[fin]
+    del by_pos, final_all
+    loc = np.searchsorted(ev.loc_start, fin, side="right") - 1
+    del fin
     d = np.concatenate(step)[order]
     ref = np.concatenate(refs)[order]
-    depth = np.cumsum(d)
+    depth = np.cumsum(d, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]]))
     base = np.concatenate([[0], depth[starts[1:] - 1]])
     depth -= np.repeat(base, np.diff(np.append(starts, loc.size)))
@@ -64,18 +69,13 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
     low = np.minimum.reduceat(depth, starts) < 0
     bad[starts[low]] = True
     level = depth + (d < 0)
-    g = np.lexsort((level, loc))  # stable: final order within a (location, level)
-    lv, dd, rr, ll = level[g], d[g], ref[g], loc[g]
-    new = np.concatenate([[True], (ll[1:] != ll[:-1]) | (lv[1:] != lv[:-1])])
-    grp_start = np.maximum.accumulate(np.where(new, np.arange(g.size), 0))
-    odd = (np.arange(g.size) - grp_start) % 2 == 1
-    wrong = np.where(odd, dd != -1, dd != 1)
-    wrong[1:] |= odd[1:] & (rr[1:] != rr[:-1])
-    if not wrong.any() and not bad.any():
+    wrong_locs = _alternation_failures(loc, level, d, ref)
+    if not wrong_locs.size and not bad.any():
         return
-    flagged = np.unique(np.concatenate([ll[wrong], loc[bad]]))
-    src_all = np.concatenate(src)[order]
-    idx_all = np.concatenate(idx)[order]
+    flagged = np.unique(np.concatenate([wrong_locs, loc[bad]]))
+    sizes = np.array([p.size for _own, _k, p in parts], dtype=np.int64)
+    src_all = np.repeat(np.arange(len(parts)), sizes)[order]
+    idx_all = (np.arange(order.size) - np.repeat(np.cumsum(sizes) - sizes, sizes))[order]
     drop: dict[int, list[int]] = {}
     closers: list[tuple] = []  # (where, loc, ref, sub, anchor: (own?, part, index))
     unclosed: dict[int, list[int]] = {}  # rank -> slots of the Enters closed
@@ -142,3 +142,42 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
         else:
             ev.foreign[k] = p.take(np.flatnonzero(keep))
     ev.laid_out = False
+
+
+def _alternation_failures(loc: np.ndarray, level: np.ndarray, d: np.ndarray,
+                          ref: np.ndarray) -> np.ndarray:
+    """Locations (with repeats) where, at some depth level, Enter and Leave do not alternate
+    starting with an Enter, or a Leave's region is not its Enter's. ``loc`` is ascending (the
+    events in final order). Level by level when there are few levels (each one pass over the
+    events, no sort), else by one stable sort by (location, level)."""
+    lo, hi = (int(level.min()), int(level.max())) if level.size else (0, -1)
+    if hi - lo < 64:
+        found = []
+        for v in range(lo, hi + 1):
+            at = np.flatnonzero(level == v)
+            if not at.size:
+                continue
+            found.append(_wrong_in_groups(loc[at], d[at], ref[at]))
+        return np.concatenate(found) if found else np.zeros(0, loc.dtype)
+    g = np.lexsort((level, loc))  # stable: final order within a (location, level)
+    key = loc[g] * (hi - lo + 2) + (level[g] - lo)
+    return loc[g][_wrong_mask(key, d[g], ref[g])]
+
+
+def _wrong_in_groups(ll: np.ndarray, dd: np.ndarray, rr: np.ndarray) -> np.ndarray:
+    wrong = _wrong_mask(ll, dd, rr)
+    return ll[wrong] if wrong.any() else ll[:0]
+
+
+def _wrong_mask(group: np.ndarray, dd: np.ndarray, rr: np.ndarray) -> np.ndarray:
+    """Per event of runs of equal ``group``: the first of its run and not an Enter, of the same
+    kind as the event before it in its run, or a Leave of another region than that event (a
+    run breaks the Enter, Leave, Enter, ... alternation, or a Leave closes another region, iff
+    one of its events is marked)."""
+    n = group.size
+    wrong = np.empty(n, bool)
+    new = group[1:] != group[:-1]
+    wrong[0] = dd[0] != 1
+    leave = dd[1:] == -1
+    wrong[1:] = np.where(new, leave, (dd[1:] == dd[:-1]) | (leave & (rr[1:] != rr[:-1])))
+    return wrong

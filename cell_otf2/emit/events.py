@@ -59,9 +59,9 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
     good = usable & (rec["code"] != 0)
-    t = rec["time"]
-    first = int(t[good].min()) if good.any() else 0
-    last = int(t[good].max()) if good.any() else 0
+    t_good = rec["time"][good]  # one pass over the record rows for both ends
+    first, last = (int(t_good.min()), int(t_good.max())) if t_good.size else (0, 0)
+    del t_good
     defs, lk = build_definitions(dec, result, first, last, sync_intervals)
     ev = EventTable(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()

@@ -234,7 +234,7 @@ class EventTable:
             else:
                 part.pos = (base[r] + fill[r]).astype(self.index)
                 fill[r] += 1
-        del fill
+        per_record = self.per_record = fill  # filled up: every record's own events again
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
@@ -250,9 +250,12 @@ class EventTable:
             f_time = np.concatenate([p.time for p in self.foreign])
             f_seq = np.concatenate([p.rec.astype(np.int64) * 8 + p.offset
                                     for p in self.foreign])
-            own_time = np.zeros(self.n_own, dtype=np.int64)
-            for part in self.own_parts:
-                own_time[part.pos] = self.rec_time[part.rec]
+            # a record's own events are consecutive, at its time: the times of own positions
+            # are read off the records where needed, never for every own event (each pass
+            # over the record rows' times costs a pass over the whole record table)
+
+            def own_time(pos: np.ndarray) -> np.ndarray:
+                return self.rec_time[np.searchsorted(base, pos, side="right") - 1]
             pins = [(p.pin, p.size) for p in self.foreign]
             f_pin = np.concatenate([np.full(n, self._PHASE[w], dtype=np.int8)
                                     for w, n in pins])
@@ -262,8 +265,9 @@ class EventTable:
             timed = f_pin == 0
             for loc in np.unique(f_loc[timed]).tolist():
                 sel = np.flatnonzero((f_loc == loc) & timed)
-                lo, hi = int(self.own_start[loc]), int(self.own_start[loc + 1])
-                times = own_time[lo:hi]
+                lo = int(self.own_start[loc])
+                r_lo, r_hi = int(loc_first_rec[loc]), int(loc_first_rec[loc + 1])
+                times = np.repeat(self.rec_time[r_lo:r_hi], per_record[r_lo:r_hi])
                 before = f_seq[sel] < 8 * int(loc_first_rec[loc])
                 left = np.searchsorted(times, f_time[sel], side="left")
                 right = np.searchsorted(times, f_time[sel], side="right")
@@ -283,7 +287,7 @@ class EventTable:
         self.loc_start = self.own_start + n_before
         self.size = self.n_own + int(self.f_loc.size)
 
-    def _place_pins(self, f_loc, f_time, f_pin, insert, own_time, timed) -> None:
+    def _place_pins(self, f_loc, f_time, f_pin, insert, own_time: Callable, timed) -> None:
         """Insertion points and times of the pinned foreign events (``pin``), in place; their
         parts' ``time`` too, for ``table``."""
         n = self.n_locations
@@ -293,8 +297,8 @@ class EventTable:
         t_first = np.full(n, big, dtype=np.int64)
         t_last = np.full(n, -1, dtype=np.int64)
         has = own_n > 0
-        t_first[has] = own_time[self.own_start[:-1][has]]
-        t_last[has] = own_time[self.own_start[1:][has] - 1]
+        t_first[has] = own_time(self.own_start[:-1][has])
+        t_last[has] = own_time(self.own_start[1:][has] - 1)
         np.minimum.at(t_first, f_loc[timed], f_time[timed])
         np.maximum.at(t_last, f_loc[timed], f_time[timed])
         at = 0
@@ -310,7 +314,7 @@ class EventTable:
                 insert[k], part.time = self.own_start[loc + 1], t_last[loc]
             else:
                 pos = self._own_pos(np.asarray(part.anchor), Ev.LEAVE)
-                insert[k], part.time = pos, own_time[pos]
+                insert[k], part.time = pos, own_time(pos)
             f_time[k] = part.time
 
     def counts_per_type(self) -> dict[int, int]:
@@ -347,15 +351,35 @@ class EventTable:
         def own_final(pos: np.ndarray) -> np.ndarray:
             return pos + np.searchsorted(shift_all, pos, side="right") - start
 
+        # own events: type, ref and seq offset gathered in own order into contiguous columns,
+        # time and seq made per record, then each written into the rows in one pass
         own_range = np.array([own_lo, own_hi], dtype=self.index)  # same dtype: no conversion
+        n_own = own_hi - own_lo
+        own_type = np.empty(n_own, np.uint8)
+        own_ref = np.empty(n_own, np.uint32)
+        own_off = np.empty(n_own, np.uint8)
         for part in self.own_parts:
             lo, hi = np.searchsorted(part.pos, own_range, side="left")
             if hi <= lo:
                 continue
             q = part.take(slice(lo, hi))
-            at = own_final(q.pos)
-            e["time"][at] = times[q.rec - r_lo]
-            self._fill(e, at, q)
+            k = q.pos - own_lo
+            own_type[k] = q.typ
+            own_ref[k] = q.ref
+            own_off[k] = q.offset
+            if q.params:
+                self._fill_params(e, own_final(q.pos), q)
+        per = self.per_record[r_lo:r_hi]
+        own_slots = slice(0, n_own)
+        if f_hi > f_lo:
+            own_slots = np.ones(stop - start, dtype=bool)
+            own_slots[f_final] = False
+        e["time"][own_slots] = np.repeat(times, per)
+        e["type"][own_slots] = own_type
+        e["ref"][own_slots] = own_ref
+        e["seq"][own_slots] = (np.repeat(np.arange(r_lo, r_hi, dtype=np.uint64) * np.uint64(8), per)
+                               + own_off)
+        del own_type, own_ref, own_off
         if f_hi > f_lo:
             sources = np.concatenate([np.full(p.size, i) for i, p in enumerate(self.foreign)])
             within = np.concatenate([np.arange(p.size) for p in self.foreign])
@@ -375,6 +399,9 @@ class EventTable:
         e["ref"][at] = q.ref
         e["seq"][at] = (q.rec.astype(np.uint64) * np.uint64(8) + np.uint64(q.offset)
                         if q.seq is None else q.seq)
+        self._fill_params(e, at, q)
+
+    def _fill_params(self, e: np.ndarray, at: np.ndarray, q: EventPart) -> None:
         rows = None  # the events' record rows, gathered once for every parameter taken from them
         for name, v in q.params.items():
             if callable(v):

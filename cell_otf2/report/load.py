@@ -6,6 +6,7 @@ message exact (docs/design.md). It does not check the archive (``otf2-print`` do
 
 from __future__ import annotations
 
+import os
 import types
 from array import array
 from collections.abc import Callable
@@ -18,26 +19,10 @@ import numpy as np
 from ..errors import FormatError
 from ..signals import Deferred
 
-
-class _Channels:
-    """Pairing by order: a channel id per key and, per channel, how many events of its first
-    side (sends, issues) and of its second side (receives, completions) were seen."""
-
-    def __init__(self) -> None:
-        self.ids: dict[tuple, int] = {}
-        self.counts: tuple[list[int], list[int]] = ([], [])
-
-    def next(self, key: tuple, second: bool) -> tuple[int, int]:
-        """(channel id, this event's sequence number on its side of the channel)."""
-        c = self.ids.get(key)
-        if c is None:
-            c = self.ids[key] = len(self.counts[0])
-            self.counts[0].append(0)
-            self.counts[1].append(0)
-        tally = self.counts[second]
-        seq = tally[c]
-        tally[c] = seq + 1
-        return c, seq
+try:  # the per-event callbacks in C, built at install time where a C compiler is (setup.py)
+    from .. import _evtread
+except ImportError:
+    _evtread = None
 
 
 class K(IntEnum):
@@ -92,7 +77,6 @@ class CommClass(IntEnum):
 #: one event of the exact log: every RMA event, every message on an MPI or "DMA" communicator
 LOG_ROW = np.dtype([("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("partner", "<i4"),
                     ("ref", "<i4"), ("bytes", "<i8"), ("chan", "<i8"), ("seq", "<i8")])
-_LOG_CODES = ("b", "i", "q", "i", "i", "q", "q", "q")
 
 
 @dataclass
@@ -179,9 +163,12 @@ def _member_refs(group) -> list[int]:
 
 
 def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
-                 progress: Callable[[int, int], None] | None = None) -> Loaded:
+                 progress: Callable[[int, int], None] | None = None,
+                 compiled: bool | None = None) -> Loaded:
     """Read the archive's definitions and (a bounded sample of) its events; ``progress(read,
-    total)`` is called between batches of events."""
+    total)`` is called between batches of events. ``compiled``: read events through the C
+    callbacks (``_evtread``) or the Python ones; None: C where built, unless
+    ``CELL2OTF2_PYTHON_READER`` is set."""
     import _otf2
     import otf2
 
@@ -193,7 +180,7 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
     except Exception as exc:  # the library raises several kinds; all mean "unreadable"
         raise FormatError(anchor, f"the otf2 reader cannot open it: {exc}") from None
     try:
-        return _load(reader, anchor, max_events, n_windows, _otf2, progress)
+        return _load(reader, anchor, max_events, n_windows, _otf2, progress, compiled)
     finally:
         reader.close()
 
@@ -206,7 +193,8 @@ def _node_of(tree_node) -> str:
     return (n or tree_node).name if tree_node is not None else ""
 
 
-def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress) -> Loaded:
+def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress,
+          compiled: bool | None = None) -> Loaded:
     d = reader.definitions
     locs = list(d.locations)
     n_locs = len(locs)
@@ -237,183 +225,23 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     starts, sizes = sample_plan(total, max_events, n_windows)
     ends = starts + sizes
     n_win = starts.size
-    kept = np.zeros(int(sizes.sum()), EVENT_ROW)
-    state_before = np.full((n_win, n_locs), -1, np.int32)
-    counts = np.zeros(len(K) + 1, np.int64)
-    stacks: list[list[int]] = [[] for _ in range(n_locs)]
-    entered: list[list[int]] = [[] for _ in range(n_locs)]  # Enter time per open region
     n_reg = max(len(regions), 1)
-    visits = [0] * (n_locs * n_reg)
-    inclusive = [0] * (n_locs * n_reg)
-    longest = [0] * (n_locs * n_reg)
-    exclusive = [0] * (n_locs * n_reg)
-    last_t = [-1] * n_locs
-    stray = [0] * n_locs
-    outermost = [0] * (n_locs * n_reg)
-    first_t = [-1] * n_locs
-    log = tuple(array(code) for code in _LOG_CODES)
-    lk, ll, lt, lp, lr, lb, lc, ls = (a.append for a in log)
     logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
-    channels = _Channels()  # MPI: (comm, sender, receiver, tag); sends first, receives second
-    rma_channels = _Channels()  # RMA: (location, window, matching id); issues, completions
-    # the reader's position: event index i, current window w = [ws, we)
-    st = {"i": 0, "j": 0, "w": 0}
-    bounds = [int(starts[0]), int(ends[0])]
-    big = 1 << 62
-
-    def pos() -> int:
-        """The window of the next event, -1 when it is skipped."""
-        i = st["i"]
-        st["i"] = i + 1
-        if i < bounds[0]:
-            return -1
-        w = st["w"]
-        if i == bounds[0]:
-            state_before[w] = [s[-1] if s else -1 for s in stacks]
-        if i == bounds[1] - 1:
-            st["w"] = w + 1
-            if w + 1 < n_win:
-                bounds[0], bounds[1] = int(starts[w + 1]), int(ends[w + 1])
-            else:
-                bounds[0] = bounds[1] = big
-        return w
-
-    def keep(w, loc, t, kind, ref, partner, nbytes, chan, seq) -> None:
-        j = st["j"]
-        s = stacks[loc]
-        kept[j] = (loc, t, kind, ref, partner, nbytes, chan, seq, s[-1] if s else -1, w)
-        st["j"] = j + 1
-
-    def advance(loc, t):
-        """Exclusive time of the innermost open region up to ``t``."""
-        s = stacks[loc]
-        if s:
-            exclusive[loc * n_reg + s[-1]] += t - last_t[loc]
-        elif first_t[loc] < 0:
-            first_t[loc] = t
-        last_t[loc] = t
-
-    def logged(kind, loc, t, partner, ref, nbytes, chan, seq):
-        lk(kind), ll(loc), lt(t), lp(partner), lr(ref), lb(nbytes), lc(chan), ls(seq)
-
-    def on_enter(loc, t, _u, _a, region):
-        counts[K.ENTER] += 1
-        w = pos()
-        advance(loc, t)
-        s = stacks[loc]
-        if not s:
-            outermost[loc * n_reg + region] += 1
-        s.append(region)
-        entered[loc].append(t)
-        if w >= 0:
-            keep(w, loc, t, K.ENTER, region, -1, 0, -1, -1)
-
-    def on_leave(loc, t, _u, _a, region):
-        counts[K.LEAVE] += 1
-        w = pos()
-        advance(loc, t)
-        s = stacks[loc]
-        if s and s[-1] == region:
-            s.pop()
-            t0 = entered[loc].pop()
-        elif region in s:  # close what was left open inside it
-            k = len(s) - 1 - s[::-1].index(region)
-            t0 = entered[loc][k]
-            del s[k:], entered[loc][k:]
-        else:
-            t0 = -1
-            stray[loc] += 1
-        if t0 >= 0:
-            i = loc * n_reg + region
-            visits[i] += 1
-            inclusive[i] += t - t0
-            if t - t0 > longest[i]:
-                longest[i] = t - t0
-        if w >= 0:
-            keep(w, loc, t, K.LEAVE, region, -1, 0, -1, -1)
-
-    def message(kind, loc, t, peer, comm, tag, length):
-        counts[kind] += 1
-        w = pos()
-        members = comm_members.get(comm, ())
-        other = members[peer] if peer < len(members) else -1
-        key = (comm, loc, other, tag) if kind == K.SEND else (comm, other, loc, tag)
-        c, seq = channels.next(key, second=kind != K.SEND)
-        if comm in logged_comm:
-            logged(kind, loc, t, other, comm, length, c, seq)
-        if w >= 0:
-            keep(w, loc, t, kind, comm, other, length, c, seq)
-
-    def on_send(loc, t, _u, _a, receiver, comm, tag, length, *_req):
-        message(K.SEND, loc, t, receiver, comm, tag, length)
-
-    def on_recv(loc, t, _u, _a, sender, comm, tag, length, *_req):
-        message(K.RECV, loc, t, sender, comm, tag, length)
-
-    def rma(kind, loc, t, win, remote, nbytes, matching):
-        counts[kind] += 1
-        w = pos()
-        c, seq = rma_channels.next((loc, win, matching), second=kind == K.RMA_DONE)
-        members = win_members.get(win, ())
-        other = members[remote] if 0 <= remote < len(members) else -1
-        logged(kind, loc, t, other, win, nbytes, c, seq)
-        if w >= 0:
-            keep(w, loc, t, kind, win, other, nbytes, c, seq)
-
-    def on_get(loc, t, _u, _a, win, remote, nbytes, matching):
-        rma(K.GET, loc, t, win, remote, nbytes, matching)
-
-    def on_put(loc, t, _u, _a, win, remote, nbytes, matching):
-        rma(K.PUT, loc, t, win, remote, nbytes, matching)
-
-    def on_done(loc, t, _u, _a, win, matching):
-        rma(K.RMA_DONE, loc, t, win, -1, 0, matching)
-
-    def simple(kind):
-        def on_event(loc, t, *_rest):
-            counts[kind] += 1
-            w = pos()
-            if w >= 0:
-                keep(w, loc, t, kind, -1, -1, 0, -1, -1)
-        return on_event
-
-    ours = {"Enter": on_enter, "Leave": on_leave, "MpiSend": on_send, "MpiIsend": on_send,
-            "MpiRecv": on_recv, "MpiIrecv": on_recv, "RmaGet": on_get, "RmaPut": on_put,
-            "RmaOpCompleteBlocking": on_done, "MpiCollectiveBegin": simple(K.COLL_BEGIN),
-            "MpiCollectiveEnd": simple(K.COLL_END), "Metric": simple(K.METRIC)}
-    other = simple(K.OTHER)
-    # _otf2 keeps each C thunk alive by attaching it to the Python function it wraps, so one
-    # function given to two setters loses its first thunk: every setter gets its own copy.
-    alive = []
-    cbs = _otf2.GlobalEvtReaderCallbacks_New()
+    ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
+                 logged_comm)
+    use_c = _use_compiled() if compiled is None else compiled
     try:
-        prefix = "GlobalEvtReaderCallbacks_Set"
-        for name in dir(_otf2):
-            if (name.startswith(prefix) and name.endswith("Callback")
-                    and name != prefix + "UnknownCallback"):
-                alive.append(_copy(ours.get(name[len(prefix):-len("Callback")], other)))
-                getattr(_otf2, name)(cbs, alive[-1])
-        handle = _open_global_reader(reader, locs, _otf2)
-        _otf2.GlobalEvtReader_SetCallbacks(handle, cbs, None)
-    finally:
-        _otf2.GlobalEvtReaderCallbacks_Delete(cbs)
-    try:
-        batch = 65536
-        with Deferred() as signals:  # never raised inside a callback, checked between batches
-            while _otf2.GlobalEvtReader_ReadEvents(handle, batch) == batch:
-                signals.check()
-                if progress is not None:
-                    progress(st["i"], total)
+        _read_events(reader, locs, _otf2, ev.batch, use_c,
+                     None if progress is None else lambda: progress(ev.i, total))
     except Exception as exc:
-        raise FormatError(anchor, f"the otf2 reader failed after {st['i']} events: {exc}"
+        raise FormatError(anchor, f"the otf2 reader failed after {ev.i} events: {exc}"
                           ) from None
-    finally:
-        _otf2.Reader_CloseGlobalEvtReader(reader.handle, handle)
-        _otf2.Reader_CloseEvtFiles(reader.handle)
-    if st["i"] != total:
+    if ev.i != total:
         raise FormatError(anchor, "events read differ from the definitions' per-location "
-                          f"counts (expected {total}, found {st['i']})")
-    kept = kept[: st["j"]]
+                          f"counts (expected {total}, found {ev.i})")
+    kept = ev.kept[: ev.j]
+    state_before = ev.state_before
+    counts = ev.counts
     win = kept["window"].astype(np.int64)
     window_events = np.bincount(win, minlength=n_win)
     wb = np.zeros((n_win, 2), np.int64)
@@ -425,22 +253,22 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         wb[:, 1] = kept["time"][np.searchsorted(win, np.arange(n_win), side="right") - 1]
     by_class: dict[str, int] = {c.name: 0 for c in CommClass}
     sends = np.zeros(len(comms), np.int64)
-    for (comm, *_rest), c in channels.ids.items():
-        if 0 <= comm < len(comms):
-            sends[comm] += channels.counts[0][c]
+    chan_comm = ev.channels.first_column()
+    ok = (chan_comm >= 0) & (chan_comm < len(comms))
+    np.add.at(sends, chan_comm[ok], ev.channels.n[0][: chan_comm.size][ok])
     for cls in CommClass:
         by_class[cls.name] = int(sends[comm_class == cls].sum())
     shape = (n_locs, n_reg)
     exact = Exact(
-        visits=np.array(visits, np.int64).reshape(shape),
-        inclusive=np.array(inclusive, np.float64).reshape(shape),
-        longest=np.array(longest, np.float64).reshape(shape),
-        exclusive=np.array(exclusive, np.float64).reshape(shape),
-        first=np.array(first_t, np.int64), last=np.array(last_t, np.int64),
-        outermost=np.array(outermost, np.int64).reshape(shape),
-        unclosed=np.array([len(x) for x in stacks], np.int64),
-        stray_leaves=np.array(stray, np.int64),
-        log=_log_table(log))
+        visits=ev.visits.reshape(shape),
+        inclusive=ev.inclusive.astype(np.float64).reshape(shape),
+        longest=ev.longest.astype(np.float64).reshape(shape),
+        exclusive=ev.exclusive.astype(np.float64).reshape(shape),
+        first=ev.first_t, last=ev.last_t,
+        outermost=ev.outermost.reshape(shape),
+        unclosed=np.array([len(x) for x in ev.stacks], np.int64),
+        stray_leaves=ev.stray,
+        log=ev.log_table())
     if progress is not None:
         progress(total, total)
     return Loaded(
@@ -474,13 +302,6 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     )
 
 
-def _log_table(columns: tuple[array, ...]) -> np.ndarray:
-    out = np.zeros(len(columns[0]), LOG_ROW)
-    for name, col in zip(LOG_ROW.names, columns, strict=True):
-        out[name] = np.frombuffer(col, dtype=col.typecode) if len(col) else 0
-    return out
-
-
 def _copy(fn):
     """A distinct function object with the same code and closure."""
     return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
@@ -512,3 +333,526 @@ def _open_global_reader(reader, locs, _otf2):
     if defs_open:
         _otf2.Reader_CloseDefFiles(h)
     return _otf2.Reader_GetGlobalEvtReader(h)
+
+
+# --------------------------------------------------------------------------------------------
+# events: read into columns by callbacks (C or Python), then worked on batch by batch as arrays
+# --------------------------------------------------------------------------------------------
+
+#: set (to anything non-empty) to read events through the Python callbacks even where
+#: ``_evtread`` is built (the tests compare both)
+PYTHON_READER_VARIABLE = "CELL2OTF2_PYTHON_READER"
+#: the columns one event fills, C and Python alike: its K; location; time (the reader's
+#: uint64 as int64); region / communicator / RMA window; receiver or sender rank, RMA remote,
+#: -1 for an RMA completion, else 0; message length or RMA bytes; message tag or RMA matching
+#: id. Zero where the kind has no such number.
+RAW_COLUMNS = (("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("ref", "<i8"),
+               ("peer", "<i8"), ("nbytes", "<u8"), ("match", "<u8"))
+#: events per ReadEvents call
+BATCH = 65536
+_ALL_ONES = (1 << 64) - 1  # -1 as the Python callbacks' uint64
+
+
+def _use_compiled() -> bool:
+    return _evtread is not None and not os.environ.get(PYTHON_READER_VARIABLE)
+
+
+def _kind_of(event_class: str) -> int:
+    """The K of an OTF2 event class name (as in ``GlobalEvtReaderCallbacks_Set<name>Callback``)."""
+    return {"Enter": K.ENTER, "Leave": K.LEAVE, "MpiSend": K.SEND, "MpiIsend": K.SEND,
+            "MpiRecv": K.RECV, "MpiIrecv": K.RECV, "RmaGet": K.GET, "RmaPut": K.PUT,
+            "RmaOpCompleteBlocking": K.RMA_DONE, "MpiCollectiveBegin": K.COLL_BEGIN,
+            "MpiCollectiveEnd": K.COLL_END, "Metric": K.METRIC}.get(event_class, K.OTHER)
+
+
+def _event_classes(_otf2) -> list[str]:
+    """Every event class the bindings have a global reader callback setter for."""
+    prefix, suffix = "GlobalEvtReaderCallbacks_Set", "Callback"
+    return [name[len(prefix):-len(suffix)] for name in dir(_otf2)
+            if name.startswith(prefix) and name.endswith(suffix)
+            and name != prefix + "UnknownCallback"]
+
+
+class _PyCallbacks:
+    """The Python callbacks: each appends its event's RAW_COLUMNS to one flat uint64 array."""
+
+    def __init__(self) -> None:
+        self.flat = array("Q")
+        put = self.flat.extend
+        neg = _ALL_ONES
+        done = int(K.RMA_DONE)
+
+        def region(kind):
+            k = int(kind)
+
+            def on_event(loc, t, _u, _a, region):
+                put((k, loc, t, region, 0, 0, 0))
+            return on_event
+
+        def message(kind):
+            k = int(kind)
+
+            def on_event(loc, t, _u, _a, peer, comm, tag, length, *_req):
+                put((k, loc, t, comm, peer, length, tag))
+            return on_event
+
+        def rma(kind):
+            k = int(kind)
+
+            def on_event(loc, t, _u, _a, win, remote, nbytes, matching):
+                put((k, loc, t, win, remote, nbytes, matching))
+            return on_event
+
+        def on_done(loc, t, _u, _a, win, matching):
+            put((done, loc, t, win, neg, 0, matching))
+
+        def simple(kind):
+            k = int(kind)
+
+            def on_event(loc, t, *_rest):
+                put((k, loc, t, 0, 0, 0, 0))
+            return on_event
+
+        self.by_kind = {K.ENTER: region(K.ENTER), K.LEAVE: region(K.LEAVE),
+                        K.SEND: message(K.SEND), K.RECV: message(K.RECV), K.GET: rma(K.GET),
+                        K.PUT: rma(K.PUT), K.RMA_DONE: on_done}
+
+        self.simple = simple
+
+    def callback(self, kind: int):
+        fn = self.by_kind.get(kind) or self.simple(kind)
+        # _otf2 keeps each C thunk alive by attaching it to the Python function it wraps, so
+        # one function given to two setters loses its first thunk: every setter gets a copy
+        return _copy(fn)
+
+    def take(self) -> tuple[np.ndarray, ...]:
+        """The columns of the events since the last ``take`` (as the C callbacks fill them)."""
+        rows = np.frombuffer(self.flat, np.uint64).reshape(-1, len(RAW_COLUMNS))
+        out = []
+        for k, (_name, code) in enumerate(RAW_COLUMNS):
+            dt = np.dtype(code)
+            col = rows[:, k]
+            out.append(col.astype(dt) if dt.itemsize < 8 else col.copy().view(dt))  # copies
+        del rows, col
+        del self.flat[:]
+        return tuple(out)
+
+
+def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
+                 between: Callable[[], None] | None = None) -> None:
+    """Read every event of the archive (global time order) through the C callbacks
+    (``compiled``) or the Python ones, calling ``sink(*columns)`` (RAW_COLUMNS) once per batch
+    and ``between()`` between batches; Ctrl-C and termination signals are deferred to the
+    batch boundaries."""
+    import ctypes
+
+    alive = []
+    cbs = _otf2.GlobalEvtReaderCallbacks_New()
+    py = None
+    try:
+        if compiled:
+            lib = ctypes.PyDLL(_otf2.conf.lib._name)
+            setters = []
+            for name in _event_classes(_otf2):
+                kind = _kind_of(name)
+                code = kind + 100 if name in ("MpiIsend", "MpiIrecv") else kind
+                fn = lib[f"OTF2_GlobalEvtReaderCallbacks_Set{name}Callback"]
+                setters.append((ctypes.cast(fn, ctypes.c_void_p).value, int(code)))
+            cols = tuple(np.empty(BATCH, np.dtype(code)) for _name, code in RAW_COLUMNS)
+            _evtread.buffers(*cols)
+            _evtread.install(ctypes.cast(cbs, ctypes.c_void_p).value, setters)
+        else:
+            py = _PyCallbacks()
+            for name in _event_classes(_otf2):
+                alive.append(py.callback(_kind_of(name)))
+                getattr(_otf2, f"GlobalEvtReaderCallbacks_Set{name}Callback")(cbs, alive[-1])
+        handle = _open_global_reader(reader, locs, _otf2)
+        _otf2.GlobalEvtReader_SetCallbacks(handle, cbs, None)
+    except BaseException:
+        if compiled:
+            _evtread.release()
+        raise
+    finally:
+        _otf2.GlobalEvtReaderCallbacks_Delete(cbs)
+    try:
+        with Deferred() as signals:  # never raised inside a callback, checked between batches
+            while True:
+                got = _otf2.GlobalEvtReader_ReadEvents(handle, BATCH)
+                if compiled:
+                    n = _evtread.take()
+                    sink(*(c[:n] for c in cols))
+                else:
+                    sink(*py.take())
+                if got != BATCH:
+                    break
+                signals.check()
+                if between is not None:
+                    between()
+    finally:
+        if compiled:
+            _evtread.release()
+        _otf2.Reader_CloseGlobalEvtReader(reader.handle, handle)
+        _otf2.Reader_CloseEvtFiles(reader.handle)
+
+
+class _Members:
+    """Communicator (or window) ref and rank -> location ref, -1 where undefined."""
+
+    def __init__(self, members: dict[int, list[int]]) -> None:
+        refs = [r for r in members if r >= 0]
+        rows = max(refs) + 1 if refs else 0
+        width = max((len(members[r]) for r in refs), default=0) + 1
+        self.table = np.full((rows, width), -1, np.int64)
+        self.size = np.zeros(rows, np.int64)
+        for r in refs:
+            self.table[r, : len(members[r])] = members[r]
+            self.size[r] = len(members[r])
+
+    def __call__(self, ref: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        rows = self.size.size
+        known = (ref >= 0) & (ref < rows)
+        r = np.where(known, ref, 0)
+        ok = known & (rank >= 0) & (rank < (self.size[r] if rows else 0))
+        if not rows:
+            return np.full(ref.size, -1, np.int64)
+        return np.where(ok, self.table[r, np.where(ok, rank, 0)], -1)
+
+
+class _Chan:
+    """Pairing by order: a channel id per key (in the order keys first occur) and, per channel,
+    how many events of its first side (sends, issues) and of its second side (receives,
+    completions) were seen. A key is a few non-negative integers; while each is below its
+    ``bounds`` entry the key is kept as one integer (mixed radix), else as a tuple."""
+
+    def __init__(self, bounds: tuple[int, ...]) -> None:
+        self.ids: dict = {}
+        self.n = [np.zeros(64, np.int64), np.zeros(64, np.int64)]
+        self.bounds = bounds
+        self.packed = int(np.prod([float(b) for b in bounds])) < 1 << 63
+
+    def _unpack(self, key: int) -> tuple[int, ...]:
+        out = []
+        for b in reversed(self.bounds):
+            key, r = divmod(key, b)
+            out.append(r)
+        return tuple(reversed(out))
+
+    def first_column(self) -> np.ndarray:
+        """The first key column of each channel, by channel id."""
+        keys = list(self.ids)
+        if self.packed:
+            tail = int(np.prod([float(b) for b in self.bounds[1:]]))
+            return np.array(keys, np.int64) // tail if keys else np.zeros(0, np.int64)
+        return np.array([k[0] for k in keys], np.int64)
+
+    def assign(self, keys: tuple[np.ndarray, ...], second: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(channel id, sequence number on its side) of each event, in order; ``keys``: the
+        columns of each event's key (non-negative integers)."""
+        m = second.size
+        ids = self.ids
+        if self.packed and not all(int(k.min()) >= 0 and int(k.max()) < b
+                                   for k, b in zip(keys, self.bounds, strict=True)):
+            self.packed = False
+            self.ids = ids = {self._unpack(k): c for k, c in ids.items()}
+        if self.packed:
+            packed = keys[0].astype(np.int64)
+            for k, b in zip(keys[1:], self.bounds[1:], strict=True):
+                packed = packed * b + k.astype(np.int64)
+            key_list = packed.tolist()
+        else:
+            key_list = list(zip(*(k.tolist() for k in keys), strict=True))
+        new = [k for k in dict.fromkeys(key_list) if k not in ids]  # in order of occurrence
+        if new:
+            ids.update(zip(new, range(len(ids), len(ids) + len(new)), strict=True))
+        c = np.fromiter(map(ids.__getitem__, key_list), np.int64, count=m)
+        if len(ids) > self.n[0].size:
+            grow = max(len(ids), 2 * self.n[0].size)
+            self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
+        side = second.astype(np.int64)
+        g = c * 2 + side
+        o = np.argsort(g, kind="stable")
+        gs = g[o]
+        start = np.flatnonzero(np.concatenate([[True], gs[1:] != gs[:-1]]))
+        occ = np.empty(m, np.int64)
+        occ[o] = np.arange(m) - np.repeat(start, np.diff(np.append(start, m)))
+        seq = np.where(second, self.n[1][c], self.n[0][c]) + occ
+        for s in (0, 1):
+            self.n[s][: len(ids)] += np.bincount(c[side == s], minlength=len(ids))
+        return c, seq
+
+
+class _Events:
+    """Everything ``_load`` takes from the events, fed batch by batch (``batch``) with the
+    RAW_COLUMNS of consecutive events in the reader's order: counts, the sample windows' kept
+    rows and their starting states, the exact per-region sums, the message and RMA pairing
+    and the log. Enter/Leave are worked on as arrays when the batch nests properly (every
+    Leave closes its location's innermost open region); a batch that does not is walked one
+    event at a time, with the same results."""
+
+    def __init__(self, n_locs: int, n_reg: int, starts: np.ndarray, ends: np.ndarray,
+                 n_kept: int, comm_members: dict, win_members: dict, logged_comm: set
+                 ) -> None:
+        self.n_locs, self.n_reg = n_locs, n_reg
+        self.starts, self.ends = starts.tolist(), ends.tolist()
+        self.kept = np.zeros(n_kept, EVENT_ROW)
+        self.i = self.j = 0
+        self.state_before = np.full((len(self.starts), n_locs), -1, np.int32)
+        self.counts = np.zeros(len(K) + 1, np.int64)
+        self.stacks: list[list[int]] = [[] for _ in range(n_locs)]
+        self.entered: list[list[int]] = [[] for _ in range(n_locs)]  # Enter time per open
+        size = n_locs * n_reg
+        self.visits = np.zeros(size, np.int64)
+        self.inclusive = np.zeros(size, np.int64)
+        self.longest = np.zeros(size, np.int64)
+        self.exclusive = np.zeros(size, np.int64)
+        self.outermost = np.zeros(size, np.int64)
+        self.first_t = np.full(n_locs, -1, np.int64)
+        self.last_t = np.full(n_locs, -1, np.int64)
+        self.stray = np.zeros(n_locs, np.int64)
+        self.logs: list[np.ndarray] = []
+        # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
+        self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
+                               1 << 32))
+        # RMA: (location, window, matching id); issues, completions
+        self.rma_channels = _Chan((n_locs, max(win_members, default=0) + 1, 1 << 40))
+        self.comm_members = _Members(comm_members)
+        self.win_members = _Members(win_members)
+        top = max([r for r in logged_comm if r >= 0], default=-1)
+        self.logged = np.zeros(top + 2, bool)  # last entry: any ref beyond
+        self.logged[[r for r in logged_comm if r >= 0]] = True
+
+    def log_table(self) -> np.ndarray:
+        return (np.concatenate(self.logs) if self.logs else np.zeros(0, LOG_ROW))
+
+    def batch(self, kind, loc, t, ref, peer, nbytes, match) -> None:
+        n = int(kind.size)
+        if not n:
+            return
+        i0 = self.i
+        self.i = i0 + n
+        self.counts += np.bincount(kind, minlength=self.counts.size)[: self.counts.size]
+        loc = loc.astype(np.int64)
+        # sample windows of this batch, and the windows that start in it
+        w = None
+        snaps = []
+        for k, (s, e) in enumerate(zip(self.starts, self.ends, strict=True)):
+            lo, hi = max(s, i0), min(e, i0 + n)
+            if lo < hi:
+                if w is None:
+                    w = np.full(n, -1, np.int16)
+                w[lo - i0: hi - i0] = k
+                if s >= i0:
+                    snaps.append((k, s - i0))
+        # Enter and Leave: per location, in order
+        top0 = np.array([s[-1] if s else -1 for s in self.stacks], np.int64)
+        el = np.flatnonzero((kind == K.ENTER) | (kind == K.LEAVE))
+        el = el[np.argsort(loc[el], kind="stable")]
+        el_loc = loc[el]
+        state = None
+        if el.size:
+            args = (el_loc, kind[el] == K.ENTER, t[el], ref[el])
+            state = self._regions(*args)
+            if state is None:
+                state = self._regions_walk(*args)
+        stride = n + 1
+        el_key = el_loc * stride + el
+
+        def state_at(locs: np.ndarray, pos: np.ndarray) -> np.ndarray:
+            """Innermost open region of ``locs`` after the event at batch position ``pos``."""
+            if not el.size:
+                return top0[locs]
+            at = np.searchsorted(el_key, locs * stride + pos, side="right") - 1
+            hit = (at >= 0) & (el_loc[np.maximum(at, 0)] == locs)
+            return np.where(hit, state[np.maximum(at, 0)], top0[locs])
+
+        every = np.arange(self.n_locs, dtype=np.int64)
+        for k, p in snaps:
+            self.state_before[k] = state_at(every, np.full(self.n_locs, p - 1, np.int64))
+        # messages and RMA: partners, pairing, log
+        other = np.full(n, -1, np.int64)
+        chan = np.full(n, -1, np.int64)
+        seq = np.full(n, -1, np.int64)
+        logged = np.zeros(n, bool)
+        msg = np.flatnonzero((kind == K.SEND) | (kind == K.RECV))
+        if msg.size:
+            comm, lm = ref[msg], loc[msg]
+            oth = self.comm_members(comm, peer[msg])
+            send = kind[msg] == K.SEND
+            c, q = self.channels.assign(
+                (comm, np.where(send, lm, oth) + 1, np.where(send, oth, lm) + 1, match[msg]),
+                ~send)
+            other[msg], chan[msg], seq[msg] = oth, c, q
+            logged[msg] = self.logged[np.clip(comm, -1, self.logged.size - 1)] & (comm >= 0)
+        rma = np.flatnonzero((kind >= K.GET) & (kind <= K.RMA_DONE))
+        if rma.size:
+            win = ref[rma]
+            c, q = self.rma_channels.assign((loc[rma], win, match[rma]),
+                                            kind[rma] == K.RMA_DONE)
+            other[rma] = self.win_members(win, peer[rma])
+            chan[rma], seq[rma] = c, q
+            logged[rma] = True
+        lg = np.flatnonzero(logged)
+        if lg.size:
+            rows = np.zeros(lg.size, LOG_ROW)
+            for name, col in (("kind", kind), ("loc", loc), ("time", t), ("partner", other),
+                              ("ref", ref), ("bytes", nbytes), ("chan", chan), ("seq", seq)):
+                rows[name] = col[lg]
+            self.logs.append(rows)
+        # kept rows
+        if w is None:
+            return
+        kp = np.flatnonzero(w >= 0)
+        j = self.j
+        rows = self.kept[j: j + kp.size]
+        self.j = j + kp.size
+        kk = kind[kp]
+        rows["loc"] = loc[kp]
+        rows["time"] = t[kp]
+        rows["kind"] = kk
+        rows["ref"] = np.where(kk >= K.COLL_BEGIN, -1, ref[kp])
+        rows["partner"] = other[kp]
+        rows["bytes"] = nbytes[kp]
+        rows["chan"] = chan[kp]
+        rows["seq"] = seq[kp]
+        rows["state"] = state_at(loc[kp], kp)
+        rows["window"] = w[kp]
+
+    def _regions(self, loc, enter, t, region) -> np.ndarray | None:
+        """Enter/Leave events of one batch, grouped by location (in order within each) as
+        arrays: the innermost open region after each, the exact sums updated. None (nothing
+        changed) unless every Leave closes its location's innermost open region."""
+        m = loc.size
+        n_locs, n_reg = self.n_locs, self.n_reg
+        if loc.min() < 0 or loc.max() >= n_locs or region.max() >= n_reg:
+            return None
+        d = np.where(enter, 1, -1)
+        cs = np.cumsum(d)
+        gs = np.flatnonzero(np.concatenate([[True], loc[1:] != loc[:-1]]))
+        glen = np.diff(np.append(gs, m))
+        gl = loc[gs]
+        depth0 = np.array([len(self.stacks[x]) for x in gl.tolist()], np.int64)
+        before = np.concatenate([[0], cs[gs[1:] - 1]])
+        after = cs + np.repeat(depth0 - before, glen)  # depth after each event
+        leave = ~enter
+        if (after[leave] < 0).any():
+            return None
+        level = np.where(enter, after, after + 1)  # the level an Enter opens, a Leave closes
+        # the open Enters: carried over from earlier batches (position 0) and this batch's
+        c_loc, c_lev, c_reg, c_t = [], [], [], []
+        for x, dep in zip(gl.tolist(), depth0.tolist(), strict=True):
+            if dep:
+                c_loc += [x] * dep
+                c_lev += range(1, dep + 1)
+                c_reg += self.stacks[x]
+                c_t += self.entered[x]
+        top_level = int(max(level.max(), depth0.max())) + 2
+        span = m + 2
+
+        def key(x, lev, pos):
+            return (x * top_level + lev) * span + pos
+
+        e = np.flatnonzero(enter)
+        e_key = np.concatenate([key(np.array(c_loc, np.int64), np.array(c_lev, np.int64), 0),
+                                key(loc[e], level[e], e + 1)])
+        e_reg = np.concatenate([np.array(c_reg, np.int64), region[e]])
+        e_t = np.concatenate([np.array(c_t, np.int64), t[e]])
+        o = np.argsort(e_key)
+        e_key, e_reg, e_t = e_key[o], e_reg[o], e_t[o]
+
+        def opened(x, lev, pos):
+            """Index of the last Enter at (location, level) before ``pos``; -1 none."""
+            q = key(x, lev, pos)
+            at = np.searchsorted(e_key, q, side="left") - 1
+            ok = (at >= 0) & (e_key[np.maximum(at, 0)] // span == q // span)
+            return np.where(ok, at, -1)
+
+        lv = np.flatnonzero(leave)
+        closes = opened(loc[lv], level[lv], lv + 1)
+        if (closes < 0).any() or (e_reg[closes] != region[lv]).any():
+            return None
+        parent = opened(loc[lv], after[lv], lv + 1)
+        if ((after[lv] > 0) & (parent < 0)).any():
+            return None
+        state = np.where(enter, region, -1)
+        state[lv] = np.where(after[lv] > 0, e_reg[np.maximum(parent, 0)], -1)
+        # the exact sums
+        cell = loc * n_reg
+        at = cell[lv] + region[lv]
+        dur = t[lv] - e_t[closes]
+        np.add.at(self.visits, at, 1)
+        np.add.at(self.inclusive, at, dur)
+        np.maximum.at(self.longest, at, dur)
+        first = np.zeros(m, bool)
+        first[gs] = True
+        prev_state = np.empty(m, np.int64)
+        prev_state[1:] = state[:-1]
+        prev_state[gs] = self.top_of(gl)
+        prev_t = np.empty(m, np.int64)
+        prev_t[1:] = t[:-1]
+        prev_t[gs] = self.last_t[gl]
+        busy = prev_state >= 0
+        np.add.at(self.exclusive, cell[busy] + prev_state[busy], (t - prev_t)[busy])
+        fresh = self.first_t[gl] < 0
+        self.first_t[gl[fresh]] = t[gs[fresh]]
+        self.last_t[gl] = t[gs + glen - 1]
+        out = enter & (after == 1)
+        np.add.at(self.outermost, cell[out] + region[out], 1)
+        # the stacks left open
+        final = after[gs + glen - 1]
+        fx = np.repeat(gl, final)
+        flev = np.arange(final.sum()) - np.repeat(np.cumsum(final) - final, final) + 1
+        fo = opened(fx, flev, np.full(fx.size, m + 1))
+        regs, times = e_reg[fo].tolist(), e_t[fo].tolist()
+        at = 0
+        for x, dep in zip(gl.tolist(), final.tolist(), strict=True):
+            self.stacks[x] = regs[at: at + dep]
+            self.entered[x] = times[at: at + dep]
+            at += dep
+        return state
+
+    def top_of(self, locs: np.ndarray) -> np.ndarray:
+        return np.array([self.stacks[x][-1] if self.stacks[x] else -1 for x in locs.tolist()],
+                        np.int64)
+
+    def _regions_walk(self, loc, enter, t, region) -> np.ndarray:
+        """``_regions`` one event at a time, for any batch (Leaves of regions not open, of
+        regions open further out)."""
+        n_reg = self.n_reg
+        stacks, entered = self.stacks, self.entered
+        visits, inclusive, longest = self.visits, self.inclusive, self.longest
+        exclusive, outermost = self.exclusive, self.outermost
+        first_t, last_t, stray = self.first_t, self.last_t, self.stray
+        state = np.empty(loc.size, np.int64)
+        for q, (x, is_enter, tq, r) in enumerate(zip(loc.tolist(), enter.tolist(), t.tolist(),
+                                                    region.tolist(), strict=True)):
+            s = stacks[x]
+            if s:
+                exclusive[x * n_reg + s[-1]] += tq - int(last_t[x])
+            elif first_t[x] < 0:
+                first_t[x] = tq
+            last_t[x] = tq
+            if is_enter:
+                if not s:
+                    outermost[x * n_reg + r] += 1
+                s.append(r)
+                entered[x].append(tq)
+            else:
+                if s and s[-1] == r:
+                    s.pop()
+                    t0 = entered[x].pop()
+                elif r in s:  # close what was left open inside it
+                    k = len(s) - 1 - s[::-1].index(r)
+                    t0 = entered[x][k]
+                    del s[k:], entered[x][k:]
+                else:
+                    t0 = -1
+                    stray[x] += 1
+                if t0 >= 0:
+                    i = x * n_reg + r
+                    visits[i] += 1
+                    inclusive[i] += tq - t0
+                    if tq - t0 > longest[i]:
+                        longest[i] = tq - t0
+            state[q] = s[-1] if s else -1
+        return state
