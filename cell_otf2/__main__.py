@@ -19,7 +19,10 @@ def main() -> None:
         sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
         signals.forget_unhandled_interrupt()
         raise SystemExit(signals.exit_status(exc)) from None
-    cli_main()
+    try:
+        cli_main()
+    finally:  # the command is done: a signal during the interpreter's shutdown changes nothing
+        signals.ignore_from_now_on()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Slot arrays of every dump -> the decoded trace: locations, records in program order, clock
-domains with local times (``clocks.split_intervals``), the slot-order anchor stream and the
+domains with local times (``intervals.split_intervals``), the slot-order anchor stream and the
 links between intervals (docs/design.md), with contained damage recorded (undefined ids, a PPE
 timebase running backwards, missing blocks, unpaired CTX_SWITCH records, decrementer steps that
 may hide a wrap). It does not match messages (``match.py``), build constraints (``order.py``)
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
-from .clocks import HALF, MOD, split_intervals
 from .damage import DamageKind, DamageLog
+from .intervals import HALF, MOD, split_intervals
 from .loops import gather_fields
 from .manifest import Manifest
 from .model import (

@@ -107,6 +107,17 @@ class Deferred:
             self.check()
 
 
+def ignore_from_now_on() -> None:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP from here on: called once the command has finished,
+    so that a signal arriving while the interpreter shuts down neither kills the process
+    with the signal (status -2) nor prints a traceback; the exit status is already decided."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+
+
 def forget_unhandled_interrupt() -> None:
     """Tell the interpreter that the last KeyboardInterrupt was handled. CPython remembers a
     KeyboardInterrupt that escaped code run through ``PyRun_*`` (some C extensions run Python

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .clocks import MOD
 from .damage import DamageKind, DamageLog
+from .intervals import MOD
 from .model import Constraints, Decoded, DomainKind, LinkKind, NodeMap, SyncResult
 from .solver import pair_width_stats, solve
 

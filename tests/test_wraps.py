@@ -23,7 +23,7 @@ from paths import ENV
 
 from cell_otf2 import decode  # noqa: E402
 from cell_otf2 import format as fmt  # noqa: E402
-from cell_otf2.clocks import MOD  # noqa: E402
+from cell_otf2.intervals import MOD  # noqa: E402
 from cell_otf2.model import OrderOptions  # noqa: E402
 from cell_otf2.sim.run import simulate_run  # noqa: E402
 from cell_otf2.sim.truth import load_truth  # noqa: E402

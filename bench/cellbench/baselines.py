@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cell_otf2 import format as fmt
-from cell_otf2.clocks import MOD
+from cell_otf2.intervals import MOD
 from cell_otf2.model import (
     Constraints,
     Decoded,

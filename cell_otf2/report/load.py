@@ -175,14 +175,20 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
     anchor = Path(anchor)
     if not anchor.is_file():
         raise FormatError(anchor, "no OTF2 anchor file there")
-    try:
-        reader = otf2.reader.Reader(str(anchor))
-    except Exception as exc:  # the library raises several kinds; all mean "unreadable"
-        raise FormatError(anchor, f"the otf2 reader cannot open it: {exc}") from None
-    try:
-        return _load(reader, anchor, max_events, n_windows, _otf2, progress, compiled)
-    finally:
-        reader.close()
+    # the bindings read the definitions through Python callbacks: a signal raised inside one
+    # would be lost in the library (or printed by ctypes), so it is noted and raised after
+    with Deferred() as signals:
+        try:
+            reader = otf2.reader.Reader(str(anchor))
+        except Exception as exc:  # the library raises several kinds; all mean "unreadable"
+            if signals.noted is not None:
+                signals.check()  # the library failed because of the interruption
+            raise FormatError(anchor, f"the otf2 reader cannot open it: {exc}") from None
+        try:
+            signals.check()
+            return _load(reader, anchor, max_events, n_windows, _otf2, progress, compiled)
+        finally:
+            reader.close()
 
 
 def _node_of(tree_node) -> str:

@@ -1,8 +1,8 @@
-"""clocks.split_intervals against hand-made decrementer histories with known truth."""
+"""intervals.split_intervals against hand-made decrementer histories with known truth."""
 
 import numpy as np
 
-from cell_otf2.clocks import MOD, split_intervals
+from cell_otf2.intervals import MOD, split_intervals
 
 
 def _decr(start, node_tb, offset_shift=0):
