@@ -143,6 +143,8 @@ int main(int argc, char **argv)
         sym("OTF2_EvtWriter_RmaOpCompleteBlocking");
     ec (*metric)(ptr, ptr, ts, uint32_t, uint8_t, const uint8_t *, const uint64_t *) =
         sym("OTF2_EvtWriter_Metric");
+    ec (*rma_win_create)(ptr, ptr, ts, uint32_t) = sym("OTF2_EvtWriter_RmaWinCreate");
+    ec (*rma_win_destroy)(ptr, ptr, ts, uint32_t) = sym("OTF2_EvtWriter_RmaWinDestroy");
 
     FILE *f = fopen(events_path, "rb");
     if (!f) {
@@ -228,6 +230,8 @@ int main(int argc, char **argv)
                 code = coll_end(w, NULL, t, (uint8_t)u64(row, o_p[1]), ref,
                                 (uint32_t)u64(row, o_p[2]), u64(row, o_p[3]), u64(row, o_p[4]));
                 break;
+            case 16: code = rma_win_create(w, NULL, t, ref); break;
+            case 17: code = rma_win_destroy(w, NULL, t, ref); break;
             default: fprintf(stderr, "otf2_rate: unknown event type %d\n", type); return 2;
             }
         }
