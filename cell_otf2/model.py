@@ -2,9 +2,10 @@
 of the decoded trace (records, slot-order anchors, clock domains and links: ``Decoded``,
 ``RunLayout``), of the pairs (``Matches`` and its message, DMA and pair dtypes), of the
 constraints (``OrderOptions``, ``Constraints``), of the synchronization (``SyncSolution``,
-``NodeMap``, ``SyncResult``), and of the archive to write (``ArchiveDefs``, ``EVENT_DTYPE``,
-``DmaStyle``); never a Python object per event. It knows neither bytes nor OTF2, computes
-nothing and checks nothing: the stages that fill these shapes are their own modules."""
+``NodeMap``, ``SyncResult``), of what a run's stages produced together (``Pipeline``), and of
+the archive to write (``ArchiveDefs``, ``EVENT_DTYPE``, ``DmaStyle``); never a Python object
+per event. It knows neither bytes nor OTF2, computes nothing and checks nothing: the stages
+that fill these shapes are their own modules."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from enum import IntEnum, StrEnum
 
 import numpy as np
 
+from .damage import DamageLog
 from .manifest import Manifest
 
 # --------------------------------------------------------------------------------------------
@@ -514,3 +516,16 @@ class SyncResult:
     constraints: Constraints | None = None
     #: the report's ``pairs`` (``pair_table``), once computed
     pairs: list[dict] | None = None
+
+
+@dataclass
+class Pipeline:
+    """Everything the stages produced for a run (or, for the whole run of a grouped
+    conversion, its domains, bounds, counts and damage without records): what the summary,
+    the sync report and the definitions are built from."""
+
+    decoded: Decoded
+    matches: Matches
+    constraints: Constraints
+    sync: SyncResult
+    damage: DamageLog

@@ -11,20 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .damage import DamageLog
-from .model import Constraints, Decoded, DomainKind, Matches, SyncResult
+from .model import Decoded, DomainKind, Pipeline, SyncResult
 from .synchronize import pair_table
-
-
-@dataclass
-class Pipeline:
-    """Everything the stages produced, for tests, benchmarks and the report."""
-
-    decoded: Decoded
-    matches: Matches
-    constraints: Constraints
-    sync: SyncResult
-    damage: DamageLog
 
 
 @dataclass

@@ -28,6 +28,7 @@ from .model import (
     Constraints,
     Decoded,
     Matches,
+    Pipeline,
     RunLayout,
     SyncResult,
 )
@@ -171,8 +172,6 @@ def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dic
     """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
     ``emit.definitions.build_definitions``, ``summary.build_summary`` and
     ``summary.sync_report`` (no records)."""
-    from .summary import Pipeline
-
     nn = dec.n_nodes
     doms = np.concatenate([dec.domains[:nn]] + [g["domains"] for g in gathered])
     order = np.concatenate([np.arange(nn), nn + np.argsort(doms["rank"][nn:], kind="stable")])

@@ -13,10 +13,9 @@ from cell_otf2.decode import decode
 from cell_otf2.dumps import Dumps, Progress, read_summaries
 from cell_otf2.manifest import load_manifest
 from cell_otf2.match import match
-from cell_otf2.model import OrderOptions
+from cell_otf2.model import OrderOptions, Pipeline
 from cell_otf2.nodefit.fit import fitted_node_maps
 from cell_otf2.order import build_constraints
-from cell_otf2.summary import Pipeline
 from cell_otf2.synchronize import apply_times, synchronize
 
 

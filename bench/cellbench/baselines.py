@@ -41,10 +41,10 @@ from cell_otf2.model import (
     LocKind,
     Matches,
     OrderOptions,
+    Pipeline,
 )
 from cell_otf2.order import build_constraints
 from cell_otf2.solver import error_table
-from cell_otf2.summary import Pipeline
 
 from .sync_baselines import lamport_offsets, paper_solve
 

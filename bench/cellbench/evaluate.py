@@ -38,10 +38,18 @@ import numpy as np
 
 from cell_otf2 import format as fmt
 from cell_otf2.damage import DamageLog
-from cell_otf2.model import Constraints, Decoded, DomainKind, LocKind, Matches, NodeMap, SyncResult
+from cell_otf2.model import (
+    Constraints,
+    Decoded,
+    DomainKind,
+    LocKind,
+    Matches,
+    NodeMap,
+    Pipeline,
+    SyncResult,
+)
 from cell_otf2.sim.truth import Truth
 from cell_otf2.solver import pair_width_stats
-from cell_otf2.summary import Pipeline
 from cell_otf2.synchronize import apply_times
 
 from .baselines import Estimate
