@@ -230,9 +230,14 @@ def sync_intervals_property(dec: Decoded, result: SyncResult) -> dict[int, str]:
     has_time = usable & (rec["code"] != 0) & (rec["domain"] >= 0)
     none = np.iinfo(np.int64).max
     first = np.full(doms.size, none, dtype=np.int64)
-    np.minimum.at(first, rec["domain"][has_time], rec["time"][has_time])
     last = np.full(doms.size, -1, dtype=np.int64)
-    np.maximum.at(last, rec["domain"][has_time], rec["time"][has_time])
+    # each field read once; per run of equal domains (a location's records are one range)
+    # its min and max, then per domain over its few runs
+    dom, t = rec["domain"][has_time], rec["time"][has_time]
+    if dom.size:
+        run = np.flatnonzero(np.concatenate([[True], dom[1:] != dom[:-1]]))
+        np.minimum.at(first, dom[run], np.minimum.reduceat(t, run))
+        np.maximum.at(last, dom[run], np.maximum.reduceat(t, run))
     width = result.upper - result.lower
     iv = np.flatnonzero((doms["kind"] == DomainKind.SPE_INTERVAL) & (doms["loc"] >= 0))
     # one entry per (location, interval): the segments after undecidable wraps are merged
