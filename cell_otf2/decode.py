@@ -38,6 +38,10 @@ S = fmt.SpeCode
 
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
+#: the fields of an SPE record decoding reads besides: gathered in one pass with
+#: ``gather_fields`` (two fancy indexings of the wide rows before)
+_SPE_SIDE_DTYPE = np.dtype([("block", "<i8"), ("decr", "<u4")])
+_SPE_SIDE = (("block", "block"), ("decr", "decr"))
 
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
@@ -256,13 +260,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # the context's records in slot order (= program order): their fields gathered
             # straight into their rows, the columns needed below read back from them
             gather_fields(mine, spe, rec_idx, _SPE_FIELDS)
-            rec_block = spe["block"][rec_idx]
+            side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
+            gather_fields(side, spe, rec_idx, _SPE_SIDE)
+            rec_block = side["block"]
             rec_code = mine["code"]
             mine["anchor"] = block_anchor[rec_block]
             # readings in program order: each block's records, then its header
             keys = np.concatenate([2 * mine["slot"],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([spe["decr"][rec_idx], blocks["decr"][blk_idx]]).astype(np.int64)
+            raw = np.concatenate([side["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
+            del side
             is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
             which = np.concatenate([rec_idx, blk_idx])
             po = np.argsort(keys, kind="stable")
