@@ -160,6 +160,63 @@ done:
     return result;
 }
 
+/* group16(keys, stride, offset, order, start): a stable counting sort of the native 16-bit
+ * unsigned keys at byte `offset` of each `stride`-byte row of `keys`: `start` (65537 int64)
+ * gets where each key's group begins, `order` (int32 or int64 per row, told by its length)
+ * the row indexes grouped by key, ascending within a group. */
+static PyObject *group16(PyObject *self, PyObject *args)
+{
+    Py_buffer keys, order, start;
+    Py_ssize_t stride, offset;
+    if (!PyArg_ParseTuple(args, "y*nnw*w*", &keys, &stride, &offset, &order, &start))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *pos = NULL;
+    Py_ssize_t n = stride > 0 ? keys.len / stride : 0;
+    if (stride <= 0 || offset < 0 || offset + 2 > stride || n * stride != keys.len
+        || start.len != 65537 * (Py_ssize_t)sizeof(int64_t)
+        || (order.len != n * 4 && order.len != n * 8)) {
+        PyErr_SetString(PyExc_ValueError, "group16: bad buffer sizes");
+        goto done;
+    }
+    {
+        int64_t *st = (int64_t *)start.buf;
+        const unsigned char *k0 = (const unsigned char *)keys.buf + offset;
+        uint16_t *kc;  /* the keys packed: the wide rows are read once */
+        pos = (int64_t *)malloc(65536 * sizeof(int64_t) + (size_t)n * sizeof(uint16_t));
+        if (pos == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        kc = (uint16_t *)(pos + 65536);
+        memset(st, 0, 65537 * sizeof(int64_t));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(&kc[i], k0 + i * stride, 2);
+            st[kc[i] + 1]++;
+        }
+        for (Py_ssize_t j = 0; j < 65536; j++)
+            st[j + 1] += st[j];
+        memcpy(pos, st, 65536 * sizeof(int64_t));
+        if (n > 0 && order.len == n * 8) {
+            int64_t *o = (int64_t *)order.buf;
+            for (Py_ssize_t i = 0; i < n; i++)
+                o[pos[kc[i]]++] = i;
+        } else {
+            int32_t *o = (int32_t *)order.buf;
+            for (Py_ssize_t i = 0; i < n; i++)
+                o[pos[kc[i]]++] = (int32_t)i;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(pos);
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&order);
+    PyBuffer_Release(&start);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"dma_complete", dma_complete, METH_VARARGS,
      "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
@@ -167,6 +224,9 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS,
      "gather(dst, dst_itemsize, src, src_itemsize, idx, fields): fields of src rows idx "
      "into consecutive dst rows"},
+    {"group16", group16, METH_VARARGS,
+     "group16(keys, stride, offset, order, start): row indexes grouped by a 16-bit key "
+     "(a stable counting sort)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -68,6 +68,28 @@ def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
                         np.ascontiguousarray(idx, dtype=np.int64), spec)
 
 
+def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Row indexes of ``table`` grouped by its 16-bit unsigned ``field`` (the table's own
+    values when None), ascending within a group (a stable sort), and where each key's group
+    starts: key k's rows are ``order[start[k]:start[k + 1]]``. ``order`` is int32 below 2^31
+    rows, else int64."""
+    keys = table if field is None else table[field]
+    start = np.zeros((1 << 16) + 1, dtype=np.int64)
+    wide = table.size >= 1 << 31
+    if (COMPILED and table.ndim == 1 and table.flags.c_contiguous and table.dtype.itemsize
+            and keys.dtype.kind == "u" and keys.dtype.itemsize == 2
+            and keys.dtype.byteorder in ("=", "|", _NATIVE)):
+        offset = 0 if field is None else table.dtype.fields[field][1]
+        order = np.empty(table.size, dtype=np.int64 if wide else np.int32)
+        _decodeloops.group16(table.view(np.uint8).reshape(-1) if table.size else b"",
+                             table.dtype.itemsize, offset, order, start)
+        return order, start
+    keys = np.asarray(keys, dtype=np.uint16)
+    np.cumsum(np.bincount(keys, minlength=1 << 16), out=start[1:])
+    order = np.argsort(keys, kind="stable")  # a radix sort for 16-bit keys
+    return (order if wide else order.astype(np.int32)), start
+
+
 def dma_completions(issue: np.ndarray, tag: np.ndarray, waits: np.ndarray, status: np.ndarray,
                     epoch: np.ndarray) -> np.ndarray:
     """Per DMA command (record indexes ``issue``, ascending; ``tag`` 0..255), the first tag

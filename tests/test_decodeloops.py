@@ -68,3 +68,22 @@ def test_dumps_read_the_same_both_ways(monkeypatch, tmp_path):
             got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(), d.gaps.tobytes(),
                         repr(d.damage)])
         assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("field", ["k", None])
+def test_group_u16_agrees_with_numpy(monkeypatch, field):
+    rng = np.random.default_rng(5)
+    table = np.zeros(20000, [("x", "<u8"), ("k", "<u2"), ("y", "u1")])
+    table["k"] = rng.choice([0, 1, 7, 300, 65535], table.size)
+    if field is None:
+        table = np.ascontiguousarray(table["k"])
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        for rows in (table, table[:0]):
+            order, start = loops.group_u16(rows, field)
+            assert order.dtype == np.int32 and start.dtype == np.int64
+            out.append((order.tobytes(), start.tobytes()))
+    assert out[:2] == out[2:]
+    keys = table if field is None else table[field]
+    assert out[0][0] == np.argsort(keys, kind="stable").astype(np.int32).tobytes()
