@@ -15,7 +15,7 @@ import numpy as np
 from . import format as fmt
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
-from .loops import gather_fields
+from .loops import gather_fields, group_u16
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -235,8 +235,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         blocks_missing += _check_seq(blocks, dump.name, damage)
         # every context's records, blocks and switches, grouped once (stable radix sorts of
         # the 16-bit context ids: each group stays in slot order)
-        spe_by_ctx, spe_ctx_bounds = _group(spe["ctx"])
-        blk_by_ctx, blk_ctx_bounds = _group(blocks["ctx"])
+        spe_by_ctx, spe_ctx_bounds = _group(spe, "ctx")
+        blk_by_ctx, blk_ctx_bounds = _group(blocks, "ctx")
         switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
         sw_ctx = ppe["a"][switches]
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
@@ -382,14 +382,15 @@ def _zeros_without_huge_pages(n: int, dtype: np.dtype) -> np.ndarray:
         switch(before)
 
 
-def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indexes grouped by a 16-bit key (stable: slot order kept within a group) and the
-    bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``."""
-    keys = np.asarray(keys, dtype=np.uint16)
-    order = np.argsort(keys, kind="stable")  # a radix sort for 16-bit keys
-    bounds = np.zeros((1 << 16) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=1 << 16), out=bounds[1:])
-    return order, bounds
+    bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``. With
+    ``field``, ``keys`` is a table and its 16-bit unsigned ``field`` the key (read in place:
+    no copy of the strided column)."""
+    if field is None:
+        keys = np.asarray(keys, dtype=np.uint16)
+    order, bounds = group_u16(keys, field)
+    return order.astype(np.int64), bounds
 
 
 #: no loss in a process: a cut beyond every slot
