@@ -70,7 +70,9 @@ class MpiState:
 
 def _mpi_index(dec: Decoded) -> np.ndarray:
     """Indexes of ``dec``'s MPI records (the records MPI matching reads), ascending."""
-    return np.flatnonzero(np.isin(dec.records["code"], MPI_CODES))
+    by_code, start = dec.code_index()  # built by ``match`` already
+    parts = [by_code[start[c]:start[c + 1]] for c in MPI_CODES.tolist()]
+    return np.sort(np.concatenate(parts)).astype(np.int64)
 
 
 def mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
