@@ -217,6 +217,70 @@ done:
     return result;
 }
 
+/* time_bounds(rec, itemsize, code_off, domain_off, time_off, usable, first, last, span):
+ * over the rows of `rec` (native uint16 code, int32 domain, int64 time at those offsets)
+ * that are `usable` (one byte per row) with a code other than 0: the least and the greatest
+ * time per domain >= 0 (`first` / `last`, int64 per domain, lowered / raised in place) and
+ * over all of them (`span`: 2 int64, lowered / raised in place). A domain past `first`'s
+ * length is an error. */
+static PyObject *time_bounds(PyObject *self, PyObject *args)
+{
+    Py_buffer rec, usable, first, last, span;
+    Py_ssize_t item, code_off, dom_off, time_off;
+    if (!PyArg_ParseTuple(args, "y*nnnny*w*w*w*", &rec, &item, &code_off, &dom_off, &time_off,
+                          &usable, &first, &last, &span))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = item > 0 ? rec.len / item : 0;
+    Py_ssize_t nd = first.len / (Py_ssize_t)sizeof(int64_t);
+    if (item <= 0 || n * item != rec.len || usable.len != n || last.len != first.len
+        || span.len != 2 * (Py_ssize_t)sizeof(int64_t) || code_off < 0 || code_off + 2 > item
+        || dom_off < 0 || dom_off + 4 > item || time_off < 0 || time_off + 8 > item) {
+        PyErr_SetString(PyExc_ValueError, "time_bounds: bad buffer sizes");
+        goto done;
+    }
+    {
+        const unsigned char *r = (const unsigned char *)rec.buf;
+        const unsigned char *ok = (const unsigned char *)usable.buf;
+        int64_t *lo = (int64_t *)first.buf, *hi = (int64_t *)last.buf, *sp = (int64_t *)span.buf;
+        for (Py_ssize_t i = 0; i < n; i++, r += item) {
+            uint16_t code;
+            int32_t dom;
+            int64_t t;
+            if (!ok[i])
+                continue;
+            memcpy(&code, r + code_off, 2);
+            if (code == 0)
+                continue;
+            memcpy(&t, r + time_off, 8);
+            if (t < sp[0])
+                sp[0] = t;
+            if (t > sp[1])
+                sp[1] = t;
+            memcpy(&dom, r + dom_off, 4);
+            if (dom < 0)
+                continue;
+            if (dom >= nd) {
+                PyErr_SetString(PyExc_IndexError, "time_bounds: domain out of range");
+                goto done;
+            }
+            if (t < lo[dom])
+                lo[dom] = t;
+            if (t > hi[dom])
+                hi[dom] = t;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&rec);
+    PyBuffer_Release(&usable);
+    PyBuffer_Release(&first);
+    PyBuffer_Release(&last);
+    PyBuffer_Release(&span);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"dma_complete", dma_complete, METH_VARARGS,
      "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
@@ -224,6 +288,9 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS,
      "gather(dst, dst_itemsize, src, src_itemsize, idx, fields): fields of src rows idx "
      "into consecutive dst rows"},
+    {"time_bounds", time_bounds, METH_VARARGS,
+     "time_bounds(rec, itemsize, code_off, domain_off, time_off, usable, first, last, span): "
+     "least and greatest time of the written records per domain and over all"},
     {"group16", group16, METH_VARARGS,
      "group16(keys, stride, offset, order, start): row indexes grouped by a 16-bit key "
      "(a stable counting sort)"},

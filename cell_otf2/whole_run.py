@@ -16,6 +16,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .emit.definitions import first_spus, sync_intervals_property
+from .loops import time_bounds
 from .manifest import Manifest
 from .match import match
 from .model import (
@@ -125,8 +126,8 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
-    t = dec.records["time"][result.usable & (code != 0)]
-    span = (int(t.min()), int(t.max())) if t.size else None
+    bounds = time_bounds(dec.records, result.usable, dec.domains.size)
+    span = bounds[2]
     iv = slice(dec.n_nodes, None)
     info = {
         "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
@@ -135,7 +136,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
         "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
         "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
         "counts": cons.counts, "assumed": cons.assumed,
-        "sync_intervals": sync_intervals_property(dec, result),
+        "sync_intervals": sync_intervals_property(dec, result, bounds),
         "pairs": pair_table(dec, result) if pairs else [],
         "node_relaxation": result.node_relaxation,
         "first_spu": first_spus(dec),
