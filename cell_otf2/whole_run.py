@@ -158,8 +158,9 @@ def rma_transfers(dec: Decoded, matches: Matches, usable: np.ndarray) -> np.ndar
     """Per rank of the run, the DMA transfers of ``dec`` whose issue is written (``emit``
     gives each one RMA matching id)."""
     issue = matches.dma["issue"]
-    issue = issue[usable[issue] & (dec.records["code"][issue] != 0)]
-    rank_of = dec.locations["rank"].astype(np.int64)[dec.records["loc"][issue]]
+    # the issuing location is the DMA row's own (no second gather from the wide records)
+    written = usable[issue] & (dec.records["code"][issue] != 0)
+    rank_of = dec.locations["rank"].astype(np.int64)[matches.dma["loc"][written]]
     return np.bincount(rank_of, minlength=dec.manifest.n_ranks)
 
 
