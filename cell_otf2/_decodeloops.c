@@ -160,6 +160,127 @@ done:
     return result;
 }
 
+/* group16(keys, stride, offset, order, start): a stable counting sort of the native 16-bit
+ * unsigned keys at byte `offset` of each `stride`-byte row of `keys`: `start` (65537 int64)
+ * gets where each key's group begins, `order` (int32 or int64 per row, told by its length)
+ * the row indexes grouped by key, ascending within a group. */
+static PyObject *group16(PyObject *self, PyObject *args)
+{
+    Py_buffer keys, order, start;
+    Py_ssize_t stride, offset;
+    if (!PyArg_ParseTuple(args, "y*nnw*w*", &keys, &stride, &offset, &order, &start))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *pos = NULL;
+    Py_ssize_t n = stride > 0 ? keys.len / stride : 0;
+    if (stride <= 0 || offset < 0 || offset + 2 > stride || n * stride != keys.len
+        || start.len != 65537 * (Py_ssize_t)sizeof(int64_t)
+        || (order.len != n * 4 && order.len != n * 8)) {
+        PyErr_SetString(PyExc_ValueError, "group16: bad buffer sizes");
+        goto done;
+    }
+    {
+        int64_t *st = (int64_t *)start.buf;
+        const unsigned char *k0 = (const unsigned char *)keys.buf + offset;
+        uint16_t *kc;  /* the keys packed: the wide rows are read once */
+        pos = (int64_t *)malloc(65536 * sizeof(int64_t) + (size_t)n * sizeof(uint16_t));
+        if (pos == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        kc = (uint16_t *)(pos + 65536);
+        memset(st, 0, 65537 * sizeof(int64_t));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(&kc[i], k0 + i * stride, 2);
+            st[kc[i] + 1]++;
+        }
+        for (Py_ssize_t j = 0; j < 65536; j++)
+            st[j + 1] += st[j];
+        memcpy(pos, st, 65536 * sizeof(int64_t));
+        if (n > 0 && order.len == n * 8) {
+            int64_t *o = (int64_t *)order.buf;
+            for (Py_ssize_t i = 0; i < n; i++)
+                o[pos[kc[i]]++] = i;
+        } else {
+            int32_t *o = (int32_t *)order.buf;
+            for (Py_ssize_t i = 0; i < n; i++)
+                o[pos[kc[i]]++] = (int32_t)i;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(pos);
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&order);
+    PyBuffer_Release(&start);
+    return result;
+}
+
+/* time_bounds(rec, itemsize, code_off, domain_off, time_off, usable, first, last, span):
+ * over the rows of `rec` (native uint16 code, int32 domain, int64 time at those offsets)
+ * that are `usable` (one byte per row) with a code other than 0: the least and the greatest
+ * time per domain >= 0 (`first` / `last`, int64 per domain, lowered / raised in place) and
+ * over all of them (`span`: 2 int64, lowered / raised in place). A domain past `first`'s
+ * length is an error. */
+static PyObject *time_bounds(PyObject *self, PyObject *args)
+{
+    Py_buffer rec, usable, first, last, span;
+    Py_ssize_t item, code_off, dom_off, time_off;
+    if (!PyArg_ParseTuple(args, "y*nnnny*w*w*w*", &rec, &item, &code_off, &dom_off, &time_off,
+                          &usable, &first, &last, &span))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = item > 0 ? rec.len / item : 0;
+    Py_ssize_t nd = first.len / (Py_ssize_t)sizeof(int64_t);
+    if (item <= 0 || n * item != rec.len || usable.len != n || last.len != first.len
+        || span.len != 2 * (Py_ssize_t)sizeof(int64_t) || code_off < 0 || code_off + 2 > item
+        || dom_off < 0 || dom_off + 4 > item || time_off < 0 || time_off + 8 > item) {
+        PyErr_SetString(PyExc_ValueError, "time_bounds: bad buffer sizes");
+        goto done;
+    }
+    {
+        const unsigned char *r = (const unsigned char *)rec.buf;
+        const unsigned char *ok = (const unsigned char *)usable.buf;
+        int64_t *lo = (int64_t *)first.buf, *hi = (int64_t *)last.buf, *sp = (int64_t *)span.buf;
+        for (Py_ssize_t i = 0; i < n; i++, r += item) {
+            uint16_t code;
+            int32_t dom;
+            int64_t t;
+            if (!ok[i])
+                continue;
+            memcpy(&code, r + code_off, 2);
+            if (code == 0)
+                continue;
+            memcpy(&t, r + time_off, 8);
+            if (t < sp[0])
+                sp[0] = t;
+            if (t > sp[1])
+                sp[1] = t;
+            memcpy(&dom, r + dom_off, 4);
+            if (dom < 0)
+                continue;
+            if (dom >= nd) {
+                PyErr_SetString(PyExc_IndexError, "time_bounds: domain out of range");
+                goto done;
+            }
+            if (t < lo[dom])
+                lo[dom] = t;
+            if (t > hi[dom])
+                hi[dom] = t;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&rec);
+    PyBuffer_Release(&usable);
+    PyBuffer_Release(&first);
+    PyBuffer_Release(&last);
+    PyBuffer_Release(&span);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"dma_complete", dma_complete, METH_VARARGS,
      "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
@@ -167,6 +288,12 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS,
      "gather(dst, dst_itemsize, src, src_itemsize, idx, fields): fields of src rows idx "
      "into consecutive dst rows"},
+    {"time_bounds", time_bounds, METH_VARARGS,
+     "time_bounds(rec, itemsize, code_off, domain_off, time_off, usable, first, last, span): "
+     "least and greatest time of the written records per domain and over all"},
+    {"group16", group16, METH_VARARGS,
+     "group16(keys, stride, offset, order, start): row indexes grouped by a 16-bit key "
+     "(a stable counting sort)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,7 +15,7 @@ import numpy as np
 from . import format as fmt
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
-from .loops import gather_fields
+from .loops import gather_fields, group_u16
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -38,6 +38,10 @@ S = fmt.SpeCode
 
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
+#: the fields of an SPE record decoding reads besides: gathered in one pass with
+#: ``gather_fields`` (two fancy indexings of the wide rows before)
+_SPE_SIDE_DTYPE = np.dtype([("block", "<i8"), ("decr", "<u4")])
+_SPE_SIDE = (("block", "block"), ("decr", "decr"))
 
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
@@ -231,8 +235,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         blocks_missing += _check_seq(blocks, dump.name, damage)
         # every context's records, blocks and switches, grouped once (stable radix sorts of
         # the 16-bit context ids: each group stays in slot order)
-        spe_by_ctx, spe_ctx_bounds = _group(spe["ctx"])
-        blk_by_ctx, blk_ctx_bounds = _group(blocks["ctx"])
+        spe_by_ctx, spe_ctx_bounds = _group(spe, "ctx")
+        blk_by_ctx, blk_ctx_bounds = _group(blocks, "ctx")
         switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
         sw_ctx = ppe["a"][switches]
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
@@ -256,13 +260,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # the context's records in slot order (= program order): their fields gathered
             # straight into their rows, the columns needed below read back from them
             gather_fields(mine, spe, rec_idx, _SPE_FIELDS)
-            rec_block = spe["block"][rec_idx]
+            side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
+            gather_fields(side, spe, rec_idx, _SPE_SIDE)
+            rec_block = side["block"]
             rec_code = mine["code"]
             mine["anchor"] = block_anchor[rec_block]
             # readings in program order: each block's records, then its header
             keys = np.concatenate([2 * mine["slot"],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([spe["decr"][rec_idx], blocks["decr"][blk_idx]]).astype(np.int64)
+            raw = np.concatenate([side["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
+            del side
             is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
             which = np.concatenate([rec_idx, blk_idx])
             po = np.argsort(keys, kind="stable")
@@ -375,14 +382,15 @@ def _zeros_without_huge_pages(n: int, dtype: np.dtype) -> np.ndarray:
         switch(before)
 
 
-def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indexes grouped by a 16-bit key (stable: slot order kept within a group) and the
-    bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``."""
-    keys = np.asarray(keys, dtype=np.uint16)
-    order = np.argsort(keys, kind="stable")  # a radix sort for 16-bit keys
-    bounds = np.zeros((1 << 16) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=1 << 16), out=bounds[1:])
-    return order, bounds
+    bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``. With
+    ``field``, ``keys`` is a table and its 16-bit unsigned ``field`` the key (read in place:
+    no copy of the strided column)."""
+    if field is None:
+        keys = np.asarray(keys, dtype=np.uint16)
+    order, bounds = group_u16(keys, field)
+    return order.astype(np.int64), bounds
 
 
 #: no loss in a process: a cut beyond every slot

@@ -68,6 +68,62 @@ def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
                         np.ascontiguousarray(idx, dtype=np.int64), spec)
 
 
+def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Row indexes of ``table`` grouped by its 16-bit unsigned ``field`` (the table's own
+    values when None), ascending within a group (a stable sort), and where each key's group
+    starts: key k's rows are ``order[start[k]:start[k + 1]]``. ``order`` is int32 below 2^31
+    rows, else int64."""
+    keys = table if field is None else table[field]
+    start = np.zeros((1 << 16) + 1, dtype=np.int64)
+    wide = table.size >= 1 << 31
+    if (COMPILED and table.ndim == 1 and table.flags.c_contiguous and table.dtype.itemsize
+            and keys.dtype.kind == "u" and keys.dtype.itemsize == 2
+            and keys.dtype.byteorder in ("=", "|", _NATIVE)):
+        offset = 0 if field is None else table.dtype.fields[field][1]
+        order = np.empty(table.size, dtype=np.int64 if wide else np.int32)
+        _decodeloops.group16(table.view(np.uint8).reshape(-1) if table.size else b"",
+                             table.dtype.itemsize, offset, order, start)
+        return order, start
+    keys = np.asarray(keys, dtype=np.uint16)
+    np.cumsum(np.bincount(keys, minlength=1 << 16), out=start[1:])
+    order = np.argsort(keys, kind="stable")  # a radix sort for 16-bit keys
+    return (order if wide else order.astype(np.int32)), start
+
+
+def time_bounds(rec: np.ndarray, usable: np.ndarray,
+                n_domains: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+    """Over the records (``RECORD_DTYPE``) that are ``usable`` and have a code (not 0): per
+    domain the least and the greatest time (int64 max and -1 for a domain without one;
+    records of domain -1 are left out), and the least and greatest over all (None: none)."""
+    none = np.iinfo(np.int64).max
+    first = np.full(n_domains, none, dtype=np.int64)
+    last = np.full(n_domains, -1, dtype=np.int64)
+    fields = rec.dtype.fields
+    native = all(fields[f][0] == np.dtype(t) for f, t in
+                 (("code", "=u2"), ("domain", "=i4"), ("time", "=i8")))
+    if (COMPILED and native and rec.ndim == 1 and rec.flags.c_contiguous
+            and usable.dtype == np.bool_ and usable.size == rec.size):
+        span = np.array([none, np.iinfo(np.int64).min], dtype=np.int64)
+        if rec.size:
+            _decodeloops.time_bounds(rec.view(np.uint8).reshape(-1), rec.dtype.itemsize,
+                                     fields["code"][1], fields["domain"][1],
+                                     fields["time"][1], np.ascontiguousarray(usable),
+                                     first, last, span)
+        return first, last, (None if span[0] > span[1] else (int(span[0]), int(span[1])))
+    written = usable & (rec["code"] != 0)
+    t = rec["time"][written]
+    span = (int(t.min()), int(t.max())) if t.size else None
+    has = rec["domain"][written] >= 0
+    dom, t = rec["domain"][written][has], t[has]
+    if dom.size:
+        # per run of equal domains (a location's records are one range) its min and max,
+        # then per domain over its few runs
+        run = np.flatnonzero(np.concatenate([[True], dom[1:] != dom[:-1]]))
+        np.minimum.at(first, dom[run], np.minimum.reduceat(t, run))
+        np.maximum.at(last, dom[run], np.maximum.reduceat(t, run))
+    return first, last, span
+
+
 def dma_completions(issue: np.ndarray, tag: np.ndarray, waits: np.ndarray, status: np.ndarray,
                     epoch: np.ndarray) -> np.ndarray:
     """Per DMA command (record indexes ``issue``, ascending; ``tag`` 0..255), the first tag

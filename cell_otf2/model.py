@@ -15,6 +15,7 @@ from enum import IntEnum, StrEnum
 import numpy as np
 
 from .damage import DamageLog
+from .loops import group_u16
 from .manifest import Manifest
 
 # --------------------------------------------------------------------------------------------
@@ -359,17 +360,12 @@ class Decoded:
         return self.ctx_loc.get((rank, ctx), -1)
 
     def code_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """Record indexes grouped by code, ascending within a code (a stable radix sort of the
-        16-bit codes), and where each code's group starts: code c's records are
-        ``order[start[c]:start[c + 1]]``."""
+        """Record indexes grouped by code, ascending within a code (a stable sort of the
+        16-bit codes, ``loops.group_u16``), and where each code's group starts: code c's
+        records are ``order[start[c]:start[c + 1]]`` (int32 indexes below 2^31 records: half
+        the memory)."""
         if "code_index" not in self._cache:
-            code = self.records["code"]
-            start = np.zeros((1 << 16) + 1, dtype=np.int64)
-            np.cumsum(np.bincount(code, minlength=1 << 16), out=start[1:])
-            order = np.argsort(code, kind="stable")
-            if order.size < 1 << 31:  # half the memory
-                order = order.astype(np.int32)
-            self._cache["code_index"] = (order, start)
+            self._cache["code_index"] = group_u16(self.records, "code")
         return self._cache["code_index"]
 
     def location_starts(self) -> np.ndarray:

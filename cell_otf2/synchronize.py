@@ -268,6 +268,14 @@ def pair_table(dec: Decoded, result: SyncResult, max_domains: int | None = None)
     return out
 
 
+def _nodes(node: np.ndarray) -> list[int]:
+    """The distinct values of ``node``, ascending; without sorting when there is one (a
+    location's records sit on one node)."""
+    if node.size and node.min() == node.max():
+        return [int(node[0])]
+    return np.unique(node).tolist()
+
+
 def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     """Fill ``dec.records['time']`` (reference ticks) and ``result.usable``.
 
@@ -290,7 +298,7 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
         node_t = dom_offset[dom] + part["local"]  # NaN without a domain or an offset
         node = dom_node[dom]
         ref_t = np.full(e - s, np.nan)
-        for i in np.unique(node[has]).tolist():
+        for i in _nodes(node[has]):
             sel = node == i
             ref_t[sel] = result.node_maps[i].to_reference(node_t[sel])
         unbounded = has & np.isnan(ref_t)

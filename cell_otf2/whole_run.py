@@ -16,6 +16,7 @@ import numpy as np
 from . import format as fmt
 from .damage import Damage, DamageLog
 from .emit.definitions import first_spus, sync_intervals_property
+from .loops import time_bounds
 from .manifest import Manifest
 from .match import match
 from .model import (
@@ -70,7 +71,9 @@ class MpiState:
 
 def _mpi_index(dec: Decoded) -> np.ndarray:
     """Indexes of ``dec``'s MPI records (the records MPI matching reads), ascending."""
-    return np.flatnonzero(np.isin(dec.records["code"], MPI_CODES))
+    by_code, start = dec.code_index()  # built by ``match`` already
+    parts = [by_code[start[c]:start[c + 1]] for c in MPI_CODES.tolist()]
+    return np.sort(np.concatenate(parts)).astype(np.int64)
 
 
 def mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -123,8 +126,8 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = result.usable[sel] & (code[sel] != 0)
-    t = dec.records["time"][result.usable & (code != 0)]
-    span = (int(t.min()), int(t.max())) if t.size else None
+    bounds = time_bounds(dec.records, result.usable, dec.domains.size)
+    span = bounds[2]
     iv = slice(dec.n_nodes, None)
     info = {
         "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
@@ -133,7 +136,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
         "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
         "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
         "counts": cons.counts, "assumed": cons.assumed,
-        "sync_intervals": sync_intervals_property(dec, result),
+        "sync_intervals": sync_intervals_property(dec, result, bounds),
         "pairs": pair_table(dec, result) if pairs else [],
         "node_relaxation": result.node_relaxation,
         "first_spu": first_spus(dec),
@@ -155,8 +158,9 @@ def rma_transfers(dec: Decoded, matches: Matches, usable: np.ndarray) -> np.ndar
     """Per rank of the run, the DMA transfers of ``dec`` whose issue is written (``emit``
     gives each one RMA matching id)."""
     issue = matches.dma["issue"]
-    issue = issue[usable[issue] & (dec.records["code"][issue] != 0)]
-    rank_of = dec.locations["rank"].astype(np.int64)[dec.records["loc"][issue]]
+    # the issuing location is the DMA row's own (no second gather from the wide records)
+    written = usable[issue] & (dec.records["code"][issue] != 0)
+    rank_of = dec.locations["rank"].astype(np.int64)[matches.dma["loc"][written]]
     return np.bincount(rank_of, minlength=dec.manifest.n_ranks)
 
 

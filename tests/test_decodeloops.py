@@ -68,3 +68,48 @@ def test_dumps_read_the_same_both_ways(monkeypatch, tmp_path):
             got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(), d.gaps.tobytes(),
                         repr(d.damage)])
         assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("field", ["k", None])
+def test_group_u16_agrees_with_numpy(monkeypatch, field):
+    rng = np.random.default_rng(5)
+    table = np.zeros(20000, [("x", "<u8"), ("k", "<u2"), ("y", "u1")])
+    table["k"] = rng.choice([0, 1, 7, 300, 65535], table.size)
+    if field is None:
+        table = np.ascontiguousarray(table["k"])
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        for rows in (table, table[:0]):
+            order, start = loops.group_u16(rows, field)
+            assert order.dtype == np.int32 and start.dtype == np.int64
+            out.append((order.tobytes(), start.tobytes()))
+    assert out[:2] == out[2:]
+    keys = table if field is None else table[field]
+    assert out[0][0] == np.argsort(keys, kind="stable").astype(np.int32).tobytes()
+
+
+def test_time_bounds_agree_with_numpy(monkeypatch):
+    from cell_otf2.model import RECORD_DTYPE
+
+    rng = np.random.default_rng(9)
+    rec = np.zeros(5000, RECORD_DTYPE)
+    rec["code"] = rng.integers(0, 3, rec.size)
+    # runs of equal domains, as a location's records have, and domains in any order
+    rec["domain"] = np.concatenate([np.repeat(rng.integers(-1, 6, 50), 50),
+                                    rng.integers(-1, 6, 2500)])
+    rec["time"] = rng.integers(-(2**40), 2**40, rec.size)
+    usable = rng.random(rec.size) < 0.8
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        for rows, ok in ((rec, usable), (rec[:0], usable[:0]), (rec, np.zeros(rec.size, bool))):
+            first, last, span = loops.time_bounds(rows, ok, 8)
+            out.append((first.tolist(), last.tolist(), span))
+    assert out[:3] == out[3:]
+    written = usable & (rec["code"] != 0)
+    assert out[0][2] == (rec["time"][written].min(), rec["time"][written].max())
+    assert out[1][2] is None and out[2][2] is None and out[2][1] == [-1] * 8
+    d = 3
+    sel = written & (rec["domain"] == d)
+    assert out[0][0][d] == rec["time"][sel].min() and out[0][1][d] == rec["time"][sel].max()

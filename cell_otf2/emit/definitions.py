@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import __version__
 from .. import format as fmt
+from ..loops import time_bounds
 from ..manifest import RegionKind
 from ..model import (
     ArchiveDefs,
@@ -222,17 +223,18 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
     return defs, lookups
 
 
-def sync_intervals_property(dec: Decoded, result: SyncResult) -> dict[int, str]:
-    """SPE location -> its ``cell2otf2::sync_intervals`` value (docs/archive.md section 6)."""
+def sync_intervals_property(dec: Decoded, result: SyncResult,
+                            bounds: tuple | None = None) -> dict[int, str]:
+    """SPE location -> its ``cell2otf2::sync_intervals`` value (docs/archive.md section 6).
+    ``bounds``: ``loops.time_bounds`` of ``dec`` and ``result.usable``, when the caller has
+    it."""
     doms = dec.domains
     rec = dec.records
-    usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
-    has_time = usable & (rec["code"] != 0) & (rec["domain"] >= 0)
+    if bounds is None:
+        usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
+        bounds = time_bounds(rec, usable, doms.size)
+    first, last = bounds[0], bounds[1]
     none = np.iinfo(np.int64).max
-    first = np.full(doms.size, none, dtype=np.int64)
-    np.minimum.at(first, rec["domain"][has_time], rec["time"][has_time])
-    last = np.full(doms.size, -1, dtype=np.int64)
-    np.maximum.at(last, rec["domain"][has_time], rec["time"][has_time])
     width = result.upper - result.lower
     iv = np.flatnonzero((doms["kind"] == DomainKind.SPE_INTERVAL) & (doms["loc"] >= 0))
     # one entry per (location, interval): the segments after undecidable wraps are merged
