@@ -78,7 +78,7 @@ def check_run(run_dir: str | Path) -> CheckResult:
     try:
         summary, whole = run_phases(SerialTeam(sink=check_only), Path(run_dir), spill.directory,
                                     "check", StageClock(), spill, DmaStyle.RMA, 0.5, None,
-                                    None, None)
+                                    None, None, report_pairs=False)
     except FormatError as first:
         first.more += [e for e in _other_dump_refusals(Path(run_dir), first)
                        if str(e) not in {str(m) for m in first.more}]

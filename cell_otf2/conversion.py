@@ -53,7 +53,7 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
                     team, Path(run_dir), tmp, target.name,
                     StageClock(team.local_progress(progress)), spill, DmaStyle(dma_style),
                     alpha, order_options, team.local_progress(progress), group_bytes,
-                    pairs=report is not None)
+                    report_pairs=report is not None)
             finally:
                 spill.close()
             if report is not None:  # moved into place with the archive

@@ -142,7 +142,7 @@ def _split(values: list, sizes: list[int]) -> list[list]:
 
 def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spill: Spill,
                    dma_style: DmaStyle, alpha: float, order_options, progress,
-                   group_bytes: int | None, *, pairs: bool = True):
+                   group_bytes: int | None, *, report_pairs: bool = True):
     """The phases over this process's groups of nodes (its share under ``team_mpi``):
 
     A. read every dump once (summaries, the location layout); per group decode its dumps
@@ -156,8 +156,8 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
 
     Returns (summary, whole-run ``Pipeline``) on the root, (None, None) elsewhere.
     ``group_bytes``: ``node_groups``' limit (None: ``GROUP_BYTES`` / processes when the
-    dumps total more than ``IN_MEMORY_BYTES``, else one group). ``pairs`` is accepted for
-    the report's pair figures, which ``whole_run`` computes in any case."""
+    dumps total more than ``IN_MEMORY_BYTES``, else one group). ``report_pairs``: compute
+    the sync report's pair figures (``synchronize.pair_table``; only a report needs them)."""
     first_logs = {s: DamageLog() for s in STAGES}  # what this process finds at once
     _heap_for_temporaries()
 
@@ -250,7 +250,8 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
                                      node_maps=node_maps)
                 apply_times(dec, result, g.logs["sync"])
                 result.solutions = []
-                g.good, g.span, g.info = share_after_sync(dec, matches, cons, result, pairs)
+                g.good, g.span, g.info = share_after_sync(dec, matches, cons, result,
+                                                            pairs=report_pairs)
                 result.constraints = None  # the report's pairs are in g.info
                 cons = drop_analysis(dec, matches, cons)
                 g.rma = rma_transfers(dec, matches, result.usable)
