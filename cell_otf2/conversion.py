@@ -32,18 +32,17 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
             dma_style: DmaStyle | str = DmaStyle.RMA, alpha: float = 0.5,
             report: str | Path | None = None, order_options: OrderOptions | None = None,
             progress: Progress | None = None,
-            accept_unsynchronized_nodes: bool = False, team=None,
-            group_bytes: int | None = None) -> Summary:
+            accept_unsynchronized_nodes: bool = False) -> Summary:
     """Convert one run directory into an OTF2 archive; returns the summary (on every process
     of an MPI team, with its ``rank``).
 
     A node placed only by the manifest's start readings makes the summary ``lossy`` (exit 1)
     unless ``accept_unsynchronized_nodes``. On any failure or interruption the output path is
     left as it was: the staging directory is removed, and so are the folders the output
-    needed. ``team``: None picks one (``launched_team``); ``group_bytes``: the limit of a
-    group of nodes (``driver.run_phases``)."""
+    needed."""
     wall0 = time.perf_counter()
-    team = launched_team() if team is None else team
+    team = launched_team()
+    progress = team.local_progress(progress)
     target = team.open_output(archive, report, force, run_dir)
     try:
         with team.staged(target) as tmp:
@@ -51,9 +50,8 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
             try:
                 summary, whole = run_phases(
                     team, Path(run_dir), tmp, target.name,
-                    StageClock(team.local_progress(progress)), spill, DmaStyle(dma_style),
-                    alpha, order_options, team.local_progress(progress), group_bytes,
-                    report_pairs=report is not None)
+                    StageClock(progress), spill, DmaStyle(dma_style), alpha, order_options,
+                    progress, None, report_pairs=report is not None)
             finally:
                 spill.close()
             if report is not None:  # moved into place with the archive
