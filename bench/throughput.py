@@ -2,10 +2,12 @@
 
 One command::
 
-    .venv/bin/python bench/throughput.py [--records N] [--reuse DIR] [--repeat R] [--keep]
+    .venv/bin/python bench/throughput.py [--records N] [--ranks R --nodes K] [--reuse DIR]
+                                         [--repeat R] [--keep]
 
 Simulates (once, cached under ``bench/out/throughput/``) a hybrid run of at least N records
-(``--reuse DIR`` takes any run directory instead) and measures, each in a fresh child process:
+(4 MPI processes on 2 nodes; ``--ranks 1 --nodes 1`` makes a one-process run; ``--reuse DIR``
+takes any run directory instead) and measures, each in a fresh child process:
 the conversion end to end (seconds and records/s per stage, wall and CPU, peak RSS against the
 input's size on disk and against the largest node's dumps, the synchronization share); then,
 on the conversion's own events (captured once from a second conversion into a file), the
@@ -40,26 +42,26 @@ SHAPE = dict(workload="hybrid", ranks=4, nodes=2, spes=8, chunks=256)
 SEED = 7
 
 
-def _records_per_phase() -> tuple[int, int]:
-    """(records of the set-up, records per phase) of SHAPE, from two tiny simulations."""
+def _records_per_phase(shape: dict) -> tuple[int, int]:
+    """(records of the set-up, records per phase) of ``shape``, from two tiny simulations."""
     from cell_otf2.sim.run import simulate_run
 
     counts = []
     with tempfile.TemporaryDirectory(prefix="tp-calib-") as tmp:
         for phases in (1, 2):
-            s = simulate_run(Path(tmp) / str(phases), SHAPE["workload"], SEED, phases=phases,
-                             **{k: v for k, v in SHAPE.items() if k != "workload"})
+            s = simulate_run(Path(tmp) / str(phases), shape["workload"], SEED, phases=phases,
+                             **{k: v for k, v in shape.items() if k != "workload"})
             counts.append(s.records)
     per_phase = counts[1] - counts[0]
     return counts[0] - per_phase, per_phase
 
 
-def simulated_run(records: int) -> Path:
-    """The cached run of at least ``records`` records, simulated when missing."""
-    setup, per_phase = _records_per_phase()
+def simulated_run(records: int, shape: dict = SHAPE) -> Path:
+    """The cached run of at least ``records`` records of ``shape``, simulated when missing."""
+    setup, per_phase = _records_per_phase(shape)
     phases = max(1, math.ceil((records - setup) / per_phase))
-    name = (f"{SHAPE['workload']}-r{SHAPE['ranks']}n{SHAPE['nodes']}s{SHAPE['spes']}"
-            f"c{SHAPE['chunks']}-p{phases}-seed{SEED}")
+    name = (f"{shape['workload']}-r{shape['ranks']}n{shape['nodes']}s{shape['spes']}"
+            f"c{shape['chunks']}-p{phases}-seed{SEED}")
     run = OUT / name
     stamp = run / "simulated.json"
     if stamp.exists():
@@ -72,8 +74,8 @@ def simulated_run(records: int) -> Path:
     print(f"simulating {name} ({phases} phases, about {setup + phases * per_phase:,} records)"
           " ...", flush=True)
     t0 = time.perf_counter()
-    s = simulate_run(run, SHAPE["workload"], SEED, phases=phases,
-                     **{k: v for k, v in SHAPE.items() if k != "workload"})
+    s = simulate_run(run, shape["workload"], SEED, phases=phases,
+                     **{k: v for k, v in shape.items() if k != "workload"})
     print(f"  {s.records:,} records, {s.bytes_written / 1e6:.0f} MB in "
           f"{time.perf_counter() - t0:.0f} s")
     stamp.write_text(json.dumps({"records": s.records, "bytes": s.bytes_written}) + "\n")
@@ -243,6 +245,10 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=float, default=10e6,
                     help="at least this many input records (default 10 million)")
+    ap.add_argument("--ranks", type=int, default=SHAPE["ranks"],
+                    help=f"MPI processes of the simulated run (default {SHAPE['ranks']})")
+    ap.add_argument("--nodes", type=int, default=SHAPE["nodes"],
+                    help=f"nodes of the simulated run (default {SHAPE['nodes']})")
     ap.add_argument("--reuse", type=Path, default=None, help="convert this run directory")
     ap.add_argument("--keep", action="store_true", help="keep the converted archive")
     ap.add_argument("--repeat", type=int, default=3,
@@ -263,7 +269,8 @@ def main() -> None:
         return
 
     OUT.mkdir(parents=True, exist_ok=True)
-    run = args.reuse if args.reuse is not None else simulated_run(int(args.records))
+    shape = {**SHAPE, "ranks": args.ranks, "nodes": args.nodes}
+    run = args.reuse if args.reuse is not None else simulated_run(int(args.records), shape)
     size = input_bytes(run)
     archive_dir = Path(tempfile.mkdtemp(prefix="tp-archive-", dir=OUT))
     archive = archive_dir / "throughput.otf2"
