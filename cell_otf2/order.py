@@ -11,6 +11,7 @@ import numpy as np
 
 from .manifest import DecrementerRestore
 from .model import Constraints, Decoded, LinkKind, Matches, OrderOptions
+from .syncloops import block_pairs, pairs
 
 #: the largest read delay accepted (a decrementer step of 2^31 ticks is a possible wrap)
 MAX_READ_DELAY_TICKS = float(2**31)
@@ -22,15 +23,6 @@ def check_read_delay(value: float) -> float:
     if not 0.0 <= value <= MAX_READ_DELAY_TICKS:  # also false for NaN
         raise ValueError(f"read delay must be a finite number of ticks in 0..2^31, got {value}")
     return value
-
-
-def _pairs(d_before, t_before, d_after, t_after):
-    """Happened-before pairs -> (src, dst, weight), dropping same-domain and unusable ones."""
-    d_before = np.asarray(d_before, dtype=np.int64)
-    d_after = np.asarray(d_after, dtype=np.int64)
-    keep = (d_before >= 0) & (d_after >= 0) & (d_before != d_after)
-    w = np.asarray(t_after, dtype=np.float64)[keep] - np.asarray(t_before, np.float64)[keep]
-    return d_after[keep], d_before[keep], w
 
 
 def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None = None
@@ -52,34 +44,24 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     ok = anc["domain"] >= 0
     a = anc[ok]
     same_rank = a["rank"][1:] == a["rank"][:-1]
-    src, dst, w = _pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
-                         a["domain"][1:][same_rank], a["local"][1:][same_rank])
+    src, dst, w = pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
+                        a["domain"][1:][same_rank], a["local"][1:][same_rank])
     add("slot_order", (src, dst, w + opts.read_delay_ticks))
     assumed: dict[str, float | str] = {
         "slot_order": "read delay" if opts.read_delay_ticks > 0 else "exact",
         "read_delay_ticks": float(opts.read_delay_ticks)}
     # block records before their header (only records whose header reads another clock give
-    # a constraint: found from the header's domain alone, then the readings of those)
-    head_domain = anc["domain"][rec["anchor"]]
-    rec_domain = rec["domain"]
-    cross = np.flatnonzero((rec_domain >= 0) & (head_domain >= 0) & (rec_domain != head_domain))
-    add("block", _pairs(rec_domain[cross], rec["local"][cross], head_domain[cross],
-                        anc["local"][rec["anchor"][cross]]))
-    del head_domain
-    # the next block's records after the previous header's reservation (the SPE records into
-    # the other buffer only once it has reserved the full one): first record of each block
+    # a constraint); the next block's records after the previous header's reservation (the
+    # SPE records into the other buffer only once it has reserved the full one): first record
+    # of each block
+    inside, after = block_pairs(rec, anc)
+    add("block", inside)
     if rec.size > 1:
-        first = np.flatnonzero((rec["loc"][1:] == rec["loc"][:-1])
-                               & (rec["anchor"][1:] != rec["anchor"][:-1])
-                               & (rec["code"][1:] >> 8 == 2)) + 1
-        prev_head = anc[rec["anchor"][first - 1]]
-        src, dst, w = _pairs(prev_head["domain"], prev_head["local"],
-                             rec["domain"][first], rec["local"][first])
-        add("block", (src, dst, w + opts.read_delay_ticks))
+        add("block", (after[0], after[1], after[2] + opts.read_delay_ticks))
     # semantic pairs
     p = matches.pairs
-    add("semantic", _pairs(rec["domain"][p["before"]], rec["local"][p["before"]],
-                           rec["domain"][p["after"]], rec["local"][p["after"]]))
+    add("semantic", pairs(rec["domain"][p["before"]], rec["local"][p["before"]],
+                          rec["domain"][p["after"]], rec["local"][p["after"]]))
     # interval links
     links = dec.links
     if links.size:
@@ -87,8 +69,8 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
         stop, start = rec[sw["stop_rec"]], rec[sw["start_rec"]]
         # the saved value was the decrementer at the save, before the STOP record; the
         # restored value is what it counts down from once the restore began, after START
-        add("switch", _pairs(sw["prev"], sw["local_prev"], stop["domain"], stop["local"]))
-        add("switch", _pairs(start["domain"], start["local"], sw["next"], sw["local_next"]))
+        add("switch", pairs(sw["prev"], sw["local_prev"], stop["domain"], stop["local"]))
+        add("switch", pairs(start["domain"], start["local"], sw["next"], sw["local_next"]))
         eps = float(opts.kernel_read_slack_ticks)
         base = sw["local_prev"].astype(np.float64) - sw["local_next"]
         if dec.manifest.decrementer_restore == DecrementerRestore.compensated:
@@ -103,7 +85,7 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
             # the kernel read the timebase at the save (decrementer = STOP value) and again
             # at the restore, which began after the START record: the save was at most
             # ``delta`` (+ eps for its readings) before START, a lower bound of ``prev``
-            src, dst, w = _pairs(start["domain"], start["local"], sw["prev"],
+            src, dst, w = pairs(start["domain"], start["local"], sw["prev"],
                                  sw["local_prev"] + delta)
             add("switch", (src, dst, w + eps))
             # d - eps <= x[next] - x[prev] <= d + lat + eps
@@ -122,7 +104,7 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
             assumed["kernel_read_slack_ticks"] = eps
         # across a step with an unknown wrap count only program order is certain
         wp = links[links["kind"] == LinkKind.WRAP]
-        add("program", _pairs(wp["prev"], wp["last_local_prev"], wp["next"],
+        add("program", pairs(wp["prev"], wp["last_local_prev"], wp["next"],
                               wp["first_local_next"]))
         wr = links[links["kind"] == LinkKind.WRITE]
         if wr.size:

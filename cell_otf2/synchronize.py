@@ -12,6 +12,7 @@ from .damage import DamageKind, DamageLog
 from .intervals import MOD
 from .model import Constraints, Decoded, DomainKind, LinkKind, NodeMap, SyncResult
 from .solver import pair_width_stats, solve
+from .syncloops import settle
 
 
 def start_time_maps(dec: Decoded) -> list[NodeMap]:
@@ -301,36 +302,16 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
         for i in _nodes(node[has]):
             sel = node == i
             ref_t[sel] = result.node_maps[i].to_reference(node_t[sel])
-        unbounded = has & np.isnan(ref_t)
-        # OTF2 time is unsigned: a time before the reference's zero (or past 2^63) comes from a
-        # corrupt reading and cannot be written
-        outside = has & ~unbounded & ((ref_t < 0) | (ref_t >= 2.0**63))
-        ok = ~unbounded & ~outside
-        seg = np.where(ok & has, np.rint(np.nan_to_num(ref_t, nan=0.0)), -(2**62))
-        seg = seg.astype(np.int64)
-        # records without a clock take the predecessor's time (the successor's when there is
-        # none, no time at all when the location has none); never decrease
-        timed = ok & has
-        run = np.maximum.accumulate(np.where(timed, seg, -(2**62)))
-        violations += int((timed & (seg < run)).sum())
-        clamped += int((ok & ~has).sum())
-        first = np.minimum.accumulate(np.where(timed, seg, 2**62)[::-1])[::-1]
-        run = np.where(run < 0, first, run)
-        ok &= run < 2**62
-        part["time"] = np.where(ok, run, seg)
-        usable[s:e] = ok
-        lost = outside | (~ok & ~unbounded & ~outside)
-        for mask, kind in ((unbounded, "unbounded"), (lost, "lost")):
-            n = int(mask.sum())
-            if not n:
-                continue
-            at = s + int(np.argmax(mask))
-            if kind == "unbounded":
-                unbounded_n += n
-                unbounded_first = at if unbounded_first < 0 else unbounded_first
-            else:
-                lost_n += n
-                lost_first = at if lost_first < 0 else lost_first
+        v, c, n_unbounded, at_unbounded, n_lost, at_lost = settle(ref_t, has, part,
+                                                                   usable[s:e])
+        violations += v
+        clamped += c
+        if n_unbounded:
+            unbounded_n += n_unbounded
+            unbounded_first = s + at_unbounded if unbounded_first < 0 else unbounded_first
+        if n_lost:
+            lost_n += n_lost
+            lost_first = s + at_lost if lost_first < 0 else lost_first
     for n, at, message in (
         (unbounded_n, unbounded_first, "records of a live interval that no order constraint "
          "bounds: no offset is made up, the records are not written"),

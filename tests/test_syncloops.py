@@ -1,0 +1,145 @@
+"""The compiled loops of ordering and synchronization (cell_otf2/_syncloops.c) and their numpy
+fallback give the same constraints and times: random record tables (hypothesis) with every
+edge the numpy code handles (no domain, negative anchors, NaN, negative and too large times,
+ties at half a tick), and whole simulated runs converted both ways, damaged and with context
+switches, byte for byte."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from archive_compare import same_archive
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cell_otf2 import syncloops
+from cell_otf2.model import ANCHOR_DTYPE, RECORD_DTYPE
+
+BUILT = pytest.mark.skipif(syncloops._syncloops is None,
+                           reason="cell_otf2._syncloops is not built (pip install -e . with a "
+                           "C compiler)")
+
+
+def both(monkeypatch, fn):
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(syncloops, "COMPILED", compiled)
+        out.append(fn())
+    return out
+
+
+def tables(seed: int, n: int, n_anc: int, domains: int):
+    rng = np.random.default_rng(seed)
+    rec = np.zeros(n, RECORD_DTYPE)
+    rec["loc"] = np.sort(rng.integers(0, max(1, n // 5), n))
+    rec["code"] = rng.choice(np.array([0x101, 0x105, 0x201, 0x203, 0x2FF], np.uint16), n)
+    rec["domain"] = rng.integers(-1, domains, n)
+    rec["local"] = rng.choice(np.array([0, 1, -5, 2**62, -(2**62), 12345678901]), n) \
+        + rng.integers(-1000, 1000, n)
+    rec["anchor"] = rng.integers(-n_anc, n_anc, n)
+    # runs of equal anchors, as blocks have
+    rec["anchor"][1:][rng.random(max(0, n - 1)) < 0.6] = 0
+    rec["anchor"] = np.where(rec["anchor"] == 0, np.roll(rec["anchor"], 1), rec["anchor"])
+    anc = np.zeros(n_anc, ANCHOR_DTYPE)
+    anc["domain"] = rng.integers(-1, domains, n_anc)
+    anc["local"] = rng.integers(-(2**40), 2**40, n_anc)
+    return rec, anc
+
+
+@BUILT
+def test_compiled_loops_are_used_where_built():
+    assert syncloops.COMPILED
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 400), n_anc=st.integers(1, 50),
+       domains=st.integers(1, 6))
+def test_block_pairs_agree_with_numpy(monkeypatch_module, seed, n, n_anc, domains):
+    rec, anc = tables(seed, n, n_anc, domains)
+    compiled, numpy = both(monkeypatch_module, lambda: syncloops.block_pairs(rec, anc))
+    for c_triple, n_triple in zip(compiled, numpy, strict=True):
+        for c, p in zip(c_triple, n_triple, strict=True):
+            assert c.dtype == p.dtype and c.tobytes() == p.tobytes()
+
+
+@BUILT
+def test_block_pairs_find_what_they_should():
+    rec = np.zeros(4, RECORD_DTYPE)
+    rec["loc"] = [0, 0, 0, 1]
+    rec["code"] = [0x201, 0x201, 0x201, 0x201]
+    rec["domain"] = [1, 1, 2, 2]
+    rec["local"] = [10, 20, 30, 40]
+    rec["anchor"] = [0, 0, 1, 2]
+    anc = np.zeros(3, ANCHOR_DTYPE)
+    anc["domain"] = [2, 2, 2]
+    anc["local"] = [100, 200, 300]
+    (s1, d1, w1), (s2, d2, w2) = syncloops.block_pairs(rec, anc)
+    assert s1.tolist() == [2, 2] and d1.tolist() == [1, 1] and w1.tolist() == [90.0, 80.0]
+    # record 2 starts a block after header 0 (another clock: domain 2 vs 2 -> same: none)
+    assert s2.size == 0
+    anc["domain"][0] = 3
+    (s1, d1, w1), (s2, d2, w2) = syncloops.block_pairs(rec, anc)
+    assert s2.tolist() == [2] and d2.tolist() == [3] and w2.tolist() == [30.0 - 100.0]
+
+
+def test_block_pairs_refuse_an_anchor_out_of_range():
+    rec, anc = tables(1, 10, 3, 3)
+    rec["anchor"][4] = 3
+    with pytest.raises(IndexError):
+        syncloops.block_pairs(rec, anc)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300))
+def test_settle_agrees_with_numpy(monkeypatch_module, seed, n):
+    rng = np.random.default_rng(seed)
+    kinds = rng.integers(0, 7, n)
+    ref = rng.uniform(0, 1e15, n)
+    ref[kinds == 0] = np.nan
+    ref[kinds == 1] = -rng.uniform(0, 10, int((kinds == 1).sum()))
+    ref[kinds == 2] = 2.0**63 * rng.choice([1.0, 2.0, 0.9999999999999999],
+                                          int((kinds == 2).sum()))
+    ref[kinds == 3] = np.floor(ref[kinds == 3]) + 0.5  # ties go to even
+    ref[kinds == 4] = -0.0
+    has = rng.random(n) < (0.0 if seed % 5 == 0 else 0.8)
+
+    def run():
+        part = np.zeros(n, RECORD_DTYPE)
+        usable = np.zeros(n, bool)
+        counts = syncloops.settle(ref, has, part, usable)
+        return part.tobytes(), usable.tobytes(), counts
+
+    compiled, numpy = both(monkeypatch_module, run)
+    assert compiled == numpy
+
+
+def test_settle_gives_times_that_never_decrease():
+    ref = np.array([np.nan, 5.4, 3.0, 7.5, 8.5, -1.0, 9.0])
+    has = np.array([False, True, True, True, True, True, True])
+    part = np.zeros(ref.size, RECORD_DTYPE)
+    usable = np.zeros(ref.size, bool)
+    counts = syncloops.settle(ref, has, part, usable)
+    assert part["time"].tolist()[:5] == [3, 5, 5, 8, 8]
+    assert usable.tolist() == [True, True, True, True, True, False, True]
+    assert counts == (1, 1, 0, -1, 1, 5)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@BUILT
+@pytest.mark.parametrize("scenario", ["damaged-hybrid", "switches-hybrid", "four-nodes"])
+def test_runs_convert_the_same_both_ways(monkeypatch, simulated, tmp_path, scenario):
+    from cell_otf2.conversion import convert
+
+    run = simulated(scenario)
+    out = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(syncloops, "COMPILED", compiled)
+        out[compiled] = tmp_path / f"{compiled}" / "a.otf2"
+        out[compiled].parent.mkdir()
+        convert(run, out[compiled])
+    same_archive(out[True], out[False])
