@@ -22,7 +22,7 @@ from .dumps import Progress
 from .errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
 from .manifest import Manifest
 from .model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind, RunLayout
-from .output import ArchiveTarget, RunInputs
+from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
 from .write_share import poll_quietly
 
 #: environment variables in which MPI launchers give the number of processes
@@ -316,7 +316,7 @@ class MpiTeam:
             raise
 
     def spill_directory(self, tmp: Path) -> Path:
-        return tmp / ".spill" / f"process{self.rank}"
+        return tmp / SPILL_FOLDER / f"process{self.rank}"
 
     def failed(self, target: ArchiveTarget, exc: BaseException) -> None:
         """After any failure: the folders the root made go again; an interruption stops

@@ -15,7 +15,7 @@ from .damage import DamageLog
 from .decode import build_locations
 from .manifest import Manifest
 from .model import RunLayout
-from .output import ArchiveTarget, RunInputs
+from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
 
 #: ``sink(defs, groups, tmp, name, on_write)``: takes the definitions and the event groups
 #: (``(locations, pieces)`` per group of nodes) and returns what was written (an object with
@@ -98,7 +98,7 @@ class SerialTeam:
             yield Path(tmp)
 
     def spill_directory(self, tmp: Path) -> Path:
-        return tmp / ".spill"
+        return tmp / SPILL_FOLDER
 
     def failed(self, target: ArchiveTarget, _exc: BaseException) -> None:
         """After any failure or interruption: the folders ``open_output`` made go again."""

@@ -176,3 +176,22 @@ def test_archive_appearing_meanwhile_is_not_overwritten_without_force(tmp_path):
             fake_archive(tmp_path, "run", "other")
     assert (tmp_path / "run.otf2").read_bytes() == ANCHOR_MARK + b" anchor other"
     assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_a_full_disk_says_how_much_the_conversion_needs(tmp_path, spilled):
+    """The archive's size alone, or with the node groups a larger run sets aside while it is
+    converted (``SPILL_PER_INPUT_BYTE``)."""
+    target = ArchiveTarget(tmp_path / "a.otf2")
+    target.input_bytes = 10_000_000
+    with pytest.raises(OutputError) as caught, target.staged() as tmp:
+        if spilled:
+            (tmp / output.SPILL_FOLDER).mkdir()
+        full = OutputError("write failed")
+        full.no_space = True
+        raise full
+    text = str(caught.value)
+    assert text.startswith(f"no space left on the device writing {target.anchor}")
+    assert "the archive needs about 8.5 MB" in text
+    assert ("and about 25 MB more while converting" in text) is spilled
+    assert os.listdir(tmp_path) == []
