@@ -233,9 +233,9 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     n_win = starts.size
     n_reg = max(len(regions), 1)
     logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
-    ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
-                 logged_comm)
     use_c = _use_compiled() if compiled is None else compiled
+    ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
+                 logged_comm, use_c)
     try:
         _read_events(reader, locs, _otf2, ev.batch, use_c,
                      None if progress is None else lambda: progress(ev.i, total))
@@ -528,13 +528,49 @@ class _Chan:
     """Pairing by order: a channel id per key (in the order keys first occur) and, per channel,
     how many events of its first side (sends, issues) and of its second side (receives,
     completions) were seen. A key is a few non-negative integers; while each is below its
-    ``bounds`` entry the key is kept as one integer (mixed radix), else as a tuple."""
+    ``bounds`` entry the key is kept as one integer (mixed radix), else as a tuple. With
+    ``compiled`` the packed keys are looked up in ``_evtread``'s hash table (``table``, the keys
+    by channel id in ``by_id``) rather than in the dict ``ids``, with the same results."""
 
-    def __init__(self, bounds: tuple[int, ...]) -> None:
+    def __init__(self, bounds: tuple[int, ...], compiled: bool = False) -> None:
         self.ids: dict = {}
         self.n = [np.zeros(64, np.int64), np.zeros(64, np.int64)]
         self.bounds = bounds
         self.packed = int(np.prod([float(b) for b in bounds])) < 1 << 63
+        self.table = None  # compiled: (key, id) pairs, -1 where empty
+        self.by_id = np.zeros(64, np.int64)
+        self.count = 0  # channels in the table
+        if compiled and self.packed and _evtread is not None:
+            self.table = np.full(2 * 1024, -1, np.int64)
+
+    def _to_dict(self) -> None:
+        """Leave the compiled table for the dict (a key beyond ``bounds``)."""
+        if self.table is not None:
+            self.ids = dict(zip(self.by_id[: self.count].tolist(), range(self.count),
+                                strict=True))
+            self.table = None
+
+    def _assign_compiled(self, packed: np.ndarray, second: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        m = packed.size
+        need = self.count + m
+        if need > self.by_id.size:
+            self.by_id = np.concatenate([self.by_id, np.zeros(max(need, self.by_id.size),
+                                                              np.int64)])
+        if need > self.n[0].size:
+            grow = max(need, 2 * self.n[0].size)
+            self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
+        if 2 * need > self.table.size // 2:  # at most half full
+            pairs = max(self.table.size, 1 << (2 * need - 1).bit_length())
+            self.table = np.full(2 * pairs, -1, np.int64)
+            _evtread.chan_rehash(self.table, self.by_id[: self.count])
+        c = np.empty(m, np.int64)
+        seq = np.empty(m, np.int64)
+        self.count = _evtread.chan_assign(
+            self.table, np.ascontiguousarray(packed, np.int64),
+            np.ascontiguousarray(second, np.bool_), self.n[0], self.n[1], self.by_id, c, seq,
+            self.count)
+        return c, seq
 
     def _unpack(self, key: int) -> tuple[int, ...]:
         out = []
@@ -545,6 +581,9 @@ class _Chan:
 
     def first_column(self) -> np.ndarray:
         """The first key column of each channel, by channel id."""
+        if self.table is not None:
+            tail = int(np.prod([float(b) for b in self.bounds[1:]]))
+            return self.by_id[: self.count] // tail
         keys = list(self.ids)
         if self.packed:
             tail = int(np.prod([float(b) for b in self.bounds[1:]]))
@@ -556,15 +595,18 @@ class _Chan:
         """(channel id, sequence number on its side) of each event, in order; ``keys``: the
         columns of each event's key (non-negative integers)."""
         m = second.size
-        ids = self.ids
         if self.packed and not all(int(k.min()) >= 0 and int(k.max()) < b
                                    for k, b in zip(keys, self.bounds, strict=True)):
+            self._to_dict()
             self.packed = False
-            self.ids = ids = {self._unpack(k): c for k, c in ids.items()}
+            self.ids = {self._unpack(k): c for k, c in self.ids.items()}
+        ids = self.ids
         if self.packed:
             packed = keys[0].astype(np.int64)
             for k, b in zip(keys[1:], self.bounds[1:], strict=True):
                 packed = packed * b + k.astype(np.int64)
+            if self.table is not None:
+                return self._assign_compiled(packed, second)
             key_list = packed.tolist()
         else:
             key_list = list(zip(*(k.tolist() for k in keys), strict=True))
@@ -597,8 +639,8 @@ class _Events:
     event at a time, with the same results."""
 
     def __init__(self, n_locs: int, n_reg: int, starts: np.ndarray, ends: np.ndarray,
-                 n_kept: int, comm_members: dict, win_members: dict, logged_comm: set
-                 ) -> None:
+                 n_kept: int, comm_members: dict, win_members: dict, logged_comm: set,
+                 compiled: bool = False) -> None:
         self.n_locs, self.n_reg = n_locs, n_reg
         self.starts, self.ends = starts.tolist(), ends.tolist()
         self.kept = np.zeros(n_kept, EVENT_ROW)
@@ -619,9 +661,10 @@ class _Events:
         self.logs: list[np.ndarray] = []
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
-                               1 << 32))
+                               1 << 32), compiled)
         # RMA: (location, window, matching id); issues, completions
-        self.rma_channels = _Chan((n_locs, max(win_members, default=0) + 1, 1 << 40))
+        self.rma_channels = _Chan((n_locs, max(win_members, default=0) + 1, 1 << 40),
+                                  compiled)
         self.comm_members = _Members(comm_members)
         self.win_members = _Members(win_members)
         top = max([r for r in logged_comm if r >= 0], default=-1)
