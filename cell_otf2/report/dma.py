@@ -12,6 +12,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from . import style, units
+from .bars import hbars
 from .derive import SHOWN_CATS, spe_locations
 from .exact import category_ticks, transfers
 from .load import Loaded
@@ -47,16 +48,15 @@ def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
         t0, t1, r, row = t0[keep], t1[keep], r[keep], row[keep]
     a = np.clip(np.searchsorted(edges, t0, side="right") - 1, 0, m - 1)  # first column
     b = np.clip(np.searchsorted(edges, t1, side="left") - 1, 0, m - 1)  # last column
-    lo, hi = np.maximum(t0, edges[a]), np.minimum(t1, edges[b + 1])
-    one = a == b
-    cell_a, cell_b = row * m + a, row * m + b
-    size = n_rows * m
-    out += np.bincount(cell_a[one], weights=r[one] * (hi - lo)[one], minlength=size)
-    many = ~one
-    if many.any():
-        a, b, r, row, lo, hi = a[many], b[many], r[many], row[many], lo[many], hi[many]
-        out += np.bincount(cell_a[many], weights=r * (edges[a + 1] - lo), minlength=size)
-        out += np.bincount(cell_b[many], weights=r * (hi - edges[b]), minlength=size)
+    lo = np.maximum(t0, edges[a])
+    # the first column: all of a command within one column, else up to the column's end
+    out += np.bincount(row * m + a, weights=r * (np.minimum(t1, edges[a + 1]) - lo),
+                       minlength=n_rows * m)
+    many = np.flatnonzero(b > a)  # the few commands over several columns
+    if many.size:
+        a, b, r, row = a[many], b[many], r[many], row[many]
+        hi = np.minimum(t1[many], edges[b + 1])
+        out += np.bincount(row * m + b, weights=r * (hi - edges[b]), minlength=n_rows * m)
         step = np.bincount(row * (m + 1) + a + 1, weights=r, minlength=n_rows * (m + 1))
         step -= np.bincount(row * (m + 1) + b, weights=r, minlength=n_rows * (m + 1))
         between = np.cumsum(step.reshape(n_rows, m + 1), axis=1)[:, :m] * np.diff(edges)
@@ -147,18 +147,19 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     busiest = rate.max(axis=1, initial=0) if spes.size else np.zeros(0)
     y = np.arange(spes.size)
     h = 0.8 if spes.size > style.MAX_LABELLED else 0.4
-    bars.barh(y - (0 if h == 0.8 else 0.2), np.maximum(busiest, 1) / 1e9, height=h,
-              color="#c7c7c7", label="busiest column")
-    bars.barh(y + (0 if h == 0.8 else 0.2), np.maximum(mean_spe, 1) / 1e9, height=h,
-              color="#1f77b4", label="mean over its running time")
-    bars.axvline(PEAK / 1e9, color="#d62728", lw=1, ls="--", label="peak 25.6 GB/s")
+    handles = [hbars(bars, y - (0 if h == 0.8 else 0.2), np.maximum(busiest, 1) / 1e9,
+                     height=h, color="#c7c7c7", label="busiest column"),
+               hbars(bars, y + (0 if h == 0.8 else 0.2), np.maximum(mean_spe, 1) / 1e9,
+                     height=h, color="#1f77b4", label="mean over its running time"),
+               bars.axvline(PEAK / 1e9, color="#d62728", lw=1, ls="--",
+                            label="peak 25.6 GB/s")]
     bars.set_xscale("log")
     lo = max(1e-4, float(np.min(mean_spe[mean_spe > 0], initial=PEAK)) / 1e9 / 3)
     bars.set_xlim(lo, PEAK / 1e9 * 1.5)
     bars.set_xlabel("GB/s (log)")
     bars.tick_params(axis="y", labelleft=False)
-    bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=8,
-                frameon=False)
+    bars.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1,
+                fontsize=8, frameon=False)
     share = float(mean_spe.mean()) / PEAK if spes.size else 0.0
     bars.set_title(f"per SPE: mean {units.percent(share)} of the peak", fontsize=9, pad=48)
     fig.savefig(path, dpi=style.DPI)
