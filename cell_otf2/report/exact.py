@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .derive import SHOWN_CATS, Cat, region_category
-from .load import CommClass, K, Loaded, LocClass
+from .load import CommClass, K, Loaded, LocClass, Log
 
 #: one DMA command: data from src to dst, issued at t_issue by issuer, completed at t_done
 XFER = np.dtype([("issuer", "<i4"), ("src", "<i4"), ("dst", "<i4"), ("t_issue", "<i8"),
@@ -30,7 +30,7 @@ def category_ticks(loaded: Loaded) -> np.ndarray:
     return out
 
 
-def _pair(log: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _pair(log: Log, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """For each row index in ``a``, the index in ``b``'s rows with the same (chan, seq), -1.
     A (chan, seq) key occurs at most once per side (``load`` numbers each side apart)."""
     out = np.full(a.size, -1, np.int64)
@@ -60,14 +60,13 @@ def transfers(loaded: Loaded) -> np.ndarray:
     kind = log["kind"]
     issue = np.flatnonzero((kind == K.GET) | (kind == K.PUT))
     done = _pair(log, issue, np.flatnonzero(kind == K.RMA_DONE))
-    rows = log[issue]  # the issues' rows, contiguous
-    get = rows["kind"] == K.GET
-    loc, partner = rows["loc"], rows["partner"]
+    get = kind[issue] == K.GET
+    loc, partner = log["loc"][issue], log["partner"][issue]
     rma = np.empty(issue.size, XFER)
     rma["issuer"] = loc
     rma["src"] = np.where(get, partner, loc)
     rma["dst"] = np.where(get, loc, partner)
-    rma["t_issue"], rma["bytes"] = rows["time"], rows["bytes"]
+    rma["t_issue"], rma["bytes"] = log["time"][issue], log["bytes"][issue]
     rma["t_done"] = np.where(done >= 0, log["time"][np.maximum(done, 0)], -1)
     dma = np.flatnonzero(loaded.comm_class == CommClass.DMA)
     msgs = np.flatnonzero((kind == K.SEND) | (kind == K.RECV))

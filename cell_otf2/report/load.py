@@ -80,6 +80,35 @@ LOG_ROW = np.dtype([("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("partner",
 
 
 @dataclass
+class Log:
+    """The exact log as one array per LOG_ROW field (``log["time"]``), in the reader's order:
+    the figures read a few columns of millions of rows, which a record array would make them
+    stride through whole."""
+
+    kind: np.ndarray
+    loc: np.ndarray
+    time: np.ndarray
+    partner: np.ndarray
+    ref: np.ndarray
+    bytes: np.ndarray
+    chan: np.ndarray
+    seq: np.ndarray
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+    @property
+    def size(self) -> int:
+        return int(self.kind.size)
+
+    @classmethod
+    def join(cls, parts: dict[str, list[np.ndarray]]) -> Log:
+        """The columns' pieces (batch by batch) joined; empty columns of LOG_ROW's types."""
+        return cls(**{name: np.concatenate(parts.get(name) or [np.zeros(0, LOG_ROW[name])])
+                      .astype(LOG_ROW[name], copy=False) for name in LOG_ROW.names})
+
+
+@dataclass
 class Exact:
     """Every event's contribution, whatever was sampled (ticks, counts)."""
 
@@ -92,7 +121,7 @@ class Exact:
     outermost: np.ndarray  # (n_locs, n_regions) Enters with no region open (a program)
     unclosed: np.ndarray  # (n_locs,) regions still open at the location's last event
     stray_leaves: np.ndarray  # (n_locs,) Leaves of a region that was not open
-    log: np.ndarray  # LOG_ROW, in the reader's order
+    log: Log  # LOG_ROW's columns, in the reader's order
 
 
 PROP_PSEUDO = "cell2otf2::pseudo_location"
@@ -658,7 +687,7 @@ class _Events:
         self.first_t = np.full(n_locs, -1, np.int64)
         self.last_t = np.full(n_locs, -1, np.int64)
         self.stray = np.zeros(n_locs, np.int64)
-        self.logs: list[np.ndarray] = []
+        self.logs: dict[str, list[np.ndarray]] = {name: [] for name in LOG_ROW.names}
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
                                1 << 32), compiled)
@@ -671,8 +700,8 @@ class _Events:
         self.logged = np.zeros(top + 2, bool)  # last entry: any ref beyond
         self.logged[[r for r in logged_comm if r >= 0]] = True
 
-    def log_table(self) -> np.ndarray:
-        return (np.concatenate(self.logs) if self.logs else np.zeros(0, LOG_ROW))
+    def log_table(self) -> Log:
+        return Log.join(self.logs)
 
     def batch(self, kind, loc, t, ref, peer, nbytes, match) -> None:
         n = int(kind.size)
@@ -743,11 +772,9 @@ class _Events:
             logged[rma] = True
         lg = np.flatnonzero(logged)
         if lg.size:
-            rows = np.zeros(lg.size, LOG_ROW)
             for name, col in (("kind", kind), ("loc", loc), ("time", t), ("partner", other),
                               ("ref", ref), ("bytes", nbytes), ("chan", chan), ("seq", seq)):
-                rows[name] = col[lg]
-            self.logs.append(rows)
+                self.logs[name].append(col[lg].astype(LOG_ROW[name], copy=False))
         # kept rows
         if w is None:
             return
