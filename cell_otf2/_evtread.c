@@ -282,8 +282,9 @@ static PyObject *release(PyObject *self, PyObject *noargs)
 }
 
 /* Pairing keys (load._Chan, packed keys only): an open-addressing hash table of non-negative
- * int64 keys, held in an int64 array of (key, id) pairs that Python allocates (-1: empty; its
- * number of pairs a power of two, never more than half full). `chan_assign` gives each key of a
+ * int64 keys, held in an int32 array of channel id + 1 that Python allocates (0: empty, so a
+ * fresh table is np.zeros; its size a power of two, never more than half full); a slot's key
+ * is `by_id[id]`. `chan_assign` gives each key of a
  * batch its channel id (new keys the next ids, in order of first occurrence, their keys noted
  * in `by_id`) and each event its sequence number on its side of the channel (counts per side
  * in `n0`, `n1`), exactly as the Python dict of load._Chan does. */
@@ -296,12 +297,12 @@ static inline uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static int64_t *slot_of(int64_t *table, Py_ssize_t mask, int64_t key)
+static int32_t *slot_of(int32_t *table, Py_ssize_t mask, const int64_t *by_id, int64_t key)
 {
     Py_ssize_t h = (Py_ssize_t)(mix((uint64_t)key) & (uint64_t)mask);
-    while (table[2 * h] != -1 && table[2 * h] != key)
+    while (table[h] != 0 && by_id[table[h] - 1] != key)
         h = (h + 1) & mask;
-    return &table[2 * h];
+    return &table[h];
 }
 
 static void release_all(Py_buffer *got, int n)
@@ -313,7 +314,7 @@ static void release_all(Py_buffer *got, int n)
 static PyObject *chan_assign(PyObject *self, PyObject *args)
 {
     enum { TABLE, KEYS, SECOND, N0, N1, BY_ID, OUT_C, OUT_SEQ, N_ARGS };
-    static const Py_ssize_t sizes[N_ARGS] = {8, 8, 1, 8, 8, 8, 8, 8};
+    static const Py_ssize_t sizes[N_ARGS] = {4, 8, 1, 8, 8, 8, 8, 8};
     PyObject *objs[N_ARGS];
     Py_buffer got[N_ARGS];
     Py_ssize_t next;
@@ -333,16 +334,17 @@ static PyObject *chan_assign(PyObject *self, PyObject *args)
             return NULL;
         }
     }
-    int64_t *table = got[TABLE].buf, *keys = got[KEYS].buf, *n0 = got[N0].buf,
+    int32_t *table = got[TABLE].buf;
+    int64_t *keys = got[KEYS].buf, *n0 = got[N0].buf,
             *n1 = got[N1].buf, *by_id = got[BY_ID].buf, *out_c = got[OUT_C].buf,
             *out_seq = got[OUT_SEQ].buf;
     const uint8_t *second = got[SECOND].buf;
-    const Py_ssize_t pairs = got[TABLE].len / 16, m = got[KEYS].len / 8;
+    const Py_ssize_t pairs = got[TABLE].len / 4, m = got[KEYS].len / 8;
     const Py_ssize_t room = got[BY_ID].len / 8;
     if (pairs & (pairs - 1) || got[SECOND].len != m || got[OUT_C].len / 8 != m
         || got[OUT_SEQ].len / 8 != m || next < 0 || next + m > room
         || got[N0].len / 8 < next + m || got[N1].len / 8 < next + m
-        || 2 * (next + m) > pairs) {
+        || 2 * (next + m) > pairs || next + m >= INT32_MAX) {
         release_all(got, N_ARGS);
         PyErr_SetString(PyExc_ValueError, "chan_assign: arrays too small for the batch");
         return NULL;
@@ -350,16 +352,15 @@ static PyObject *chan_assign(PyObject *self, PyObject *args)
     const Py_ssize_t mask = pairs - 1;
     for (Py_ssize_t i = 0; i < m; i++) {
         const int64_t key = keys[i];
-        int64_t *slot = slot_of(table, mask, key);
+        int32_t *slot = slot_of(table, mask, by_id, key);
         int64_t c;
-        if (slot[0] == -1) {
+        if (*slot == 0) {
             c = next++;
-            slot[0] = key;
-            slot[1] = c;
+            *slot = (int32_t)(c + 1);
             by_id[c] = key;
             n0[c] = n1[c] = 0;
         } else {
-            c = slot[1];
+            c = *slot - 1;
         }
         out_c[i] = c;
         out_seq[i] = second[i] ? n1[c]++ : n0[c]++;
@@ -381,25 +382,22 @@ static PyObject *chan_rehash(PyObject *self, PyObject *args)
             release_all(got, k);
             return NULL;
         }
-        if (got[k].itemsize != 8) {
+        if (got[k].itemsize != (k ? 8 : 4)) {
             release_all(got, k + 1);
-            PyErr_SetString(PyExc_ValueError, "chan_rehash: int64 arrays");
+            PyErr_SetString(PyExc_ValueError, "chan_rehash: an int32 table and int64 keys");
             return NULL;
         }
     }
-    int64_t *table = got[0].buf;
+    int32_t *table = got[0].buf;
     const int64_t *by_id = got[1].buf;
-    const Py_ssize_t pairs = got[0].len / 16, n = got[1].len / 8;
-    if (pairs & (pairs - 1) || 2 * n > pairs) {
+    const Py_ssize_t pairs = got[0].len / 4, n = got[1].len / 8;
+    if (pairs & (pairs - 1) || 2 * n > pairs || n >= INT32_MAX) {
         release_all(got, 2);
         PyErr_SetString(PyExc_ValueError, "chan_rehash: table too small");
         return NULL;
     }
-    for (Py_ssize_t c = 0; c < n; c++) {
-        int64_t *slot = slot_of(table, pairs - 1, by_id[c]);
-        slot[0] = by_id[c];
-        slot[1] = c;
-    }
+    for (Py_ssize_t c = 0; c < n; c++)  /* keys are distinct: each finds an empty slot */
+        *slot_of(table, pairs - 1, by_id, by_id[c]) = (int32_t)(c + 1);
     release_all(got, 2);
     Py_RETURN_NONE;
 }

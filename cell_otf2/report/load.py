@@ -566,11 +566,11 @@ class _Chan:
         self.n = [np.zeros(64, np.int64), np.zeros(64, np.int64)]
         self.bounds = bounds
         self.packed = int(np.prod([float(b) for b in bounds])) < 1 << 63
-        self.table = None  # compiled: (key, id) pairs, -1 where empty
+        self.table = None  # compiled: channel id + 1 per slot, 0 where empty
         self.by_id = np.zeros(64, np.int64)
         self.count = 0  # channels in the table
         if compiled and self.packed and _evtread is not None:
-            self.table = np.full(2 * 1024, -1, np.int64)
+            self.table = np.zeros(2048, np.int32)
 
     def _to_dict(self) -> None:
         """Leave the compiled table for the dict (a key beyond ``bounds``)."""
@@ -580,7 +580,7 @@ class _Chan:
             self.table = None
 
     def _assign_compiled(self, packed: np.ndarray, second: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
+                         ) -> tuple[np.ndarray, np.ndarray] | None:
         m = packed.size
         need = self.count + m
         if need > self.by_id.size:
@@ -589,9 +589,12 @@ class _Chan:
         if need > self.n[0].size:
             grow = max(need, 2 * self.n[0].size)
             self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
-        if 2 * need > self.table.size // 2:  # at most half full
-            pairs = max(self.table.size, 1 << (2 * need - 1).bit_length())
-            self.table = np.full(2 * pairs, -1, np.int64)
+        if need >= 1 << 31:  # beyond the table's int32 ids
+            self._to_dict()
+            return None
+        if 2 * need > self.table.size:  # at most half full
+            size = max(2 * self.table.size, 1 << (2 * need - 1).bit_length())
+            self.table = np.zeros(size, np.int32)
             _evtread.chan_rehash(self.table, self.by_id[: self.count])
         c = np.empty(m, np.int64)
         seq = np.empty(m, np.int64)
@@ -634,8 +637,10 @@ class _Chan:
             packed = keys[0].astype(np.int64)
             for k, b in zip(keys[1:], self.bounds[1:], strict=True):
                 packed = packed * b + k.astype(np.int64)
-            if self.table is not None:
-                return self._assign_compiled(packed, second)
+            got = self._assign_compiled(packed, second) if self.table is not None else None
+            if got is not None:
+                return got
+            ids = self.ids
             key_list = packed.tolist()
         else:
             key_list = list(zip(*(k.tolist() for k in keys), strict=True))
