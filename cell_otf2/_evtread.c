@@ -3,7 +3,8 @@
  * buffers (numpy arrays handed in by `buffers`); report/load.py takes them batch by batch
  * (`take`) and does everything else on arrays. What each column holds per event kind is
  * exactly what load._PyEvents records through the Python callbacks, so both give the same
- * arrays.
+ * arrays. `chan_assign` numbers the message and RMA pairing keys of a batch (load._Chan) with a
+ * hash table instead of a Python dict, with the same channel ids and sequence numbers.
  *
  * Built by setuptools at install time (setup.py, optional: without it load.py keeps its Python
  * callbacks). It does not link against OTF2: `install` receives the addresses of the
@@ -280,6 +281,127 @@ static PyObject *release(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* Pairing keys (load._Chan, packed keys only): an open-addressing hash table of non-negative
+ * int64 keys, held in an int32 array of channel id + 1 that Python allocates (0: empty, so a
+ * fresh table is np.zeros; its size a power of two, never more than half full); a slot's key
+ * is `by_id[id]`. `chan_assign` gives each key of a
+ * batch its channel id (new keys the next ids, in order of first occurrence, their keys noted
+ * in `by_id`) and each event its sequence number on its side of the channel (counts per side
+ * in `n0`, `n1`), exactly as the Python dict of load._Chan does. */
+static inline uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int32_t *slot_of(int32_t *table, Py_ssize_t mask, const int64_t *by_id, int64_t key)
+{
+    Py_ssize_t h = (Py_ssize_t)(mix((uint64_t)key) & (uint64_t)mask);
+    while (table[h] != 0 && by_id[table[h] - 1] != key)
+        h = (h + 1) & mask;
+    return &table[h];
+}
+
+static void release_all(Py_buffer *got, int n)
+{
+    for (int k = 0; k < n; k++)
+        PyBuffer_Release(&got[k]);
+}
+
+static PyObject *chan_assign(PyObject *self, PyObject *args)
+{
+    enum { TABLE, KEYS, SECOND, N0, N1, BY_ID, OUT_C, OUT_SEQ, N_ARGS };
+    static const Py_ssize_t sizes[N_ARGS] = {4, 8, 1, 8, 8, 8, 8, 8};
+    PyObject *objs[N_ARGS];
+    Py_buffer got[N_ARGS];
+    Py_ssize_t next;
+    (void)self;
+    memset(got, 0, sizeof got);
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6], &objs[7], &next))
+        return NULL;
+    for (int k = 0; k < N_ARGS; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return NULL;
+        }
+        if (got[k].itemsize != sizes[k]) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, "chan_assign: an array of the wrong item size");
+            return NULL;
+        }
+    }
+    int32_t *table = got[TABLE].buf;
+    int64_t *keys = got[KEYS].buf, *n0 = got[N0].buf,
+            *n1 = got[N1].buf, *by_id = got[BY_ID].buf, *out_c = got[OUT_C].buf,
+            *out_seq = got[OUT_SEQ].buf;
+    const uint8_t *second = got[SECOND].buf;
+    const Py_ssize_t pairs = got[TABLE].len / 4, m = got[KEYS].len / 8;
+    const Py_ssize_t room = got[BY_ID].len / 8;
+    if (pairs & (pairs - 1) || got[SECOND].len != m || got[OUT_C].len / 8 != m
+        || got[OUT_SEQ].len / 8 != m || next < 0 || next + m > room
+        || got[N0].len / 8 < next + m || got[N1].len / 8 < next + m
+        || 2 * (next + m) > pairs || next + m >= INT32_MAX) {
+        release_all(got, N_ARGS);
+        PyErr_SetString(PyExc_ValueError, "chan_assign: arrays too small for the batch");
+        return NULL;
+    }
+    const Py_ssize_t mask = pairs - 1;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const int64_t key = keys[i];
+        int32_t *slot = slot_of(table, mask, by_id, key);
+        int64_t c;
+        if (*slot == 0) {
+            c = next++;
+            *slot = (int32_t)(c + 1);
+            by_id[c] = key;
+            n0[c] = n1[c] = 0;
+        } else {
+            c = *slot - 1;
+        }
+        out_c[i] = c;
+        out_seq[i] = second[i] ? n1[c]++ : n0[c]++;
+    }
+    release_all(got, N_ARGS);
+    return PyLong_FromSsize_t(next);
+}
+
+static PyObject *chan_rehash(PyObject *self, PyObject *args)
+{
+    PyObject *objs[2];
+    Py_buffer got[2];
+    (void)self;
+    memset(got, 0, sizeof got);
+    if (!PyArg_ParseTuple(args, "OO", &objs[0], &objs[1]))
+        return NULL;
+    for (int k = 0; k < 2; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return NULL;
+        }
+        if (got[k].itemsize != (k ? 8 : 4)) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, "chan_rehash: an int32 table and int64 keys");
+            return NULL;
+        }
+    }
+    int32_t *table = got[0].buf;
+    const int64_t *by_id = got[1].buf;
+    const Py_ssize_t pairs = got[0].len / 4, n = got[1].len / 8;
+    if (pairs & (pairs - 1) || 2 * n > pairs || n >= INT32_MAX) {
+        release_all(got, 2);
+        PyErr_SetString(PyExc_ValueError, "chan_rehash: table too small");
+        return NULL;
+    }
+    for (Py_ssize_t c = 0; c < n; c++)  /* keys are distinct: each finds an empty slot */
+        *slot_of(table, pairs - 1, by_id, by_id[c]) = (int32_t)(c + 1);
+    release_all(got, 2);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"install", install, METH_VARARGS,
      "install(callbacks_address, ((setter_address, code), ...)): set the C callbacks"},
@@ -287,6 +409,11 @@ static PyMethodDef methods[] = {
      "buffers(kind, loc, time, ref, peer, nbytes, match): the columns events go into"},
     {"take", take, METH_NOARGS, "take() -> events put into the columns since the last take"},
     {"release", release, METH_NOARGS, "release(): let go of the column buffers"},
+    {"chan_assign", chan_assign, METH_VARARGS,
+     "chan_assign(table, keys, second, n0, n1, by_id, chan, seq, ids) -> ids: channel ids and "
+     "sequence numbers of a batch's packed keys (load._Chan)"},
+    {"chan_rehash", chan_rehash, METH_VARARGS,
+     "chan_rehash(table, by_id): put the keys of channels 0..n-1 into an empty table"},
     {NULL, NULL, 0, NULL},
 };
 

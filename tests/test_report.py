@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from otf2check import read_events  # noqa: E402
 from paths import SAMPLES  # noqa: E402
@@ -538,10 +538,11 @@ def test_node_clock_figure_from_the_report_and_the_archive_messages(two_nodes, t
 # ---------------------------------------------------------------------------------------------
 
 
+@settings(deadline=None)  # the first example imports matplotlib
 @given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300), st.integers(1, 1 << 14)),
                 min_size=1, max_size=30))
 def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
-    from cell_otf2.report.dma import spread
+    from cell_otf2.report.dma import spread, spread_rows
 
     t0 = np.array([c[0] for c in cmds], float)
     t1 = t0 + [c[1] for c in cmds]
@@ -550,6 +551,17 @@ def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
     got = spread(t0, t1, b, edges)
     assert got.sum() == pytest.approx(b.sum())
     assert np.all(got >= -1e-6)
+    # each column: every command's rate times its overlap with the column (at least a tick)
+    end = np.maximum(t1, t0 + 1)
+    overlap = np.clip(np.minimum(end[:, None], edges[None, 1:])
+                      - np.maximum(t0[:, None], edges[None, :-1]), 0, None)
+    np.testing.assert_allclose(got, (b / (end - t0)) @ overlap, rtol=1e-9, atol=1e-9)
+    # on rows: each row as if spread alone
+    row = np.arange(t0.size) % 3
+    rows = spread_rows(row, 3, t0, t1, b, edges)
+    for k in range(3):
+        np.testing.assert_allclose(rows[k], spread(t0[row == k], t1[row == k], b[row == k],
+                                                   edges), rtol=1e-9, atol=1e-9)
     # a command within one column puts its bytes into that column only
     one = spread(np.array([205.0]), np.array([290.0]), np.array([64.0]), edges)
     assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)

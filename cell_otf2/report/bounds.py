@@ -13,6 +13,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from . import style, units
+from .bars import hbars
 from .derive import sync_intervals
 from .load import PROP_SYNC_BOUND, Loaded, LocClass
 
@@ -86,8 +87,8 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     ax.set_title(f"Synchronization bound of every live interval ({placed} drawn)\n{head}"
                  + ("; " + ", ".join(extra) if extra else ""), fontsize=10)
     y = np.arange(len(rows))
-    bars.barh(y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
-    bars.barh(y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
+    hbars(bars, y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
+    hbars(bars, y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
     bars.set_xlabel("bound width [ticks]")
     top = bars.secondary_xaxis("top", functions=(lambda v: v / hz * 1e6,
                                                  lambda v: v * hz / 1e6))

@@ -12,6 +12,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from . import style, units
+from .bars import hbars
 from .derive import SHOWN_CATS, spe_locations
 from .exact import category_ticks, transfers
 from .load import Loaded
@@ -23,19 +24,44 @@ PEAK = 25.6e9  # bytes per second: one MFC (8 bytes per cycle at 3.2 GHz), and t
 def spread(t0: np.ndarray, t1: np.ndarray, nbytes: np.ndarray, edges: np.ndarray
            ) -> np.ndarray:
     """Bytes per column between ``edges`` when each command moves its bytes evenly over
-    [t0, t1] (at least one tick wide): differences of the cumulative bytes at the edges."""
+    [t0, t1] (at least one tick wide); bytes outside the edges are left out."""
+    t0 = np.asarray(t0, np.float64)
+    return spread_rows(np.zeros(t0.size, np.int64), 1, t0, t1, nbytes, edges)[0]
+
+
+def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
+                nbytes: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``spread`` for commands each on its ``row``: (n_rows, columns) bytes. Each command adds
+    its rate times its overlap to the columns it covers (first and last column partly, those
+    between wholly, through a running sum along the row): no sort, O(commands)."""
+    edges = np.asarray(edges, np.float64)
+    m = edges.size - 1
+    out = np.zeros(n_rows * m)
     t0 = np.asarray(t0, np.float64)
     t1 = np.maximum(np.asarray(t1, np.float64), t0 + 1.0)
     r = np.asarray(nbytes, np.float64) / (t1 - t0)
-    p = np.concatenate([t0, t1])
-    w = np.concatenate([r, -r])
-    order = np.argsort(p, kind="stable")
-    p, w = p[order], w[order]
-    cw = np.concatenate([[0.0], np.cumsum(w)])
-    cwp = np.concatenate([[0.0], np.cumsum(w * p)])
-    k = np.searchsorted(p, edges, side="right")
-    cumulative = edges * cw[k] - cwp[k]
-    return np.diff(cumulative)
+    row = np.asarray(row, np.int64)
+    keep = (t1 > edges[0]) & (t0 < edges[-1])
+    if m < 1 or not keep.any():
+        return out.reshape(n_rows, max(m, 0))
+    if not keep.all():
+        t0, t1, r, row = t0[keep], t1[keep], r[keep], row[keep]
+    a = np.clip(np.searchsorted(edges, t0, side="right") - 1, 0, m - 1)  # first column
+    b = np.clip(np.searchsorted(edges, t1, side="left") - 1, 0, m - 1)  # last column
+    lo = np.maximum(t0, edges[a])
+    # the first column: all of a command within one column, else up to the column's end
+    out += np.bincount(row * m + a, weights=r * (np.minimum(t1, edges[a + 1]) - lo),
+                       minlength=n_rows * m)
+    many = np.flatnonzero(b > a)  # the few commands over several columns
+    if many.size:
+        a, b, r, row = a[many], b[many], r[many], row[many]
+        hi = np.minimum(t1[many], edges[b + 1])
+        out += np.bincount(row * m + b, weights=r * (hi - edges[b]), minlength=n_rows * m)
+        step = np.bincount(row * (m + 1) + a + 1, weights=r, minlength=n_rows * (m + 1))
+        step -= np.bincount(row * (m + 1) + b, weights=r, minlength=n_rows * (m + 1))
+        between = np.cumsum(step.reshape(n_rows, m + 1), axis=1)[:, :m] * np.diff(edges)
+        out += np.maximum(between, 0).ravel()  # (a rounding residue below zero is none)
+    return out.reshape(n_rows, m)
 
 
 def per_spe(loaded: Loaded) -> dict[str, np.ndarray]:
@@ -44,25 +70,20 @@ def per_spe(loaded: Loaded) -> dict[str, np.ndarray]:
     ticks since the global offset)."""
     is_spe = set(spe_locations(loaded).tolist())
     spes = np.array([r for r in style.row_order(loaded).tolist() if r in is_spe], np.int64)
-    row_of = np.full(loaded.n_locs, -1, np.int64)
+    row_of = np.full(loaded.n_locs + 1, -1, np.int64)  # the last entry: location -1
     row_of[spes] = np.arange(spes.size)
     x = transfers(loaded)
     edges = np.linspace(0, max(loaded.trace_length, 1), COLUMNS + 1)
     t0 = (x["t_issue"] - loaded.global_offset).astype(np.float64)
     t1 = np.where(x["t_done"] >= 0, x["t_done"] - loaded.global_offset, t0)
+    nbytes = x["bytes"].astype(np.float64)
     grid = np.zeros((spes.size, COLUMNS))
     into, out = np.zeros(spes.size), np.zeros(spes.size)
-    nbytes = x["bytes"].astype(np.float64)
     for end, total in (("dst", into), ("src", out)):
-        r = row_of[np.clip(x[end], 0, None)]
-        ok = np.flatnonzero((x[end] >= 0) & (r >= 0))
-        np.add.at(total, r[ok], nbytes[ok])
-        ok = ok[np.argsort(r[ok], kind="stable")]
-        bounds = np.searchsorted(r[ok], np.arange(spes.size + 1))
-        for row in range(spes.size):  # one pass per SPE, numpy within it
-            k = ok[bounds[row]: bounds[row + 1]]
-            if k.size:
-                grid[row] += spread(t0[k], t1[k], nbytes[k], edges)
+        r = row_of[x[end]]
+        ok = np.flatnonzero(r >= 0)
+        total += np.bincount(r[ok], weights=nbytes[ok], minlength=spes.size)
+        grid += spread_rows(r[ok], spes.size, t0[ok], t1[ok], nbytes[ok], edges)
     running = (category_ticks(loaded)[spes][:, list(SHOWN_CATS)].sum(axis=1)
                / loaded.timer_resolution) if spes.size else np.zeros(0)
     return {"spes": spes, "into": into, "out": out, "running": running, "grid": grid,
@@ -93,8 +114,9 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                  "the 25.6 GB/s peak)", fontsize=8)
     style.label_rows(ax, loaded, spes)
     ax.tick_params(axis="x", labelbottom=False)
-    with_spe = (np.isin(x["src"], spes) | np.isin(x["dst"], spes)) if spes.size else \
-        np.zeros(x.size, bool)
+    is_row = np.zeros(loaded.n_locs + 1, bool)  # the last entry: location -1
+    is_row[spes] = True
+    with_spe = is_row[x["src"]] | is_row[x["dst"]]
     total = float(x["bytes"][with_spe].sum())
     ax.set_title(f"DMA bandwidth per SPE context ({units.count(int(with_spe.sum()))} commands,"
                  f" {units.nbytes(total)}; exact, every command of the archive)", fontsize=10)
@@ -125,18 +147,19 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     busiest = rate.max(axis=1, initial=0) if spes.size else np.zeros(0)
     y = np.arange(spes.size)
     h = 0.8 if spes.size > style.MAX_LABELLED else 0.4
-    bars.barh(y - (0 if h == 0.8 else 0.2), np.maximum(busiest, 1) / 1e9, height=h,
-              color="#c7c7c7", label="busiest column")
-    bars.barh(y + (0 if h == 0.8 else 0.2), np.maximum(mean_spe, 1) / 1e9, height=h,
-              color="#1f77b4", label="mean over its running time")
-    bars.axvline(PEAK / 1e9, color="#d62728", lw=1, ls="--", label="peak 25.6 GB/s")
+    handles = [hbars(bars, y - (0 if h == 0.8 else 0.2), np.maximum(busiest, 1) / 1e9,
+                     height=h, color="#c7c7c7", label="busiest column"),
+               hbars(bars, y + (0 if h == 0.8 else 0.2), np.maximum(mean_spe, 1) / 1e9,
+                     height=h, color="#1f77b4", label="mean over its running time"),
+               bars.axvline(PEAK / 1e9, color="#d62728", lw=1, ls="--",
+                            label="peak 25.6 GB/s")]
     bars.set_xscale("log")
     lo = max(1e-4, float(np.min(mean_spe[mean_spe > 0], initial=PEAK)) / 1e9 / 3)
     bars.set_xlim(lo, PEAK / 1e9 * 1.5)
     bars.set_xlabel("GB/s (log)")
     bars.tick_params(axis="y", labelleft=False)
-    bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, fontsize=8,
-                frameon=False)
+    bars.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1,
+                fontsize=8, frameon=False)
     share = float(mean_spe.mean()) / PEAK if spes.size else 0.0
     bars.set_title(f"per SPE: mean {units.percent(share)} of the peak", fontsize=9, pad=48)
     fig.savefig(path, dpi=style.DPI)

@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from . import style, units
+from .bars import vbars
 from .exact import transfers
 from .load import Loaded, LocClass
 
@@ -58,8 +59,8 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
     for sel, color, label, bottom in ((get, GET, "get", None), (~get, PUT, "put", get)):
         counts = np.bincount(k[sel], minlength=kmax + 1)
         base = np.bincount(k[bottom], minlength=kmax + 1) if bottom is not None else 0
-        size_ax.bar(bins, counts, bottom=base, color=color, width=0.8,
-                    label=f"{label} ({units.count(int(sel.sum()))})")
+        vbars(size_ax, bins, counts, bottom=base, color=color, width=0.8,
+              label=f"{label} ({units.count(int(sel.sum()))})")
     moved = np.bincount(k, weights=x["bytes"].astype(float), minlength=kmax + 1)
     total = np.bincount(k, minlength=kmax + 1)
     share = moved / max(float(moved.sum()), 1.0)
@@ -90,22 +91,22 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
         cg, _ = np.histogram(clipped[g], edges)
         cp, _ = np.histogram(clipped[~g], edges)
         width = np.diff(edges)
-        lat_ax.bar(edges[:-1], cg, width=width, align="edge", color=GET,
-                   label=f"get ({units.count(int(g.sum()))})")
-        lat_ax.bar(edges[:-1], cp, width=width, align="edge", bottom=cg, color=PUT,
-                   label=f"put ({units.count(int((~g).sum()))})")
+        handles = [vbars(lat_ax, edges[:-1], cg, width=width, align="edge", color=GET,
+                         label=f"get ({units.count(int(g.sum()))})"),
+                   vbars(lat_ax, edges[:-1], cp, width=width, align="edge", bottom=cg,
+                         color=PUT, label=f"put ({units.count(int((~g).sum()))})")]
         lat_ax.set_xscale("log")
         marks = (("median", np.median(lat_done), "#2ca02c"),
                  ("95th percentile", np.percentile(lat_done, 95), "#9467bd"),
                  ("max", lat_done.max(), "#d62728"))
         for name, v, color in marks:
-            lat_ax.axvline(v, color=color, ls="--", lw=1,
-                           label=f"{name} {units.seconds(float(v))}")
+            handles.append(lat_ax.axvline(v, color=color, ls="--", lw=1,
+                                          label=f"{name} {units.seconds(float(v))}"))
         ticks = [t for t in (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1, 10)
                  if edges[0] <= t <= edges[-1]]
         lat_ax.set_xticks(ticks)
         lat_ax.set_xticklabels([units.seconds(t) for t in ticks])
-        lat_ax.legend(fontsize=8, frameon=False, loc="upper left")
+        lat_ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left")
     never = int((~done).sum())
     lat_ax.set_xlabel("latency: issue to completion (log scale)")
     lat_ax.set_ylabel("DMA commands")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .derive import SHOWN_CATS, Cat, region_category
-from .load import CommClass, K, Loaded, LocClass
+from .load import CommClass, K, Loaded, LocClass, Log
 
 #: one DMA command: data from src to dst, issued at t_issue by issuer, completed at t_done
 XFER = np.dtype([("issuer", "<i4"), ("src", "<i4"), ("dst", "<i4"), ("t_issue", "<i8"),
@@ -30,36 +30,49 @@ def category_ticks(loaded: Loaded) -> np.ndarray:
     return out
 
 
-def _pair(log: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """For each row index in ``a``, the index in ``b``'s rows with the same (chan, seq), -1."""
+def _pair(log: Log, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each row index in ``a``, the index in ``b``'s rows with the same (chan, seq), -1.
+    A (chan, seq) key occurs at most once per side (``load`` numbers each side apart)."""
     out = np.full(a.size, -1, np.int64)
     if a.size == 0 or b.size == 0:
         return out
-    m = int(max(log["seq"][a].max(), log["seq"][b].max())) + 1
-    ka = log["chan"][a] * m + log["seq"][a]
-    kb = log["chan"][b] * m + log["seq"][b]
-    _, ia, ib = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
-    out[ia] = b[ib]
+    chan, seq = log["chan"], log["seq"]
+    sa, sb = seq[a], seq[b]
+    m = int(max(sa.max(), sb.max())) + 1
+    ka = chan[a] * m + sa
+    kb = chan[b] * m + sb
+    order = np.argsort(kb)
+    kb = kb[order]
+    at = np.minimum(np.searchsorted(kb, ka), kb.size - 1)
+    hit = kb[at] == ka
+    out[hit] = b[order[at[hit]]]
     return out
 
 
 def transfers(loaded: Loaded) -> np.ndarray:
-    """XFER rows, one per DMA command of the archive (t_done -1 when never completed)."""
+    """XFER rows, one per DMA command of the archive (t_done -1 when never completed). Worked
+    out once per ``Loaded`` (kept in its ``extra``: three figures and the table use it); the
+    rows are shared, not to be changed."""
+    cached = loaded.extra.get("transfers")
+    if cached is not None:
+        return cached
     log = loaded.exact.log
     kind = log["kind"]
     issue = np.flatnonzero((kind == K.GET) | (kind == K.PUT))
     done = _pair(log, issue, np.flatnonzero(kind == K.RMA_DONE))
     get = kind[issue] == K.GET
-    rma = np.zeros(issue.size, XFER)
-    rma["issuer"] = log["loc"][issue]
-    rma["src"] = np.where(get, log["partner"][issue], log["loc"][issue])
-    rma["dst"] = np.where(get, log["loc"][issue], log["partner"][issue])
+    loc, partner = log["loc"][issue], log["partner"][issue]
+    rma = np.empty(issue.size, XFER)
+    rma["issuer"] = loc
+    rma["src"] = np.where(get, partner, loc)
+    rma["dst"] = np.where(get, loc, partner)
     rma["t_issue"], rma["bytes"] = log["time"][issue], log["bytes"][issue]
     rma["t_done"] = np.where(done >= 0, log["time"][np.maximum(done, 0)], -1)
     dma = np.flatnonzero(loaded.comm_class == CommClass.DMA)
-    on_dma = np.isin(log["ref"], dma)
-    send = np.flatnonzero((kind == K.SEND) & on_dma)
-    recv = _pair(log, send, np.flatnonzero((kind == K.RECV) & on_dma))
+    msgs = np.flatnonzero((kind == K.SEND) | (kind == K.RECV))
+    on_dma = msgs[np.isin(log["ref"][msgs], dma)] if dma.size else msgs[:0]
+    send = on_dma[kind[on_dma] == K.SEND]
+    recv = _pair(log, send, on_dma[kind[on_dma] == K.RECV])
     msg = np.zeros(send.size, XFER)
     msg["src"], msg["t_issue"] = log["loc"][send], log["time"][send]
     msg["dst"] = np.where(recv >= 0, log["loc"][np.maximum(recv, 0)], log["partner"][send])
@@ -68,7 +81,9 @@ def transfers(loaded: Loaded) -> np.ndarray:
     # the SPE that issued the command: the receiver of a get, the sender of a put
     spe_dst = loaded.loc_class[np.maximum(msg["dst"], 0)] == LocClass.SPE
     msg["issuer"] = np.where(spe_dst & (msg["dst"] >= 0), msg["dst"], msg["src"])
-    return np.concatenate([rma, msg])
+    out = np.concatenate([rma, msg]) if msg.size else rma
+    loaded.extra["transfers"] = out
+    return out
 
 
 def latency_ticks(xfer: np.ndarray) -> np.ndarray:
@@ -81,9 +96,11 @@ def mpi_messages(loaded: Loaded) -> np.ndarray:
     """MESSAGE rows, one per MPI send paired with its receive (in send order)."""
     log = loaded.exact.log
     mpi = np.flatnonzero(loaded.comm_class == CommClass.MPI)
-    on_mpi = np.isin(log["ref"], mpi)
-    send = np.flatnonzero((log["kind"] == K.SEND) & on_mpi)
-    recv = _pair(log, send, np.flatnonzero((log["kind"] == K.RECV) & on_mpi))
+    kind = log["kind"]
+    msgs = np.flatnonzero((kind == K.SEND) | (kind == K.RECV))
+    on_mpi = msgs[np.isin(log["ref"][msgs], mpi)]
+    send = on_mpi[kind[on_mpi] == K.SEND]
+    recv = _pair(log, send, on_mpi[kind[on_mpi] == K.RECV])
     send, recv = send[recv >= 0], recv[recv >= 0]
     out = np.zeros(send.size, MESSAGE)
     out["src"], out["t_send"] = log["loc"][send], log["time"][send]

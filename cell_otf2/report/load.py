@@ -80,6 +80,35 @@ LOG_ROW = np.dtype([("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("partner",
 
 
 @dataclass
+class Log:
+    """The exact log as one array per LOG_ROW field (``log["time"]``), in the reader's order:
+    the figures read a few columns of millions of rows, which a record array would make them
+    stride through whole."""
+
+    kind: np.ndarray
+    loc: np.ndarray
+    time: np.ndarray
+    partner: np.ndarray
+    ref: np.ndarray
+    bytes: np.ndarray
+    chan: np.ndarray
+    seq: np.ndarray
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+    @property
+    def size(self) -> int:
+        return int(self.kind.size)
+
+    @classmethod
+    def join(cls, parts: dict[str, list[np.ndarray]]) -> Log:
+        """The columns' pieces (batch by batch) joined; empty columns of LOG_ROW's types."""
+        return cls(**{name: np.concatenate(parts.get(name) or [np.zeros(0, LOG_ROW[name])])
+                      .astype(LOG_ROW[name], copy=False) for name in LOG_ROW.names})
+
+
+@dataclass
 class Exact:
     """Every event's contribution, whatever was sampled (ticks, counts)."""
 
@@ -92,7 +121,7 @@ class Exact:
     outermost: np.ndarray  # (n_locs, n_regions) Enters with no region open (a program)
     unclosed: np.ndarray  # (n_locs,) regions still open at the location's last event
     stray_leaves: np.ndarray  # (n_locs,) Leaves of a region that was not open
-    log: np.ndarray  # LOG_ROW, in the reader's order
+    log: Log  # LOG_ROW's columns, in the reader's order
 
 
 PROP_PSEUDO = "cell2otf2::pseudo_location"
@@ -233,9 +262,9 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     n_win = starts.size
     n_reg = max(len(regions), 1)
     logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
-    ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
-                 logged_comm)
     use_c = _use_compiled() if compiled is None else compiled
+    ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
+                 logged_comm, use_c)
     try:
         _read_events(reader, locs, _otf2, ev.batch, use_c,
                      None if progress is None else lambda: progress(ev.i, total))
@@ -528,13 +557,52 @@ class _Chan:
     """Pairing by order: a channel id per key (in the order keys first occur) and, per channel,
     how many events of its first side (sends, issues) and of its second side (receives,
     completions) were seen. A key is a few non-negative integers; while each is below its
-    ``bounds`` entry the key is kept as one integer (mixed radix), else as a tuple."""
+    ``bounds`` entry the key is kept as one integer (mixed radix), else as a tuple. With
+    ``compiled`` the packed keys are looked up in ``_evtread``'s hash table (``table``, the keys
+    by channel id in ``by_id``) rather than in the dict ``ids``, with the same results."""
 
-    def __init__(self, bounds: tuple[int, ...]) -> None:
+    def __init__(self, bounds: tuple[int, ...], compiled: bool = False) -> None:
         self.ids: dict = {}
         self.n = [np.zeros(64, np.int64), np.zeros(64, np.int64)]
         self.bounds = bounds
         self.packed = int(np.prod([float(b) for b in bounds])) < 1 << 63
+        self.table = None  # compiled: channel id + 1 per slot, 0 where empty
+        self.by_id = np.zeros(64, np.int64)
+        self.count = 0  # channels in the table
+        if compiled and self.packed and _evtread is not None:
+            self.table = np.zeros(2048, np.int32)
+
+    def _to_dict(self) -> None:
+        """Leave the compiled table for the dict (a key beyond ``bounds``)."""
+        if self.table is not None:
+            self.ids = dict(zip(self.by_id[: self.count].tolist(), range(self.count),
+                                strict=True))
+            self.table = None
+
+    def _assign_compiled(self, packed: np.ndarray, second: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray] | None:
+        m = packed.size
+        need = self.count + m
+        if need > self.by_id.size:
+            self.by_id = np.concatenate([self.by_id, np.zeros(max(need, self.by_id.size),
+                                                              np.int64)])
+        if need > self.n[0].size:
+            grow = max(need, 2 * self.n[0].size)
+            self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
+        if need >= 1 << 31:  # beyond the table's int32 ids
+            self._to_dict()
+            return None
+        if 2 * need > self.table.size:  # at most half full
+            size = max(2 * self.table.size, 1 << (2 * need - 1).bit_length())
+            self.table = np.zeros(size, np.int32)
+            _evtread.chan_rehash(self.table, self.by_id[: self.count])
+        c = np.empty(m, np.int64)
+        seq = np.empty(m, np.int64)
+        self.count = _evtread.chan_assign(
+            self.table, np.ascontiguousarray(packed, np.int64),
+            np.ascontiguousarray(second, np.bool_), self.n[0], self.n[1], self.by_id, c, seq,
+            self.count)
+        return c, seq
 
     def _unpack(self, key: int) -> tuple[int, ...]:
         out = []
@@ -545,6 +613,9 @@ class _Chan:
 
     def first_column(self) -> np.ndarray:
         """The first key column of each channel, by channel id."""
+        if self.table is not None:
+            tail = int(np.prod([float(b) for b in self.bounds[1:]]))
+            return self.by_id[: self.count] // tail
         keys = list(self.ids)
         if self.packed:
             tail = int(np.prod([float(b) for b in self.bounds[1:]]))
@@ -556,15 +627,20 @@ class _Chan:
         """(channel id, sequence number on its side) of each event, in order; ``keys``: the
         columns of each event's key (non-negative integers)."""
         m = second.size
-        ids = self.ids
         if self.packed and not all(int(k.min()) >= 0 and int(k.max()) < b
                                    for k, b in zip(keys, self.bounds, strict=True)):
+            self._to_dict()
             self.packed = False
-            self.ids = ids = {self._unpack(k): c for k, c in ids.items()}
+            self.ids = {self._unpack(k): c for k, c in self.ids.items()}
+        ids = self.ids
         if self.packed:
             packed = keys[0].astype(np.int64)
             for k, b in zip(keys[1:], self.bounds[1:], strict=True):
                 packed = packed * b + k.astype(np.int64)
+            got = self._assign_compiled(packed, second) if self.table is not None else None
+            if got is not None:
+                return got
+            ids = self.ids
             key_list = packed.tolist()
         else:
             key_list = list(zip(*(k.tolist() for k in keys), strict=True))
@@ -597,8 +673,8 @@ class _Events:
     event at a time, with the same results."""
 
     def __init__(self, n_locs: int, n_reg: int, starts: np.ndarray, ends: np.ndarray,
-                 n_kept: int, comm_members: dict, win_members: dict, logged_comm: set
-                 ) -> None:
+                 n_kept: int, comm_members: dict, win_members: dict, logged_comm: set,
+                 compiled: bool = False) -> None:
         self.n_locs, self.n_reg = n_locs, n_reg
         self.starts, self.ends = starts.tolist(), ends.tolist()
         self.kept = np.zeros(n_kept, EVENT_ROW)
@@ -616,20 +692,21 @@ class _Events:
         self.first_t = np.full(n_locs, -1, np.int64)
         self.last_t = np.full(n_locs, -1, np.int64)
         self.stray = np.zeros(n_locs, np.int64)
-        self.logs: list[np.ndarray] = []
+        self.logs: dict[str, list[np.ndarray]] = {name: [] for name in LOG_ROW.names}
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
-                               1 << 32))
+                               1 << 32), compiled)
         # RMA: (location, window, matching id); issues, completions
-        self.rma_channels = _Chan((n_locs, max(win_members, default=0) + 1, 1 << 40))
+        self.rma_channels = _Chan((n_locs, max(win_members, default=0) + 1, 1 << 40),
+                                  compiled)
         self.comm_members = _Members(comm_members)
         self.win_members = _Members(win_members)
         top = max([r for r in logged_comm if r >= 0], default=-1)
         self.logged = np.zeros(top + 2, bool)  # last entry: any ref beyond
         self.logged[[r for r in logged_comm if r >= 0]] = True
 
-    def log_table(self) -> np.ndarray:
-        return (np.concatenate(self.logs) if self.logs else np.zeros(0, LOG_ROW))
+    def log_table(self) -> Log:
+        return Log.join(self.logs)
 
     def batch(self, kind, loc, t, ref, peer, nbytes, match) -> None:
         n = int(kind.size)
@@ -700,11 +777,9 @@ class _Events:
             logged[rma] = True
         lg = np.flatnonzero(logged)
         if lg.size:
-            rows = np.zeros(lg.size, LOG_ROW)
             for name, col in (("kind", kind), ("loc", loc), ("time", t), ("partner", other),
                               ("ref", ref), ("bytes", nbytes), ("chan", chan), ("seq", seq)):
-                rows[name] = col[lg]
-            self.logs.append(rows)
+                self.logs[name].append(col[lg].astype(LOG_ROW[name], copy=False))
         # kept rows
         if w is None:
             return

@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from . import style, units
+from .bars import hbars
 from .load import Loaded, LocClass
 
 TOP_REGIONS = 7
@@ -93,9 +94,9 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
     left = np.zeros(len(names))
     for j, (label, color) in enumerate(zip(b["labels"], b["colors"], strict=True)):
         overall = ticks[:, j].sum() / max(ticks.sum(), 1)
-        ax.barh(y, share[:, j] * 100, left=left * 100, color=color, height=0.8,
-                edgecolor="#999999" if color == "#ffffff" else color, lw=0.4,
-                label=f"{label} ({units.percent(overall)})")
+        hbars(ax, y, share[:, j] * 100, left=left * 100, color=color, height=0.8,
+              edgecolor="#999999" if color == "#ffffff" else color, lw=0.4,
+              label=f"{label} ({units.percent(overall)})")
         left += share[:, j]
     ax.set_yticks(y)
     ax.set_yticklabels(names, fontsize=style.label_size(len(names)))
@@ -112,7 +113,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
         yy = np.arange(len(regions))
         total = np.array([r["total"] for r in regions]) / hz
         unit, scale = style.time_unit(float(total.max()))
-        right.barh(yy, total * scale, color=style.MPI, height=0.7)
+        hbars(right, yy, total * scale, color=style.MPI, height=0.7)
         for i, r in enumerate(regions):
             right.text(total[i] * scale, i, f"  {units.count(r['calls'])} calls, mean "
                        f"{units.seconds(r['mean'] / hz)}, max {units.seconds(r['longest'] / hz)}",

@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from . import style, units
+from .bars import hbars
 from .derive import CAT_LABELS, SHOWN_CATS, Cat, spe_locations
 from .exact import category_ticks
 from .load import K, Loaded
@@ -43,8 +44,8 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     y = np.arange(n)
     left = np.zeros(n)
     for j, cat in enumerate(SHOWN):
-        ax.barh(y, share[:, j] * 100, left=left * 100, color=COLORS[cat], height=0.8,
-                label=f"{CAT_LABELS[cat]} ({_mean(share[:, j], running):.1f}% overall)")
+        hbars(ax, y, share[:, j] * 100, left=left * 100, color=COLORS[cat], height=0.8,
+              label=f"{CAT_LABELS[cat]} ({_mean(share[:, j], running):.1f}% overall)")
         for i in np.flatnonzero(share[:, j] >= 0.06):
             ax.text((left[i] + share[i, j] / 2) * 100, y[i], f"{share[i, j] * 100:.0f}%",
                     ha="center", va="center", fontsize=min(8, style.label_size(n)),
