@@ -17,11 +17,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from .driver import StageClock, run_phases
 from .errors import EXIT_LOSSY, EXIT_OK, FormatError
 from .model import DmaStyle
-from .spill import Spill
-from .team_serial import SerialTeam
 
 
 @dataclass
@@ -73,6 +70,12 @@ def check_only(defs: Any, groups: Iterator, _tmp: Path, _name: str,
 
 def check_run(run_dir: str | Path) -> CheckResult:
     """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
+    # imported here, not with the module: the command line registers ``check_command`` for
+    # every command it runs, and the driver brings scipy (0.17 s of every ``report``'s start)
+    from .driver import StageClock, run_phases
+    from .spill import Spill
+    from .team_serial import SerialTeam
+
     spill = Spill(Path(tempfile.gettempdir())
                   / f".cell2otf2-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
