@@ -1,4 +1,6 @@
-/* Per-record loops of reading and decoding in C (issue 18): `gather` copies chosen fields of
+/* Per-record loops of reading and decoding in C (issue 18): `frame` frames a chunk of a dump's
+ * slots into the reader's tables in one sequential pass (reader.py's numpy framer is its
+ * fallback); `gather` copies chosen fields of
  * chosen rows of one packed table into consecutive rows of another, converting each field on
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
@@ -281,7 +283,212 @@ done:
     return result;
 }
 
+/* frame(raw, start, swap, table, ppe, ppe_item, ppe_spec, blk, blk_item, blk_spec, gap,
+ *       gap_item, gap_spec, spe, spe_item, spe_spec, special, state, stats):
+ * frames one chunk of a dump's slot stream (`raw`: whole 32-byte slots, global slot index of
+ * the first `start`), as reader.py's numpy framer does chunk by chunk, in one sequential pass.
+ * `table` (65536 bytes) gives each code's category (low 3 bits: 0 undefined, 1 PPE, 2 SPE,
+ * 3 block header, 4 GAP) and whether it is top-level (bit 4). Each PPE record, block header,
+ * GAP and SPE record inside a block is appended to its output table (`*_spec`: the field table
+ * of `gather`, converting from the slot's bytes; `special`: int64 offsets, -1 for none, of
+ * ppe slot, block slot, ctx (u16), count (u16), present (u16), gap slot, gap lost (u64), spe
+ * slot, block (int64), ctx (u16)). `state` (int64, carried from chunk to chunk): last
+ * top-level slot, its block (-1: not a block), rows written to ppe, blocks, spe, gaps, and
+ * undefined codes inside blocks. `stats` (int64, set here, this chunk's damage): GAP lost sum
+ * (mod 2^64), broken blocks' missing records, occurrences, first's block, next top-level slot
+ * and its code, SPE records outside blocks, first slot, its code, undefined codes, first slot,
+ * its code. */
+enum { CAT_UNDEFINED = 0, CAT_PPE = 1, CAT_SPE = 2, CAT_BLOCK = 3, CAT_GAP = 4 };
+
+static int check_spec(const Py_buffer *spec, Py_ssize_t item)
+{
+    const int64_t *f = (const int64_t *)spec->buf;
+    Py_ssize_t nf = spec->len / (Py_ssize_t)(6 * sizeof(int64_t));
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        const int64_t *g = f + 6 * k;
+        if (g[0] < 0 || g[0] + g[1] > 32 || g[2] < 0 || g[2] + g[3] > item
+            || (g[1] != 1 && g[1] != 2 && g[1] != 4 && g[1] != 8)
+            || (g[3] != 1 && g[3] != 2 && g[3] != 4 && g[3] != 8))
+            return 0;
+    }
+    return 1;
+}
+
+static inline void put_fields(unsigned char *d, const unsigned char *s, const int64_t *f,
+                              Py_ssize_t nf)
+{
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        const int64_t *g = f + 6 * k;
+        store(d + g[2], g[3], load(s + g[0], g[1], (int)g[4], (int)g[5]));
+    }
+}
+
+static PyObject *frame(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, table, out[4], spec[4], special, state, stats;
+    Py_ssize_t start, item[4];
+    int swap;
+    if (!PyArg_ParseTuple(args, "y*niy*w*ny*w*ny*w*ny*w*ny*y*w*w*", &raw, &start, &swap,
+                          &table, &out[0], &item[0], &spec[0], &out[1], &item[1], &spec[1],
+                          &out[2], &item[2], &spec[2], &out[3], &item[3], &spec[3], &special,
+                          &state, &stats))
+        return NULL;
+    PyObject *result = NULL;
+    const int64_t *sp = (const int64_t *)special.buf;
+    int64_t *st = (int64_t *)state.buf, *ds = (int64_t *)stats.buf;
+    Py_ssize_t cap[4], nf[4];
+    if (table.len != 65536 || special.len != 10 * 8 || state.len < 7 * 8 || stats.len < 12 * 8
+        || raw.len % 32) {
+        PyErr_SetString(PyExc_ValueError, "frame: bad buffer sizes");
+        goto done;
+    }
+    for (int k = 0; k < 4; k++) {
+        if (item[k] <= 0 || !check_spec(&spec[k], item[k])) {
+            PyErr_SetString(PyExc_ValueError, "frame: bad field");
+            goto done;
+        }
+        cap[k] = out[k].len / item[k];
+        nf[k] = spec[k].len / (Py_ssize_t)(6 * sizeof(int64_t));
+    }
+    {
+        /* special offsets: each within its row and of its width (-1: not written) */
+        static const int which[10] = {0, 1, 1, 1, 1, 2, 2, 3, 3, 3};
+        static const int width[10] = {8, 8, 2, 2, 2, 8, 8, 8, 8, 2};
+        for (int k = 0; k < 10; k++)
+            if (sp[k] < -1 || (sp[k] >= 0 && sp[k] + width[k] > item[which[k]])
+                || (sp[k] < 0 && (k == 2 || k == 3 || k == 4 || k == 6))) {
+                PyErr_SetString(PyExc_ValueError, "frame: bad special offset");
+                goto done;
+            }
+    }
+    {
+        const unsigned char *tb = (const unsigned char *)table.buf;
+        const unsigned char *r = (const unsigned char *)raw.buf;
+        unsigned char *po = out[0].buf, *bo = out[1].buf, *go = out[2].buf, *so = out[3].buf;
+        const int64_t *pf = spec[0].buf, *bf = spec[1].buf, *gf = spec[2].buf,
+                      *sf = spec[3].buf;
+        int64_t carry_slot = st[0], carry_block = st[1];
+        int64_t ip = st[2], ib = st[3], is = st[4], ig = st[5], unknown_inside = st[6];
+        uint64_t lost = 0;
+        int64_t br_missing = 0, br_occ = 0, br_block = -1, br_next = -1, br_code = -1;
+        int64_t out_occ = 0, out_first = -1, out_code = -1;
+        int64_t un_occ = 0, un_first = -1, un_code = -1;
+        int64_t carry_count = 0;
+        if (carry_block >= 0) {
+            uint16_t c;
+            if (carry_block >= cap[1]) goto range;
+            memcpy(&c, bo + carry_block * item[1] + sp[3], 2);
+            carry_count = c;
+        }
+        Py_ssize_t m = raw.len / 32;
+        for (Py_ssize_t i = 0; i < m; i++, r += 32) {
+            uint16_t code;
+            memcpy(&code, r, 2);
+            if (swap)
+                code = __builtin_bswap16(code);
+            int64_t slot = (int64_t)start + i;
+            unsigned t = tb[code];
+            int cat = t & 7;
+            if (t & 16) {  /* top level */
+                if (carry_block >= 0) {  /* settle the block before: does its count fit? */
+                    int64_t room = slot - carry_slot - 1;
+                    if (carry_count > room) {
+                        if (br_occ == 0) {
+                            br_block = carry_block;
+                            br_next = slot;
+                            br_code = code;
+                        }
+                        br_missing += carry_count - room;
+                        br_occ++;
+                    }
+                }
+                carry_block = -1;
+                if (cat == CAT_PPE) {
+                    if (ip >= cap[0]) goto range;
+                    unsigned char *d = po + ip * item[0];
+                    put_fields(d, r, pf, nf[0]);
+                    if (sp[0] >= 0) memcpy(d + sp[0], &slot, 8);
+                    ip++;
+                } else if (cat == CAT_GAP) {
+                    if (ig >= cap[2]) goto range;
+                    unsigned char *d = go + ig * item[2];
+                    put_fields(d, r, gf, nf[2]);
+                    if (sp[5] >= 0) memcpy(d + sp[5], &slot, 8);
+                    uint64_t l;
+                    memcpy(&l, d + sp[6], 8);
+                    lost += l;
+                    ig++;
+                } else if (cat == CAT_BLOCK) {
+                    if (ib >= cap[1]) goto range;
+                    unsigned char *d = bo + ib * item[1];
+                    uint16_t zero = 0, c;
+                    put_fields(d, r, bf, nf[1]);
+                    if (sp[1] >= 0) memcpy(d + sp[1], &slot, 8);
+                    memcpy(d + sp[4], &zero, 2);
+                    memcpy(&c, d + sp[3], 2);
+                    carry_count = c;
+                    carry_block = ib++;
+                } else if (cat == CAT_UNDEFINED) {
+                    if (un_occ == 0) { un_first = slot; un_code = code; }
+                    un_occ++;
+                }
+                carry_slot = slot;
+            } else {
+                int within = carry_block >= 0 && slot - carry_slot <= carry_count;
+                if (cat == CAT_SPE) {
+                    if (within) {
+                        if (is >= cap[3]) goto range;
+                        unsigned char *d = so + is * item[3];
+                        unsigned char *b = bo + carry_block * item[1];
+                        uint16_t n;
+                        put_fields(d, r, sf, nf[3]);
+                        if (sp[7] >= 0) memcpy(d + sp[7], &slot, 8);
+                        if (sp[8] >= 0) memcpy(d + sp[8], &carry_block, 8);
+                        if (sp[9] >= 0) memcpy(d + sp[9], b + sp[2], 2);
+                        memcpy(&n, b + sp[4], 2);
+                        n++;
+                        memcpy(b + sp[4], &n, 2);
+                        is++;
+                    } else {
+                        if (out_occ == 0) { out_first = slot; out_code = code; }
+                        out_occ++;
+                    }
+                } else if (cat == CAT_UNDEFINED) {
+                    if (un_occ == 0) { un_first = slot; un_code = code; }
+                    un_occ++;
+                    unknown_inside += within;
+                }
+            }
+        }
+        st[0] = carry_slot; st[1] = carry_block;
+        st[2] = ip; st[3] = ib; st[4] = is; st[5] = ig; st[6] = unknown_inside;
+        memcpy(&ds[0], &lost, 8);
+        ds[1] = br_missing; ds[2] = br_occ; ds[3] = br_block; ds[4] = br_next; ds[5] = br_code;
+        ds[6] = out_occ; ds[7] = out_first; ds[8] = out_code;
+        ds[9] = un_occ; ds[10] = un_first; ds[11] = un_code;
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    range:
+        PyErr_SetString(PyExc_IndexError, "frame: an output table is too small");
+    }
+done:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&table);
+    for (int k = 0; k < 4; k++) {
+        PyBuffer_Release(&out[k]);
+        PyBuffer_Release(&spec[k]);
+    }
+    PyBuffer_Release(&special);
+    PyBuffer_Release(&state);
+    PyBuffer_Release(&stats);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"frame", frame, METH_VARARGS,
+     "frame(raw, start, swap, table, ppe, ..., special, state, stats): frame one chunk of "
+     "slots into the reader's tables"},
     {"dma_complete", dma_complete, METH_VARARGS,
      "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
      "tag wait, or -1"},

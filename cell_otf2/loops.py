@@ -1,6 +1,8 @@
-"""The per-record loops of reading and decoding: ``gather_fields`` copies chosen fields of
-chosen rows of one structured table into another, ``dma_completions`` finds each DMA
-command's completing tag wait; both through the compiled helper
+"""The per-record loops of reading and decoding: ``frame_chunk`` frames a chunk of a dump's
+slots into the reader's tables (the reader's own numpy framer is its fallback),
+``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
+``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
+helper
 ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables allow it,
 else through numpy, with the same result either way (``tests/test_decodeloops.py``)."""
 
@@ -45,6 +47,23 @@ def _spec(dst_dtype: np.dtype, src_dtype: np.dtype, pairs: tuple) -> np.ndarray 
     spec = None if rows is None else np.array(rows, dtype=np.int64).reshape(-1, 6)
     _SPECS[key] = spec
     return spec
+
+
+def frame_chunk(raw: np.ndarray, start: int, code_swap: bool, table: np.ndarray,
+                outputs: tuple[tuple[np.ndarray, np.dtype, tuple], ...], special: np.ndarray,
+                state: np.ndarray, stats: np.ndarray) -> None:
+    """Frame the whole slots in ``raw`` (bytes; the first is slot ``start``) into the reader's
+    four tables (``_decodeloops.frame`` says what every argument holds); ``outputs``: per
+    table (PPE, blocks, GAPs, SPE) its array, the slot dtype its fields come from and
+    ``(table field, slot field)`` pairs. Only where ``COMPILED``: ``reader.py`` frames with
+    numpy otherwise."""
+    args = []
+    for out, src, pairs in outputs:
+        spec = _spec(out.dtype, src, pairs)
+        if spec is None:
+            raise ValueError("frame_chunk: a field is not an integer of 1, 2, 4 or 8 bytes")
+        args += [out.view(np.uint8), out.dtype.itemsize, spec]
+    _decodeloops.frame(raw, start, int(code_swap), table, *args, special, state, stats)
 
 
 def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,

@@ -113,3 +113,50 @@ def test_time_bounds_agree_with_numpy(monkeypatch):
     d = 3
     sel = written & (rec["domain"] == d)
     assert out[0][0][d] == rec["time"][sel].min() and out[0][1][d] == rec["time"][sel].max()
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, order):
+    """``loops.frame_chunk`` (the reader's compiled framer) and the reader's numpy framer give
+    the same tables and damage (counts, first slots, messages) on random slot streams full of
+    damage: broken and overrunning blocks, GAPs, undefined codes inside and outside blocks,
+    SPE records outside blocks, block counts out of range; any chunk size, both readings."""
+    from test_reader import Builder, manifest
+
+    from cell_otf2 import format as fmt
+    from cell_otf2.reader import read_dump
+
+    layout = fmt.LAYOUTS[ord("B") if order == ">" else ord("L")]
+    rng = np.random.default_rng(11 if order == ">" else 12)
+    spe_codes = sorted(fmt.SPE_CODES)
+    ppe_codes = sorted(fmt.PPE_CODES)
+    for case in range(6):
+        b = Builder(layout, spe_buffer_records=6, slots_reserved=int(rng.integers(0, 3)) * 50)
+        for _ in range(int(rng.integers(0, 400))):
+            u = rng.random()
+            big = int(rng.integers(0, 2**63)) * 2 + 1
+            if u < 0.15:
+                b.ppe(int(rng.choice(ppe_codes)), thread=int(rng.integers(0, 3)),
+                      a=int(rng.integers(0, 2**32)), timebase=big, b=big ^ 5, c=7)
+            elif u < 0.3:
+                b.block(ctx=int(rng.integers(0, 4)), count=int(rng.integers(0, 9)),
+                        decr=int(rng.integers(0, 2**32)), seq=int(rng.integers(0, 9)),
+                        buffer=1, flags=int(rng.integers(0, 256)), ticket=big)
+            elif u < 0.8:
+                b.spe(int(rng.choice(spe_codes)), a=int(rng.integers(0, 2**16)),
+                      decr=int(rng.integers(0, 2**32)), b=big, c=big >> 3, d=5)
+            elif u < 0.85:
+                b.gap(lost=int(rng.integers(0, 2**64, dtype=np.uint64)), first_ticket=big)
+            else:
+                b.raw(int(rng.choice([0x0000, 0x01FF, 0x02FE, 0x03FF, 0x0500, 0xFFFF])))
+        path = b.write(tmp_path, tail=b"x" * (case % 2) * 5)
+        for chunk in (1, 7, 64, 1 << 17):
+            for spe_records in (True, False):
+                got = []
+                for compiled in (True, False):
+                    monkeypatch.setattr(loops, "COMPILED", compiled)
+                    d = read_dump(path, manifest(tmp_path), 0, chunk_slots=chunk,
+                                  spe_records=spe_records)
+                    got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(),
+                                d.gaps.tobytes(), repr(d.damage)])
+                assert got[0] == got[1], (case, chunk, spe_records)
