@@ -50,17 +50,37 @@ static inline void store(unsigned char *p, int64_t size, uint64_t v)
     }
 }
 
-/* gather(dst, dst_itemsize, src, src_itemsize, idx, fields): for i in range(len(idx)),
- * row i of dst gets fields of row idx[i] of src; `fields` is int64 rows of (src_offset,
- * src_size, dst_offset, dst_size, swap, signed). Buffers are bytes; the caller checks that
- * idx is in range (checked again here). */
+/* gather(dst, dst_itemsize, src, src_itemsize, idx, fields[, columns]): for i in
+ * range(len(idx)), row i of dst gets fields of row idx[i] of src; `fields` is int64 rows of
+ * (src_offset, src_size, dst_offset, dst_size, swap, signed). `columns`: a tuple of
+ * (values, width, dst_offset), each values a buffer of len(idx) native values of `width`
+ * bytes, or of one value for every row, copied into row i at dst_offset: every field of a
+ * row written in one pass. Buffers are bytes; the caller checks that idx is in range
+ * (checked again here). */
+#define MAX_COLUMNS 8
 static PyObject *gather(PyObject *self, PyObject *args)
 {
     Py_buffer dst, src, idx, fields;
-    Py_ssize_t dst_item, src_item;
-    if (!PyArg_ParseTuple(args, "w*ny*ny*y*", &dst, &dst_item, &src, &src_item, &idx, &fields))
+    Py_buffer col[MAX_COLUMNS];
+    Py_ssize_t col_width[MAX_COLUMNS], col_off[MAX_COLUMNS], col_step[MAX_COLUMNS];
+    Py_ssize_t dst_item, src_item, ncol = 0;
+    PyObject *columns = NULL;
+    if (!PyArg_ParseTuple(args, "w*ny*ny*y*|O!", &dst, &dst_item, &src, &src_item, &idx,
+                          &fields, &PyTuple_Type, &columns))
         return NULL;
     PyObject *result = NULL;
+    if (columns != NULL) {
+        if (PyTuple_GET_SIZE(columns) > MAX_COLUMNS) {
+            PyErr_SetString(PyExc_ValueError, "gather: too many columns");
+            goto done;
+        }
+        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, c), "y*nn", &col[ncol],
+                                  &col_width[ncol], &col_off[ncol]))
+                goto done;
+            ncol++;
+        }
+    }
     Py_ssize_t n = idx.len / (Py_ssize_t)sizeof(int64_t);
     Py_ssize_t nf = fields.len / (Py_ssize_t)(6 * sizeof(int64_t));
     Py_ssize_t src_rows = src_item > 0 ? src.len / src_item : 0;
@@ -79,6 +99,15 @@ static PyObject *gather(PyObject *self, PyObject *args)
             goto done;
         }
     }
+    for (Py_ssize_t c = 0; c < ncol; c++) {
+        Py_ssize_t w = col_width[c];
+        if ((w != 1 && w != 2 && w != 4 && w != 8) || col_off[c] < 0
+            || col_off[c] + w > dst_item || (col[c].len != w && col[c].len != n * w)) {
+            PyErr_SetString(PyExc_ValueError, "gather: bad column");
+            goto done;
+        }
+        col_step[c] = col[c].len == n * w ? w : 0;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (ix[i] < 0 || ix[i] >= src_rows) {
             PyErr_SetString(PyExc_IndexError, "gather: row out of range");
@@ -94,11 +123,16 @@ static PyObject *gather(PyObject *self, PyObject *args)
                 const int64_t *g = f + 6 * k;
                 store(d + g[2], g[3], load(s + g[0], g[1], (int)g[4], (int)g[5]));
             }
+            for (Py_ssize_t c = 0; c < ncol; c++)
+                memcpy(d + col_off[c], (const unsigned char *)col[c].buf + i * col_step[c],
+                       (size_t)col_width[c]);
         }
     }
     Py_INCREF(Py_None);
     result = Py_None;
 done:
+    for (Py_ssize_t c = 0; c < ncol; c++)
+        PyBuffer_Release(&col[c]);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
     PyBuffer_Release(&idx);

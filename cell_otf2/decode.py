@@ -38,10 +38,11 @@ S = fmt.SpeCode
 
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
-#: the fields of an SPE record decoding reads besides: gathered in one pass with
-#: ``gather_fields`` (two fancy indexings of the wide rows before)
-_SPE_SIDE_DTYPE = np.dtype([("block", "<i8"), ("decr", "<u4")])
-_SPE_SIDE = (("block", "block"), ("decr", "decr"))
+#: the fields of an SPE record decoding works with, gathered into narrow rows in one pass
+#: with ``gather_fields`` (the 74-byte record rows are written once, at the end)
+_SPE_SIDE_DTYPE = np.dtype([("block", "<i8"), ("decr", "<u4"), ("slot", "<i8"),
+                            ("code", "<u2"), ("b", "<u8")])
+_SPE_SIDE = tuple((f, f) for f in _SPE_SIDE_DTYPE.names)
 
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
@@ -254,22 +255,17 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
             blk_idx = blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]
             lo = int(loc_start[loc])
-            mine = records[lo:lo + rec_idx.size]
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
-            mine["loc"] = loc
-            # the context's records in slot order (= program order): their fields gathered
-            # straight into their rows, the columns needed below read back from them
-            gather_fields(mine, spe, rec_idx, _SPE_FIELDS)
+            # the context's records in slot order (= program order): the fields worked with
+            # here gathered into narrow rows; their record rows are written once, below
             side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
             gather_fields(side, spe, rec_idx, _SPE_SIDE)
             rec_block = side["block"]
-            rec_code = mine["code"]
-            mine["anchor"] = block_anchor[rec_block]
+            rec_code = side["code"]
             # readings in program order: each block's records, then its header
-            keys = np.concatenate([2 * mine["slot"],
+            keys = np.concatenate([2 * side["slot"],
                                    2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
             raw = np.concatenate([side["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
-            del side
             is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
             which = np.concatenate([rec_idx, blk_idx])
             po = np.argsort(keys, kind="stable")
@@ -279,14 +275,15 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             is_write = rec_code == S.DECR_WRITE
             dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
             dw[is_rec] = is_write
-            write_new[dw] = mine["b"][is_write].astype(np.int64) % MOD
+            write_new[dw] = side["b"][is_write].astype(np.int64) % MOD
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
             # block of each reading (a record's block, or the header's own)
             reading_block = which.copy()
             reading_block[is_rec] = rec_block
             run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
-            del rec_block, rec_code
+            rec_anchor = block_anchor[rec_block]
+            del rec_block, rec_code, side
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
@@ -311,9 +308,12 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
                                 segment, loc, int(counts[k])))
             dom = dom0 + split.interval
-            # records in program order are the context's records in slot order: ``mine``
-            mine["domain"] = dom[is_rec]
-            mine["local"] = split.local[is_rec]
+            # records in program order are the context's records in slot order: their rows
+            # written in one pass (every field but ``time``, zero until synchronized)
+            gather_fields(records[lo:lo + rec_idx.size], spe, rec_idx, _SPE_FIELDS,
+                          {"loc": loc, "anchor": rec_anchor, "domain": dom[is_rec],
+                           "local": split.local[is_rec]})
+            del rec_anchor
             bsel = which[~is_rec]
             anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
             anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]

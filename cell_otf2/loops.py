@@ -67,24 +67,42 @@ def frame_chunk(raw: np.ndarray, start: int, code_swap: bool, table: np.ndarray,
 
 
 def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
-                  pairs: tuple[tuple[str, str], ...]) -> None:
-    """``dst[d] = src[s][idx]`` for every (d, s) of ``pairs``; ``len(dst) == len(idx)``."""
+                  pairs: tuple[tuple[str, str], ...],
+                  columns: dict[str, np.ndarray | int] | None = None) -> None:
+    """``dst[d] = src[s][idx]`` for every (d, s) of ``pairs``; ``len(dst) == len(idx)``.
+    ``columns``: ``dst[name] = value`` besides (an array of one value per row, or one value
+    for all), written in the same pass over ``dst``'s rows where compiled."""
     idx = np.asarray(idx)
     if len(dst) != idx.size:
         raise ValueError(f"gather_fields: {len(dst)} rows for {idx.size} indexes")
+    columns = columns or {}
     spec = (_spec(dst.dtype, src.dtype, pairs)
             if COMPILED and dst.ndim == 1 and src.ndim == 1 and dst.flags.c_contiguous
-            and src.flags.c_contiguous and dst.dtype.itemsize and src.dtype.itemsize else None)
+            and src.flags.c_contiguous and dst.dtype.itemsize and src.dtype.itemsize
+            and len(columns) <= 8 else None)
+    if spec is not None:
+        cols = []
+        for name, value in columns.items():
+            dt, off = dst.dtype.fields[name][:2]
+            if dt.itemsize > 1 and dt.byteorder not in ("=", "|", _NATIVE):
+                spec = None
+                break
+            v = np.ascontiguousarray(value, dtype=dt.newbyteorder("="))
+            if v.ndim > 1 or v.size not in (1, idx.size):
+                raise ValueError(f"gather_fields: column {name} of {v.size} values")
+            cols.append((v.reshape(-1).view(np.uint8), dt.itemsize, off))
     if spec is None:
         rows = np.take(src, idx)
         for d, s in pairs:
             dst[d] = rows[s]
+        for name, value in columns.items():
+            dst[name] = value
         return
     if not idx.size:
         return
     _decodeloops.gather(dst.view(np.uint8), dst.dtype.itemsize,
                         src.view(np.uint8) if src.size else b"", src.dtype.itemsize,
-                        np.ascontiguousarray(idx, dtype=np.int64), spec)
+                        np.ascontiguousarray(idx, dtype=np.int64), spec, tuple(cols))
 
 
 def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -45,6 +45,27 @@ def test_gather_agrees_with_numpy(monkeypatch):
     assert compiled.tobytes() == numpy.tobytes()
 
 
+def test_gather_with_columns_agrees_with_numpy(monkeypatch):
+    """Columns written besides the gathered fields (arrays converted to the field's type, one
+    value for every row) come out as numpy's field assignment makes them."""
+    rng = np.random.default_rng(4)
+    src = np.zeros(300, SRC)
+    src["z"] = rng.integers(0, 2**62, src.size)
+    idx = rng.integers(0, src.size, 700)
+    columns = {"b": rng.integers(-(2**40), 2**40, idx.size), "f": 7,
+               "d": rng.integers(0, 2**16, idx.size).astype(np.int64), "e": np.array([-3])}
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        for n in (idx.size, 0):
+            dst = np.zeros(n, DST)
+            cols = {k: (v[:n] if np.ndim(v) and np.size(v) > 1 else v)
+                    for k, v in columns.items()}
+            loops.gather_fields(dst, src, idx[:n], (("a", "z"), ("c", "x")), cols)
+            out.append(dst.tobytes())
+    assert out[:2] == out[2:]
+
+
 def test_gather_refuses_rows_out_of_range():
     if loops._decodeloops is None:
         pytest.skip("not built")
