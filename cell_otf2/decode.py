@@ -342,7 +342,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     links = np.zeros(len(link_rows), LINK_DTYPE)
     for key in LINK_DTYPE.names:
         links[key] = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
-    return Decoded(
+    dec = Decoded(
         manifest=manifest,
         dump_names=dump_names,
         spe_buffer_records=buffer_records,
@@ -360,6 +360,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         loss_epoch=loss_epoch,
         loss_cut=cuts.astype(np.int64),
     )
+    dec.know_location_starts(loc_start)
+    return dec
 
 
 #: numpy's switch for asking the kernel for huge pages for large arrays (private; absent: no-op)
