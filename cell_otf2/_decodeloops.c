@@ -327,8 +327,10 @@ done:
  * of `gather`, converting from the slot's bytes; `special`: int64 offsets, -1 for none, of
  * ppe slot, block slot, ctx (u16), count (u16), present (u16), gap slot, gap lost (u64), spe
  * slot, block (int64), ctx (u16)). `state` (int64, carried from chunk to chunk): last
- * top-level slot, its block (-1: not a block), rows written to ppe, blocks, spe, gaps, and
- * undefined codes inside blocks. `stats` (int64, set here, this chunk's damage): GAP lost sum
+ * top-level slot, its block (-1: not a block), rows written to ppe, blocks, spe (records
+ * inside blocks), gaps, undefined codes inside blocks, and SPE records with no row left
+ * (`next`, `end`: int64 per context id; given, the SPE table is grouped by context, context
+ * c's records going to rows next[c] (advanced) up to end[c], in slot order). `stats` (int64, set here, this chunk's damage): GAP lost sum
  * (mod 2^64), broken blocks' missing records, occurrences, first's block, next top-level slot
  * and its code, SPE records outside blocks, first slot, its code, undefined codes, first slot,
  * its code. */
@@ -359,20 +361,23 @@ static inline void put_fields(unsigned char *d, const unsigned char *s, const in
 
 static PyObject *frame(PyObject *self, PyObject *args)
 {
-    Py_buffer raw, table, out[4], spec[4], special, state, stats;
+    Py_buffer raw, table, out[4], spec[4], special, state, stats, next = {0}, end = {0};
     Py_ssize_t start, item[4];
     int swap;
-    if (!PyArg_ParseTuple(args, "y*niy*w*ny*w*ny*w*ny*w*ny*y*w*w*", &raw, &start, &swap,
+    if (!PyArg_ParseTuple(args, "y*niy*w*ny*w*ny*w*ny*w*ny*y*w*w*|w*y*", &raw, &start, &swap,
                           &table, &out[0], &item[0], &spec[0], &out[1], &item[1], &spec[1],
                           &out[2], &item[2], &spec[2], &out[3], &item[3], &spec[3], &special,
-                          &state, &stats))
+                          &state, &stats, &next, &end))
         return NULL;
     PyObject *result = NULL;
     const int64_t *sp = (const int64_t *)special.buf;
     int64_t *st = (int64_t *)state.buf, *ds = (int64_t *)stats.buf;
+    int64_t *nx = next.obj ? (int64_t *)next.buf : NULL;
+    const int64_t *en = end.obj ? (const int64_t *)end.buf : NULL;
     Py_ssize_t cap[4], nf[4];
-    if (table.len != 65536 || special.len != 10 * 8 || state.len < 7 * 8 || stats.len < 12 * 8
-        || raw.len % 32) {
+    if (table.len != 65536 || special.len != 10 * 8 || state.len < 8 * 8 || stats.len < 12 * 8
+        || raw.len % 32 || (next.obj != NULL) != (end.obj != NULL)
+        || (nx && (next.len != 65536 * 8 || end.len != 65536 * 8 || sp[2] < 0))) {
         PyErr_SetString(PyExc_ValueError, "frame: bad buffer sizes");
         goto done;
     }
@@ -403,6 +408,7 @@ static PyObject *frame(PyObject *self, PyObject *args)
                       *sf = spec[3].buf;
         int64_t carry_slot = st[0], carry_block = st[1];
         int64_t ip = st[2], ib = st[3], is = st[4], ig = st[5], unknown_inside = st[6];
+        int64_t overflow = st[7];
         uint64_t lost = 0;
         int64_t br_missing = 0, br_occ = 0, br_block = -1, br_next = -1, br_code = -1;
         int64_t out_occ = 0, out_first = -1, out_code = -1;
@@ -471,14 +477,23 @@ static PyObject *frame(PyObject *self, PyObject *args)
                 int within = carry_block >= 0 && slot - carry_slot <= carry_count;
                 if (cat == CAT_SPE) {
                     if (within) {
-                        if (is >= cap[3]) goto range;
-                        unsigned char *d = so + is * item[3];
                         unsigned char *b = bo + carry_block * item[1];
+                        int64_t row = is;
                         uint16_t n;
-                        put_fields(d, r, sf, nf[3]);
-                        if (sp[7] >= 0) memcpy(d + sp[7], &slot, 8);
-                        if (sp[8] >= 0) memcpy(d + sp[8], &carry_block, 8);
-                        if (sp[9] >= 0) memcpy(d + sp[9], b + sp[2], 2);
+                        if (nx) {  /* grouped by context: the context's next row, if any */
+                            uint16_t ctx;
+                            memcpy(&ctx, b + sp[2], 2);
+                            row = nx[ctx] < en[ctx] ? nx[ctx]++ : -1;
+                            overflow += row < 0;
+                        }
+                        if (row >= 0) {
+                            if (row >= cap[3]) goto range;
+                            unsigned char *d = so + row * item[3];
+                            put_fields(d, r, sf, nf[3]);
+                            if (sp[7] >= 0) memcpy(d + sp[7], &slot, 8);
+                            if (sp[8] >= 0) memcpy(d + sp[8], &carry_block, 8);
+                            if (sp[9] >= 0) memcpy(d + sp[9], b + sp[2], 2);
+                        }
                         memcpy(&n, b + sp[4], 2);
                         n++;
                         memcpy(b + sp[4], &n, 2);
@@ -496,6 +511,7 @@ static PyObject *frame(PyObject *self, PyObject *args)
         }
         st[0] = carry_slot; st[1] = carry_block;
         st[2] = ip; st[3] = ib; st[4] = is; st[5] = ig; st[6] = unknown_inside;
+        st[7] = overflow;
         memcpy(&ds[0], &lost, 8);
         ds[1] = br_missing; ds[2] = br_occ; ds[3] = br_block; ds[4] = br_next; ds[5] = br_code;
         ds[6] = out_occ; ds[7] = out_first; ds[8] = out_code;
@@ -516,6 +532,8 @@ done:
     PyBuffer_Release(&special);
     PyBuffer_Release(&state);
     PyBuffer_Release(&stats);
+    if (next.obj) PyBuffer_Release(&next);
+    if (end.obj) PyBuffer_Release(&end);
     return result;
 }
 

@@ -258,8 +258,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             # the context's records in slot order (= program order): the fields worked with
             # here gathered into narrow rows; their record rows are written once, below
-            side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
-            gather_fields(side, spe, rec_idx, _SPE_SIDE)
+            if rec_idx.size and int(rec_idx[-1]) - int(rec_idx[0]) + 1 == rec_idx.size:
+                side = spe[int(rec_idx[0]):int(rec_idx[-1]) + 1]  # grouped by context: a view
+            else:
+                side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
+                gather_fields(side, spe, rec_idx, _SPE_SIDE)
             rec_block = side["block"]
             rec_code = side["code"]
             # readings in program order: each block's records, then its header

@@ -51,19 +51,22 @@ def _spec(dst_dtype: np.dtype, src_dtype: np.dtype, pairs: tuple) -> np.ndarray 
 
 def frame_chunk(raw: np.ndarray, start: int, code_swap: bool, table: np.ndarray,
                 outputs: tuple[tuple[np.ndarray, np.dtype, tuple], ...], special: np.ndarray,
-                state: np.ndarray, stats: np.ndarray) -> None:
+                state: np.ndarray, stats: np.ndarray,
+                group: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """Frame the whole slots in ``raw`` (bytes; the first is slot ``start``) into the reader's
     four tables (``_decodeloops.frame`` says what every argument holds); ``outputs``: per
     table (PPE, blocks, GAPs, SPE) its array, the slot dtype its fields come from and
-    ``(table field, slot field)`` pairs. Only where ``COMPILED``: ``reader.py`` frames with
-    numpy otherwise."""
+    ``(table field, slot field)`` pairs; ``group``: the next and the end row of the SPE
+    table per context id (int64, 65536 each), when it is to be grouped by context. Only where
+    ``COMPILED``: ``reader.py`` frames with numpy otherwise."""
     args = []
     for out, src, pairs in outputs:
         spec = _spec(out.dtype, src, pairs)
         if spec is None:
             raise ValueError("frame_chunk: a field is not an integer of 1, 2, 4 or 8 bytes")
         args += [out.view(np.uint8), out.dtype.itemsize, spec]
-    _decodeloops.frame(raw, start, int(code_swap), table, *args, special, state, stats)
+    _decodeloops.frame(raw, start, int(code_swap), table, *args, special, state, stats,
+                       *(group or ()))
 
 
 def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,

@@ -104,7 +104,9 @@ CHUNK_SLOTS = 1 << 17
 
 @dataclass
 class Dump:
-    """One process's dump, read and framed; arrays are native-endian and in slot order."""
+    """One process's dump, read and framed; arrays are native-endian and in slot order (but
+    ``spe`` when ``spe_by_context``: grouped by context id, ascending, each context's records
+    in slot order; ``blocks["first"]`` then indexes that order)."""
 
     path: Path
     name: str  # how messages name the file (path relative to the run directory)
@@ -120,6 +122,7 @@ class Dump:
     spe: np.ndarray  # SPE_DTYPE
     gaps: np.ndarray  # GAP_DTYPE
     damage: list[Damage] = field(default_factory=list)
+    spe_by_context: bool = False
 
 
 def _display_name(path: Path, manifest: Manifest) -> str:
@@ -177,13 +180,22 @@ def _read_header(path: Path, size: int, manifest: Manifest, rank: int) -> np.voi
 
 def read_dump(
     path: Path, manifest: Manifest, rank: int, *, chunk_slots: int = CHUNK_SLOTS,
-    spe_records: bool = True,
+    spe_records: bool = True, by_context: np.ndarray | None = None,
+    spe_buffer: np.ndarray | None = None,
 ) -> Dump:
     """Read ``rank``'s dump at ``path``: refuse a file that is not one, contain any damage.
 
     ``chunk_slots`` bounds the working memory (slots framed at once); any value >= 1 gives the
     same result, tests use small ones. ``spe_records=False``: ``spe`` keeps only each SPE
     record's context (``SPE_CTX_DTYPE``), all a summary needs; the rest is the same.
+
+    ``by_context``: how many SPE records each context id is expected to have (a summary's
+    ``ctx_counts``). When the dump has exactly these, ``spe`` comes grouped by context
+    (``Dump.spe_by_context``; the compiled framer writes each record to its context's rows
+    at once, so that decoding reads each context's records as one range), else in slot order.
+    ``spe_buffer``: an ``SPE_DTYPE`` array whose first rows then hold ``spe`` if it is large
+    enough (a caller reading dump after dump reuses its pages; each read overwrites the
+    last one's ``spe``).
     """
     path = Path(path)
     name = _display_name(path, manifest)
@@ -214,8 +226,11 @@ def read_dump(
     try:
         with _SlotSource(path, n, chunk_slots) as source:
             framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]),
-                             spe_records)
+                             spe_records, by_context if spe_records else None, spe_buffer)
             framer.run(chunk_slots)
+            if framer.expect is not None and not framer.grouped:  # not the counts expected
+                framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]))
+                framer.run(chunk_slots)
     except OSError as exc:
         raise FormatError(path, f"cannot read the dump: {exc.strerror or exc}") from None
     ppe, blocks, spe, gaps = framer.ppe, framer.blocks, framer.spe, framer.gaps
@@ -248,6 +263,7 @@ def read_dump(
         spe=spe,
         gaps=gaps,
         damage=damage,
+        spe_by_context=framer.grouped,
     )
 
 
@@ -315,9 +331,18 @@ class _Framer:
     """
 
     def __init__(self, source: _SlotSource, layout: fmt.Layout, n: int, name: str,
-                 spe_buffer_records: int, spe_records: bool = True) -> None:
+                 spe_buffer_records: int, spe_records: bool = True,
+                 expect: np.ndarray | None = None, spe_buffer: np.ndarray | None = None
+                 ) -> None:
         self.source = source
         self.spe_records = spe_records
+        # SPE records expected per context id (None: slot order wanted), where they go
+        self.expect = None
+        if expect is not None:
+            self.expect = np.zeros(1 << 16, dtype=np.int64)
+            self.expect[:len(expect)] = expect
+        self.spe_buffer = spe_buffer
+        self.grouped = False
         self.layout = layout
         self.n = n
         self.spe_buffer_records = spe_buffer_records
@@ -369,10 +394,20 @@ class _Framer:
         # the last top-level slot's block (if any) runs to the end of the file
         if self.carry_block >= 0:
             self._settle(np.array([self.carry_block]), np.array([self.n]), None)
+        if self.expect is not None and not loops.COMPILED:
+            self._group_by_context()
         if self.i_spe < len(self.spe):  # SPE-coded slots outside blocks were skipped
-            self.spe.resize(self.i_spe, refcheck=False)
+            if self.spe.flags.owndata:
+                self.spe.resize(self.i_spe, refcheck=False)
+            else:  # rows of a caller's buffer (the reading is then done again, in slot order)
+                self.spe = self.spe[:self.i_spe]
         present = self.blocks["present"].astype(np.int64)
-        self.blocks["first"] = np.cumsum(present) - present
+        if self.grouped:  # each context's blocks' records are one range, contexts ascending
+            order = np.argsort(self.blocks["ctx"], kind="stable")
+            present = present[order]
+            self.blocks["first"][order] = np.cumsum(present) - present
+        else:
+            self.blocks["first"] = np.cumsum(present) - present
         bad = (self.blocks["count"] < 1) | (self.blocks["count"] > self.spe_buffer_records)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -383,14 +418,39 @@ class _Framer:
                 f"1..{self.spe_buffer_records} (spe_buffer_records)",
             )
 
+    def _spe_table(self, rows: int) -> np.ndarray:
+        """The SPE table for ``rows`` records: the caller's buffer if it holds them."""
+        spe_dtype = SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE
+        buf = self.spe_buffer
+        if buf is not None and buf.dtype == spe_dtype and buf.ndim == 1 and len(buf) >= rows:
+            return buf[:rows]
+        return np.empty(rows, spe_dtype)
+
+    def _group_by_context(self) -> None:
+        """The numpy framer's slot-order SPE table grouped by context, as the compiled framer
+        writes it, if it has the records expected per context."""
+        counts = np.bincount(self.spe["ctx"][:self.i_spe], minlength=1 << 16)
+        if counts.size == 1 << 16 and np.array_equal(counts, self.expect):
+            order = np.argsort(self.spe["ctx"][:self.i_spe], kind="stable")
+            self.spe = np.take(self.spe[:self.i_spe], order, out=self._spe_table(self.i_spe))
+            self.grouped = True
+
     def _run_compiled(self, chunk_slots: int) -> None:
         """The same tables and damage as ``_allocate`` and ``_chunk``, framed in C
         (``loops.frame_chunk``) in one reading of the file: the tables are made for every slot
-        (uninitialized, so the pages never written cost nothing) and cut to size after."""
+        (uninitialized, so the pages never written cost nothing) and cut to size after. With
+        ``expect``, the SPE table is grouped by context as it is written."""
         n = self.n
         spe_dtype = SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE
         ppe, blocks = np.empty(n, PPE_DTYPE), np.empty(n, BLOCK_DTYPE)
-        gaps, spe = np.empty(n, GAP_DTYPE), np.empty(n, spe_dtype)
+        group = None
+        if self.expect is not None:
+            end = np.cumsum(self.expect)
+            group = (end - self.expect, end)
+            spe = self._spe_table(int(end[-1]))
+        else:
+            spe = np.empty(n, spe_dtype)
+        gaps = np.empty(n, GAP_DTYPE)
         lay = self.layout
         pairs = (tuple((f, f) for f in fields) for fields in (
             _PPE_FIELDS, _BLOCK_FIELDS, _GAP_FIELDS, _SPE_FIELDS if self.spe_records else ()))
@@ -404,13 +464,14 @@ class _Framer:
             + ([fields[3]["slot"][1], fields[3]["block"][1]] if self.spe_records else [-1, -1])
             + [fields[3]["ctx"][1]], dtype=np.int64)
         swap = lay.order != ("<" if sys.byteorder == "little" else ">")
-        state = np.array([-1, -1, 0, 0, 0, 0, 0], dtype=np.int64)
+        state = np.array([-1, -1, 0, 0, 0, 0, 0, 0], dtype=np.int64)
         stats = np.zeros(12, dtype=np.int64)
         for start in range(0, n, chunk_slots):
             stop = min(n, start + chunk_slots)
             raw = self.source.read(start, stop)
             i_gap = int(state[5])
-            loops.frame_chunk(raw, start, swap, _FRAME_TABLE, outputs, special, state, stats)
+            loops.frame_chunk(raw, start, swap, _FRAME_TABLE, outputs, special, state, stats,
+                              group)
             s = stats.tolist()
             if state[5] > i_gap:
                 slot, lost, ticket = gaps[["slot", "lost", "first_ticket"]][i_gap].tolist()
@@ -439,6 +500,8 @@ class _Framer:
         for arr, used in ((ppe, self.i_ppe), (blocks, self.i_blk), (gaps, self.i_gap)):
             arr.resize(used, refcheck=False)
         self.ppe, self.blocks, self.gaps, self.spe = ppe, blocks, gaps, spe
+        if group is not None:  # every record had its row, every row its record
+            self.grouped = state[7] == 0 and np.array_equal(group[0], group[1])
 
     def damage(self) -> list[Damage]:
         entries = self.log.entries()

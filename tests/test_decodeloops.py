@@ -141,7 +141,9 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
     """``loops.frame_chunk`` (the reader's compiled framer) and the reader's numpy framer give
     the same tables and damage (counts, first slots, messages) on random slot streams full of
     damage: broken and overrunning blocks, GAPs, undefined codes inside and outside blocks,
-    SPE records outside blocks, block counts out of range; any chunk size, both readings."""
+    SPE records outside blocks, block counts out of range; any chunk size, both readings, SPE
+    records grouped by context (or in slot order when the counts expected are not the
+    dump's)."""
     from test_reader import Builder, manifest
 
     from cell_otf2 import format as fmt
@@ -171,13 +173,33 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
             else:
                 b.raw(int(rng.choice([0x0000, 0x01FF, 0x02FE, 0x03FF, 0x0500, 0xFFFF])))
         path = b.write(tmp_path, tail=b"x" * (case % 2) * 5)
+        plain = read_dump(path, manifest(tmp_path), 0)
+        counts = np.bincount(plain.spe["ctx"], minlength=4)
+        wrong = counts.copy()
+        wrong[case % 4] += 1 if case % 2 else -1
+        if wrong[case % 4] < 0:
+            wrong[case % 4] = 2
         for chunk in (1, 7, 64, 1 << 17):
-            for spe_records in (True, False):
+            for spe_records, by_context in ((True, None), (False, None), (True, counts),
+                                            (True, wrong)):
                 got = []
                 for compiled in (True, False):
                     monkeypatch.setattr(loops, "COMPILED", compiled)
+                    buffer = np.zeros(plain.spe.size + 3, plain.spe.dtype)
                     d = read_dump(path, manifest(tmp_path), 0, chunk_slots=chunk,
-                                  spe_records=spe_records)
+                                  spe_records=spe_records, by_context=by_context,
+                                  spe_buffer=buffer)
                     got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(),
-                                d.gaps.tobytes(), repr(d.damage)])
+                                d.gaps.tobytes(), repr(d.damage), d.spe_by_context])
                 assert got[0] == got[1], (case, chunk, spe_records)
+                assert d.spe_by_context == (by_context is counts)
+                if by_context is counts:
+                    # the slot-order table grouped by context; ``first`` indexes that order
+                    order = np.argsort(plain.spe["ctx"], kind="stable")
+                    assert d.spe.tobytes() == plain.spe[order].tobytes()
+                    for blk in range(d.blocks.size):
+                        first, n = int(d.blocks["first"][blk]), int(d.blocks["present"][blk])
+                        assert (d.spe["block"][first:first + n] == blk).all()
+                else:
+                    assert d.spe.tobytes() == (plain.spe.tobytes() if spe_records
+                                               else d.spe.tobytes())
