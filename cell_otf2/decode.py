@@ -204,7 +204,12 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         prec["domain"] = node
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
-        ppe_epoch, spe_epoch, cut = _losses(dump, prec)
+        # every context's blocks, grouped once (a stable radix sort of the 16-bit context
+        # ids: each group stays in slot order)
+        blk_by_ctx, blk_ctx_bounds = _group(blocks, "ctx")
+        blk_groups = [(ctx, blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]) for ctx
+                      in np.flatnonzero(np.diff(blk_ctx_bounds)).tolist()]
+        ppe_epoch, spe_epoch, cut = _losses(dump, prec, blk_groups)
         cuts[r if layout is not None else dump_index] = cut
         # final place of each PPE record: its thread's range, in slot order
         ppe_final = np.empty(ppe.size, dtype=np.int64)
@@ -233,11 +238,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchor_loc[pos[: ppe.size]] = prec["local"]
 
         # ---- SPE records: each context's are one range of ``records``
-        blocks_missing += _check_seq(blocks, dump.name, damage)
-        # every context's records, blocks and switches, grouped once (stable radix sorts of
-        # the 16-bit context ids: each group stays in slot order)
-        spe_by_ctx, spe_ctx_bounds = _group(spe, "ctx")
-        blk_by_ctx, blk_ctx_bounds = _group(blocks, "ctx")
+        blocks_missing += _check_seq(blocks, dump.name, damage, blk_groups)
+        # every context's records and switches, grouped once (stable radix sorts of the 16-bit
+        # context ids: each group stays in slot order; records read grouped already are)
+        spe_by_ctx, spe_ctx_bounds = (_grouped(spe) if dump.spe_by_context
+                                      else _group(spe, "ctx"))
         switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
         sw_ctx = ppe["a"][switches]
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
@@ -250,10 +255,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         spe_block = spe["block"]
         # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart
         trusted = bool((spe["code"] == S.HEARTBEAT).any())
-        for ctx in np.unique(blocks["ctx"]).tolist():
+        for ctx, blk_idx in blk_groups:
             loc = ctx_loc[(r, int(ctx))]
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
-            blk_idx = blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]
             lo = int(loc_start[loc])
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             # the context's records in slot order (= program order): the fields worked with
@@ -402,7 +406,15 @@ def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.n
 NO_LOSS = np.int64(1 << 62)
 
 
-def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _grouped(spe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_group(spe, "ctx")`` of an SPE table grouped by context already (its rows in order,
+    each context's bounds found by bisection)."""
+    bounds = np.searchsorted(spe["ctx"], np.arange((1 << 16) + 1), side="left")
+    return np.arange(spe.size, dtype=np.int64), bounds.astype(np.int64)
+
+
+def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray]]
+            ) -> tuple[np.ndarray, np.ndarray, int]:
     """Where records of one process may be missing, so that pairing by count stops there.
 
     Returns the loss epoch of every PPE record and every SPE record (how many places before
@@ -417,7 +429,8 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     for naming an undefined context. SPE streams (per context, seq order): at every block whose
     seq does not follow its predecessor's (blocks lost before it) and at a block holding fewer
     records than its count (its own records, and again after it). Losses at the very end (a
-    file cut short) shift nothing and are not losses here.
+    file cut short) shift nothing and are not losses here. ``blk_groups``: each context id
+    with its blocks' indexes, ascending.
     """
     first = [int(dump.gaps["slot"].min())] if dump.gaps.size else []
     first += [d.first_slot for d in dump.damage if d.first_slot is not None and d.kind in (
@@ -430,8 +443,7 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     blocks = dump.blocks
     block_epoch = np.zeros(blocks.size, dtype=np.int32)
     cut = l_ppe
-    for ctx in np.unique(blocks["ctx"]).tolist():
-        bi = np.flatnonzero(blocks["ctx"] == ctx)
+    for _, bi in blk_groups:
         seq = blocks["seq"][bi].astype(np.int64)
         skip = seq != np.concatenate([[-1], seq[:-1]]) + 1
         broken = blocks["present"][bi] < blocks["count"][bi]
@@ -588,12 +600,14 @@ def _check_ctx_refs(prec, ppe, rank, ctx_loc, name, damage) -> None:
                    f"PPE record naming SPE context {int(ppe['a'][bad][0])}, never defined")
 
 
-def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog) -> int:
-    """Count blocks missing from each context's seq (0, 1, 2, ...)."""
+def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog,
+               blk_groups: list[tuple[int, np.ndarray]]) -> int:
+    """Count blocks missing from each context's seq (0, 1, 2, ...); ``blk_groups``: each
+    context id with its blocks' indexes, ascending."""
     missing = 0
     first_slot = None
-    for ctx in np.unique(blocks["ctx"]).tolist():
-        b = blocks[blocks["ctx"] == ctx]
+    for _, bi in blk_groups:
+        b = blocks[bi]
         seq = b["seq"].astype(np.int64)
         expect = np.arange(seq.size)
         if seq.size and (seq[-1] != seq.size - 1 or np.any(seq != expect)):

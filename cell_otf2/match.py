@@ -269,11 +269,12 @@ def _signals(b: _Builder) -> None:
 def _dma(b: _Builder) -> np.ndarray:
     """DMA commands -> target location and completing TAG_WAIT_END."""
     dec, rec = b.dec, b.rec
-    rows = []
+    every, fields = b.dma_records()
+    out = np.zeros(every.size, DMA_DTYPE)  # every DMA record at most, cut to size at the end
+    n_out = 0
     mem_loc = {int(r): i for i, (r, k, _) in enumerate(dec.locations.tolist())
                if k == LocKind.MAIN_MEMORY}
     ctxs = dec.contexts
-    every, fields = b.dma_records()
     t = every.dtype.type  # searchsorted with bounds of the index's own type (no conversion)
     for c in ctxs.tolist():
         rank, loc = int(c[0]), int(c[2])
@@ -299,14 +300,15 @@ def _dma(b: _Builder) -> np.ndarray:
             if o[5]:
                 hit = (ea >= ps) & (ea - ps < np.uint64(fmt.PS_SIZE))
                 target[hit], tkind[hit] = o[2], 2
-        d = np.zeros(issue.size, DMA_DTYPE)
+        d = out[n_out:n_out + issue.size]
+        n_out += issue.size
         d["issue"], d["complete"], d["loc"] = issue, complete, loc
         d["target"], d["target_kind"] = target, tkind
-        rows.append(d)
         b.lost(DamageKind.unmatched_dma, issue[complete < 0],
                "DMA command with no later tag wait for its tag: written as issued, "
                "never completed")
-    return np.concatenate(rows) if rows else np.zeros(0, DMA_DTYPE)
+    out.resize(n_out, refcheck=False)
+    return out
 
 
 def _mpi(b: _Builder) -> tuple[int, int]:
