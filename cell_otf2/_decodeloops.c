@@ -537,7 +537,148 @@ done:
     return result;
 }
 
+/* readings(spe, spe_item, spe_off, rec_idx, blk, blk_item, blk_off, blk_idx, write_code,
+ *          raw, is_rec, which, write_new, reading_block, head_slot):
+ * one SPE context's clock readings in program order (decode.py): its records (rows
+ * `rec_idx` of the SPE table `spe`, ascending slots) merged with its blocks' headers (rows
+ * `blk_idx` of the block table `blk`, each read after its block's records: sort key
+ * 2 * slot for a record, 2 * (header slot + present) + 1 for a header). `spe_off`: int64
+ * offsets of slot (int64), decr (uint32), code (uint16), b (uint64), block (int64) in an SPE
+ * row; `blk_off`: of slot (int64), present (uint16), decr (uint32) in a block row. Per
+ * reading: raw (its decrementer, int64), is_rec (uint8), which (its row, int64), write_new
+ * (the low 32 bits of b of a record of code `write_code`, else -1), reading_block (its
+ * block) and head_slot (that block's header slot). Returns False, writing nothing, when
+ * either sequence's keys do not ascend (the caller sorts then). */
+static PyObject *readings(PyObject *self, PyObject *args)
+{
+    Py_buffer spe, spe_off, rix, blk, blk_off, bix, o[6];
+    Py_ssize_t spe_item, blk_item;
+    long write_code;
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*ny*y*lw*w*w*w*w*w*", &spe, &spe_item, &spe_off, &rix,
+                          &blk, &blk_item, &blk_off, &bix, &write_code, &o[0], &o[1], &o[2],
+                          &o[3], &o[4], &o[5]))
+        return NULL;
+    PyObject *result = NULL;
+    const int64_t *so = spe_off.buf, *bo = blk_off.buf, *ri = rix.buf, *bi = bix.buf;
+    Py_ssize_t n = rix.len / 8, m = bix.len / 8, t = n + m;
+    Py_ssize_t spe_rows = spe_item > 0 ? spe.len / spe_item : 0;
+    Py_ssize_t blk_rows = blk_item > 0 ? blk.len / blk_item : 0;
+    static const int sw[5] = {8, 4, 2, 8, 8}, bw[3] = {8, 2, 4};
+    if (spe_off.len != 5 * 8 || blk_off.len != 3 * 8 || spe_item <= 0 || blk_item <= 0
+        || o[0].len != t * 8 || o[1].len != t || o[2].len != t * 8 || o[3].len != t * 8
+        || o[4].len != t * 8 || o[5].len != t * 8) {
+        PyErr_SetString(PyExc_ValueError, "readings: bad buffer sizes");
+        goto done;
+    }
+    for (int k = 0; k < 5; k++)
+        if (so[k] < 0 || so[k] + sw[k] > spe_item) {
+            PyErr_SetString(PyExc_ValueError, "readings: bad offset");
+            goto done;
+        }
+    for (int k = 0; k < 3; k++)
+        if (bo[k] < 0 || bo[k] + bw[k] > blk_item) {
+            PyErr_SetString(PyExc_ValueError, "readings: bad offset");
+            goto done;
+        }
+    {
+        const unsigned char *S = spe.buf, *B = blk.buf;
+        int64_t *raw = o[0].buf, *which = o[2].buf, *wn = o[3].buf, *rb = o[4].buf,
+                *hs = o[5].buf;
+        uint8_t *isr = o[1].buf;
+        int64_t prev = INT64_MIN;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t slot;
+            if (ri[j] < 0 || ri[j] >= spe_rows) goto range;
+            memcpy(&slot, S + ri[j] * spe_item + so[0], 8);
+            if (j && slot <= prev) goto unsorted;
+            prev = slot;
+        }
+        prev = INT64_MIN;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            int64_t slot;
+            uint16_t present;
+            if (bi[k] < 0 || bi[k] >= blk_rows) goto range;
+            memcpy(&slot, B + bi[k] * blk_item + bo[0], 8);
+            memcpy(&present, B + bi[k] * blk_item + bo[1], 2);
+            if (k && slot + present <= prev) goto unsorted;
+            prev = slot + present;
+        }
+        Py_ssize_t j = 0, k = 0;
+        for (Py_ssize_t i = 0; i < t; i++) {
+            int take_rec;
+            int64_t rslot = 0, hslot = 0;
+            uint16_t present = 0;
+            const unsigned char *r = NULL, *h = NULL;
+            if (j < n) {
+                r = S + ri[j] * spe_item;
+                memcpy(&rslot, r + so[0], 8);
+            }
+            if (k < m) {
+                h = B + bi[k] * blk_item;
+                memcpy(&hslot, h + bo[0], 8);
+                memcpy(&present, h + bo[1], 2);
+            }
+            /* keys 2 * rslot and 2 * (hslot + present) + 1 never tie */
+            take_rec = j < n && (k >= m || rslot <= hslot + present);
+            if (take_rec) {
+                uint32_t decr;
+                uint16_t code;
+                int64_t block, bslot;
+                memcpy(&decr, r + so[1], 4);
+                memcpy(&code, r + so[2], 2);
+                memcpy(&block, r + so[4], 8);
+                if (block < 0 || block >= blk_rows) goto range;
+                raw[i] = decr;
+                isr[i] = 1;
+                which[i] = ri[j];
+                if (code == write_code) {
+                    uint64_t b;
+                    memcpy(&b, r + so[3], 8);
+                    wn[i] = (int64_t)(b & 0xFFFFFFFFu);
+                } else {
+                    wn[i] = -1;
+                }
+                rb[i] = block;
+                memcpy(&bslot, B + block * blk_item + bo[0], 8);
+                hs[i] = bslot;
+                j++;
+            } else {
+                uint32_t decr;
+                memcpy(&decr, h + bo[2], 4);
+                raw[i] = decr;
+                isr[i] = 0;
+                which[i] = bi[k];
+                wn[i] = -1;
+                rb[i] = bi[k];
+                hs[i] = hslot;
+                k++;
+            }
+        }
+        Py_INCREF(Py_True);
+        result = Py_True;
+        goto done;
+    unsorted:
+        Py_INCREF(Py_False);
+        result = Py_False;
+        goto done;
+    range:
+        PyErr_SetString(PyExc_IndexError, "readings: row out of range");
+    }
+done:
+    PyBuffer_Release(&spe);
+    PyBuffer_Release(&spe_off);
+    PyBuffer_Release(&rix);
+    PyBuffer_Release(&blk);
+    PyBuffer_Release(&blk_off);
+    PyBuffer_Release(&bix);
+    for (int k = 0; k < 6; k++)
+        PyBuffer_Release(&o[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"readings", readings, METH_VARARGS,
+     "readings(spe, ..., head_slot): one SPE context's clock readings in program order"},
     {"frame", frame, METH_VARARGS,
      "frame(raw, start, swap, table, ppe, ..., special, state, stats): frame one chunk of "
      "slots into the reader's tables"},

@@ -15,7 +15,7 @@ import numpy as np
 from . import format as fmt
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
-from .loops import gather_fields, group_u16
+from .loops import gather_fields, group_u16, readings
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -38,12 +38,6 @@ S = fmt.SpeCode
 
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
-#: the fields of an SPE record decoding works with, gathered into narrow rows in one pass
-#: with ``gather_fields`` (the 74-byte record rows are written once, at the end)
-_SPE_SIDE_DTYPE = np.dtype([("block", "<i8"), ("decr", "<u4"), ("slot", "<i8"),
-                            ("code", "<u2"), ("b", "<u8")])
-_SPE_SIDE = tuple((f, f) for f in _SPE_SIDE_DTYPE.names)
-
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
 )
@@ -260,41 +254,17 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
             lo = int(loc_start[loc])
             spe_final[rec_idx] = lo + np.arange(rec_idx.size)
-            # the context's records in slot order (= program order): the fields worked with
-            # here gathered into narrow rows; their record rows are written once, below
-            if rec_idx.size and int(rec_idx[-1]) - int(rec_idx[0]) + 1 == rec_idx.size:
-                side = spe[int(rec_idx[0]):int(rec_idx[-1]) + 1]  # grouped by context: a view
-            else:
-                side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
-                gather_fields(side, spe, rec_idx, _SPE_SIDE)
-            rec_block = side["block"]
-            rec_code = side["code"]
-            # readings in program order: each block's records, then its header
-            keys = np.concatenate([2 * side["slot"],
-                                   2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([side["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
-            is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
-            which = np.concatenate([rec_idx, blk_idx])
-            po = np.argsort(keys, kind="stable")
-            raw, is_rec, which = raw[po], is_rec[po], which[po]
-            # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
-            write_new = np.full(raw.size, -1, dtype=np.int64)
-            is_write = rec_code == S.DECR_WRITE
-            dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
-            dw[is_rec] = is_write
-            write_new[dw] = side["b"][is_write].astype(np.int64) % MOD
+            # readings in program order (each block's records, then its header), their
+            # blocks and the low 32 bits of each DECR_WRITE's new value
+            raw, is_rec, which, write_new, reading_block, head_slot = readings(
+                spe, rec_idx, blocks, blk_idx, S.DECR_WRITE)
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
-            # block of each reading (a record's block, or the header's own)
-            reading_block = which.copy()
-            reading_block[is_rec] = rec_block
             run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
-            rec_anchor = block_anchor[rec_block]
-            del rec_block, rec_code, side
+            rec_anchor = block_anchor[reading_block[is_rec]]
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
-            head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
             args = (raw, write_new, sw_stop[:, 0], sw_start[:, 0])

@@ -1,6 +1,7 @@
 """The per-record loops of reading and decoding: ``frame_chunk`` frames a chunk of a dump's
 slots into the reader's tables (the reader's own numpy framer is its fallback),
 ``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
+``readings`` puts an SPE context's clock readings in program order,
 ``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
 helper
 ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables allow it,
@@ -106,6 +107,55 @@ def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
     _decodeloops.gather(dst.view(np.uint8), dst.dtype.itemsize,
                         src.view(np.uint8) if src.size else b"", src.dtype.itemsize,
                         np.ascontiguousarray(idx, dtype=np.int64), spec, tuple(cols))
+
+
+#: the fields ``readings`` reads, with their types: of an SPE record, of a block header
+_READING_SPE = (("slot", "=i8"), ("decr", "=u4"), ("code", "=u2"), ("b", "=u8"), ("block", "=i8"))
+_READING_BLOCK = (("slot", "=i8"), ("present", "=u2"), ("decr", "=u4"))
+
+
+def readings(spe: np.ndarray, rec_idx: np.ndarray, blocks: np.ndarray, blk_idx: np.ndarray,
+             write_code: int) -> tuple[np.ndarray, ...]:
+    """One SPE context's clock readings in program order: its records (rows ``rec_idx`` of
+    the SPE table ``spe``, in slot order) and its blocks' headers (rows ``blk_idx`` of
+    ``blocks``, in slot order), each header read after its block's records (sort key
+    ``2 * slot`` of a record, ``2 * (slot + present) + 1`` of a header). Returns per reading
+    its decrementer ``raw`` (int64), ``is_rec``, ``which`` (its row), ``write_new`` (of a
+    record of code ``write_code``: the low 32 bits of its ``b``, else -1), ``reading_block``
+    (its block: a record's, or the header's own) and ``head_slot`` (that block's slot)."""
+    rec_idx = np.asarray(rec_idx, dtype=np.int64)
+    blk_idx = np.asarray(blk_idx, dtype=np.int64)
+    if (COMPILED and spe.ndim == 1 and blocks.ndim == 1 and spe.flags.c_contiguous
+            and blocks.flags.c_contiguous and spe.dtype.itemsize and blocks.dtype.itemsize
+            and all(spe.dtype.fields[f][0] == np.dtype(t) for f, t in _READING_SPE)
+            and all(blocks.dtype.fields[f][0] == np.dtype(t) for f, t in _READING_BLOCK)):
+        t = rec_idx.size + blk_idx.size
+        out = (np.empty(t, np.int64), np.empty(t, np.bool_), np.empty(t, np.int64),
+               np.empty(t, np.int64), np.empty(t, np.int64), np.empty(t, np.int64))
+        spe_off = np.array([spe.dtype.fields[f][1] for f, _ in _READING_SPE], dtype=np.int64)
+        blk_off = np.array([blocks.dtype.fields[f][1] for f, _ in _READING_BLOCK],
+                           dtype=np.int64)
+        if _decodeloops.readings(spe.view(np.uint8), spe.dtype.itemsize, spe_off, rec_idx,
+                                 blocks.view(np.uint8), blocks.dtype.itemsize, blk_off,
+                                 blk_idx, int(write_code), *out):
+            return out
+    rows = np.take(spe, rec_idx)
+    keys = np.concatenate([2 * rows["slot"],
+                           2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
+    raw = np.concatenate([rows["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
+    is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
+    which = np.concatenate([rec_idx, blk_idx])
+    po = np.argsort(keys, kind="stable")
+    raw, is_rec, which = raw[po], is_rec[po], which[po]
+    # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
+    write_new = np.full(raw.size, -1, dtype=np.int64)
+    is_write = rows["code"] == write_code
+    dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
+    dw[is_rec] = is_write
+    write_new[dw] = rows["b"][is_write].astype(np.int64) % (1 << 32)
+    reading_block = which.copy()
+    reading_block[is_rec] = rows["block"]
+    return raw, is_rec, which, write_new, reading_block, blocks["slot"][reading_block]
 
 
 def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
