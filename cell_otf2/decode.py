@@ -70,9 +70,14 @@ class _DumpSummary:
     def of(cls, dump: Dump) -> _DumpSummary:
         ppe = dump.ppe
         block_ctx, first = np.unique(dump.blocks["ctx"], return_index=True)
+        # SPE records per context: its blocks' records (what ``np.bincount`` of the records'
+        # contexts gives, from the small block table)
+        per_ctx = np.bincount(dump.blocks["ctx"], weights=dump.blocks["present"],
+                              minlength=1).astype(np.int64)
+        used = np.flatnonzero(per_ctx)
+        per_ctx = per_ctx[:int(used[-1]) + 1 if used.size else 1]
         return cls(dump.rank, dump.name, dump.spe_buffer_records,
-                   np.bincount(ppe["thread"].astype(np.int64), minlength=1),
-                   np.bincount(dump.spe["ctx"].astype(np.int64), minlength=1),
+                   np.bincount(ppe["thread"].astype(np.int64), minlength=1), per_ctx,
                    ppe[ppe["code"] == P.CTX_CREATE], ppe[ppe["code"] == P.CTX_LOAD],
                    block_ctx, dump.blocks["slot"][first])
 

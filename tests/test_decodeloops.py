@@ -147,6 +147,7 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
     from test_reader import Builder, manifest
 
     from cell_otf2 import format as fmt
+    from cell_otf2.decode import summarize
     from cell_otf2.reader import read_dump
 
     layout = fmt.LAYOUTS[ord("B") if order == ">" else ord("L")]
@@ -192,6 +193,9 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
                     got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(),
                                 d.gaps.tobytes(), repr(d.damage), d.spe_by_context])
                 assert got[0] == got[1], (case, chunk, spe_records)
+                # a summary counts each context's records from the blocks
+                assert np.array_equal(summarize(d).ctx_counts,
+                                      np.bincount(d.spe["ctx"].astype(np.int64), minlength=1))
                 assert d.spe_by_context == (by_context is counts)
                 if by_context is counts:
                     # the slot-order table grouped by context; ``first`` indexes that order
