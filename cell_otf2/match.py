@@ -291,15 +291,21 @@ def _dma(b: _Builder) -> np.ndarray:
         ea = fields["b"][mine][command]
         target = np.full(issue.size, mem_loc[rank], dtype=np.int64)
         tkind = np.zeros(issue.size, dtype=np.uint8)
-        for o in ctxs[ctxs["rank"] == rank].tolist():
-            ls, ps = np.uint64(o[4]), np.uint64(o[5])
-            # ea - base, not base + size: a base near 2^64 must not wrap (nor warn)
-            if o[4]:
-                hit = (ea >= ls) & (ea - ls < np.uint64(fmt.LS_SIZE))
-                target[hit], tkind[hit] = o[2], 1
-            if o[5]:
-                hit = (ea >= ps) & (ea - ps < np.uint64(fmt.PS_SIZE))
-                target[hit], tkind[hit] = o[2], 2
+        areas = [(o[2], kind, base, size) for o in ctxs[ctxs["rank"] == rank].tolist()
+                 for kind, base, size in ((1, o[4], fmt.LS_SIZE), (2, o[5], fmt.PS_SIZE))
+                 if base]
+        if areas:
+            # only the commands whose EA lies between the lowest area and the end of the
+            # highest can hit one (most go to main memory); later areas win, as they come
+            low = min(a[2] for a in areas)
+            top = min(max(a[2] + a[3] for a in areas), 1 << 64) - 1
+            near = np.flatnonzero((ea >= np.uint64(low)) & (ea <= np.uint64(top)))
+            ea_near = ea[near]
+            for loc_o, kind, base, size in areas:
+                b0 = np.uint64(base)
+                # ea - base, not base + size: a base near 2^64 must not wrap (nor warn)
+                hit = near[(ea_near >= b0) & (ea_near - b0 < np.uint64(size))]
+                target[hit], tkind[hit] = loc_o, kind
         d = out[n_out:n_out + issue.size]
         n_out += issue.size
         d["issue"], d["complete"], d["loc"] = issue, complete, loc
