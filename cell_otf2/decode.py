@@ -258,7 +258,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             loc = ctx_loc[(r, int(ctx))]
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
             lo = int(loc_start[loc])
-            spe_final[rec_idx] = lo + np.arange(rec_idx.size)
+            if dump.spe_by_context:  # the context's records are one range of ``spe``
+                first = int(rec_idx[0]) if rec_idx.size else 0
+                spe_final[first:first + rec_idx.size] = np.arange(lo, lo + rec_idx.size)
+            else:
+                spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             # readings in program order (each block's records, then its header), their
             # blocks and the low 32 bits of each DECR_WRITE's new value
             raw, is_rec, which, write_new, reading_block, head_slot = readings(
@@ -384,8 +388,11 @@ NO_LOSS = np.int64(1 << 62)
 def _grouped(spe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``_group(spe, "ctx")`` of an SPE table grouped by context already (its rows in order,
     each context's bounds found by bisection)."""
-    bounds = np.searchsorted(spe["ctx"], np.arange((1 << 16) + 1), side="left")
-    return np.arange(spe.size, dtype=np.int64), bounds.astype(np.int64)
+    bounds = np.empty((1 << 16) + 1, dtype=np.int64)
+    # the ids as the table's own 16-bit type: no conversion of the whole column
+    bounds[:-1] = np.searchsorted(spe["ctx"], np.arange(1 << 16, dtype=np.uint16), side="left")
+    bounds[-1] = spe.size
+    return np.arange(spe.size, dtype=np.int64), bounds
 
 
 def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray]]
