@@ -43,7 +43,8 @@ class Dumps:
     one per dump of the sequence. A dump whose second reading differs from its summary (it
     changed while being converted) is refused. Each dump's SPE records come grouped by
     context (``read_dump``'s ``by_context``, from its summary) in one buffer that every
-    reading reuses: a dump's ``spe`` is valid until the next one is indexed. ``seconds`` /
+    reading reuses (and lets go of with the last dump): a dump's ``spe`` is valid until the
+    next one is indexed. ``seconds`` /
     ``cpu_seconds``: time spent reading."""
 
     def __init__(self, man, summaries: list, ranks: list[int] | None = None) -> None:
@@ -62,8 +63,11 @@ class Dumps:
         if self.spe_buffer is None:
             most = max((int(s.ctx_counts.sum()) for s in self.summaries), default=0)
             self.spe_buffer = np.empty(most, SPE_DTYPE)
+        buffer = self.spe_buffer
+        if i == len(self.ranks) - 1:  # the last dump: the buffer goes when its reader is done
+            self.spe_buffer = None
         dump = read_dump(self.man.dump_path(rank), self.man, rank,
-                         by_context=self.summaries[i].ctx_counts, spe_buffer=self.spe_buffer)
+                         by_context=self.summaries[i].ctx_counts, spe_buffer=buffer)
         if not self.summaries[i].matches(dump):
             raise FormatError(dump.path, "the dump changed while it was being converted "
                               "(its records differ between two readings)")
