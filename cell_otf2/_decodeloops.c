@@ -1,4 +1,6 @@
-/* Per-record loops of reading and decoding in C (issue 18): `gather` copies chosen fields of
+/* Per-record loops of reading and decoding in C (issue 18): `frame` frames a chunk of a dump's
+ * slots into the reader's tables in one sequential pass (reader.py's numpy framer is its
+ * fallback); `gather` copies chosen fields of
  * chosen rows of one packed table into consecutive rows of another, converting each field on
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
@@ -48,17 +50,37 @@ static inline void store(unsigned char *p, int64_t size, uint64_t v)
     }
 }
 
-/* gather(dst, dst_itemsize, src, src_itemsize, idx, fields): for i in range(len(idx)),
- * row i of dst gets fields of row idx[i] of src; `fields` is int64 rows of (src_offset,
- * src_size, dst_offset, dst_size, swap, signed). Buffers are bytes; the caller checks that
- * idx is in range (checked again here). */
+/* gather(dst, dst_itemsize, src, src_itemsize, idx, fields[, columns]): for i in
+ * range(len(idx)), row i of dst gets fields of row idx[i] of src; `fields` is int64 rows of
+ * (src_offset, src_size, dst_offset, dst_size, swap, signed). `columns`: a tuple of
+ * (values, width, dst_offset), each values a buffer of len(idx) native values of `width`
+ * bytes, or of one value for every row, copied into row i at dst_offset: every field of a
+ * row written in one pass. Buffers are bytes; the caller checks that idx is in range
+ * (checked again here). */
+#define MAX_COLUMNS 8
 static PyObject *gather(PyObject *self, PyObject *args)
 {
     Py_buffer dst, src, idx, fields;
-    Py_ssize_t dst_item, src_item;
-    if (!PyArg_ParseTuple(args, "w*ny*ny*y*", &dst, &dst_item, &src, &src_item, &idx, &fields))
+    Py_buffer col[MAX_COLUMNS];
+    Py_ssize_t col_width[MAX_COLUMNS], col_off[MAX_COLUMNS], col_step[MAX_COLUMNS];
+    Py_ssize_t dst_item, src_item, ncol = 0;
+    PyObject *columns = NULL;
+    if (!PyArg_ParseTuple(args, "w*ny*ny*y*|O!", &dst, &dst_item, &src, &src_item, &idx,
+                          &fields, &PyTuple_Type, &columns))
         return NULL;
     PyObject *result = NULL;
+    if (columns != NULL) {
+        if (PyTuple_GET_SIZE(columns) > MAX_COLUMNS) {
+            PyErr_SetString(PyExc_ValueError, "gather: too many columns");
+            goto done;
+        }
+        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, c), "y*nn", &col[ncol],
+                                  &col_width[ncol], &col_off[ncol]))
+                goto done;
+            ncol++;
+        }
+    }
     Py_ssize_t n = idx.len / (Py_ssize_t)sizeof(int64_t);
     Py_ssize_t nf = fields.len / (Py_ssize_t)(6 * sizeof(int64_t));
     Py_ssize_t src_rows = src_item > 0 ? src.len / src_item : 0;
@@ -77,6 +99,15 @@ static PyObject *gather(PyObject *self, PyObject *args)
             goto done;
         }
     }
+    for (Py_ssize_t c = 0; c < ncol; c++) {
+        Py_ssize_t w = col_width[c];
+        if ((w != 1 && w != 2 && w != 4 && w != 8) || col_off[c] < 0
+            || col_off[c] + w > dst_item || (col[c].len != w && col[c].len != n * w)) {
+            PyErr_SetString(PyExc_ValueError, "gather: bad column");
+            goto done;
+        }
+        col_step[c] = col[c].len == n * w ? w : 0;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (ix[i] < 0 || ix[i] >= src_rows) {
             PyErr_SetString(PyExc_IndexError, "gather: row out of range");
@@ -92,11 +123,16 @@ static PyObject *gather(PyObject *self, PyObject *args)
                 const int64_t *g = f + 6 * k;
                 store(d + g[2], g[3], load(s + g[0], g[1], (int)g[4], (int)g[5]));
             }
+            for (Py_ssize_t c = 0; c < ncol; c++)
+                memcpy(d + col_off[c], (const unsigned char *)col[c].buf + i * col_step[c],
+                       (size_t)col_width[c]);
         }
     }
     Py_INCREF(Py_None);
     result = Py_None;
 done:
+    for (Py_ssize_t c = 0; c < ncol; c++)
+        PyBuffer_Release(&col[c]);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
     PyBuffer_Release(&idx);
@@ -281,7 +317,371 @@ done:
     return result;
 }
 
+/* frame(raw, start, swap, table, ppe, ppe_item, ppe_spec, blk, blk_item, blk_spec, gap,
+ *       gap_item, gap_spec, spe, spe_item, spe_spec, special, state, stats):
+ * frames one chunk of a dump's slot stream (`raw`: whole 32-byte slots, global slot index of
+ * the first `start`), as reader.py's numpy framer does chunk by chunk, in one sequential pass.
+ * `table` (65536 bytes) gives each code's category (low 3 bits: 0 undefined, 1 PPE, 2 SPE,
+ * 3 block header, 4 GAP) and whether it is top-level (bit 4). Each PPE record, block header,
+ * GAP and SPE record inside a block is appended to its output table (`*_spec`: the field table
+ * of `gather`, converting from the slot's bytes; `special`: int64 offsets, -1 for none, of
+ * ppe slot, block slot, ctx (u16), count (u16), present (u16), gap slot, gap lost (u64), spe
+ * slot, block (int64), ctx (u16)). `state` (int64, carried from chunk to chunk): last
+ * top-level slot, its block (-1: not a block), rows written to ppe, blocks, spe (records
+ * inside blocks), gaps, undefined codes inside blocks, and SPE records with no row left
+ * (`next`, `end`: int64 per context id; given, the SPE table is grouped by context, context
+ * c's records going to rows next[c] (advanced) up to end[c], in slot order). `stats` (int64, set here, this chunk's damage): GAP lost sum
+ * (mod 2^64), broken blocks' missing records, occurrences, first's block, next top-level slot
+ * and its code, SPE records outside blocks, first slot, its code, undefined codes, first slot,
+ * its code. */
+enum { CAT_UNDEFINED = 0, CAT_PPE = 1, CAT_SPE = 2, CAT_BLOCK = 3, CAT_GAP = 4 };
+
+static int check_spec(const Py_buffer *spec, Py_ssize_t item)
+{
+    const int64_t *f = (const int64_t *)spec->buf;
+    Py_ssize_t nf = spec->len / (Py_ssize_t)(6 * sizeof(int64_t));
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        const int64_t *g = f + 6 * k;
+        if (g[0] < 0 || g[0] + g[1] > 32 || g[2] < 0 || g[2] + g[3] > item
+            || (g[1] != 1 && g[1] != 2 && g[1] != 4 && g[1] != 8)
+            || (g[3] != 1 && g[3] != 2 && g[3] != 4 && g[3] != 8))
+            return 0;
+    }
+    return 1;
+}
+
+static inline void put_fields(unsigned char *d, const unsigned char *s, const int64_t *f,
+                              Py_ssize_t nf)
+{
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        const int64_t *g = f + 6 * k;
+        store(d + g[2], g[3], load(s + g[0], g[1], (int)g[4], (int)g[5]));
+    }
+}
+
+static PyObject *frame(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, table, out[4], spec[4], special, state, stats, next = {0}, end = {0};
+    Py_ssize_t start, item[4];
+    int swap;
+    if (!PyArg_ParseTuple(args, "y*niy*w*ny*w*ny*w*ny*w*ny*y*w*w*|w*y*", &raw, &start, &swap,
+                          &table, &out[0], &item[0], &spec[0], &out[1], &item[1], &spec[1],
+                          &out[2], &item[2], &spec[2], &out[3], &item[3], &spec[3], &special,
+                          &state, &stats, &next, &end))
+        return NULL;
+    PyObject *result = NULL;
+    const int64_t *sp = (const int64_t *)special.buf;
+    int64_t *st = (int64_t *)state.buf, *ds = (int64_t *)stats.buf;
+    int64_t *nx = next.obj ? (int64_t *)next.buf : NULL;
+    const int64_t *en = end.obj ? (const int64_t *)end.buf : NULL;
+    Py_ssize_t cap[4], nf[4];
+    if (table.len != 65536 || special.len != 10 * 8 || state.len < 8 * 8 || stats.len < 12 * 8
+        || raw.len % 32 || (next.obj != NULL) != (end.obj != NULL)
+        || (nx && (next.len != 65536 * 8 || end.len != 65536 * 8 || sp[2] < 0))) {
+        PyErr_SetString(PyExc_ValueError, "frame: bad buffer sizes");
+        goto done;
+    }
+    for (int k = 0; k < 4; k++) {
+        if (item[k] <= 0 || !check_spec(&spec[k], item[k])) {
+            PyErr_SetString(PyExc_ValueError, "frame: bad field");
+            goto done;
+        }
+        cap[k] = out[k].len / item[k];
+        nf[k] = spec[k].len / (Py_ssize_t)(6 * sizeof(int64_t));
+    }
+    {
+        /* special offsets: each within its row and of its width (-1: not written) */
+        static const int which[10] = {0, 1, 1, 1, 1, 2, 2, 3, 3, 3};
+        static const int width[10] = {8, 8, 2, 2, 2, 8, 8, 8, 8, 2};
+        for (int k = 0; k < 10; k++)
+            if (sp[k] < -1 || (sp[k] >= 0 && sp[k] + width[k] > item[which[k]])
+                || (sp[k] < 0 && (k == 2 || k == 3 || k == 4 || k == 6))) {
+                PyErr_SetString(PyExc_ValueError, "frame: bad special offset");
+                goto done;
+            }
+    }
+    {
+        const unsigned char *tb = (const unsigned char *)table.buf;
+        const unsigned char *r = (const unsigned char *)raw.buf;
+        unsigned char *po = out[0].buf, *bo = out[1].buf, *go = out[2].buf, *so = out[3].buf;
+        const int64_t *pf = spec[0].buf, *bf = spec[1].buf, *gf = spec[2].buf,
+                      *sf = spec[3].buf;
+        int64_t carry_slot = st[0], carry_block = st[1];
+        int64_t ip = st[2], ib = st[3], is = st[4], ig = st[5], unknown_inside = st[6];
+        int64_t overflow = st[7];
+        uint64_t lost = 0;
+        int64_t br_missing = 0, br_occ = 0, br_block = -1, br_next = -1, br_code = -1;
+        int64_t out_occ = 0, out_first = -1, out_code = -1;
+        int64_t un_occ = 0, un_first = -1, un_code = -1;
+        int64_t carry_count = 0;
+        if (carry_block >= 0) {
+            uint16_t c;
+            if (carry_block >= cap[1]) goto range;
+            memcpy(&c, bo + carry_block * item[1] + sp[3], 2);
+            carry_count = c;
+        }
+        Py_ssize_t m = raw.len / 32;
+        for (Py_ssize_t i = 0; i < m; i++, r += 32) {
+            uint16_t code;
+            memcpy(&code, r, 2);
+            if (swap)
+                code = __builtin_bswap16(code);
+            int64_t slot = (int64_t)start + i;
+            unsigned t = tb[code];
+            int cat = t & 7;
+            if (t & 16) {  /* top level */
+                if (carry_block >= 0) {  /* settle the block before: does its count fit? */
+                    int64_t room = slot - carry_slot - 1;
+                    if (carry_count > room) {
+                        if (br_occ == 0) {
+                            br_block = carry_block;
+                            br_next = slot;
+                            br_code = code;
+                        }
+                        br_missing += carry_count - room;
+                        br_occ++;
+                    }
+                }
+                carry_block = -1;
+                if (cat == CAT_PPE) {
+                    if (ip >= cap[0]) goto range;
+                    unsigned char *d = po + ip * item[0];
+                    put_fields(d, r, pf, nf[0]);
+                    if (sp[0] >= 0) memcpy(d + sp[0], &slot, 8);
+                    ip++;
+                } else if (cat == CAT_GAP) {
+                    if (ig >= cap[2]) goto range;
+                    unsigned char *d = go + ig * item[2];
+                    put_fields(d, r, gf, nf[2]);
+                    if (sp[5] >= 0) memcpy(d + sp[5], &slot, 8);
+                    uint64_t l;
+                    memcpy(&l, d + sp[6], 8);
+                    lost += l;
+                    ig++;
+                } else if (cat == CAT_BLOCK) {
+                    if (ib >= cap[1]) goto range;
+                    unsigned char *d = bo + ib * item[1];
+                    uint16_t zero = 0, c;
+                    put_fields(d, r, bf, nf[1]);
+                    if (sp[1] >= 0) memcpy(d + sp[1], &slot, 8);
+                    memcpy(d + sp[4], &zero, 2);
+                    memcpy(&c, d + sp[3], 2);
+                    carry_count = c;
+                    carry_block = ib++;
+                } else if (cat == CAT_UNDEFINED) {
+                    if (un_occ == 0) { un_first = slot; un_code = code; }
+                    un_occ++;
+                }
+                carry_slot = slot;
+            } else {
+                int within = carry_block >= 0 && slot - carry_slot <= carry_count;
+                if (cat == CAT_SPE) {
+                    if (within) {
+                        unsigned char *b = bo + carry_block * item[1];
+                        int64_t row = is;
+                        uint16_t n;
+                        if (nx) {  /* grouped by context: the context's next row, if any */
+                            uint16_t ctx;
+                            memcpy(&ctx, b + sp[2], 2);
+                            row = nx[ctx] < en[ctx] ? nx[ctx]++ : -1;
+                            overflow += row < 0;
+                        }
+                        if (row >= 0) {
+                            if (row >= cap[3]) goto range;
+                            unsigned char *d = so + row * item[3];
+                            put_fields(d, r, sf, nf[3]);
+                            if (sp[7] >= 0) memcpy(d + sp[7], &slot, 8);
+                            if (sp[8] >= 0) memcpy(d + sp[8], &carry_block, 8);
+                            if (sp[9] >= 0) memcpy(d + sp[9], b + sp[2], 2);
+                        }
+                        memcpy(&n, b + sp[4], 2);
+                        n++;
+                        memcpy(b + sp[4], &n, 2);
+                        is++;
+                    } else {
+                        if (out_occ == 0) { out_first = slot; out_code = code; }
+                        out_occ++;
+                    }
+                } else if (cat == CAT_UNDEFINED) {
+                    if (un_occ == 0) { un_first = slot; un_code = code; }
+                    un_occ++;
+                    unknown_inside += within;
+                }
+            }
+        }
+        st[0] = carry_slot; st[1] = carry_block;
+        st[2] = ip; st[3] = ib; st[4] = is; st[5] = ig; st[6] = unknown_inside;
+        st[7] = overflow;
+        memcpy(&ds[0], &lost, 8);
+        ds[1] = br_missing; ds[2] = br_occ; ds[3] = br_block; ds[4] = br_next; ds[5] = br_code;
+        ds[6] = out_occ; ds[7] = out_first; ds[8] = out_code;
+        ds[9] = un_occ; ds[10] = un_first; ds[11] = un_code;
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    range:
+        PyErr_SetString(PyExc_IndexError, "frame: an output table is too small");
+    }
+done:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&table);
+    for (int k = 0; k < 4; k++) {
+        PyBuffer_Release(&out[k]);
+        PyBuffer_Release(&spec[k]);
+    }
+    PyBuffer_Release(&special);
+    PyBuffer_Release(&state);
+    PyBuffer_Release(&stats);
+    if (next.obj) PyBuffer_Release(&next);
+    if (end.obj) PyBuffer_Release(&end);
+    return result;
+}
+
+/* readings(spe, spe_item, spe_off, rec_idx, blk, blk_item, blk_off, blk_idx, write_code,
+ *          raw, is_rec, which, write_new, reading_block, head_slot):
+ * one SPE context's clock readings in program order (decode.py): its records (rows
+ * `rec_idx` of the SPE table `spe`, ascending slots) merged with its blocks' headers (rows
+ * `blk_idx` of the block table `blk`, each read after its block's records: sort key
+ * 2 * slot for a record, 2 * (header slot + present) + 1 for a header). `spe_off`: int64
+ * offsets of slot (int64), decr (uint32), code (uint16), b (uint64), block (int64) in an SPE
+ * row; `blk_off`: of slot (int64), present (uint16), decr (uint32) in a block row. Per
+ * reading: raw (its decrementer, int64), is_rec (uint8), which (its row, int64), write_new
+ * (the low 32 bits of b of a record of code `write_code`, else -1), reading_block (its
+ * block) and head_slot (that block's header slot). Returns False, writing nothing, when
+ * either sequence's keys do not ascend (the caller sorts then). */
+static PyObject *readings(PyObject *self, PyObject *args)
+{
+    Py_buffer spe, spe_off, rix, blk, blk_off, bix, o[6];
+    Py_ssize_t spe_item, blk_item;
+    long write_code;
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*ny*y*lw*w*w*w*w*w*", &spe, &spe_item, &spe_off, &rix,
+                          &blk, &blk_item, &blk_off, &bix, &write_code, &o[0], &o[1], &o[2],
+                          &o[3], &o[4], &o[5]))
+        return NULL;
+    PyObject *result = NULL;
+    const int64_t *so = spe_off.buf, *bo = blk_off.buf, *ri = rix.buf, *bi = bix.buf;
+    Py_ssize_t n = rix.len / 8, m = bix.len / 8, t = n + m;
+    Py_ssize_t spe_rows = spe_item > 0 ? spe.len / spe_item : 0;
+    Py_ssize_t blk_rows = blk_item > 0 ? blk.len / blk_item : 0;
+    static const int sw[5] = {8, 4, 2, 8, 8}, bw[3] = {8, 2, 4};
+    if (spe_off.len != 5 * 8 || blk_off.len != 3 * 8 || spe_item <= 0 || blk_item <= 0
+        || o[0].len != t * 8 || o[1].len != t || o[2].len != t * 8 || o[3].len != t * 8
+        || o[4].len != t * 8 || o[5].len != t * 8) {
+        PyErr_SetString(PyExc_ValueError, "readings: bad buffer sizes");
+        goto done;
+    }
+    for (int k = 0; k < 5; k++)
+        if (so[k] < 0 || so[k] + sw[k] > spe_item) {
+            PyErr_SetString(PyExc_ValueError, "readings: bad offset");
+            goto done;
+        }
+    for (int k = 0; k < 3; k++)
+        if (bo[k] < 0 || bo[k] + bw[k] > blk_item) {
+            PyErr_SetString(PyExc_ValueError, "readings: bad offset");
+            goto done;
+        }
+    {
+        const unsigned char *S = spe.buf, *B = blk.buf;
+        int64_t *raw = o[0].buf, *which = o[2].buf, *wn = o[3].buf, *rb = o[4].buf,
+                *hs = o[5].buf;
+        uint8_t *isr = o[1].buf;
+        int64_t prev = INT64_MIN;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t slot;
+            if (ri[j] < 0 || ri[j] >= spe_rows) goto range;
+            memcpy(&slot, S + ri[j] * spe_item + so[0], 8);
+            if (j && slot <= prev) goto unsorted;
+            prev = slot;
+        }
+        prev = INT64_MIN;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            int64_t slot;
+            uint16_t present;
+            if (bi[k] < 0 || bi[k] >= blk_rows) goto range;
+            memcpy(&slot, B + bi[k] * blk_item + bo[0], 8);
+            memcpy(&present, B + bi[k] * blk_item + bo[1], 2);
+            if (k && slot + present <= prev) goto unsorted;
+            prev = slot + present;
+        }
+        Py_ssize_t j = 0, k = 0;
+        for (Py_ssize_t i = 0; i < t; i++) {
+            int take_rec;
+            int64_t rslot = 0, hslot = 0;
+            uint16_t present = 0;
+            const unsigned char *r = NULL, *h = NULL;
+            if (j < n) {
+                r = S + ri[j] * spe_item;
+                memcpy(&rslot, r + so[0], 8);
+            }
+            if (k < m) {
+                h = B + bi[k] * blk_item;
+                memcpy(&hslot, h + bo[0], 8);
+                memcpy(&present, h + bo[1], 2);
+            }
+            /* keys 2 * rslot and 2 * (hslot + present) + 1 never tie */
+            take_rec = j < n && (k >= m || rslot <= hslot + present);
+            if (take_rec) {
+                uint32_t decr;
+                uint16_t code;
+                int64_t block, bslot;
+                memcpy(&decr, r + so[1], 4);
+                memcpy(&code, r + so[2], 2);
+                memcpy(&block, r + so[4], 8);
+                if (block < 0 || block >= blk_rows) goto range;
+                raw[i] = decr;
+                isr[i] = 1;
+                which[i] = ri[j];
+                if (code == write_code) {
+                    uint64_t b;
+                    memcpy(&b, r + so[3], 8);
+                    wn[i] = (int64_t)(b & 0xFFFFFFFFu);
+                } else {
+                    wn[i] = -1;
+                }
+                rb[i] = block;
+                memcpy(&bslot, B + block * blk_item + bo[0], 8);
+                hs[i] = bslot;
+                j++;
+            } else {
+                uint32_t decr;
+                memcpy(&decr, h + bo[2], 4);
+                raw[i] = decr;
+                isr[i] = 0;
+                which[i] = bi[k];
+                wn[i] = -1;
+                rb[i] = bi[k];
+                hs[i] = hslot;
+                k++;
+            }
+        }
+        Py_INCREF(Py_True);
+        result = Py_True;
+        goto done;
+    unsorted:
+        Py_INCREF(Py_False);
+        result = Py_False;
+        goto done;
+    range:
+        PyErr_SetString(PyExc_IndexError, "readings: row out of range");
+    }
+done:
+    PyBuffer_Release(&spe);
+    PyBuffer_Release(&spe_off);
+    PyBuffer_Release(&rix);
+    PyBuffer_Release(&blk);
+    PyBuffer_Release(&blk_off);
+    PyBuffer_Release(&bix);
+    for (int k = 0; k < 6; k++)
+        PyBuffer_Release(&o[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"readings", readings, METH_VARARGS,
+     "readings(spe, ..., head_slot): one SPE context's clock readings in program order"},
+    {"frame", frame, METH_VARARGS,
+     "frame(raw, start, swap, table, ppe, ..., special, state, stats): frame one chunk of "
+     "slots into the reader's tables"},
     {"dma_complete", dma_complete, METH_VARARGS,
      "dma_complete(issue, tag, waits, status, epoch, out): each DMA command's completing "
      "tag wait, or -1"},

@@ -15,7 +15,7 @@ import numpy as np
 from . import format as fmt
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
-from .loops import gather_fields, group_u16
+from .loops import gather_fields, group_u16, readings
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -38,11 +38,6 @@ S = fmt.SpeCode
 
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
-#: the fields of an SPE record decoding reads besides: gathered in one pass with
-#: ``gather_fields`` (two fancy indexings of the wide rows before)
-_SPE_SIDE_DTYPE = np.dtype([("block", "<i8"), ("decr", "<u4")])
-_SPE_SIDE = (("block", "block"), ("decr", "decr"))
-
 _PPE_CTX_CODES = np.array(
     [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE], dtype=np.uint16
 )
@@ -75,9 +70,14 @@ class _DumpSummary:
     def of(cls, dump: Dump) -> _DumpSummary:
         ppe = dump.ppe
         block_ctx, first = np.unique(dump.blocks["ctx"], return_index=True)
+        # SPE records per context: its blocks' records (what ``np.bincount`` of the records'
+        # contexts gives, from the small block table)
+        per_ctx = np.bincount(dump.blocks["ctx"], weights=dump.blocks["present"],
+                              minlength=1).astype(np.int64)
+        used = np.flatnonzero(per_ctx)
+        per_ctx = per_ctx[:int(used[-1]) + 1 if used.size else 1]
         return cls(dump.rank, dump.name, dump.spe_buffer_records,
-                   np.bincount(ppe["thread"].astype(np.int64), minlength=1),
-                   np.bincount(dump.spe["ctx"].astype(np.int64), minlength=1),
+                   np.bincount(ppe["thread"].astype(np.int64), minlength=1), per_ctx,
                    ppe[ppe["code"] == P.CTX_CREATE], ppe[ppe["code"] == P.CTX_LOAD],
                    block_ctx, dump.blocks["slot"][first])
 
@@ -203,7 +203,12 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         prec["domain"] = node
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
-        ppe_epoch, spe_epoch, cut = _losses(dump, prec)
+        # every context's blocks, grouped once (a stable radix sort of the 16-bit context
+        # ids: each group stays in slot order)
+        blk_by_ctx, blk_ctx_bounds = _group(blocks, "ctx")
+        blk_groups = [(ctx, blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]) for ctx
+                      in np.flatnonzero(np.diff(blk_ctx_bounds)).tolist()]
+        ppe_epoch, spe_epoch, cut = _losses(dump, prec, blk_groups)
         cuts[r if layout is not None else dump_index] = cut
         # final place of each PPE record: its thread's range, in slot order
         ppe_final = np.empty(ppe.size, dtype=np.int64)
@@ -232,11 +237,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchor_loc[pos[: ppe.size]] = prec["local"]
 
         # ---- SPE records: each context's are one range of ``records``
-        blocks_missing += _check_seq(blocks, dump.name, damage)
-        # every context's records, blocks and switches, grouped once (stable radix sorts of
-        # the 16-bit context ids: each group stays in slot order)
-        spe_by_ctx, spe_ctx_bounds = _group(spe, "ctx")
-        blk_by_ctx, blk_ctx_bounds = _group(blocks, "ctx")
+        blocks_missing += _check_seq(blocks, dump.name, damage, blk_groups)
+        # every context's records and switches, grouped once (stable radix sorts of the 16-bit
+        # context ids: each group stays in slot order; records read grouped already are)
+        spe_by_ctx, spe_ctx_bounds = (_grouped(spe) if dump.spe_by_context
+                                      else _group(spe, "ctx"))
         switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
         sw_ctx = ppe["a"][switches]
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
@@ -249,48 +254,26 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         spe_block = spe["block"]
         # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart
         trusted = bool((spe["code"] == S.HEARTBEAT).any())
-        for ctx in np.unique(blocks["ctx"]).tolist():
+        for ctx, blk_idx in blk_groups:
             loc = ctx_loc[(r, int(ctx))]
             rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
-            blk_idx = blk_by_ctx[blk_ctx_bounds[ctx]:blk_ctx_bounds[ctx + 1]]
             lo = int(loc_start[loc])
-            mine = records[lo:lo + rec_idx.size]
-            spe_final[rec_idx] = lo + np.arange(rec_idx.size)
-            mine["loc"] = loc
-            # the context's records in slot order (= program order): their fields gathered
-            # straight into their rows, the columns needed below read back from them
-            gather_fields(mine, spe, rec_idx, _SPE_FIELDS)
-            side = np.empty(rec_idx.size, _SPE_SIDE_DTYPE)
-            gather_fields(side, spe, rec_idx, _SPE_SIDE)
-            rec_block = side["block"]
-            rec_code = mine["code"]
-            mine["anchor"] = block_anchor[rec_block]
-            # readings in program order: each block's records, then its header
-            keys = np.concatenate([2 * mine["slot"],
-                                   2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
-            raw = np.concatenate([side["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
-            del side
-            is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
-            which = np.concatenate([rec_idx, blk_idx])
-            po = np.argsort(keys, kind="stable")
-            raw, is_rec, which = raw[po], is_rec[po], which[po]
-            # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
-            write_new = np.full(raw.size, -1, dtype=np.int64)
-            is_write = rec_code == S.DECR_WRITE
-            dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
-            dw[is_rec] = is_write
-            write_new[dw] = mine["b"][is_write].astype(np.int64) % MOD
+            if dump.spe_by_context:  # the context's records are one range of ``spe``
+                first = int(rec_idx[0]) if rec_idx.size else 0
+                spe_final[first:first + rec_idx.size] = np.arange(lo, lo + rec_idx.size)
+            else:
+                spe_final[rec_idx] = lo + np.arange(rec_idx.size)
+            # readings in program order (each block's records, then its header), their
+            # blocks and the low 32 bits of each DECR_WRITE's new value
+            raw, is_rec, which, write_new, reading_block, head_slot = readings(
+                spe, rec_idx, blocks, blk_idx, S.DECR_WRITE)
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
-            # block of each reading (a record's block, or the header's own)
-            reading_block = which.copy()
-            reading_block[is_rec] = rec_block
             run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
-            del rec_block, rec_code
+            rec_anchor = block_anchor[reading_block[is_rec]]
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
-            head_slot = blocks["slot"][reading_block]
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
             before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
             args = (raw, write_new, sw_stop[:, 0], sw_start[:, 0])
@@ -311,9 +294,12 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
                                 segment, loc, int(counts[k])))
             dom = dom0 + split.interval
-            # records in program order are the context's records in slot order: ``mine``
-            mine["domain"] = dom[is_rec]
-            mine["local"] = split.local[is_rec]
+            # records in program order are the context's records in slot order: their rows
+            # written in one pass (every field but ``time``, zero until synchronized)
+            gather_fields(records[lo:lo + rec_idx.size], spe, rec_idx, _SPE_FIELDS,
+                          {"loc": loc, "anchor": rec_anchor, "domain": dom[is_rec],
+                           "local": split.local[is_rec]})
+            del rec_anchor
             bsel = which[~is_rec]
             anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
             anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
@@ -342,7 +328,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     links = np.zeros(len(link_rows), LINK_DTYPE)
     for key in LINK_DTYPE.names:
         links[key] = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
-    return Decoded(
+    dec = Decoded(
         manifest=manifest,
         dump_names=dump_names,
         spe_buffer_records=buffer_records,
@@ -360,6 +346,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         loss_epoch=loss_epoch,
         loss_cut=cuts.astype(np.int64),
     )
+    dec.know_location_starts(loc_start)
+    return dec
 
 
 #: numpy's switch for asking the kernel for huge pages for large arrays (private; absent: no-op)
@@ -397,7 +385,18 @@ def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.n
 NO_LOSS = np.int64(1 << 62)
 
 
-def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _grouped(spe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_group(spe, "ctx")`` of an SPE table grouped by context already (its rows in order,
+    each context's bounds found by bisection)."""
+    bounds = np.empty((1 << 16) + 1, dtype=np.int64)
+    # the ids as the table's own 16-bit type: no conversion of the whole column
+    bounds[:-1] = np.searchsorted(spe["ctx"], np.arange(1 << 16, dtype=np.uint16), side="left")
+    bounds[-1] = spe.size
+    return np.arange(spe.size, dtype=np.int64), bounds
+
+
+def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray]]
+            ) -> tuple[np.ndarray, np.ndarray, int]:
     """Where records of one process may be missing, so that pairing by count stops there.
 
     Returns the loss epoch of every PPE record and every SPE record (how many places before
@@ -412,7 +411,8 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     for naming an undefined context. SPE streams (per context, seq order): at every block whose
     seq does not follow its predecessor's (blocks lost before it) and at a block holding fewer
     records than its count (its own records, and again after it). Losses at the very end (a
-    file cut short) shift nothing and are not losses here.
+    file cut short) shift nothing and are not losses here. ``blk_groups``: each context id
+    with its blocks' indexes, ascending.
     """
     first = [int(dump.gaps["slot"].min())] if dump.gaps.size else []
     first += [d.first_slot for d in dump.damage if d.first_slot is not None and d.kind in (
@@ -425,8 +425,7 @@ def _losses(dump: Dump, prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     blocks = dump.blocks
     block_epoch = np.zeros(blocks.size, dtype=np.int32)
     cut = l_ppe
-    for ctx in np.unique(blocks["ctx"]).tolist():
-        bi = np.flatnonzero(blocks["ctx"] == ctx)
+    for _, bi in blk_groups:
         seq = blocks["seq"][bi].astype(np.int64)
         skip = seq != np.concatenate([[-1], seq[:-1]]) + 1
         broken = blocks["present"][bi] < blocks["count"][bi]
@@ -583,12 +582,14 @@ def _check_ctx_refs(prec, ppe, rank, ctx_loc, name, damage) -> None:
                    f"PPE record naming SPE context {int(ppe['a'][bad][0])}, never defined")
 
 
-def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog) -> int:
-    """Count blocks missing from each context's seq (0, 1, 2, ...)."""
+def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog,
+               blk_groups: list[tuple[int, np.ndarray]]) -> int:
+    """Count blocks missing from each context's seq (0, 1, 2, ...); ``blk_groups``: each
+    context id with its blocks' indexes, ascending."""
     missing = 0
     first_slot = None
-    for ctx in np.unique(blocks["ctx"]).tolist():
-        b = blocks[blocks["ctx"] == ctx]
+    for _, bi in blk_groups:
+        b = blocks[bi]
         seq = b["seq"].astype(np.int64)
         expect = np.arange(seq.size)
         if seq.size and (seq[-1] != seq.size - 1 or np.any(seq != expect)):

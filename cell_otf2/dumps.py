@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from .damage import DamageLog
 from .decode import summarize
 from .errors import FormatError
-from .reader import read_dump
+from .reader import SPE_DTYPE, read_dump
 
 Progress = Callable[[str, float], None]  # (stage, fraction done of that stage)
 
@@ -39,14 +41,18 @@ class Dumps:
     indexed and not kept (``decode`` takes them one at a time: only one dump and the record
     table are in memory at once, at the price of framing every dump twice). ``summaries``:
     one per dump of the sequence. A dump whose second reading differs from its summary (it
-    changed while being converted) is refused. ``seconds`` / ``cpu_seconds``: time spent
-    reading."""
+    changed while being converted) is refused. Each dump's SPE records come grouped by
+    context (``read_dump``'s ``by_context``, from its summary) in one buffer that every
+    reading reuses (and lets go of with the last dump): a dump's ``spe`` is valid until the
+    next one is indexed. ``seconds`` /
+    ``cpu_seconds``: time spent reading."""
 
     def __init__(self, man, summaries: list, ranks: list[int] | None = None) -> None:
         self.man = man
         self.summaries = summaries
         self.ranks = [p.rank for p in man.processes] if ranks is None else list(ranks)
         self.seconds = self.cpu_seconds = 0.0
+        self.spe_buffer: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ranks)
@@ -54,7 +60,14 @@ class Dumps:
     def __getitem__(self, i: int):
         t0, c0 = time.perf_counter(), time.process_time()
         rank = self.ranks[i]
-        dump = read_dump(self.man.dump_path(rank), self.man, rank)
+        if self.spe_buffer is None:
+            most = max((int(s.ctx_counts.sum()) for s in self.summaries), default=0)
+            self.spe_buffer = np.empty(most, SPE_DTYPE)
+        buffer = self.spe_buffer
+        if i == len(self.ranks) - 1:  # the last dump: the buffer goes when its reader is done
+            self.spe_buffer = None
+        dump = read_dump(self.man.dump_path(rank), self.man, rank,
+                         by_context=self.summaries[i].ctx_counts, spe_buffer=buffer)
         if not self.summaries[i].matches(dump):
             raise FormatError(dump.path, "the dump changed while it was being converted "
                               "(its records differ between two readings)")

@@ -1,6 +1,9 @@
-"""The per-record loops of reading and decoding: ``gather_fields`` copies chosen fields of
-chosen rows of one structured table into another, ``dma_completions`` finds each DMA
-command's completing tag wait; both through the compiled helper
+"""The per-record loops of reading and decoding: ``frame_chunk`` frames a chunk of a dump's
+slots into the reader's tables (the reader's own numpy framer is its fallback),
+``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
+``readings`` puts an SPE context's clock readings in program order,
+``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
+helper
 ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables allow it,
 else through numpy, with the same result either way (``tests/test_decodeloops.py``)."""
 
@@ -47,25 +50,112 @@ def _spec(dst_dtype: np.dtype, src_dtype: np.dtype, pairs: tuple) -> np.ndarray 
     return spec
 
 
+def frame_chunk(raw: np.ndarray, start: int, code_swap: bool, table: np.ndarray,
+                outputs: tuple[tuple[np.ndarray, np.dtype, tuple], ...], special: np.ndarray,
+                state: np.ndarray, stats: np.ndarray,
+                group: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """Frame the whole slots in ``raw`` (bytes; the first is slot ``start``) into the reader's
+    four tables (``_decodeloops.frame`` says what every argument holds); ``outputs``: per
+    table (PPE, blocks, GAPs, SPE) its array, the slot dtype its fields come from and
+    ``(table field, slot field)`` pairs; ``group``: the next and the end row of the SPE
+    table per context id (int64, 65536 each), when it is to be grouped by context. Only where
+    ``COMPILED``: ``reader.py`` frames with numpy otherwise."""
+    args = []
+    for out, src, pairs in outputs:
+        spec = _spec(out.dtype, src, pairs)
+        if spec is None:
+            raise ValueError("frame_chunk: a field is not an integer of 1, 2, 4 or 8 bytes")
+        args += [out.view(np.uint8), out.dtype.itemsize, spec]
+    _decodeloops.frame(raw, start, int(code_swap), table, *args, special, state, stats,
+                       *(group or ()))
+
+
 def gather_fields(dst: np.ndarray, src: np.ndarray, idx: np.ndarray,
-                  pairs: tuple[tuple[str, str], ...]) -> None:
-    """``dst[d] = src[s][idx]`` for every (d, s) of ``pairs``; ``len(dst) == len(idx)``."""
+                  pairs: tuple[tuple[str, str], ...],
+                  columns: dict[str, np.ndarray | int] | None = None) -> None:
+    """``dst[d] = src[s][idx]`` for every (d, s) of ``pairs``; ``len(dst) == len(idx)``.
+    ``columns``: ``dst[name] = value`` besides (an array of one value per row, or one value
+    for all), written in the same pass over ``dst``'s rows where compiled."""
     idx = np.asarray(idx)
     if len(dst) != idx.size:
         raise ValueError(f"gather_fields: {len(dst)} rows for {idx.size} indexes")
+    columns = columns or {}
     spec = (_spec(dst.dtype, src.dtype, pairs)
             if COMPILED and dst.ndim == 1 and src.ndim == 1 and dst.flags.c_contiguous
-            and src.flags.c_contiguous and dst.dtype.itemsize and src.dtype.itemsize else None)
+            and src.flags.c_contiguous and dst.dtype.itemsize and src.dtype.itemsize
+            and len(columns) <= 8 else None)
+    if spec is not None:
+        cols = []
+        for name, value in columns.items():
+            dt, off = dst.dtype.fields[name][:2]
+            if dt.itemsize > 1 and dt.byteorder not in ("=", "|", _NATIVE):
+                spec = None
+                break
+            v = np.ascontiguousarray(value, dtype=dt.newbyteorder("="))
+            if v.ndim > 1 or v.size not in (1, idx.size):
+                raise ValueError(f"gather_fields: column {name} of {v.size} values")
+            cols.append((v.reshape(-1).view(np.uint8), dt.itemsize, off))
     if spec is None:
         rows = np.take(src, idx)
         for d, s in pairs:
             dst[d] = rows[s]
+        for name, value in columns.items():
+            dst[name] = value
         return
     if not idx.size:
         return
     _decodeloops.gather(dst.view(np.uint8), dst.dtype.itemsize,
                         src.view(np.uint8) if src.size else b"", src.dtype.itemsize,
-                        np.ascontiguousarray(idx, dtype=np.int64), spec)
+                        np.ascontiguousarray(idx, dtype=np.int64), spec, tuple(cols))
+
+
+#: the fields ``readings`` reads, with their types: of an SPE record, of a block header
+_READING_SPE = (("slot", "=i8"), ("decr", "=u4"), ("code", "=u2"), ("b", "=u8"), ("block", "=i8"))
+_READING_BLOCK = (("slot", "=i8"), ("present", "=u2"), ("decr", "=u4"))
+
+
+def readings(spe: np.ndarray, rec_idx: np.ndarray, blocks: np.ndarray, blk_idx: np.ndarray,
+             write_code: int) -> tuple[np.ndarray, ...]:
+    """One SPE context's clock readings in program order: its records (rows ``rec_idx`` of
+    the SPE table ``spe``, in slot order) and its blocks' headers (rows ``blk_idx`` of
+    ``blocks``, in slot order), each header read after its block's records (sort key
+    ``2 * slot`` of a record, ``2 * (slot + present) + 1`` of a header). Returns per reading
+    its decrementer ``raw`` (int64), ``is_rec``, ``which`` (its row), ``write_new`` (of a
+    record of code ``write_code``: the low 32 bits of its ``b``, else -1), ``reading_block``
+    (its block: a record's, or the header's own) and ``head_slot`` (that block's slot)."""
+    rec_idx = np.asarray(rec_idx, dtype=np.int64)
+    blk_idx = np.asarray(blk_idx, dtype=np.int64)
+    if (COMPILED and spe.ndim == 1 and blocks.ndim == 1 and spe.flags.c_contiguous
+            and blocks.flags.c_contiguous and spe.dtype.itemsize and blocks.dtype.itemsize
+            and all(spe.dtype.fields[f][0] == np.dtype(t) for f, t in _READING_SPE)
+            and all(blocks.dtype.fields[f][0] == np.dtype(t) for f, t in _READING_BLOCK)):
+        t = rec_idx.size + blk_idx.size
+        out = (np.empty(t, np.int64), np.empty(t, np.bool_), np.empty(t, np.int64),
+               np.empty(t, np.int64), np.empty(t, np.int64), np.empty(t, np.int64))
+        spe_off = np.array([spe.dtype.fields[f][1] for f, _ in _READING_SPE], dtype=np.int64)
+        blk_off = np.array([blocks.dtype.fields[f][1] for f, _ in _READING_BLOCK],
+                           dtype=np.int64)
+        if _decodeloops.readings(spe.view(np.uint8), spe.dtype.itemsize, spe_off, rec_idx,
+                                 blocks.view(np.uint8), blocks.dtype.itemsize, blk_off,
+                                 blk_idx, int(write_code), *out):
+            return out
+    rows = np.take(spe, rec_idx)
+    keys = np.concatenate([2 * rows["slot"],
+                           2 * (blocks["slot"][blk_idx] + blocks["present"][blk_idx]) + 1])
+    raw = np.concatenate([rows["decr"], blocks["decr"][blk_idx]]).astype(np.int64)
+    is_rec = np.concatenate([np.ones(rec_idx.size, bool), np.zeros(blk_idx.size, bool)])
+    which = np.concatenate([rec_idx, blk_idx])
+    po = np.argsort(keys, kind="stable")
+    raw, is_rec, which = raw[po], is_rec[po], which[po]
+    # the records keep their order among the readings: ``which[is_rec]`` is ``rec_idx``
+    write_new = np.full(raw.size, -1, dtype=np.int64)
+    is_write = rows["code"] == write_code
+    dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
+    dw[is_rec] = is_write
+    write_new[dw] = rows["b"][is_write].astype(np.int64) % (1 << 32)
+    reading_block = which.copy()
+    reading_block[is_rec] = rows["block"]
+    return raw, is_rec, which, write_new, reading_block, blocks["slot"][reading_block]
 
 
 def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:

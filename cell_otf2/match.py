@@ -11,12 +11,17 @@ import numpy as np
 
 from . import format as fmt
 from .damage import DamageKind, DamageLog
-from .loops import dma_completions
+from .loops import dma_completions, gather_fields
 from .model import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Decoded, LocKind, Matches, MsgKind
 
 P = fmt.PpeCode
 S = fmt.SpeCode
 
+
+#: what pairing reads of every DMA record (``_Builder.dma_records``)
+_DMA_FIELDS_DTYPE = np.dtype([("a", "<u8"), ("b", "<u8"), ("d", "<u8")])
+#: ``a`` of a DMA record that is a SNDSIG (a signal write), not a transfer
+_SNDSIG = [0xA0, 0xA1, 0xA2]
 
 _CAPACITY = {MsgKind.MBOX_IN: 4, MsgKind.MBOX_OUT: 1, MsgKind.MBOX_INTR: 1}
 
@@ -36,12 +41,13 @@ class _Builder:
         self.dec = dec
         self.damage = damage
         self.rec = dec.records
-        self.loc_rank = dec.locations["rank"][self.rec["loc"]]
         self.msgs: list[np.ndarray] = []
         self.pairs: list[np.ndarray] = []
         self.node_pairs: list[np.ndarray] = []
-        # records are sorted by location: each location's range, found once
+        # records are sorted by location: each location's range, found once, and each
+        # record's rank from them (no pass over the wide rows)
         self.loc_start = dec.location_starts()
+        self.loc_rank = np.repeat(dec.locations["rank"], np.diff(self.loc_start))
         # record indexes grouped by code, ascending
         self.by_code, self.code_start = dec.code_index()
         # PPE records that name a context, grouped by code, in slot order
@@ -52,6 +58,7 @@ class _Builder:
         self.ppe_by_code = {int(c): sel[codes == c] for c in np.unique(codes).tolist()}
         self.epoch = (dec.loss_epoch if dec.loss_epoch is not None
                       else np.zeros(self.rec.size, dtype=np.int32))
+        self._dma: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- helpers
     def sound(self, idx: np.ndarray) -> int:
@@ -92,6 +99,16 @@ class _Builder:
         # whole (int32) index to int64 first, every call
         t = idx.dtype.type
         return idx[np.searchsorted(idx, t(lo)):np.searchsorted(idx, t(hi))]
+
+    def dma_records(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every DMA record (indexes, ascending) and its ``a``, ``b`` and ``d``, gathered in
+        one pass over the wide rows and kept (SNDSIG targets and DMA commands both use them)."""
+        if self._dma is None:
+            idx = self.code_records(S.DMA)
+            fields = np.empty(idx.size, _DMA_FIELDS_DTYPE)
+            gather_fields(fields, self.rec, idx, tuple((f, f) for f in _DMA_FIELDS_DTYPE.names))
+            self._dma = idx, fields
+        return self._dma
 
     def loc_range(self, loc: int) -> tuple[int, int]:
         return int(self.loc_start[loc]), int(self.loc_start[loc + 1])
@@ -198,11 +215,12 @@ def _signals(b: _Builder) -> None:
     dec, rec = b.dec, b.rec
     ctxs = dec.contexts
     # SNDSIG targets: EA at problem-state offset 0x1400C (register 1) or 0x1C00C (register 2)
-    dma = b.code_records(S.DMA)
-    dma = dma[np.isin(rec["a"][dma], [0xA0, 0xA1, 0xA2])]
+    dma, fields = b.dma_records()
+    sig = np.isin(fields["a"], _SNDSIG)
+    dma = dma[sig]
     snd_target = np.full(dma.size, -1, dtype=np.int64)
     snd_reg = np.zeros(dma.size, dtype=np.int64)
-    ea = rec["b"][dma].astype(np.int64) if dma.size else np.zeros(0, np.int64)
+    ea = fields["b"][sig].astype(np.int64)
     for i, c in enumerate(ctxs.tolist()):
         ps = int(c[5])
         if ps == 0:
@@ -251,40 +269,52 @@ def _signals(b: _Builder) -> None:
 def _dma(b: _Builder) -> np.ndarray:
     """DMA commands -> target location and completing TAG_WAIT_END."""
     dec, rec = b.dec, b.rec
-    rows = []
+    every, fields = b.dma_records()
+    out = np.zeros(every.size, DMA_DTYPE)  # every DMA record at most, cut to size at the end
+    n_out = 0
     mem_loc = {int(r): i for i, (r, k, _) in enumerate(dec.locations.tolist())
                if k == LocKind.MAIN_MEMORY}
     ctxs = dec.contexts
+    t = every.dtype.type  # searchsorted with bounds of the index's own type (no conversion)
     for c in ctxs.tolist():
         rank, loc = int(c[0]), int(c[2])
-        issue = b.spe_ctx_records(loc, S.DMA)
-        issue = issue[~np.isin(rec["a"][issue], [0xA0, 0xA1, 0xA2])]
+        lo, hi = b.loc_range(loc)
+        mine = slice(int(np.searchsorted(every, t(lo))), int(np.searchsorted(every, t(hi))))
+        command = ~np.isin(fields["a"][mine], _SNDSIG)
+        issue = every[mine][command]
         if not issue.size:
             continue
         waits = b.spe_ctx_records(loc, S.TAG_WAIT_END)
-        tag = (rec["d"][issue] & 0xFF).astype(np.int64)
+        tag = (fields["d"][mine][command] & 0xFF).astype(np.int64)
         complete = dma_completions(issue, tag, waits, rec["b"][waits], b.epoch)
         # target: another context's Local Store / problem-state area of this process, or memory
-        ea = rec["b"][issue]
+        ea = fields["b"][mine][command]
         target = np.full(issue.size, mem_loc[rank], dtype=np.int64)
         tkind = np.zeros(issue.size, dtype=np.uint8)
-        for o in ctxs[ctxs["rank"] == rank].tolist():
-            ls, ps = np.uint64(o[4]), np.uint64(o[5])
-            # ea - base, not base + size: a base near 2^64 must not wrap (nor warn)
-            if o[4]:
-                hit = (ea >= ls) & (ea - ls < np.uint64(fmt.LS_SIZE))
-                target[hit], tkind[hit] = o[2], 1
-            if o[5]:
-                hit = (ea >= ps) & (ea - ps < np.uint64(fmt.PS_SIZE))
-                target[hit], tkind[hit] = o[2], 2
-        d = np.zeros(issue.size, DMA_DTYPE)
+        areas = [(o[2], kind, base, size) for o in ctxs[ctxs["rank"] == rank].tolist()
+                 for kind, base, size in ((1, o[4], fmt.LS_SIZE), (2, o[5], fmt.PS_SIZE))
+                 if base]
+        if areas:
+            # only the commands whose EA lies between the lowest area and the end of the
+            # highest can hit one (most go to main memory); later areas win, as they come
+            low = min(a[2] for a in areas)
+            top = min(max(a[2] + a[3] for a in areas), 1 << 64) - 1
+            near = np.flatnonzero((ea >= np.uint64(low)) & (ea <= np.uint64(top)))
+            ea_near = ea[near]
+            for loc_o, kind, base, size in areas:
+                b0 = np.uint64(base)
+                # ea - base, not base + size: a base near 2^64 must not wrap (nor warn)
+                hit = near[(ea_near >= b0) & (ea_near - b0 < np.uint64(size))]
+                target[hit], tkind[hit] = loc_o, kind
+        d = out[n_out:n_out + issue.size]
+        n_out += issue.size
         d["issue"], d["complete"], d["loc"] = issue, complete, loc
         d["target"], d["target_kind"] = target, tkind
-        rows.append(d)
         b.lost(DamageKind.unmatched_dma, issue[complete < 0],
                "DMA command with no later tag wait for its tag: written as issued, "
                "never completed")
-    return np.concatenate(rows) if rows else np.zeros(0, DMA_DTYPE)
+    out.resize(n_out, refcheck=False)
+    return out
 
 
 def _mpi(b: _Builder) -> tuple[int, int]:

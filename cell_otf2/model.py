@@ -370,13 +370,19 @@ class Decoded:
 
     def location_starts(self) -> np.ndarray:
         """Where each location's records start (records are sorted by location); the last
-        entry is the number of records."""
+        entry is the number of records. Decoding, which lays the records out by these,
+        hands them over (``know_location_starts``): no pass over the records for them."""
         if "location_starts" not in self._cache:
             start = np.zeros(self.locations.size + 1, dtype=np.int64)
             np.cumsum(np.bincount(self.records["loc"], minlength=self.locations.size),
                       out=start[1:])
             self._cache["location_starts"] = start
         return self._cache["location_starts"]
+
+    def know_location_starts(self, start: np.ndarray) -> None:
+        """``location_starts`` as the one who laid the records out knows them (int64, one
+        more than there are locations)."""
+        self._cache["location_starts"] = start
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """One shared-buffer dump (docs/format.md section 4) -> native-endian numpy arrays of its slots:
 ``read_dump(path, manifest, rank)`` refuses a file that is not a CBT 1 dump of that rank with a
-``FormatError``, frames the slot stream in chunks with numpy (format.md 4.3; memory bounded by
-the output arrays plus one chunk) and returns a ``Dump`` of PPE records, SPE block headers, SPE
+``FormatError``, frames the slot stream in chunks (format.md 4.3; memory bounded by the output
+arrays plus one chunk; in C through ``loops.frame_chunk`` where it is built, else with numpy,
+the same tables either way) and returns a ``Dump`` of PPE records, SPE block headers, SPE
 records, GAPs and the contained damage (docs/damage.md, docs/design.md). It does not check
 reserved fields, block ``seq``/``ticket`` values, record fields, ids or anything about time."""
 
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import format as fmt
+from . import loops
 from .damage import Damage, DamageKind
 from .errors import FormatError
 from .loops import gather_fields
@@ -84,6 +87,14 @@ _CATEGORY[int(fmt.ControlCode.BLOCK)] = _BLOCK
 _CATEGORY[int(fmt.ControlCode.GAP)] = _GAP
 #: PPE-class and control-class codes, defined or not: always top level, they break a block
 _TOP_LEVEL = np.isin(np.arange(1 << 16) >> 8, [fmt.SlotClass.PPE, fmt.SlotClass.CONTROL])
+#: both in one byte per code, for the compiled framer: category, and 16 if top level
+_FRAME_TABLE = (_CATEGORY | (_TOP_LEVEL.astype(np.uint8) << 4)).astype(np.uint8)
+
+#: the fields each table takes from its slot as they are
+_PPE_FIELDS = ("code", "thread", "a", "timebase", "b", "c")
+_GAP_FIELDS = ("lost", "first_ticket")
+_BLOCK_FIELDS = ("ctx", "decr", "seq", "count", "buffer", "flags", "ticket")
+_SPE_FIELDS = ("code", "a", "decr", "b", "c", "d")
 
 #: slots framed at once: 4 MiB of dump, a few times that in temporaries, small enough for
 #: glibc to serve them again from its heap chunk after chunk (at 32 MiB each chunk's
@@ -93,7 +104,9 @@ CHUNK_SLOTS = 1 << 17
 
 @dataclass
 class Dump:
-    """One process's dump, read and framed; arrays are native-endian and in slot order."""
+    """One process's dump, read and framed; arrays are native-endian and in slot order (but
+    ``spe`` when ``spe_by_context``: grouped by context id, ascending, each context's records
+    in slot order; ``blocks["first"]`` then indexes that order)."""
 
     path: Path
     name: str  # how messages name the file (path relative to the run directory)
@@ -109,6 +122,7 @@ class Dump:
     spe: np.ndarray  # SPE_DTYPE
     gaps: np.ndarray  # GAP_DTYPE
     damage: list[Damage] = field(default_factory=list)
+    spe_by_context: bool = False
 
 
 def _display_name(path: Path, manifest: Manifest) -> str:
@@ -166,13 +180,22 @@ def _read_header(path: Path, size: int, manifest: Manifest, rank: int) -> np.voi
 
 def read_dump(
     path: Path, manifest: Manifest, rank: int, *, chunk_slots: int = CHUNK_SLOTS,
-    spe_records: bool = True,
+    spe_records: bool = True, by_context: np.ndarray | None = None,
+    spe_buffer: np.ndarray | None = None,
 ) -> Dump:
     """Read ``rank``'s dump at ``path``: refuse a file that is not one, contain any damage.
 
     ``chunk_slots`` bounds the working memory (slots framed at once); any value >= 1 gives the
     same result, tests use small ones. ``spe_records=False``: ``spe`` keeps only each SPE
     record's context (``SPE_CTX_DTYPE``), all a summary needs; the rest is the same.
+
+    ``by_context``: how many SPE records each context id is expected to have (a summary's
+    ``ctx_counts``). When the dump has exactly these, ``spe`` comes grouped by context
+    (``Dump.spe_by_context``; the compiled framer writes each record to its context's rows
+    at once, so that decoding reads each context's records as one range), else in slot order.
+    ``spe_buffer``: an ``SPE_DTYPE`` array whose first rows then hold ``spe`` if it is large
+    enough (a caller reading dump after dump reuses its pages; each read overwrites the
+    last one's ``spe``).
     """
     path = Path(path)
     name = _display_name(path, manifest)
@@ -203,8 +226,11 @@ def read_dump(
     try:
         with _SlotSource(path, n, chunk_slots) as source:
             framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]),
-                             spe_records)
+                             spe_records, by_context if spe_records else None, spe_buffer)
             framer.run(chunk_slots)
+            if framer.expect is not None and not framer.grouped:  # not the counts expected
+                framer = _Framer(source, layout, n, name, int(header["spe_buffer_records"]))
+                framer.run(chunk_slots)
     except OSError as exc:
         raise FormatError(path, f"cannot read the dump: {exc.strerror or exc}") from None
     ppe, blocks, spe, gaps = framer.ppe, framer.blocks, framer.spe, framer.gaps
@@ -237,6 +263,7 @@ def read_dump(
         spe=spe,
         gaps=gaps,
         damage=damage,
+        spe_by_context=framer.grouped,
     )
 
 
@@ -304,9 +331,18 @@ class _Framer:
     """
 
     def __init__(self, source: _SlotSource, layout: fmt.Layout, n: int, name: str,
-                 spe_buffer_records: int, spe_records: bool = True) -> None:
+                 spe_buffer_records: int, spe_records: bool = True,
+                 expect: np.ndarray | None = None, spe_buffer: np.ndarray | None = None
+                 ) -> None:
         self.source = source
         self.spe_records = spe_records
+        # SPE records expected per context id (None: slot order wanted), where they go
+        self.expect = None
+        if expect is not None:
+            self.expect = np.zeros(1 << 16, dtype=np.int64)
+            self.expect[:len(expect)] = expect
+        self.spe_buffer = spe_buffer
+        self.grouped = False
         self.layout = layout
         self.n = n
         self.spe_buffer_records = spe_buffer_records
@@ -347,18 +383,31 @@ class _Framer:
 
     def run(self, chunk_slots: int) -> None:
         chunk_slots = max(1, int(chunk_slots))
-        self._allocate(chunk_slots)
-        for start in range(0, self.n, chunk_slots):
-            stop = min(self.n, start + chunk_slots)
-            self._read(start, stop)
-            self._chunk(start, stop)
+        if loops.COMPILED:
+            self._run_compiled(chunk_slots)
+        else:
+            self._allocate(chunk_slots)
+            for start in range(0, self.n, chunk_slots):
+                stop = min(self.n, start + chunk_slots)
+                self._read(start, stop)
+                self._chunk(start, stop)
         # the last top-level slot's block (if any) runs to the end of the file
         if self.carry_block >= 0:
             self._settle(np.array([self.carry_block]), np.array([self.n]), None)
+        if self.expect is not None and not loops.COMPILED:
+            self._group_by_context()
         if self.i_spe < len(self.spe):  # SPE-coded slots outside blocks were skipped
-            self.spe.resize(self.i_spe, refcheck=False)
+            if self.spe.flags.owndata:
+                self.spe.resize(self.i_spe, refcheck=False)
+            else:  # rows of a caller's buffer (the reading is then done again, in slot order)
+                self.spe = self.spe[:self.i_spe]
         present = self.blocks["present"].astype(np.int64)
-        self.blocks["first"] = np.cumsum(present) - present
+        if self.grouped:  # each context's blocks' records are one range, contexts ascending
+            order = np.argsort(self.blocks["ctx"], kind="stable")
+            present = present[order]
+            self.blocks["first"][order] = np.cumsum(present) - present
+        else:
+            self.blocks["first"] = np.cumsum(present) - present
         bad = (self.blocks["count"] < 1) | (self.blocks["count"] > self.spe_buffer_records)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -368,6 +417,91 @@ class _Framer:
                 f"block at slot {slot} declares count {count}, outside "
                 f"1..{self.spe_buffer_records} (spe_buffer_records)",
             )
+
+    def _spe_table(self, rows: int) -> np.ndarray:
+        """The SPE table for ``rows`` records: the caller's buffer if it holds them."""
+        spe_dtype = SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE
+        buf = self.spe_buffer
+        if buf is not None and buf.dtype == spe_dtype and buf.ndim == 1 and len(buf) >= rows:
+            return buf[:rows]
+        return np.empty(rows, spe_dtype)
+
+    def _group_by_context(self) -> None:
+        """The numpy framer's slot-order SPE table grouped by context, as the compiled framer
+        writes it, if it has the records expected per context."""
+        counts = np.bincount(self.spe["ctx"][:self.i_spe], minlength=1 << 16)
+        if counts.size == 1 << 16 and np.array_equal(counts, self.expect):
+            order = np.argsort(self.spe["ctx"][:self.i_spe], kind="stable")
+            self.spe = np.take(self.spe[:self.i_spe], order, out=self._spe_table(self.i_spe))
+            self.grouped = True
+
+    def _run_compiled(self, chunk_slots: int) -> None:
+        """The same tables and damage as ``_allocate`` and ``_chunk``, framed in C
+        (``loops.frame_chunk``) in one reading of the file: the tables are made for every slot
+        (uninitialized, so the pages never written cost nothing) and cut to size after. With
+        ``expect``, the SPE table is grouped by context as it is written."""
+        n = self.n
+        spe_dtype = SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE
+        ppe, blocks = np.empty(n, PPE_DTYPE), np.empty(n, BLOCK_DTYPE)
+        group = None
+        if self.expect is not None:
+            end = np.cumsum(self.expect)
+            group = (end - self.expect, end)
+            spe = self._spe_table(int(end[-1]))
+        else:
+            spe = np.empty(n, spe_dtype)
+        gaps = np.empty(n, GAP_DTYPE)
+        lay = self.layout
+        pairs = (tuple((f, f) for f in fields) for fields in (
+            _PPE_FIELDS, _BLOCK_FIELDS, _GAP_FIELDS, _SPE_FIELDS if self.spe_records else ()))
+        outputs = tuple(zip((ppe, blocks, gaps, spe), (lay.ppe, lay.block, lay.gap, lay.spe),
+                            pairs, strict=True))
+        fields = (PPE_DTYPE.fields, BLOCK_DTYPE.fields, GAP_DTYPE.fields, spe_dtype.fields)
+        special = np.array(
+            [fields[0]["slot"][1], fields[1]["slot"][1], fields[1]["ctx"][1],
+             fields[1]["count"][1], fields[1]["present"][1], fields[2]["slot"][1],
+             fields[2]["lost"][1]]
+            + ([fields[3]["slot"][1], fields[3]["block"][1]] if self.spe_records else [-1, -1])
+            + [fields[3]["ctx"][1]], dtype=np.int64)
+        swap = lay.order != ("<" if sys.byteorder == "little" else ">")
+        state = np.array([-1, -1, 0, 0, 0, 0, 0, 0], dtype=np.int64)
+        stats = np.zeros(12, dtype=np.int64)
+        for start in range(0, n, chunk_slots):
+            stop = min(n, start + chunk_slots)
+            raw = self.source.read(start, stop)
+            i_gap = int(state[5])
+            loops.frame_chunk(raw, start, swap, _FRAME_TABLE, outputs, special, state, stats,
+                              group)
+            s = stats.tolist()
+            if state[5] > i_gap:
+                slot, lost, ticket = gaps[["slot", "lost", "first_ticket"]][i_gap].tolist()
+                self.log.add(
+                    DamageKind.gap, s[0] & 0xFFFFFFFFFFFFFFFF, int(state[5]) - i_gap, slot,
+                    f"GAP at slot {slot}: {lost} slots lost from ticket {ticket}",
+                )
+            if s[2]:
+                slot, ctx, seq, count = blocks[["slot", "ctx", "seq", "count"]][s[3]].tolist()
+                self.log.add(
+                    DamageKind.block_broken, s[1], s[2], s[4],
+                    f"block at slot {slot} (ctx {ctx}, seq {seq}) declares {count} records but "
+                    f"slot {s[4]} holds code 0x{s[5]:04X}, not an SPE record",
+                )
+            if s[6]:
+                self.log.add(
+                    DamageKind.spe_outside_block, s[6], s[6], s[7],
+                    f"SPE record code 0x{s[8]:04X} at slot {s[7]} is not inside any block",
+                )
+            if s[9]:
+                self.log.add(DamageKind.unknown_code, s[9], s[9], s[10],
+                             f"undefined code 0x{s[11]:04X} at slot {s[10]}")
+        self.carry_slot, self.carry_block = int(state[0]), int(state[1])
+        self.i_ppe, self.i_blk, self.i_spe, self.i_gap = (int(v) for v in state[2:6])
+        self.unknown_in_blocks = int(state[6])
+        for arr, used in ((ppe, self.i_ppe), (blocks, self.i_blk), (gaps, self.i_gap)):
+            arr.resize(used, refcheck=False)
+        self.ppe, self.blocks, self.gaps, self.spe = ppe, blocks, gaps, spe
+        if group is not None:  # every record had its row, every row its record
+            self.grouped = state[7] == 0 and np.array_equal(group[0], group[1])
 
     def damage(self) -> list[Damage]:
         entries = self.log.entries()

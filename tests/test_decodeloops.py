@@ -45,6 +45,27 @@ def test_gather_agrees_with_numpy(monkeypatch):
     assert compiled.tobytes() == numpy.tobytes()
 
 
+def test_gather_with_columns_agrees_with_numpy(monkeypatch):
+    """Columns written besides the gathered fields (arrays converted to the field's type, one
+    value for every row) come out as numpy's field assignment makes them."""
+    rng = np.random.default_rng(4)
+    src = np.zeros(300, SRC)
+    src["z"] = rng.integers(0, 2**62, src.size)
+    idx = rng.integers(0, src.size, 700)
+    columns = {"b": rng.integers(-(2**40), 2**40, idx.size), "f": 7,
+               "d": rng.integers(0, 2**16, idx.size).astype(np.int64), "e": np.array([-3])}
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        for n in (idx.size, 0):
+            dst = np.zeros(n, DST)
+            cols = {k: (v[:n] if np.ndim(v) and np.size(v) > 1 else v)
+                    for k, v in columns.items()}
+            loops.gather_fields(dst, src, idx[:n], (("a", "z"), ("c", "x")), cols)
+            out.append(dst.tobytes())
+    assert out[:2] == out[2:]
+
+
 def test_gather_refuses_rows_out_of_range():
     if loops._decodeloops is None:
         pytest.skip("not built")
@@ -113,3 +134,113 @@ def test_time_bounds_agree_with_numpy(monkeypatch):
     d = 3
     sel = written & (rec["domain"] == d)
     assert out[0][0][d] == rec["time"][sel].min() and out[0][1][d] == rec["time"][sel].max()
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, order):
+    """``loops.frame_chunk`` (the reader's compiled framer) and the reader's numpy framer give
+    the same tables and damage (counts, first slots, messages) on random slot streams full of
+    damage: broken and overrunning blocks, GAPs, undefined codes inside and outside blocks,
+    SPE records outside blocks, block counts out of range; any chunk size, both readings, SPE
+    records grouped by context (or in slot order when the counts expected are not the
+    dump's)."""
+    from test_reader import Builder, manifest
+
+    from cell_otf2 import format as fmt
+    from cell_otf2.decode import summarize
+    from cell_otf2.reader import read_dump
+
+    layout = fmt.LAYOUTS[ord("B") if order == ">" else ord("L")]
+    rng = np.random.default_rng(11 if order == ">" else 12)
+    spe_codes = sorted(fmt.SPE_CODES)
+    ppe_codes = sorted(fmt.PPE_CODES)
+    for case in range(6):
+        b = Builder(layout, spe_buffer_records=6, slots_reserved=int(rng.integers(0, 3)) * 50)
+        for _ in range(int(rng.integers(0, 400))):
+            u = rng.random()
+            big = int(rng.integers(0, 2**63)) * 2 + 1
+            if u < 0.15:
+                b.ppe(int(rng.choice(ppe_codes)), thread=int(rng.integers(0, 3)),
+                      a=int(rng.integers(0, 2**32)), timebase=big, b=big ^ 5, c=7)
+            elif u < 0.3:
+                b.block(ctx=int(rng.integers(0, 4)), count=int(rng.integers(0, 9)),
+                        decr=int(rng.integers(0, 2**32)), seq=int(rng.integers(0, 9)),
+                        buffer=1, flags=int(rng.integers(0, 256)), ticket=big)
+            elif u < 0.8:
+                b.spe(int(rng.choice(spe_codes)), a=int(rng.integers(0, 2**16)),
+                      decr=int(rng.integers(0, 2**32)), b=big, c=big >> 3, d=5)
+            elif u < 0.85:
+                b.gap(lost=int(rng.integers(0, 2**64, dtype=np.uint64)), first_ticket=big)
+            else:
+                b.raw(int(rng.choice([0x0000, 0x01FF, 0x02FE, 0x03FF, 0x0500, 0xFFFF])))
+        path = b.write(tmp_path, tail=b"x" * (case % 2) * 5)
+        plain = read_dump(path, manifest(tmp_path), 0)
+        counts = np.bincount(plain.spe["ctx"], minlength=4)
+        wrong = counts.copy()
+        wrong[case % 4] += 1 if case % 2 else -1
+        if wrong[case % 4] < 0:
+            wrong[case % 4] = 2
+        for chunk in (1, 7, 64, 1 << 17):
+            for spe_records, by_context in ((True, None), (False, None), (True, counts),
+                                            (True, wrong)):
+                got = []
+                for compiled in (True, False):
+                    monkeypatch.setattr(loops, "COMPILED", compiled)
+                    buffer = np.zeros(plain.spe.size + 3, plain.spe.dtype)
+                    d = read_dump(path, manifest(tmp_path), 0, chunk_slots=chunk,
+                                  spe_records=spe_records, by_context=by_context,
+                                  spe_buffer=buffer)
+                    got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(),
+                                d.gaps.tobytes(), repr(d.damage), d.spe_by_context])
+                assert got[0] == got[1], (case, chunk, spe_records)
+                # a summary counts each context's records from the blocks
+                assert np.array_equal(summarize(d).ctx_counts,
+                                      np.bincount(d.spe["ctx"].astype(np.int64), minlength=1))
+                assert d.spe_by_context == (by_context is counts)
+                if by_context is counts:
+                    # the slot-order table grouped by context; ``first`` indexes that order
+                    order = np.argsort(plain.spe["ctx"], kind="stable")
+                    assert d.spe.tobytes() == plain.spe[order].tobytes()
+                    for blk in range(d.blocks.size):
+                        first, n = int(d.blocks["first"][blk]), int(d.blocks["present"][blk])
+                        assert (d.spe["block"][first:first + n] == blk).all()
+                else:
+                    assert d.spe.tobytes() == (plain.spe.tobytes() if spe_records
+                                               else d.spe.tobytes())
+
+
+def test_readings_agree_with_numpy(monkeypatch):
+    """An SPE context's readings in program order come out the same compiled (a merge) and
+    through numpy (a stable sort), also for records of several contexts interleaved, blocks
+    with unknown slots inside and a DECR_WRITE value past 2^63; keys that do not ascend (no
+    reading gives them) take the sort in both."""
+    from cell_otf2.reader import BLOCK_DTYPE, SPE_DTYPE
+
+    rng = np.random.default_rng(8)
+    blocks = np.zeros(60, BLOCK_DTYPE)
+    spe = np.zeros(0, SPE_DTYPE)
+    slot = 0
+    for i in range(blocks.size):
+        slot += int(rng.integers(1, 4))
+        n = int(rng.integers(0, 6))
+        blocks[i] = (slot, i % 3, int(rng.integers(0, 2**32)), i, n, n, 0, 0, 0, spe.size)
+        rows = np.zeros(n, SPE_DTYPE)
+        rows["slot"] = slot + 1 + np.sort(rng.choice(n + 2, n, replace=False))
+        rows["block"], rows["ctx"] = i, i % 3
+        rows["code"] = rng.choice([0x0201, 0x0260, 0x0211], n)
+        rows["decr"] = rng.integers(0, 2**32, n)
+        rows["b"] = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        spe = np.concatenate([spe, rows])
+        slot += n + 2
+    cases = []
+    for ctx in range(3):
+        cases.append((np.flatnonzero(spe["ctx"] == ctx), np.flatnonzero(blocks["ctx"] == ctx)))
+    cases.append((cases[0][0][::-1].copy(), cases[0][1]))  # keys not ascending
+    cases.append((cases[1][0][:0], cases[1][1][:0]))
+    for rec_idx, blk_idx in cases:
+        got = []
+        for compiled in (True, False):
+            monkeypatch.setattr(loops, "COMPILED", compiled)
+            out = loops.readings(spe, rec_idx, blocks, blk_idx, 0x0260)
+            got.append([(a.dtype.str, a.tobytes()) for a in out])
+        assert got[0] == got[1]
