@@ -4,7 +4,9 @@
  * (`take`) and does everything else on arrays. What each column holds per event kind is
  * exactly what load._PyEvents records through the Python callbacks, so both give the same
  * arrays. `chan_assign` numbers the message and RMA pairing keys of a batch (load._Chan) with a
- * hash table instead of a Python dict, with the same channel ids and sequence numbers.
+ * hash table instead of a Python dict, with the same channel ids and sequence numbers;
+ * `regions` walks a batch's Enter and Leave events over per-location stacks and updates the
+ * exact per-region sums (load._Events), with the same numbers as the Python walk.
  *
  * Built by setuptools at install time (setup.py, optional: without it load.py keeps its Python
  * callbacks). It does not link against OTF2: `install` receives the addresses of the
@@ -402,6 +404,122 @@ static PyObject *chan_rehash(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* `regions` walks the Enter and Leave events of a batch (events lo..hi-1 of the columns kind,
+ * loc, time, ref) one at a time in the reader's order, as load._Events._regions_walk does:
+ * each location's open regions are a stack (depth[x] entries at stack_reg / stack_t
+ * [x * cap ...]: region and Enter time), a Leave closes its region and whatever was left open
+ * inside it (a Leave of a region not open is a stray), and the exact sums (visits,
+ * inclusive, longest, exclusive, outermost per location * n_reg + region; first, last, stray
+ * per location) are updated. state[i] is the innermost open region of event i's location
+ * after it (-1 none), for every event. Returns hi, or the position of an Enter that finds its
+ * stack full (nothing of it done: Python gives the stacks more room and calls again from
+ * there). ValueError, before anything changes, for a location or region out of range. */
+static PyObject *regions(PyObject *self, PyObject *args)
+{
+    enum { KIND, LOC, TIME, REF, DEPTH, SREG, STIME, VISITS, INCL, LONGEST, EXCL, OUTER,
+           FIRST, LAST, STRAY, STATE, N_ARGS };
+    static const Py_ssize_t sizes[N_ARGS] = {1, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8};
+    PyObject *objs[N_ARGS];
+    Py_buffer got[N_ARGS];
+    Py_ssize_t lo, hi, n_reg, cap;
+    (void)self;
+    memset(got, 0, sizeof got);
+    if (!PyArg_ParseTuple(args, "OOOOnnnnOOOOOOOOOOOO", &objs[KIND], &objs[LOC], &objs[TIME],
+                          &objs[REF], &lo, &hi, &n_reg, &cap, &objs[DEPTH], &objs[SREG],
+                          &objs[STIME], &objs[VISITS], &objs[INCL], &objs[LONGEST],
+                          &objs[EXCL], &objs[OUTER], &objs[FIRST], &objs[LAST], &objs[STRAY],
+                          &objs[STATE]))
+        return NULL;
+    for (int k = 0; k < N_ARGS; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return NULL;
+        }
+        if (got[k].itemsize != sizes[k]) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, "regions: an array of the wrong item size");
+            return NULL;
+        }
+    }
+    const uint8_t *kind = got[KIND].buf;
+    const int32_t *loc = got[LOC].buf;
+    const int64_t *time = got[TIME].buf, *ref = got[REF].buf;
+    int64_t *depth = got[DEPTH].buf, *sreg = got[SREG].buf, *stime = got[STIME].buf,
+            *visits = got[VISITS].buf, *incl = got[INCL].buf, *longest = got[LONGEST].buf,
+            *excl = got[EXCL].buf, *outer = got[OUTER].buf, *first = got[FIRST].buf,
+            *last = got[LAST].buf, *stray = got[STRAY].buf, *state = got[STATE].buf;
+    const Py_ssize_t n = got[KIND].len, n_locs = got[DEPTH].len / 8;
+    const char *bad = NULL;
+    if (lo < 0 || hi > n || got[LOC].len / 4 < n || got[TIME].len / 8 < n
+        || got[REF].len / 8 < n || got[STATE].len / 8 < n || cap < 1 || n_reg < 1
+        || got[SREG].len / 8 != n_locs * cap || got[STIME].len / 8 != n_locs * cap
+        || got[VISITS].len / 8 != n_locs * n_reg || got[INCL].len / 8 != n_locs * n_reg
+        || got[LONGEST].len / 8 != n_locs * n_reg || got[EXCL].len / 8 != n_locs * n_reg
+        || got[OUTER].len / 8 != n_locs * n_reg || got[FIRST].len / 8 != n_locs
+        || got[LAST].len / 8 != n_locs || got[STRAY].len / 8 != n_locs)
+        bad = "regions: arrays of the wrong sizes";
+    for (Py_ssize_t i = lo; !bad && i < hi; i++) {
+        if (kind[i] != ENTER && kind[i] != LEAVE)
+            continue;
+        if (loc[i] < 0 || loc[i] >= n_locs)
+            bad = "an Enter or Leave of an undefined location";
+        else if (ref[i] < 0 || ref[i] >= n_reg)
+            bad = "an Enter or Leave of an undefined region";
+    }
+    if (bad) {
+        release_all(got, N_ARGS);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    Py_ssize_t i;
+    for (i = lo; i < hi; i++) {
+        const int32_t x = loc[i];
+        const uint8_t k = kind[i];
+        if (k != ENTER && k != LEAVE) {
+            state[i] = (x >= 0 && x < n_locs && depth[x]) ? sreg[x * cap + depth[x] - 1] : -1;
+            continue;
+        }
+        int64_t d = depth[x];
+        if (k == ENTER && d == cap)
+            break;
+        int64_t *s = sreg + x * cap, *st = stime + x * cap;
+        const int64_t r = ref[i], tq = time[i];
+        if (d)
+            excl[x * n_reg + s[d - 1]] += tq - last[x];
+        else if (first[x] < 0)
+            first[x] = tq;
+        last[x] = tq;
+        if (k == ENTER) {
+            if (!d)
+                outer[x * n_reg + r]++;
+            s[d] = r;
+            st[d] = tq;
+            d++;
+        } else {
+            int64_t j = d - 1, t0 = -1;
+            while (j >= 0 && s[j] != r)
+                j--;
+            if (j >= 0) {  /* closes what was left open inside it too */
+                t0 = st[j];
+                d = j;
+            } else {
+                stray[x]++;
+            }
+            if (t0 >= 0) {
+                const Py_ssize_t c = x * n_reg + r;
+                visits[c]++;
+                incl[c] += tq - t0;
+                if (tq - t0 > longest[c])
+                    longest[c] = tq - t0;
+            }
+        }
+        depth[x] = d;
+        state[i] = d ? s[d - 1] : -1;
+    }
+    release_all(got, N_ARGS);
+    return PyLong_FromSsize_t(i);
+}
+
 static PyMethodDef methods[] = {
     {"install", install, METH_VARARGS,
      "install(callbacks_address, ((setter_address, code), ...)): set the C callbacks"},
@@ -414,6 +532,10 @@ static PyMethodDef methods[] = {
      "sequence numbers of a batch's packed keys (load._Chan)"},
     {"chan_rehash", chan_rehash, METH_VARARGS,
      "chan_rehash(table, by_id): put the keys of channels 0..n-1 into an empty table"},
+    {"regions", regions, METH_VARARGS,
+     "regions(kind, loc, time, ref, lo, hi, n_reg, cap, depth, stack_reg, stack_t, visits, "
+     "inclusive, longest, exclusive, outermost, first, last, stray, state) -> position: the "
+     "Enter/Leave walk of a batch (load._Events)"},
     {NULL, NULL, 0, NULL},
 };
 
