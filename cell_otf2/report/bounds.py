@@ -96,7 +96,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     bars.tick_params(axis="y", labelleft=False)
     bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.07), ncol=2, fontsize=8,
                 frameon=False)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return len(rows), placed
 
 

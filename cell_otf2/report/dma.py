@@ -162,5 +162,5 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                 fontsize=8, frameon=False)
     share = float(mean_spe.mean()) / PEAK if spes.size else 0.0
     bars.set_title(f"per SPE: mean {units.percent(share)} of the peak", fontsize=9, pad=48)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return int(spes.size), int(with_spe.sum())

@@ -131,5 +131,5 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
     else:
         right.axis("off")
         right.text(0.5, 0.5, "no MPI call in the archive", ha="center", va="center")
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return len(names), calls

@@ -1,7 +1,7 @@
 """Shared figure conventions: size, colors per region (what a Cell user looks for: tag-group waits
 red, mailbox and signal waits orange, off SPU dark gray, MPI purple), row order, time-axis
-labels and per-rank labels beyond ``MAX_LABELLED`` rows (``label_rows``). No matplotlib
-import here."""
+labels, per-rank labels beyond ``MAX_LABELLED`` rows (``label_rows``) and how a figure is
+written (``save``). No matplotlib import at module level (``save`` imports the Agg canvas)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from .load import Loaded, LocClass
 
 FIGSIZE = (16, 9)  # inches at DPI -> 1600 x 900 pixels
 DPI = 100
+#: zlib level of the PNGs: 3 writes them a third faster than the default 6, a few % larger
+PNG_LEVEL = 3
 
 TAG_WAIT = "#d62728"
 MBOX_WAIT = "#ff7f0e"
@@ -161,3 +163,19 @@ def sample_note(loaded: Loaded) -> str:
     w = len(loaded.window_bounds)
     return (f"SAMPLE: {n:,} of {loaded.total_events:,} events, {w} windows of "
             f"~{n // w:,} consecutive events evenly spread over the run")
+
+
+def save(fig, path) -> None:
+    """Write ``fig`` (drawn at its own dpi) as an RGB PNG: what ``fig.savefig(path)`` draws,
+    without the alpha channel every pixel of which is opaque, at ``PNG_LEVEL``."""
+    from matplotlib import __version__
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image, PngImagePlugin
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Software", f"Matplotlib version{__version__}, https://matplotlib.org/")
+    Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA",
+                     0, 1).convert("RGB").save(path, format="png", compress_level=PNG_LEVEL,
+                                               pnginfo=info)

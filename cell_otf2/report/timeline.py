@@ -109,7 +109,7 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
     ax.legend(handles=legend + handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=8, frameon=False, title="regions (most time first) and lines",
               title_fontsize=9)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return n_rows, int(loaded.events.size)
 
 

@@ -65,7 +65,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                  f"exact, from all {loaded.total_events:,} events", fontsize=11, pad=28)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SHOWN), fontsize=9,
               frameon=False)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     e = loaded.events
     events = int((np.isin(e["loc"], spes) & np.isin(e["kind"], (K.ENTER, K.LEAVE))).sum())
     return n, events
