@@ -767,3 +767,28 @@ def test_report_of_a_run_with_hundreds_of_locations(tmp_path):
     row = re.search(r"<td>rank 0 \(16 contexts\)</td>(.*?)</tr>", html).group(1)
     cells = re.findall(r"<td>(.*?)</td>", row)
     assert cells[-2] == f"{100 * bw / 25.6e9:.1f}%"
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_pairing_by_channel_and_sequence(gaps):
+    """exact._pair: by place when each channel's sequence numbers are 0, 1, ..., by sort
+    when they are not; both as a lookup of the (chan, seq) key."""
+    from cell_otf2.report.exact import _pair
+    from cell_otf2.report.load import Log
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    chan = rng.integers(0, 40, n)
+    side = rng.integers(0, 2, n)
+    seq = np.zeros(n, np.int64)
+    for s in (0, 1):
+        for c in range(40):
+            at = np.flatnonzero((chan == c) & (side == s))
+            seq[at] = rng.permutation(at.size) * (3 if gaps else 1)
+    log = Log(**{name: np.zeros(n, np.int64) for name in ("kind", "loc", "time", "partner",
+                                                          "ref", "bytes")},
+              chan=chan, seq=seq)
+    a, b = np.flatnonzero(side == 0), np.flatnonzero(side == 1)
+    where = {(chan[j], seq[j]): j for j in b.tolist()}
+    want = [where.get((chan[i], seq[i]), -1) for i in a.tolist()]
+    assert _pair(log, a, b).tolist() == want

@@ -32,15 +32,27 @@ def category_ticks(loaded: Loaded) -> np.ndarray:
 
 def _pair(log: Log, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """For each row index in ``a``, the index in ``b``'s rows with the same (chan, seq), -1.
-    A (chan, seq) key occurs at most once per side (``load`` numbers each side apart)."""
+    A (chan, seq) key occurs at most once per side (``load`` numbers each side apart): when
+    ``b``'s sequence numbers of each channel are 0, 1, ... (``load`` numbers every event of
+    a channel), a key's place is its channel's start plus its sequence number, no sort."""
     out = np.full(a.size, -1, np.int64)
     if a.size == 0 or b.size == 0:
         return out
     chan, seq = log["chan"], log["seq"]
-    sa, sb = seq[a], seq[b]
+    ca, sa, cb, sb = chan[a], seq[a], chan[b], seq[b]
+    if min(int(ca.min()), int(cb.min()), int(sa.min()), int(sb.min())) >= 0:
+        n_chan = int(max(ca.max(), cb.max())) + 1
+        count = np.bincount(cb, minlength=n_chan)
+        if (sb < count[cb]).all():
+            start = np.cumsum(count) - count
+            place = np.full(b.size, -1, np.int64)
+            place[start[cb] + sb] = b
+            ok = np.flatnonzero(sa < count[ca])
+            out[ok] = place[start[ca[ok]] + sa[ok]]
+            return out
     m = int(max(sa.max(), sb.max())) + 1
-    ka = chan[a] * m + sa
-    kb = chan[b] * m + sb
+    ka = ca * m + sa
+    kb = cb * m + sb
     order = np.argsort(kb)
     kb = kb[order]
     at = np.minimum(np.searchsorted(kb, ka), kb.size - 1)
