@@ -6,7 +6,8 @@
  * arrays. `chan_assign` numbers the message and RMA pairing keys of a batch (load._Chan) with a
  * hash table instead of a Python dict, with the same channel ids and sequence numbers;
  * `regions` walks a batch's Enter and Leave events over per-location stacks and updates the
- * exact per-region sums (load._Events), with the same numbers as the Python walk.
+ * exact per-region sums (load._Events), with the same numbers as the Python walk; `spread`
+ * spreads DMA commands' bytes over a figure's columns (report/dma.py) in one pass.
  *
  * Built by setuptools at install time (setup.py, optional: without it load.py keeps its Python
  * callbacks). It does not link against OTF2: `install` receives the addresses of the
@@ -520,6 +521,101 @@ static PyObject *regions(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(i);
 }
 
+/* `spread` adds to out (n_rows x m, row-major) the bytes of each DMA command i spread evenly
+ * over [t0[i], t1[i]] (t1 at least t0 + 1) into the m columns between edges (ascending),
+ * on row[i], as report/dma.spread_rows does with numpy: the first and last column get their
+ * overlap, the columns between the rate times their width (through a running sum per row,
+ * `step`: n_rows x (m + 1) zeros, a rounding residue below zero counts as none); commands
+ * wholly outside the edges are left out. */
+static Py_ssize_t column(const double *edges, Py_ssize_t m, double t, int right)
+{
+    /* clip(searchsorted(edges, t, side) - 1, 0, m - 1), from a guess on evenly spaced edges */
+    const double lo = edges[0], span = edges[m] - edges[0];
+    Py_ssize_t g = span > 0 ? (Py_ssize_t)((t - lo) / span * (double)m) : 0;
+    if (!(g >= 0))
+        g = 0;
+    if (g > m - 1)
+        g = m - 1;
+    if (right) {
+        while (g > 0 && edges[g] > t)
+            g--;
+        while (g < m - 1 && edges[g + 1] <= t)
+            g++;
+    } else {
+        while (g > 0 && edges[g] >= t)
+            g--;
+        while (g < m - 1 && edges[g + 1] < t)
+            g++;
+    }
+    return g;
+}
+
+static PyObject *spread(PyObject *self, PyObject *args)
+{
+    enum { ROW, T0, T1, NBYTES, EDGES, OUT, STEP, N_ARGS };
+    PyObject *objs[N_ARGS];
+    Py_buffer got[N_ARGS];
+    (void)self;
+    memset(got, 0, sizeof got);
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6]))
+        return NULL;
+    for (int k = 0; k < N_ARGS; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return NULL;
+        }
+        if (got[k].itemsize != 8) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, "spread: int64 rows and float64 arrays");
+            return NULL;
+        }
+    }
+    const int64_t *row = got[ROW].buf;
+    const double *t0 = got[T0].buf, *t1 = got[T1].buf, *nbytes = got[NBYTES].buf,
+                 *edges = got[EDGES].buf;
+    double *out = got[OUT].buf, *step = got[STEP].buf;
+    const Py_ssize_t n = got[ROW].len / 8, m = got[EDGES].len / 8 - 1;
+    const Py_ssize_t n_rows = m > 0 ? got[OUT].len / 8 / m : 0;
+    if (m < 1 || got[T0].len / 8 != n || got[T1].len / 8 != n || got[NBYTES].len / 8 != n
+        || got[OUT].len / 8 != n_rows * m || got[STEP].len / 8 != n_rows * (m + 1)) {
+        release_all(got, N_ARGS);
+        PyErr_SetString(PyExc_ValueError, "spread: arrays of the wrong sizes");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double a0 = t0[i];
+        const double a1 = t1[i] > a0 + 1.0 ? t1[i] : a0 + 1.0;
+        if (!(a1 > edges[0] && a0 < edges[m]))
+            continue;
+        if (row[i] < 0 || row[i] >= n_rows) {
+            release_all(got, N_ARGS);
+            PyErr_SetString(PyExc_ValueError, "spread: a row out of range");
+            return NULL;
+        }
+        const double r = nbytes[i] / (a1 - a0);
+        const Py_ssize_t a = column(edges, m, a0, 1), b = column(edges, m, a1, 0);
+        double *o = out + row[i] * m;
+        const double lo = a0 > edges[a] ? a0 : edges[a];
+        o[a] += r * ((a1 < edges[a + 1] ? a1 : edges[a + 1]) - lo);
+        if (b > a) {
+            o[b] += r * ((a1 < edges[b + 1] ? a1 : edges[b + 1]) - edges[b]);
+            step[row[i] * (m + 1) + a + 1] += r;
+            step[row[i] * (m + 1) + b] -= r;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_rows; k++) {
+        double run = 0;
+        for (Py_ssize_t c = 0; c < m; c++) {
+            run += step[k * (m + 1) + c];
+            const double v = run * (edges[c + 1] - edges[c]);
+            out[k * m + c] += v > 0 ? v : 0;
+        }
+    }
+    release_all(got, N_ARGS);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"install", install, METH_VARARGS,
      "install(callbacks_address, ((setter_address, code), ...)): set the C callbacks"},
@@ -536,6 +632,9 @@ static PyMethodDef methods[] = {
      "regions(kind, loc, time, ref, lo, hi, n_reg, cap, depth, stack_reg, stack_t, visits, "
      "inclusive, longest, exclusive, outermost, first, last, stray, state) -> position: the "
      "Enter/Leave walk of a batch (load._Events)"},
+    {"spread", spread, METH_VARARGS,
+     "spread(row, t0, t1, nbytes, edges, out, step): DMA bytes per row and column "
+     "(report.dma.spread_rows)"},
     {NULL, NULL, 0, NULL},
 };
 

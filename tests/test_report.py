@@ -25,6 +25,7 @@ from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
+from cell_otf2.report import load  # noqa: E402
 from cell_otf2.report.derive import (  # noqa: E402
     Cat,
     base_name,
@@ -565,6 +566,26 @@ def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
     # a command within one column puts its bytes into that column only
     one = spread(np.array([205.0]), np.array([290.0]), np.array([64.0]), edges)
     assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)
+
+
+@pytest.mark.skipif(load._evtread is None, reason="cell_otf2._evtread is not built")
+@pytest.mark.parametrize("edges", [np.linspace(-50, 1400, 301),
+                                   np.array([0.0, 3, 3.5, 100, 101, 700, 1000.5]),
+                                   np.array([10.0, 20.0])])
+def test_spread_in_c_and_numpy_agree(edges):
+    from cell_otf2.report.dma import spread, spread_rows
+
+    rng = np.random.default_rng(7)
+    t0 = np.concatenate([rng.integers(-100, 1600, 4000).astype(float), edges,
+                         edges + 0.5, [edges[0] - 5, edges[-1], edges[-1] + 3]])
+    t1 = t0 + np.concatenate([rng.integers(0, 3, 2000), rng.integers(0, 2000, 2000),
+                              rng.integers(0, 40, t0.size - 4000)])
+    b = rng.integers(1, 1 << 14, t0.size).astype(float)
+    row = rng.integers(0, 5, t0.size)
+    for c_and_py in ((spread_rows(row, 5, t0, t1, b, edges, compiled=c) for c in (True, False)),
+                     (spread(t0, t1, b, edges, compiled=c) for c in (True, False))):
+        got, want = c_and_py
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
 
 
 def test_dma_figures_are_exact_and_against_the_peak(fft_archives, tmp_path):
