@@ -77,6 +77,11 @@ def test_loads_agree_across_paths_and_batch_sizes(hybrid, monkeypatch, max_event
         assert not differences(ref, load.load_archive(hybrid, max_events, compiled=use_c))
     monkeypatch.setattr(load, "STACK_ROOM", 1)  # the compiled stacks grow as they fill
     assert not differences(ref, load.load_archive(hybrid, max_events, compiled=ways[-1]))
+    init = load._Events.__init__
+    monkeypatch.setattr(load._Events, "__init__",  # the log grows past the events defined
+                        lambda self, *a, **k: init(self, *a, **{**k, "n_events": 5}))
+    assert not differences(ref, load.load_archive(hybrid, max_events, compiled=ways[-1]))
+    monkeypatch.setattr(load._Events, "__init__", init)
     monkeypatch.setattr(load._Events, "_regions", lambda *_a: None)  # every batch walked
     assert not differences(ref, load.load_archive(hybrid, max_events, compiled=False))
 

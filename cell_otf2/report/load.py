@@ -101,12 +101,6 @@ class Log:
     def size(self) -> int:
         return int(self.kind.size)
 
-    @classmethod
-    def join(cls, parts: dict[str, list[np.ndarray]]) -> Log:
-        """The columns' pieces (batch by batch) joined; empty columns of LOG_ROW's types."""
-        return cls(**{name: np.concatenate(parts.get(name) or [np.zeros(0, LOG_ROW[name])])
-                      .astype(LOG_ROW[name], copy=False) for name in LOG_ROW.names})
-
 
 @dataclass
 class Exact:
@@ -264,7 +258,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
     use_c = _use_compiled() if compiled is None else compiled
     ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
-                 logged_comm, use_c)
+                 logged_comm, use_c, n_events=total)
     try:
         _read_events(reader, locs, _otf2, ev.batch, use_c,
                      None if progress is None else lambda: progress(ev.i, total))
@@ -676,7 +670,7 @@ class _Events:
 
     def __init__(self, n_locs: int, n_reg: int, starts: np.ndarray, ends: np.ndarray,
                  n_kept: int, comm_members: dict, win_members: dict, logged_comm: set,
-                 compiled: bool = False) -> None:
+                 compiled: bool = False, n_events: int = 0) -> None:
         self.n_locs, self.n_reg = n_locs, n_reg
         self.starts, self.ends = starts.tolist(), ends.tolist()
         self.kept = np.zeros(n_kept, EVENT_ROW)
@@ -701,7 +695,10 @@ class _Events:
         self.first_t = np.full(n_locs, -1, np.int64)
         self.last_t = np.full(n_locs, -1, np.int64)
         self.stray = np.zeros(n_locs, np.int64)
-        self.logs: dict[str, list[np.ndarray]] = {name: [] for name in LOG_ROW.names}
+        # the log's columns, room for every event (pages never written are never mapped in):
+        # filled in place, no pieces to join at the end
+        self.logs = {name: np.empty(n_events, LOG_ROW[name]) for name in LOG_ROW.names}
+        self.n_log = 0
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
                                1 << 32), compiled)
@@ -715,7 +712,7 @@ class _Events:
         self.logged[[r for r in logged_comm if r >= 0]] = True
 
     def log_table(self) -> Log:
-        return Log.join(self.logs)
+        return Log(**{name: col[: self.n_log] for name, col in self.logs.items()})
 
     def batch(self, kind, loc, t, ref, peer, nbytes, match) -> None:
         n = int(kind.size)
@@ -847,9 +844,14 @@ class _Events:
             logged[rma] = True
         lg = np.flatnonzero(logged)
         if lg.size:
+            a, b = self.n_log, self.n_log + lg.size
+            if b > self.logs["kind"].size:  # more events than the definitions said
+                self.logs = {name: np.concatenate([col[:a], np.empty(max(b, 2 * a), col.dtype)])
+                             for name, col in self.logs.items()}
             for name, col in (("kind", kind), ("loc", loc), ("time", t), ("partner", other),
                               ("ref", ref), ("bytes", nbytes), ("chan", chan), ("seq", seq)):
-                self.logs[name].append(col[lg].astype(LOG_ROW[name], copy=False))
+                self.logs[name][a:b] = col[lg]
+            self.n_log = b
         # kept rows
         if w is None:
             return
