@@ -523,7 +523,7 @@ static PyObject *regions(PyObject *self, PyObject *args)
 
 /* `spread` adds to out (n_rows x m, row-major) the bytes of each DMA command i spread evenly
  * over [t0[i], t1[i]] (t1 at least t0 + 1) into the m columns between edges (ascending),
- * on row[i], as report/dma.spread_rows does with numpy: the first and last column get their
+ * on row[i] (-1: left out), as report/dma.spread_rows does with numpy: the first and last column get their
  * overlap, the columns between the rate times their width (through a running sum per row,
  * `step`: n_rows x (m + 1) zeros, a rounding residue below zero counts as none); commands
  * wholly outside the edges are left out. */
@@ -586,9 +586,9 @@ static PyObject *spread(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         const double a0 = t0[i];
         const double a1 = t1[i] > a0 + 1.0 ? t1[i] : a0 + 1.0;
-        if (!(a1 > edges[0] && a0 < edges[m]))
+        if (!(a1 > edges[0] && a0 < edges[m]) || row[i] < 0)
             continue;
-        if (row[i] < 0 || row[i] >= n_rows) {
+        if (row[i] >= n_rows) {
             release_all(got, N_ARGS);
             PyErr_SetString(PyExc_ValueError, "spread: a row out of range");
             return NULL;

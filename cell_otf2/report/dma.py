@@ -37,10 +37,11 @@ def spread(t0: np.ndarray, t1: np.ndarray, nbytes: np.ndarray, edges: np.ndarray
 def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
                 nbytes: np.ndarray, edges: np.ndarray, compiled: bool | None = None
                 ) -> np.ndarray:
-    """``spread`` for commands each on its ``row``: (n_rows, columns) bytes. Each command adds
-    its rate times its overlap to the columns it covers (first and last column partly, those
-    between wholly, through a running sum along the row): no sort, O(commands). In one pass
-    in C (``_evtread.spread``) where built, unless ``compiled`` is False."""
+    """``spread`` for commands each on its ``row`` (-1: left out): (n_rows, columns) bytes.
+    Each command adds its rate times its overlap to the columns it covers (first and last
+    column partly, those between wholly, through a running sum along the row): no sort,
+    O(commands). In one pass in C (``_evtread.spread``) where built, unless ``compiled`` is
+    False."""
     edges = np.asarray(edges, np.float64)
     m = edges.size - 1
     out = np.zeros(n_rows * m)
@@ -53,7 +54,7 @@ def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
     t1 = np.maximum(np.asarray(t1, np.float64), t0 + 1.0)
     r = np.asarray(nbytes, np.float64) / (t1 - t0)
     row = np.asarray(row, np.int64)
-    keep = (t1 > edges[0]) & (t0 < edges[-1])
+    keep = (t1 > edges[0]) & (t0 < edges[-1]) & (row >= 0)
     if m < 1 or not keep.any():
         return out.reshape(n_rows, max(m, 0))
     if not keep.all():
@@ -92,14 +93,13 @@ def per_spe(loaded: Loaded) -> dict[str, np.ndarray]:
     grid = np.zeros((spes.size, COLUMNS))
     into, out = np.zeros(spes.size), np.zeros(spes.size)
     for end, total in (("dst", into), ("src", out)):
-        r = row_of[x[end]]
-        ok = np.flatnonzero(r >= 0)
-        total += np.bincount(r[ok], weights=nbytes[ok], minlength=spes.size)
-        grid += spread_rows(r[ok], spes.size, t0[ok], t1[ok], nbytes[ok], edges)
+        r = row_of[x[end]]  # -1: not an SPE row, left out
+        total += np.bincount(r + 1, weights=nbytes, minlength=spes.size + 1)[1:]
+        grid += spread_rows(r, spes.size, t0, t1, nbytes, edges)
     running = (category_ticks(loaded)[spes][:, list(SHOWN_CATS)].sum(axis=1)
                / loaded.timer_resolution) if spes.size else np.zeros(0)
     return {"spes": spes, "into": into, "out": out, "running": running, "grid": grid,
-            "edges": edges, "xfer": x}
+            "edges": edges, "xfer": x, "t0": t0, "t1": t1, "bytes": nbytes}
 
 
 def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
@@ -133,12 +133,9 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_title(f"DMA bandwidth per SPE context ({units.count(int(with_spe.sum()))} commands,"
                  f" {units.nbytes(total)}; exact, every command of the archive)", fontsize=10)
     # aggregate over all SPEs, each command spread over issue..completion
-    done = np.where(x["t_done"] >= 0, x["t_done"], x["t_issue"])
     fine = loaded.global_offset + np.linspace(0, max(loaded.trace_length, 1), 4 * COLUMNS + 1)
-    sel = with_spe
-    agg_rate = (spread(x["t_issue"][sel] - loaded.global_offset,
-                       done[sel] - loaded.global_offset, x["bytes"][sel],
-                       fine - loaded.global_offset) / ((fine[1] - fine[0]) / hz))
+    agg_rate = (spread_rows(np.where(with_spe, 0, -1), 1, d["t0"], d["t1"], d["bytes"],
+                            fine - loaded.global_offset)[0] / ((fine[1] - fine[0]) / hz))
     tx = (fine[:-1] - loaded.global_offset) / hz * scale
     agg.fill_between(tx, agg_rate / 1e9, step="post", color="#1f77b4", alpha=0.6, lw=0)
     chips = max(loaded.chips, 1)
