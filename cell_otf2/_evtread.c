@@ -291,6 +291,9 @@ static PyObject *release(PyObject *self, PyObject *noargs)
  * batch its channel id (new keys the next ids, in order of first occurrence, their keys noted
  * in `by_id`) and each event its sequence number on its side of the channel (counts per side
  * in `n0`, `n1`), exactly as the Python dict of load._Chan does. */
+/* keys hashed this far ahead have their slot fetched into the cache (no change in results) */
+#define PREFETCH 16
+
 static inline uint64_t mix(uint64_t x)
 {
     x ^= x >> 30;
@@ -354,6 +357,8 @@ static PyObject *chan_assign(PyObject *self, PyObject *args)
     }
     const Py_ssize_t mask = pairs - 1;
     for (Py_ssize_t i = 0; i < m; i++) {
+        if (i + PREFETCH < m)  /* the table is far larger than the caches: ask ahead */
+            __builtin_prefetch(&table[mix((uint64_t)keys[i + PREFETCH]) & (uint64_t)mask], 1);
         const int64_t key = keys[i];
         int32_t *slot = slot_of(table, mask, by_id, key);
         int64_t c;
@@ -399,8 +404,12 @@ static PyObject *chan_rehash(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "chan_rehash: table too small");
         return NULL;
     }
-    for (Py_ssize_t c = 0; c < n; c++)  /* keys are distinct: each finds an empty slot */
+    for (Py_ssize_t c = 0; c < n; c++) {  /* keys are distinct: each finds an empty slot */
+        if (c + PREFETCH < n)
+            __builtin_prefetch(&table[mix((uint64_t)by_id[c + PREFETCH]) & (uint64_t)(pairs - 1)],
+                               1);
         *slot_of(table, pairs - 1, by_id, by_id[c]) = (int32_t)(c + 1);
+    }
     release_all(got, 2);
     Py_RETURN_NONE;
 }
