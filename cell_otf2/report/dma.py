@@ -124,7 +124,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     cb = fig.colorbar(im, cax=fig.add_axes((0.69, 0.36, 0.012, 0.54)))
     cb.set_label(f"GB/s in + out (top: the busiest column, {units.percent(top / PEAK)} of "
                  "the 25.6 GB/s peak)", fontsize=8)
-    style.label_rows(ax, loaded, spes)
+    style.row_marks(bars, style.label_rows(ax, loaded, spes))  # bars shares the y axis
     ax.tick_params(axis="x", labelbottom=False)
     is_row = np.zeros(loaded.n_locs + 1, bool)  # the last entry: location -1
     is_row[spes] = True

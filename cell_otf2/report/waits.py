@@ -55,8 +55,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     for i in range(n):
         ax.text(101, y[i], units.seconds(running[i] / loaded.timer_resolution),
                 va="center", fontsize=min(8, style.label_size(n)))
-    ax.set_yticks(y)
-    ax.set_yticklabels(names, fontsize=style.label_size(n))
+    style.row_labels(ax, y, names, style.label_size(n))
     ax.set_ylim(max(n, 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the context's running time [%]  (right: running time"
