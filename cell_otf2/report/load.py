@@ -579,17 +579,18 @@ class _Chan:
                          ) -> tuple[np.ndarray, np.ndarray] | None:
         m = packed.size
         need = self.count + m
+        # grown fourfold: each growth copies the arrays (and refills the table) once more
         if need > self.by_id.size:
-            self.by_id = np.concatenate([self.by_id, np.zeros(max(need, self.by_id.size),
+            self.by_id = np.concatenate([self.by_id, np.zeros(max(need, 3 * self.by_id.size),
                                                               np.int64)])
         if need > self.n[0].size:
-            grow = max(need, 2 * self.n[0].size)
+            grow = max(need, 4 * self.n[0].size)
             self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
         if need >= 1 << 31:  # beyond the table's int32 ids
             self._to_dict()
             return None
         if 2 * need > self.table.size:  # at most half full
-            size = max(2 * self.table.size, 1 << (2 * need - 1).bit_length())
+            size = max(4 * self.table.size, 1 << (2 * need - 1).bit_length())
             self.table = np.zeros(size, np.int32)
             _evtread.chan_rehash(self.table, self.by_id[: self.count])
         c = np.empty(m, np.int64)
