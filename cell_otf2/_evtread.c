@@ -4,7 +4,10 @@
  * (`take`) and does everything else on arrays. What each column holds per event kind is
  * exactly what load._PyEvents records through the Python callbacks, so both give the same
  * arrays. `chan_assign` numbers the message and RMA pairing keys of a batch (load._Chan) with a
- * hash table instead of a Python dict, with the same channel ids and sequence numbers.
+ * hash table instead of a Python dict, with the same channel ids and sequence numbers;
+ * `regions` walks a batch's Enter and Leave events over per-location stacks and updates the
+ * exact per-region sums (load._Events), with the same numbers as the Python walk; `spread`
+ * spreads DMA commands' bytes over a figure's columns (report/dma.py) in one pass.
  *
  * Built by setuptools at install time (setup.py, optional: without it load.py keeps its Python
  * callbacks). It does not link against OTF2: `install` receives the addresses of the
@@ -288,6 +291,9 @@ static PyObject *release(PyObject *self, PyObject *noargs)
  * batch its channel id (new keys the next ids, in order of first occurrence, their keys noted
  * in `by_id`) and each event its sequence number on its side of the channel (counts per side
  * in `n0`, `n1`), exactly as the Python dict of load._Chan does. */
+/* keys hashed this far ahead have their slot fetched into the cache (no change in results) */
+#define PREFETCH 16
+
 static inline uint64_t mix(uint64_t x)
 {
     x ^= x >> 30;
@@ -351,6 +357,8 @@ static PyObject *chan_assign(PyObject *self, PyObject *args)
     }
     const Py_ssize_t mask = pairs - 1;
     for (Py_ssize_t i = 0; i < m; i++) {
+        if (i + PREFETCH < m)  /* the table is far larger than the caches: ask ahead */
+            __builtin_prefetch(&table[mix((uint64_t)keys[i + PREFETCH]) & (uint64_t)mask], 1);
         const int64_t key = keys[i];
         int32_t *slot = slot_of(table, mask, by_id, key);
         int64_t c;
@@ -396,9 +404,224 @@ static PyObject *chan_rehash(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "chan_rehash: table too small");
         return NULL;
     }
-    for (Py_ssize_t c = 0; c < n; c++)  /* keys are distinct: each finds an empty slot */
+    for (Py_ssize_t c = 0; c < n; c++) {  /* keys are distinct: each finds an empty slot */
+        if (c + PREFETCH < n)
+            __builtin_prefetch(&table[mix((uint64_t)by_id[c + PREFETCH]) & (uint64_t)(pairs - 1)],
+                               1);
         *slot_of(table, pairs - 1, by_id, by_id[c]) = (int32_t)(c + 1);
+    }
     release_all(got, 2);
+    Py_RETURN_NONE;
+}
+
+/* `regions` walks the Enter and Leave events of a batch (events lo..hi-1 of the columns kind,
+ * loc, time, ref) one at a time in the reader's order, as load._Events._regions_walk does:
+ * each location's open regions are a stack (depth[x] entries at stack_reg / stack_t
+ * [x * cap ...]: region and Enter time), a Leave closes its region and whatever was left open
+ * inside it (a Leave of a region not open is a stray), and the exact sums (visits,
+ * inclusive, longest, exclusive, outermost per location * n_reg + region; first, last, stray
+ * per location) are updated. state[i] is the innermost open region of event i's location
+ * after it (-1 none), for every event. Returns hi, or the position of an Enter that finds its
+ * stack full (nothing of it done: Python gives the stacks more room and calls again from
+ * there). ValueError, before anything changes, for a location or region out of range. */
+static PyObject *regions(PyObject *self, PyObject *args)
+{
+    enum { KIND, LOC, TIME, REF, DEPTH, SREG, STIME, VISITS, INCL, LONGEST, EXCL, OUTER,
+           FIRST, LAST, STRAY, STATE, N_ARGS };
+    static const Py_ssize_t sizes[N_ARGS] = {1, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8};
+    PyObject *objs[N_ARGS];
+    Py_buffer got[N_ARGS];
+    Py_ssize_t lo, hi, n_reg, cap;
+    (void)self;
+    memset(got, 0, sizeof got);
+    if (!PyArg_ParseTuple(args, "OOOOnnnnOOOOOOOOOOOO", &objs[KIND], &objs[LOC], &objs[TIME],
+                          &objs[REF], &lo, &hi, &n_reg, &cap, &objs[DEPTH], &objs[SREG],
+                          &objs[STIME], &objs[VISITS], &objs[INCL], &objs[LONGEST],
+                          &objs[EXCL], &objs[OUTER], &objs[FIRST], &objs[LAST], &objs[STRAY],
+                          &objs[STATE]))
+        return NULL;
+    for (int k = 0; k < N_ARGS; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return NULL;
+        }
+        if (got[k].itemsize != sizes[k]) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, "regions: an array of the wrong item size");
+            return NULL;
+        }
+    }
+    const uint8_t *kind = got[KIND].buf;
+    const int32_t *loc = got[LOC].buf;
+    const int64_t *time = got[TIME].buf, *ref = got[REF].buf;
+    int64_t *depth = got[DEPTH].buf, *sreg = got[SREG].buf, *stime = got[STIME].buf,
+            *visits = got[VISITS].buf, *incl = got[INCL].buf, *longest = got[LONGEST].buf,
+            *excl = got[EXCL].buf, *outer = got[OUTER].buf, *first = got[FIRST].buf,
+            *last = got[LAST].buf, *stray = got[STRAY].buf, *state = got[STATE].buf;
+    const Py_ssize_t n = got[KIND].len, n_locs = got[DEPTH].len / 8;
+    const char *bad = NULL;
+    if (lo < 0 || hi > n || got[LOC].len / 4 < n || got[TIME].len / 8 < n
+        || got[REF].len / 8 < n || got[STATE].len / 8 < n || cap < 1 || n_reg < 1
+        || got[SREG].len / 8 != n_locs * cap || got[STIME].len / 8 != n_locs * cap
+        || got[VISITS].len / 8 != n_locs * n_reg || got[INCL].len / 8 != n_locs * n_reg
+        || got[LONGEST].len / 8 != n_locs * n_reg || got[EXCL].len / 8 != n_locs * n_reg
+        || got[OUTER].len / 8 != n_locs * n_reg || got[FIRST].len / 8 != n_locs
+        || got[LAST].len / 8 != n_locs || got[STRAY].len / 8 != n_locs)
+        bad = "regions: arrays of the wrong sizes";
+    for (Py_ssize_t i = lo; !bad && i < hi; i++) {
+        if (kind[i] != ENTER && kind[i] != LEAVE)
+            continue;
+        if (loc[i] < 0 || loc[i] >= n_locs)
+            bad = "an Enter or Leave of an undefined location";
+        else if (ref[i] < 0 || ref[i] >= n_reg)
+            bad = "an Enter or Leave of an undefined region";
+    }
+    if (bad) {
+        release_all(got, N_ARGS);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    Py_ssize_t i;
+    for (i = lo; i < hi; i++) {
+        const int32_t x = loc[i];
+        const uint8_t k = kind[i];
+        if (k != ENTER && k != LEAVE) {
+            state[i] = (x >= 0 && x < n_locs && depth[x]) ? sreg[x * cap + depth[x] - 1] : -1;
+            continue;
+        }
+        int64_t d = depth[x];
+        if (k == ENTER && d == cap)
+            break;
+        int64_t *s = sreg + x * cap, *st = stime + x * cap;
+        const int64_t r = ref[i], tq = time[i];
+        if (d)
+            excl[x * n_reg + s[d - 1]] += tq - last[x];
+        else if (first[x] < 0)
+            first[x] = tq;
+        last[x] = tq;
+        if (k == ENTER) {
+            if (!d)
+                outer[x * n_reg + r]++;
+            s[d] = r;
+            st[d] = tq;
+            d++;
+        } else {
+            int64_t j = d - 1, t0 = -1;
+            while (j >= 0 && s[j] != r)
+                j--;
+            if (j >= 0) {  /* closes what was left open inside it too */
+                t0 = st[j];
+                d = j;
+            } else {
+                stray[x]++;
+            }
+            if (t0 >= 0) {
+                const Py_ssize_t c = x * n_reg + r;
+                visits[c]++;
+                incl[c] += tq - t0;
+                if (tq - t0 > longest[c])
+                    longest[c] = tq - t0;
+            }
+        }
+        depth[x] = d;
+        state[i] = d ? s[d - 1] : -1;
+    }
+    release_all(got, N_ARGS);
+    return PyLong_FromSsize_t(i);
+}
+
+/* `spread` adds to out (n_rows x m, row-major) the bytes of each DMA command i spread evenly
+ * over [t0[i], t1[i]] (t1 at least t0 + 1) into the m columns between edges (ascending),
+ * on row[i] (-1: left out), as report/dma.spread_rows does with numpy: the first and last column get their
+ * overlap, the columns between the rate times their width (through a running sum per row,
+ * `step`: n_rows x (m + 1) zeros, a rounding residue below zero counts as none); commands
+ * wholly outside the edges are left out. */
+static Py_ssize_t column(const double *edges, Py_ssize_t m, double t, int right)
+{
+    /* clip(searchsorted(edges, t, side) - 1, 0, m - 1), from a guess on evenly spaced edges */
+    const double lo = edges[0], span = edges[m] - edges[0];
+    Py_ssize_t g = span > 0 ? (Py_ssize_t)((t - lo) / span * (double)m) : 0;
+    if (!(g >= 0))
+        g = 0;
+    if (g > m - 1)
+        g = m - 1;
+    if (right) {
+        while (g > 0 && edges[g] > t)
+            g--;
+        while (g < m - 1 && edges[g + 1] <= t)
+            g++;
+    } else {
+        while (g > 0 && edges[g] >= t)
+            g--;
+        while (g < m - 1 && edges[g + 1] < t)
+            g++;
+    }
+    return g;
+}
+
+static PyObject *spread(PyObject *self, PyObject *args)
+{
+    enum { ROW, T0, T1, NBYTES, EDGES, OUT, STEP, N_ARGS };
+    PyObject *objs[N_ARGS];
+    Py_buffer got[N_ARGS];
+    (void)self;
+    memset(got, 0, sizeof got);
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6]))
+        return NULL;
+    for (int k = 0; k < N_ARGS; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return NULL;
+        }
+        if (got[k].itemsize != 8) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, "spread: int64 rows and float64 arrays");
+            return NULL;
+        }
+    }
+    const int64_t *row = got[ROW].buf;
+    const double *t0 = got[T0].buf, *t1 = got[T1].buf, *nbytes = got[NBYTES].buf,
+                 *edges = got[EDGES].buf;
+    double *out = got[OUT].buf, *step = got[STEP].buf;
+    const Py_ssize_t n = got[ROW].len / 8, m = got[EDGES].len / 8 - 1;
+    const Py_ssize_t n_rows = m > 0 ? got[OUT].len / 8 / m : 0;
+    if (m < 1 || got[T0].len / 8 != n || got[T1].len / 8 != n || got[NBYTES].len / 8 != n
+        || got[OUT].len / 8 != n_rows * m || got[STEP].len / 8 != n_rows * (m + 1)) {
+        release_all(got, N_ARGS);
+        PyErr_SetString(PyExc_ValueError, "spread: arrays of the wrong sizes");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double a0 = t0[i];
+        const double a1 = t1[i] > a0 + 1.0 ? t1[i] : a0 + 1.0;
+        if (!(a1 > edges[0] && a0 < edges[m]) || row[i] < 0)
+            continue;
+        if (row[i] >= n_rows) {
+            release_all(got, N_ARGS);
+            PyErr_SetString(PyExc_ValueError, "spread: a row out of range");
+            return NULL;
+        }
+        const double r = nbytes[i] / (a1 - a0);
+        const Py_ssize_t a = column(edges, m, a0, 1), b = column(edges, m, a1, 0);
+        double *o = out + row[i] * m;
+        const double lo = a0 > edges[a] ? a0 : edges[a];
+        o[a] += r * ((a1 < edges[a + 1] ? a1 : edges[a + 1]) - lo);
+        if (b > a) {
+            o[b] += r * ((a1 < edges[b + 1] ? a1 : edges[b + 1]) - edges[b]);
+            step[row[i] * (m + 1) + a + 1] += r;
+            step[row[i] * (m + 1) + b] -= r;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_rows; k++) {
+        double run = 0;
+        for (Py_ssize_t c = 0; c < m; c++) {
+            run += step[k * (m + 1) + c];
+            const double v = run * (edges[c + 1] - edges[c]);
+            out[k * m + c] += v > 0 ? v : 0;
+        }
+    }
+    release_all(got, N_ARGS);
     Py_RETURN_NONE;
 }
 
@@ -414,6 +637,13 @@ static PyMethodDef methods[] = {
      "sequence numbers of a batch's packed keys (load._Chan)"},
     {"chan_rehash", chan_rehash, METH_VARARGS,
      "chan_rehash(table, by_id): put the keys of channels 0..n-1 into an empty table"},
+    {"regions", regions, METH_VARARGS,
+     "regions(kind, loc, time, ref, lo, hi, n_reg, cap, depth, stack_reg, stack_t, visits, "
+     "inclusive, longest, exclusive, outermost, first, last, stray, state) -> position: the "
+     "Enter/Leave walk of a batch (load._Events)"},
+    {"spread", spread, METH_VARARGS,
+     "spread(row, t0, t1, nbytes, edges, out, step): DMA bytes per row and column "
+     "(report.dma.spread_rows)"},
     {NULL, NULL, 0, NULL},
 };
 

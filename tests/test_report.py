@@ -25,6 +25,7 @@ from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
+from cell_otf2.report import load  # noqa: E402
 from cell_otf2.report.derive import (  # noqa: E402
     Cat,
     base_name,
@@ -567,6 +568,26 @@ def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
     assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)
 
 
+@pytest.mark.skipif(load._evtread is None, reason="cell_otf2._evtread is not built")
+@pytest.mark.parametrize("edges", [np.linspace(-50, 1400, 301),
+                                   np.array([0.0, 3, 3.5, 100, 101, 700, 1000.5]),
+                                   np.array([10.0, 20.0])])
+def test_spread_in_c_and_numpy_agree(edges):
+    from cell_otf2.report.dma import spread, spread_rows
+
+    rng = np.random.default_rng(7)
+    t0 = np.concatenate([rng.integers(-100, 1600, 4000).astype(float), edges,
+                         edges + 0.5, [edges[0] - 5, edges[-1], edges[-1] + 3]])
+    t1 = t0 + np.concatenate([rng.integers(0, 3, 2000), rng.integers(0, 2000, 2000),
+                              rng.integers(0, 40, t0.size - 4000)])
+    b = rng.integers(1, 1 << 14, t0.size).astype(float)
+    row = rng.integers(-1, 5, t0.size)  # -1: left out
+    for c_and_py in ((spread_rows(row, 5, t0, t1, b, edges, compiled=c) for c in (True, False)),
+                     (spread(t0, t1, b, edges, compiled=c) for c in (True, False))):
+        got, want = c_and_py
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+
+
 def test_dma_figures_are_exact_and_against_the_peak(fft_archives, tmp_path):
     from cell_otf2.report import dma, render_report
     from cell_otf2.report.exact import latency_ticks, transfers
@@ -767,3 +788,28 @@ def test_report_of_a_run_with_hundreds_of_locations(tmp_path):
     row = re.search(r"<td>rank 0 \(16 contexts\)</td>(.*?)</tr>", html).group(1)
     cells = re.findall(r"<td>(.*?)</td>", row)
     assert cells[-2] == f"{100 * bw / 25.6e9:.1f}%"
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_pairing_by_channel_and_sequence(gaps):
+    """exact._pair: by place when each channel's sequence numbers are 0, 1, ..., by sort
+    when they are not; both as a lookup of the (chan, seq) key."""
+    from cell_otf2.report.exact import _pair
+    from cell_otf2.report.load import Log
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    chan = rng.integers(0, 40, n)
+    side = rng.integers(0, 2, n)
+    seq = np.zeros(n, np.int64)
+    for s in (0, 1):
+        for c in range(40):
+            at = np.flatnonzero((chan == c) & (side == s))
+            seq[at] = rng.permutation(at.size) * (3 if gaps else 1)
+    log = Log(**{name: np.zeros(n, np.int64) for name in ("kind", "loc", "time", "partner",
+                                                          "ref", "bytes")},
+              chan=chan, seq=seq)
+    a, b = np.flatnonzero(side == 0), np.flatnonzero(side == 1)
+    where = {(chan[j], seq[j]): j for j in b.tolist()}
+    want = [where.get((chan[i], seq[i]), -1) for i in a.tolist()]
+    assert _pair(log, a, b).tolist() == want

@@ -75,8 +75,15 @@ def test_loads_agree_across_paths_and_batch_sizes(hybrid, monkeypatch, max_event
     monkeypatch.setattr(load, "BATCH", 777)  # windows, stacks and channels span batches
     for use_c in ways:
         assert not differences(ref, load.load_archive(hybrid, max_events, compiled=use_c))
-    monkeypatch.setattr(load._Events, "_regions", lambda *_a: None)  # every batch walked
+    monkeypatch.setattr(load, "STACK_ROOM", 1)  # the compiled stacks grow as they fill
     assert not differences(ref, load.load_archive(hybrid, max_events, compiled=ways[-1]))
+    init = load._Events.__init__
+    monkeypatch.setattr(load._Events, "__init__",  # the log grows past the events defined
+                        lambda self, *a, **k: init(self, *a, **{**k, "n_events": 5}))
+    assert not differences(ref, load.load_archive(hybrid, max_events, compiled=ways[-1]))
+    monkeypatch.setattr(load._Events, "__init__", init)
+    monkeypatch.setattr(load._Events, "_regions", lambda *_a: None)  # every batch walked
+    assert not differences(ref, load.load_archive(hybrid, max_events, compiled=False))
 
 
 def write_badly_nested(path) -> None:
@@ -103,6 +110,7 @@ def write_badly_nested(path) -> None:
 def test_regions_that_do_not_nest(tmp_path, monkeypatch, batch, use_c):
     write_badly_nested(tmp_path / "a")
     monkeypatch.setattr(load, "BATCH", batch)
+    monkeypatch.setattr(load, "STACK_ROOM", 1)  # compiled: stacks grown mid-batch
     got = load.load_archive(tmp_path / "a" / "traces.otf2", compiled=use_c)
     e = got.exact
     assert e.visits.tolist() == [[1, 0, 0], [0, 1, 0]]

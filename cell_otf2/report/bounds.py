@@ -73,7 +73,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     cb = fig.colorbar(coll, ax=ax, pad=0.01, fraction=0.04)
     cb.set_label(f"bound width [ticks]  (1 tick = {units.seconds(1 / hz)})")
     ax.set_xlim(0, span * scale)
-    style.label_rows(ax, loaded, np.asarray(rows, np.int64))
+    style.row_marks(bars, style.label_rows(ax, loaded, np.asarray(rows, np.int64)))
     ax.set_xlabel(f"time since the trace start [{unit}]")
     flat = np.concatenate(all_w) if all_w else np.zeros(0)
     head = (f"worst {units.ticks(float(flat.max()), hz)}, "
@@ -96,7 +96,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
     bars.tick_params(axis="y", labelleft=False)
     bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.07), ncol=2, fontsize=8,
                 frameon=False)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return len(rows), placed
 
 

@@ -51,10 +51,9 @@ def rows(loaded: Loaded) -> list[dict]:
     share = np.divide(cat, running[:, None], out=np.zeros_like(cat),
                       where=running[:, None] > 0)
     x = transfers(loaded)
-    into = np.zeros(loaded.n_locs)
-    out = np.zeros(loaded.n_locs)
-    np.add.at(into, x["dst"][x["dst"] >= 0], x["bytes"][x["dst"] >= 0].astype(float))
-    np.add.at(out, x["src"][x["src"] >= 0], x["bytes"][x["src"] >= 0].astype(float))
+    nbytes = x["bytes"].astype(float)
+    into, out = (np.bincount(x[end][x[end] >= 0], weights=nbytes[x[end] >= 0],
+                             minlength=loaded.n_locs) for end in ("dst", "src"))
     outer = loaded.exact.outermost[spes][:, : len(loaded.region_names)]
     program = np.argmax(outer, axis=1)  # the region entered with nothing open: its program
     has_program = outer.max(axis=1, initial=0) > 0

@@ -17,31 +17,44 @@ from .derive import SHOWN_CATS, spe_locations
 from .exact import category_ticks, transfers
 from .load import Loaded
 
+try:  # the column spreading in C (setup.py), else numpy
+    from .. import _evtread
+except ImportError:
+    _evtread = None
+
 COLUMNS = 300
 PEAK = 25.6e9  # bytes per second: one MFC (8 bytes per cycle at 3.2 GHz), and the XDR memory
 
 
-def spread(t0: np.ndarray, t1: np.ndarray, nbytes: np.ndarray, edges: np.ndarray
-           ) -> np.ndarray:
+def spread(t0: np.ndarray, t1: np.ndarray, nbytes: np.ndarray, edges: np.ndarray,
+           compiled: bool | None = None) -> np.ndarray:
     """Bytes per column between ``edges`` when each command moves its bytes evenly over
     [t0, t1] (at least one tick wide); bytes outside the edges are left out."""
     t0 = np.asarray(t0, np.float64)
-    return spread_rows(np.zeros(t0.size, np.int64), 1, t0, t1, nbytes, edges)[0]
+    return spread_rows(np.zeros(t0.size, np.int64), 1, t0, t1, nbytes, edges, compiled)[0]
 
 
 def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
-                nbytes: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """``spread`` for commands each on its ``row``: (n_rows, columns) bytes. Each command adds
-    its rate times its overlap to the columns it covers (first and last column partly, those
-    between wholly, through a running sum along the row): no sort, O(commands)."""
+                nbytes: np.ndarray, edges: np.ndarray, compiled: bool | None = None
+                ) -> np.ndarray:
+    """``spread`` for commands each on its ``row`` (-1: left out): (n_rows, columns) bytes.
+    Each command adds its rate times its overlap to the columns it covers (first and last
+    column partly, those between wholly, through a running sum along the row): no sort,
+    O(commands). In one pass in C (``_evtread.spread``) where built, unless ``compiled`` is
+    False."""
     edges = np.asarray(edges, np.float64)
     m = edges.size - 1
     out = np.zeros(n_rows * m)
+    if (_evtread is not None if compiled is None else compiled) and m >= 1:
+        f8 = [np.ascontiguousarray(v, np.float64) for v in (t0, t1, nbytes)]
+        _evtread.spread(np.ascontiguousarray(row, np.int64), *f8,
+                        np.ascontiguousarray(edges), out, np.zeros(n_rows * (m + 1)))
+        return out.reshape(n_rows, m)
     t0 = np.asarray(t0, np.float64)
     t1 = np.maximum(np.asarray(t1, np.float64), t0 + 1.0)
     r = np.asarray(nbytes, np.float64) / (t1 - t0)
     row = np.asarray(row, np.int64)
-    keep = (t1 > edges[0]) & (t0 < edges[-1])
+    keep = (t1 > edges[0]) & (t0 < edges[-1]) & (row >= 0)
     if m < 1 or not keep.any():
         return out.reshape(n_rows, max(m, 0))
     if not keep.all():
@@ -80,14 +93,13 @@ def per_spe(loaded: Loaded) -> dict[str, np.ndarray]:
     grid = np.zeros((spes.size, COLUMNS))
     into, out = np.zeros(spes.size), np.zeros(spes.size)
     for end, total in (("dst", into), ("src", out)):
-        r = row_of[x[end]]
-        ok = np.flatnonzero(r >= 0)
-        total += np.bincount(r[ok], weights=nbytes[ok], minlength=spes.size)
-        grid += spread_rows(r[ok], spes.size, t0[ok], t1[ok], nbytes[ok], edges)
+        r = row_of[x[end]]  # -1: not an SPE row, left out
+        total += np.bincount(r + 1, weights=nbytes, minlength=spes.size + 1)[1:]
+        grid += spread_rows(r, spes.size, t0, t1, nbytes, edges)
     running = (category_ticks(loaded)[spes][:, list(SHOWN_CATS)].sum(axis=1)
                / loaded.timer_resolution) if spes.size else np.zeros(0)
     return {"spes": spes, "into": into, "out": out, "running": running, "grid": grid,
-            "edges": edges, "xfer": x}
+            "edges": edges, "xfer": x, "t0": t0, "t1": t1, "bytes": nbytes}
 
 
 def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
@@ -112,7 +124,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     cb = fig.colorbar(im, cax=fig.add_axes((0.69, 0.36, 0.012, 0.54)))
     cb.set_label(f"GB/s in + out (top: the busiest column, {units.percent(top / PEAK)} of "
                  "the 25.6 GB/s peak)", fontsize=8)
-    style.label_rows(ax, loaded, spes)
+    style.row_marks(bars, style.label_rows(ax, loaded, spes))  # bars shares the y axis
     ax.tick_params(axis="x", labelbottom=False)
     is_row = np.zeros(loaded.n_locs + 1, bool)  # the last entry: location -1
     is_row[spes] = True
@@ -121,12 +133,9 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     ax.set_title(f"DMA bandwidth per SPE context ({units.count(int(with_spe.sum()))} commands,"
                  f" {units.nbytes(total)}; exact, every command of the archive)", fontsize=10)
     # aggregate over all SPEs, each command spread over issue..completion
-    done = np.where(x["t_done"] >= 0, x["t_done"], x["t_issue"])
     fine = loaded.global_offset + np.linspace(0, max(loaded.trace_length, 1), 4 * COLUMNS + 1)
-    sel = with_spe
-    agg_rate = (spread(x["t_issue"][sel] - loaded.global_offset,
-                       done[sel] - loaded.global_offset, x["bytes"][sel],
-                       fine - loaded.global_offset) / ((fine[1] - fine[0]) / hz))
+    agg_rate = (spread_rows(np.where(with_spe, 0, -1), 1, d["t0"], d["t1"], d["bytes"],
+                            fine - loaded.global_offset)[0] / ((fine[1] - fine[0]) / hz))
     tx = (fine[:-1] - loaded.global_offset) / hz * scale
     agg.fill_between(tx, agg_rate / 1e9, step="post", color="#1f77b4", alpha=0.6, lw=0)
     chips = max(loaded.chips, 1)
@@ -162,5 +171,5 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                 fontsize=8, frameon=False)
     share = float(mean_spe.mean()) / PEAK if spes.size else 0.0
     bars.set_title(f"per SPE: mean {units.percent(share)} of the peak", fontsize=9, pad=48)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return int(spes.size), int(with_spe.sum())

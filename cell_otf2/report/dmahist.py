@@ -116,5 +116,5 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
     n_spe = int((loaded.loc_class == LocClass.SPE).sum())
     fig.suptitle(f"DMA commands of {n_spe} SPE contexts (exact: every command of the "
                  "archive)", fontsize=11)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return 2, int(x.size)

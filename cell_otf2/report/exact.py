@@ -7,14 +7,35 @@ Pairing is by the (channel, sequence) keys ``load`` assigns; numpy only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from .derive import SHOWN_CATS, Cat, region_category
 from .load import CommClass, K, Loaded, LocClass, Log
 
-#: one DMA command: data from src to dst, issued at t_issue by issuer, completed at t_done
-XFER = np.dtype([("issuer", "<i4"), ("src", "<i4"), ("dst", "<i4"), ("t_issue", "<i8"),
-                 ("t_done", "<i8"), ("bytes", "<i8")])
+
+@dataclass
+class Xfer:
+    """DMA commands, one array per column: data from ``src`` to ``dst`` (location refs, int32),
+    issued at ``t_issue`` by ``issuer``, completed at ``t_done`` (-1 never), ``bytes`` (int64
+    ticks and bytes); ``xfer["src"]`` reads a column."""
+
+    issuer: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    t_issue: np.ndarray
+    t_done: np.ndarray
+    bytes: np.ndarray
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+    @property
+    def size(self) -> int:
+        return int(self.issuer.size)
+
+
 #: one MPI point-to-point message
 MESSAGE = np.dtype([("src", "<i4"), ("dst", "<i4"), ("t_send", "<i8"), ("t_recv", "<i8"),
                     ("bytes", "<i8")])
@@ -32,15 +53,27 @@ def category_ticks(loaded: Loaded) -> np.ndarray:
 
 def _pair(log: Log, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """For each row index in ``a``, the index in ``b``'s rows with the same (chan, seq), -1.
-    A (chan, seq) key occurs at most once per side (``load`` numbers each side apart)."""
+    A (chan, seq) key occurs at most once per side (``load`` numbers each side apart): when
+    ``b``'s sequence numbers of each channel are 0, 1, ... (``load`` numbers every event of
+    a channel), a key's place is its channel's start plus its sequence number, no sort."""
     out = np.full(a.size, -1, np.int64)
     if a.size == 0 or b.size == 0:
         return out
     chan, seq = log["chan"], log["seq"]
-    sa, sb = seq[a], seq[b]
+    ca, sa, cb, sb = chan[a], seq[a], chan[b], seq[b]
+    if min(int(ca.min()), int(cb.min()), int(sa.min()), int(sb.min())) >= 0:
+        n_chan = int(max(ca.max(), cb.max())) + 1
+        count = np.bincount(cb, minlength=n_chan)
+        if (sb < count[cb]).all():
+            start = np.cumsum(count) - count
+            place = np.full(b.size, -1, np.int64)
+            place[start[cb] + sb] = b
+            ok = np.flatnonzero(sa < count[ca])
+            out[ok] = place[start[ca[ok]] + sa[ok]]
+            return out
     m = int(max(sa.max(), sb.max())) + 1
-    ka = chan[a] * m + sa
-    kb = chan[b] * m + sb
+    ka = ca * m + sa
+    kb = cb * m + sb
     order = np.argsort(kb)
     kb = kb[order]
     at = np.minimum(np.searchsorted(kb, ka), kb.size - 1)
@@ -49,44 +82,43 @@ def _pair(log: Log, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def transfers(loaded: Loaded) -> np.ndarray:
-    """XFER rows, one per DMA command of the archive (t_done -1 when never completed). Worked
-    out once per ``Loaded`` (kept in its ``extra``: three figures and the table use it); the
-    rows are shared, not to be changed."""
+def transfers(loaded: Loaded) -> Xfer:
+    """One row per DMA command of the archive (t_done -1 when never completed). Worked out
+    once per ``Loaded`` (kept in its ``extra``: three figures and the table use it); the
+    columns are shared, not to be changed."""
     cached = loaded.extra.get("transfers")
     if cached is not None:
         return cached
     log = loaded.exact.log
-    kind = log["kind"]
+    kind, time, loc_of = log["kind"], log["time"], log["loc"]
     issue = np.flatnonzero((kind == K.GET) | (kind == K.PUT))
     done = _pair(log, issue, np.flatnonzero(kind == K.RMA_DONE))
     get = kind[issue] == K.GET
-    loc, partner = log["loc"][issue], log["partner"][issue]
-    rma = np.empty(issue.size, XFER)
-    rma["issuer"] = loc
-    rma["src"] = np.where(get, partner, loc)
-    rma["dst"] = np.where(get, loc, partner)
-    rma["t_issue"], rma["bytes"] = log["time"][issue], log["bytes"][issue]
-    rma["t_done"] = np.where(done >= 0, log["time"][np.maximum(done, 0)], -1)
+    loc, partner = loc_of[issue], log["partner"][issue]
+    rma = Xfer(issuer=loc, src=np.where(get, partner, loc), dst=np.where(get, loc, partner),
+               t_issue=time[issue], t_done=np.where(done >= 0, time[np.maximum(done, 0)], -1),
+               bytes=log["bytes"][issue])
     dma = np.flatnonzero(loaded.comm_class == CommClass.DMA)
     msgs = np.flatnonzero((kind == K.SEND) | (kind == K.RECV))
     on_dma = msgs[np.isin(log["ref"][msgs], dma)] if dma.size else msgs[:0]
     send = on_dma[kind[on_dma] == K.SEND]
-    recv = _pair(log, send, on_dma[kind[on_dma] == K.RECV])
-    msg = np.zeros(send.size, XFER)
-    msg["src"], msg["t_issue"] = log["loc"][send], log["time"][send]
-    msg["dst"] = np.where(recv >= 0, log["loc"][np.maximum(recv, 0)], log["partner"][send])
-    msg["t_done"] = np.where(recv >= 0, log["time"][np.maximum(recv, 0)], -1)
-    msg["bytes"] = log["bytes"][send]
-    # the SPE that issued the command: the receiver of a get, the sender of a put
-    spe_dst = loaded.loc_class[np.maximum(msg["dst"], 0)] == LocClass.SPE
-    msg["issuer"] = np.where(spe_dst & (msg["dst"] >= 0), msg["dst"], msg["src"])
-    out = np.concatenate([rma, msg]) if msg.size else rma
+    out = rma
+    if send.size:
+        recv = _pair(log, send, on_dma[kind[on_dma] == K.RECV])
+        src = loc_of[send]
+        dst = np.where(recv >= 0, loc_of[np.maximum(recv, 0)], log["partner"][send])
+        # the SPE that issued the command: the receiver of a get, the sender of a put
+        spe_dst = loaded.loc_class[np.maximum(dst, 0)] == LocClass.SPE
+        msg = Xfer(issuer=np.where(spe_dst & (dst >= 0), dst, src), src=src, dst=dst,
+                   t_issue=time[send], t_done=np.where(recv >= 0, time[np.maximum(recv, 0)], -1),
+                   bytes=log["bytes"][send])
+        out = Xfer(**{f.name: np.concatenate([rma[f.name], msg[f.name]])
+                      for f in fields(Xfer)})
     loaded.extra["transfers"] = out
     return out
 
 
-def latency_ticks(xfer: np.ndarray) -> np.ndarray:
+def latency_ticks(xfer: Xfer) -> np.ndarray:
     """Issue to completion of the completed commands, in ticks."""
     done = xfer["t_done"] >= 0
     return (xfer["t_done"][done] - xfer["t_issue"][done]).astype(np.float64)

@@ -101,12 +101,6 @@ class Log:
     def size(self) -> int:
         return int(self.kind.size)
 
-    @classmethod
-    def join(cls, parts: dict[str, list[np.ndarray]]) -> Log:
-        """The columns' pieces (batch by batch) joined; empty columns of LOG_ROW's types."""
-        return cls(**{name: np.concatenate(parts.get(name) or [np.zeros(0, LOG_ROW[name])])
-                      .astype(LOG_ROW[name], copy=False) for name in LOG_ROW.names})
-
 
 @dataclass
 class Exact:
@@ -264,7 +258,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
     use_c = _use_compiled() if compiled is None else compiled
     ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
-                 logged_comm, use_c)
+                 logged_comm, use_c, n_events=total)
     try:
         _read_events(reader, locs, _otf2, ev.batch, use_c,
                      None if progress is None else lambda: progress(ev.i, total))
@@ -301,7 +295,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         exclusive=ev.exclusive.astype(np.float64).reshape(shape),
         first=ev.first_t, last=ev.last_t,
         outermost=ev.outermost.reshape(shape),
-        unclosed=np.array([len(x) for x in ev.stacks], np.int64),
+        unclosed=ev.unclosed(),
         stray_leaves=ev.stray,
         log=ev.log_table())
     if progress is not None:
@@ -385,6 +379,8 @@ RAW_COLUMNS = (("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("ref", "<i8"),
                ("peer", "<i8"), ("nbytes", "<u8"), ("match", "<u8"))
 #: events per ReadEvents call
 BATCH = 65536
+#: open regions per location the compiled stacks hold at first (doubled when one is full)
+STACK_ROOM = 16
 _ALL_ONES = (1 << 64) - 1  # -1 as the Python callbacks' uint64
 
 
@@ -583,17 +579,18 @@ class _Chan:
                          ) -> tuple[np.ndarray, np.ndarray] | None:
         m = packed.size
         need = self.count + m
+        # grown fourfold: each growth copies the arrays (and refills the table) once more
         if need > self.by_id.size:
-            self.by_id = np.concatenate([self.by_id, np.zeros(max(need, self.by_id.size),
+            self.by_id = np.concatenate([self.by_id, np.zeros(max(need, 3 * self.by_id.size),
                                                               np.int64)])
         if need > self.n[0].size:
-            grow = max(need, 2 * self.n[0].size)
+            grow = max(need, 4 * self.n[0].size)
             self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
         if need >= 1 << 31:  # beyond the table's int32 ids
             self._to_dict()
             return None
         if 2 * need > self.table.size:  # at most half full
-            size = max(2 * self.table.size, 1 << (2 * need - 1).bit_length())
+            size = max(4 * self.table.size, 1 << (2 * need - 1).bit_length())
             self.table = np.zeros(size, np.int32)
             _evtread.chan_rehash(self.table, self.by_id[: self.count])
         c = np.empty(m, np.int64)
@@ -674,7 +671,7 @@ class _Events:
 
     def __init__(self, n_locs: int, n_reg: int, starts: np.ndarray, ends: np.ndarray,
                  n_kept: int, comm_members: dict, win_members: dict, logged_comm: set,
-                 compiled: bool = False) -> None:
+                 compiled: bool = False, n_events: int = 0) -> None:
         self.n_locs, self.n_reg = n_locs, n_reg
         self.starts, self.ends = starts.tolist(), ends.tolist()
         self.kept = np.zeros(n_kept, EVENT_ROW)
@@ -683,6 +680,13 @@ class _Events:
         self.counts = np.zeros(len(K) + 1, np.int64)
         self.stacks: list[list[int]] = [[] for _ in range(n_locs)]
         self.entered: list[list[int]] = [[] for _ in range(n_locs)]  # Enter time per open
+        # compiled: the stacks as arrays (``_evtread.regions``) instead of the lists
+        self.compiled = compiled and _evtread is not None
+        self.depth = np.zeros(n_locs, np.int64)
+        self.cap = STACK_ROOM
+        self.stack_reg = np.zeros(n_locs * self.cap, np.int64)
+        self.stack_t = np.zeros(n_locs * self.cap, np.int64)
+        self.state_buf = np.zeros(0, np.int64)
         size = n_locs * n_reg
         self.visits = np.zeros(size, np.int64)
         self.inclusive = np.zeros(size, np.int64)
@@ -692,7 +696,10 @@ class _Events:
         self.first_t = np.full(n_locs, -1, np.int64)
         self.last_t = np.full(n_locs, -1, np.int64)
         self.stray = np.zeros(n_locs, np.int64)
-        self.logs: dict[str, list[np.ndarray]] = {name: [] for name in LOG_ROW.names}
+        # the log's columns, room for every event (pages never written are never mapped in):
+        # filled in place, no pieces to join at the end
+        self.logs = {name: np.empty(n_events, LOG_ROW[name]) for name in LOG_ROW.names}
+        self.n_log = 0
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
                                1 << 32), compiled)
@@ -706,7 +713,7 @@ class _Events:
         self.logged[[r for r in logged_comm if r >= 0]] = True
 
     def log_table(self) -> Log:
-        return Log.join(self.logs)
+        return Log(**{name: col[: self.n_log] for name, col in self.logs.items()})
 
     def batch(self, kind, loc, t, ref, peer, nbytes, match) -> None:
         n = int(kind.size)
@@ -715,7 +722,6 @@ class _Events:
         i0 = self.i
         self.i = i0 + n
         self.counts += np.bincount(kind, minlength=self.counts.size)[: self.counts.size]
-        loc = loc.astype(np.int64)
         # sample windows of this batch, and the windows that start in it
         w = None
         snaps = []
@@ -727,6 +733,62 @@ class _Events:
                 w[lo - i0: hi - i0] = k
                 if s >= i0:
                     snaps.append((k, s - i0))
+        if self.compiled:
+            state_at = self._regions_compiled(kind, loc, t, ref, snaps)
+        else:
+            state_at = self._regions_batch(kind, loc, t, ref, snaps)
+        self._pair_and_keep(kind, loc, t, ref, peer, nbytes, match, w, state_at)
+
+    def _regions_compiled(self, kind, loc, t, ref, snaps) -> Callable:
+        """The batch's Enter and Leave events walked in C (``_evtread.regions``): the states
+        before the windows that start in it noted, the innermost open region after each event
+        returned (as ``state_at``)."""
+        n = kind.size
+        if self.state_buf.size < n:
+            self.state_buf = np.empty(max(n, BATCH), np.int64)
+        state = self.state_buf
+        pos = 0
+        for k, p in [*snaps, (None, n)]:
+            while pos < p:
+                pos = _evtread.regions(
+                    kind, loc, t, ref, pos, p, self.n_reg, self.cap, self.depth,
+                    self.stack_reg, self.stack_t, self.visits, self.inclusive, self.longest,
+                    self.exclusive, self.outermost, self.first_t, self.last_t, self.stray,
+                    state)
+                if pos < p:  # an Enter beyond the stacks' room
+                    self._grow_stacks()
+            if k is not None:
+                self.state_before[k] = self.tops()
+
+        def state_at(_locs: np.ndarray, pos: np.ndarray) -> np.ndarray:
+            return state[pos]
+        return state_at
+
+    def _grow_stacks(self) -> None:
+        cap = self.cap * 2
+        for name in ("stack_reg", "stack_t"):
+            grown = np.zeros((self.n_locs, cap), np.int64)
+            grown[:, : self.cap] = getattr(self, name).reshape(self.n_locs, self.cap)
+            setattr(self, name, grown.ravel())
+        self.cap = cap
+
+    def tops(self) -> np.ndarray:
+        """The innermost open region of every location (compiled stacks), -1 none."""
+        d = self.depth
+        at = np.arange(self.n_locs, dtype=np.int64) * self.cap + np.maximum(d - 1, 0)
+        return np.where(d > 0, self.stack_reg[at], -1)
+
+    def unclosed(self) -> np.ndarray:
+        if self.compiled:
+            return self.depth.copy()
+        return np.array([len(x) for x in self.stacks], np.int64)
+
+    def _regions_batch(self, kind, loc, t, ref, snaps) -> Callable:
+        """The batch's Enter and Leave events worked on as arrays per location (or walked one
+        at a time when they do not nest): the states before the windows that start in it
+        noted, ``state_at(locs, pos)`` returned."""
+        n = kind.size
+        loc = loc.astype(np.int64)
         # Enter and Leave: per location, in order
         top0 = np.array([s[-1] if s else -1 for s in self.stacks], np.int64)
         el = np.flatnonzero((kind == K.ENTER) | (kind == K.LEAVE))
@@ -752,6 +814,12 @@ class _Events:
         every = np.arange(self.n_locs, dtype=np.int64)
         for k, p in snaps:
             self.state_before[k] = state_at(every, np.full(self.n_locs, p - 1, np.int64))
+        return state_at
+
+    def _pair_and_keep(self, kind, loc, t, ref, peer, nbytes, match, w, state_at) -> None:
+        """The batch's messages and RMA events paired and logged, its kept rows written."""
+        n = kind.size
+        loc = loc.astype(np.int64)
         # messages and RMA: partners, pairing, log
         other = np.full(n, -1, np.int64)
         chan = np.full(n, -1, np.int64)
@@ -777,9 +845,14 @@ class _Events:
             logged[rma] = True
         lg = np.flatnonzero(logged)
         if lg.size:
+            a, b = self.n_log, self.n_log + lg.size
+            if b > self.logs["kind"].size:  # more events than the definitions said
+                self.logs = {name: np.concatenate([col[:a], np.empty(max(b, 2 * a), col.dtype)])
+                             for name, col in self.logs.items()}
             for name, col in (("kind", kind), ("loc", loc), ("time", t), ("partner", other),
                               ("ref", ref), ("bytes", nbytes), ("chan", chan), ("seq", seq)):
-                self.logs[name].append(col[lg].astype(LOG_ROW[name], copy=False))
+                self.logs[name][a:b] = col[lg]
+            self.n_log = b
         # kept rows
         if w is None:
             return

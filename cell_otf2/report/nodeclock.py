@@ -154,7 +154,7 @@ def draw(loaded: Loaded, report: dict | None, path: Path) -> tuple[int, int] | s
                  f"(relative){extra}", fontsize=10)
     fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.07, hspace=0.45,
                         wspace=0.22)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return len(shown), placed
 
 

@@ -98,8 +98,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
               edgecolor="#999999" if color == "#ffffff" else color, lw=0.4,
               label=f"{label} ({units.percent(overall)})")
         left += share[:, j]
-    ax.set_yticks(y)
-    ax.set_yticklabels(names, fontsize=style.label_size(len(names)))
+    style.row_labels(ax, y, names, style.label_size(len(names)))
     ax.set_ylim(max(len(names), 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the thread's time, first to last event [%]")
@@ -118,8 +117,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
             right.text(total[i] * scale, i, f"  {units.count(r['calls'])} calls, mean "
                        f"{units.seconds(r['mean'] / hz)}, max {units.seconds(r['longest'] / hz)}",
                        va="center", fontsize=7)
-        right.set_yticks(yy)
-        right.set_yticklabels([r["region"] for r in regions], fontsize=8)
+        style.row_labels(right, yy, [r["region"] for r in regions], 8)
         right.set_ylim(len(regions) - 0.5, -0.5)
         right.set_xlim(0, float(total.max()) * scale * 1.9)
         right.set_xlabel(f"total time in the call over all ranks [{unit}]")
@@ -131,5 +129,5 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
     else:
         right.axis("off")
         right.text(0.5, 0.5, "no MPI call in the archive", ha="center", va="center")
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return len(names), calls

@@ -84,8 +84,7 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
     style.shade_gaps(ax, axis)
     ax.set_xlim(0, axis.columns)
     ax.set_ylim(n_rows - 0.5, -0.5)
-    ax.set_yticks(np.arange(n_rows))
-    ax.set_yticklabels(labels, fontsize=style.label_size(n_rows))
+    style.row_labels(ax, np.arange(n_rows), labels, style.label_size(n_rows))
     style.set_time_ticks(ax, loaded, axis)
     order = style.row_order(loaded)
     first_of_row = np.full(n_rows, -1, np.int64)
@@ -109,7 +108,7 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
     ax.legend(handles=legend + handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=8, frameon=False, title="regions (most time first) and lines",
               title_fontsize=9)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     return n_rows, int(loaded.events.size)
 
 

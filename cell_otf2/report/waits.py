@@ -55,8 +55,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     for i in range(n):
         ax.text(101, y[i], units.seconds(running[i] / loaded.timer_resolution),
                 va="center", fontsize=min(8, style.label_size(n)))
-    ax.set_yticks(y)
-    ax.set_yticklabels(names, fontsize=style.label_size(n))
+    style.row_labels(ax, y, names, style.label_size(n))
     ax.set_ylim(max(n, 1) - 0.5, -0.5)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the context's running time [%]  (right: running time"
@@ -65,7 +64,7 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                  f"exact, from all {loaded.total_events:,} events", fontsize=11, pad=28)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(SHOWN), fontsize=9,
               frameon=False)
-    fig.savefig(path, dpi=style.DPI)
+    style.save(fig, path)
     e = loaded.events
     events = int((np.isin(e["loc"], spes) & np.isin(e["kind"], (K.ENTER, K.LEAVE))).sum())
     return n, events
