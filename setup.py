@@ -15,5 +15,6 @@ setup(ext_modules=[Extension("cell_otf2._evtwrite", ["cell_otf2/_evtwrite.c"],
                              optional=True),
                    Extension("cell_otf2._evtread", ["cell_otf2/_evtread.c"],
                              optional=True),
+                   # no fused multiply-add: record times must round as numpy's do
                    Extension("cell_otf2._syncloops", ["cell_otf2/_syncloops.c"],
-                             optional=True)])
+                             extra_compile_args=["-ffp-contract=off"], optional=True)])

@@ -130,6 +130,69 @@ done:
     return result;
 }
 
+typedef struct {
+    long long violations, clamped, unbounded, lost;
+    Py_ssize_t first_unbounded, first_lost;
+} Settled;
+
+/* The core of `settle` and `place`: n records' times from their reference times `x` and
+ * whether they read a clock `h`; `first` is scratch of n int64. */
+static Settled settle_core(Py_ssize_t n, const double *x, const unsigned char *h,
+                           unsigned char *r, Py_ssize_t item, Py_ssize_t time_off,
+                           unsigned char *u, int64_t *first)
+{
+    const int64_t LOW = -((int64_t)1 << 62), HIGH = (int64_t)1 << 62;
+    const double TOP = 9223372036854775808.0; /* 2^63 */
+    Settled out = {0, 0, 0, 0, -1, -1};
+    /* backwards: the least time at or after each record */
+    int64_t least = HIGH;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        double v = x[i];
+        if (h[i] && !isnan(v) && !(v < 0.0 || v >= TOP)) {
+            int64_t t = (int64_t)nearbyint(v);
+            if (t < least)
+                least = t;
+        }
+        first[i] = least;
+    }
+    int64_t run = LOW;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = x[i];
+        int has_clock = h[i] != 0;
+        int is_unbounded = has_clock && isnan(v);
+        int outside = has_clock && !is_unbounded && (v < 0.0 || v >= TOP);
+        int ok = !is_unbounded && !outside;
+        int timed = ok && has_clock;
+        int64_t seg = timed ? (int64_t)nearbyint(v) : LOW;
+        if (seg > run)
+            run = seg;
+        if (timed && seg < run)
+            out.violations++;
+        if (ok && !has_clock)
+            out.clamped++;
+        int64_t t = run < 0 ? first[i] : run;
+        ok = ok && t < HIGH;
+        memcpy(r + i * item + time_off, ok ? &t : &seg, 8);
+        u[i] = (unsigned char)ok;
+        if (is_unbounded) {
+            if (out.first_unbounded < 0)
+                out.first_unbounded = i;
+            out.unbounded++;
+        } else if (!ok) {
+            if (out.first_lost < 0)
+                out.first_lost = i;
+            out.lost++;
+        }
+    }
+    return out;
+}
+
+static PyObject *settled_tuple(Settled s)
+{
+    return Py_BuildValue("LLLnLn", s.violations, s.clamped, s.unbounded, s.first_unbounded,
+                         s.lost, s.first_lost);
+}
+
 /* settle(ref, has, rec, itemsize, time_off, usable)
  * -> (violations, clamped, unbounded, first_unbounded, lost, first_lost):
  * one location's records (rows of `rec`), with `ref` their reference times (double, NaN when
@@ -153,66 +216,144 @@ static PyObject *settle(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "settle: bad sizes");
         goto done;
     }
-    const double *x = (const double *)ref.buf;
-    const unsigned char *h = (const unsigned char *)has.buf;
-    unsigned char *r = (unsigned char *)rec.buf;
-    unsigned char *u = (unsigned char *)usable.buf;
-    const int64_t LOW = -((int64_t)1 << 62), HIGH = (int64_t)1 << 62;
-    const double TOP = 9223372036854775808.0; /* 2^63 */
     first = (int64_t *)PyMem_Malloc((n > 0 ? n : 1) * sizeof(int64_t));
     if (first == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    /* backwards: the least time at or after each record */
-    int64_t least = HIGH;
-    for (Py_ssize_t i = n - 1; i >= 0; i--) {
-        double v = x[i];
-        if (h[i] && !isnan(v) && !(v < 0.0 || v >= TOP)) {
-            int64_t t = (int64_t)nearbyint(v);
-            if (t < least)
-                least = t;
-        }
-        first[i] = least;
-    }
-    long long violations = 0, clamped = 0, unbounded = 0, lost = 0;
-    Py_ssize_t first_unbounded = -1, first_lost = -1;
-    int64_t run = LOW;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double v = x[i];
-        int has_clock = h[i] != 0;
-        int is_unbounded = has_clock && isnan(v);
-        int outside = has_clock && !is_unbounded && (v < 0.0 || v >= TOP);
-        int ok = !is_unbounded && !outside;
-        int timed = ok && has_clock;
-        int64_t seg = timed ? (int64_t)nearbyint(v) : LOW;
-        if (seg > run)
-            run = seg;
-        if (timed && seg < run)
-            violations++;
-        if (ok && !has_clock)
-            clamped++;
-        int64_t t = run < 0 ? first[i] : run;
-        ok = ok && t < HIGH;
-        memcpy(r + i * item + time_off, ok ? &t : &seg, 8);
-        u[i] = (unsigned char)ok;
-        if (is_unbounded) {
-            if (first_unbounded < 0)
-                first_unbounded = i;
-            unbounded++;
-        } else if (!ok) {
-            if (first_lost < 0)
-                first_lost = i;
-            lost++;
-        }
-    }
-    result = Py_BuildValue("LLLnLn", violations, clamped, unbounded, first_unbounded, lost,
-                           first_lost);
+    result = settled_tuple(settle_core(n, (const double *)ref.buf,
+                                       (const unsigned char *)has.buf,
+                                       (unsigned char *)rec.buf, item, time_off,
+                                       (unsigned char *)usable.buf, first));
 done:
     PyMem_Free(first);
     PyBuffer_Release(&ref);
     PyBuffer_Release(&has);
     PyBuffer_Release(&rec);
+    PyBuffer_Release(&usable);
+    return result;
+}
+
+/* place(rec, itemsize, domain_off, local_off, time_off, dom_offset, dom_node, kind, offset,
+ *       rate, knot_start, knots_node, knots_ref, usable) -> as settle:
+ * one location's records given their reference times first: a record with domain d >= 0
+ * reads node time dom_offset[d + 1] + local on node dom_node[d + 1], which that node's map
+ * turns into reference time: kind 0 offset + rate * t, kind 1 the piecewise-linear map of
+ * its knots (knot_start[node] .. knot_start[node + 1], at least two; the end pieces extend
+ * beyond them) as kr[k] + (t - kn[k]) * ((kr[k+1] - kr[k]) / (kn[k+1] - kn[k])) with k the
+ * last knot <= t (clipped to the pieces), exactly as model.NodeMap and
+ * nodefit.PiecewiseMap compute it; then settle. The caller checks that every node of a
+ * domain has a map. */
+static PyObject *place(PyObject *self, PyObject *args)
+{
+    Py_buffer rec, dom_offset, dom_node, kind, offset, rate, knot_start, kn_buf, kr_buf, usable;
+    Py_ssize_t item, dom_off, local_off, time_off;
+    if (!PyArg_ParseTuple(args, "w*nnnny*y*y*y*y*y*y*y*w*", &rec, &item, &dom_off, &local_off,
+                          &time_off, &dom_offset, &dom_node, &kind, &offset, &rate,
+                          &knot_start, &kn_buf, &kr_buf, &usable))
+        return NULL;
+    PyObject *result = NULL;
+    double *ref = NULL;
+    unsigned char *has = NULL;
+    int64_t *first = NULL;
+    Py_ssize_t n = usable.len;
+    Py_ssize_t n_dom = dom_offset.len / (Py_ssize_t)sizeof(double);
+    Py_ssize_t n_nodes = kind.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t n_knots = kn_buf.len / (Py_ssize_t)sizeof(double);
+    if (item <= 0 || dom_off < 0 || dom_off + 4 > item || local_off < 0 || local_off + 8 > item
+        || time_off < 0 || time_off + 8 > item || rec.len < n * item
+        || dom_node.len != n_dom * (Py_ssize_t)sizeof(int64_t)
+        || offset.len != n_nodes * (Py_ssize_t)sizeof(double)
+        || rate.len != n_nodes * (Py_ssize_t)sizeof(double)
+        || knot_start.len != (n_nodes + 1) * (Py_ssize_t)sizeof(int64_t)
+        || kr_buf.len != kn_buf.len) {
+        PyErr_SetString(PyExc_ValueError, "place: bad sizes");
+        goto done;
+    }
+    const double *doff = (const double *)dom_offset.buf;
+    const int64_t *dnode = (const int64_t *)dom_node.buf;
+    const int64_t *kinds = (const int64_t *)kind.buf;
+    const double *off = (const double *)offset.buf;
+    const double *rt = (const double *)rate.buf;
+    const int64_t *ks = (const int64_t *)knot_start.buf;
+    const double *kn = (const double *)kn_buf.buf;
+    const double *kr = (const double *)kr_buf.buf;
+    for (Py_ssize_t q = 0; q < n_nodes; q++) {
+        if (kinds[q] == 1 && (ks[q] < 0 || ks[q + 1] > n_knots || ks[q + 1] - ks[q] < 2)) {
+            PyErr_SetString(PyExc_ValueError, "place: bad knots");
+            goto done;
+        }
+    }
+    ref = (double *)PyMem_Malloc((n > 0 ? n : 1) * sizeof(double));
+    has = (unsigned char *)PyMem_Malloc(n > 0 ? n : 1);
+    first = (int64_t *)PyMem_Malloc((n > 0 ? n : 1) * sizeof(int64_t));
+    if (ref == NULL || has == NULL || first == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    unsigned char *r = (unsigned char *)rec.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t d = (int64_t)i32(r + i * item + dom_off) + 1;
+        if (d < 0 || d >= n_dom) {
+            PyErr_Format(PyExc_IndexError, "place: domain %lld of record %zd out of range",
+                         (long long)d - 1, i);
+            goto done;
+        }
+        has[i] = d > 0;
+        ref[i] = NAN;
+        if (!has[i])
+            continue;
+        int64_t q = dnode[d];
+        if (q < 0 || q >= n_nodes || kinds[q] < 0) {
+            PyErr_Format(PyExc_ValueError, "place: record %zd is on node %lld without a map",
+                         i, (long long)q);
+            goto done;
+        }
+        double t = doff[d] + (double)i64(r + i * item + local_off);
+        if (kinds[q] == 0) {
+            double p = rt[q] * t;
+            ref[i] = off[q] + p;
+        } else {
+            const double *a = kn + ks[q], *b = kr + ks[q];
+            Py_ssize_t m = (Py_ssize_t)(ks[q + 1] - ks[q]);
+            /* searchsorted(a, t, side="right") - 1, clipped to 0 .. m - 2; NaN sorts last */
+            Py_ssize_t lo = 0, hi = m;
+            if (isnan(t)) {
+                lo = m;
+            } else {
+                while (lo < hi) {
+                    Py_ssize_t mid = (lo + hi) / 2;
+                    if (a[mid] <= t) /* false for a NaN knot: it sorts last */
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+            }
+            Py_ssize_t k = lo - 1;
+            if (k < 0)
+                k = 0;
+            if (k > m - 2)
+                k = m - 2;
+            double slope = (b[k + 1] - b[k]) / (a[k + 1] - a[k]);
+            double p = (t - a[k]) * slope;
+            ref[i] = b[k] + p;
+        }
+    }
+    result = settled_tuple(settle_core(n, ref, has, r, item, time_off,
+                                       (unsigned char *)usable.buf, first));
+done:
+    PyMem_Free(ref);
+    PyMem_Free(has);
+    PyMem_Free(first);
+    PyBuffer_Release(&rec);
+    PyBuffer_Release(&dom_offset);
+    PyBuffer_Release(&dom_node);
+    PyBuffer_Release(&kind);
+    PyBuffer_Release(&offset);
+    PyBuffer_Release(&rate);
+    PyBuffer_Release(&knot_start);
+    PyBuffer_Release(&kn_buf);
+    PyBuffer_Release(&kr_buf);
     PyBuffer_Release(&usable);
     return result;
 }
@@ -223,6 +364,10 @@ static PyMethodDef methods[] = {
      "anc_itemsize, anc_domain_off, anc_local_off): order.py's two block constraints"},
     {"settle", settle, METH_VARARGS,
      "settle(ref, has, rec, itemsize, time_off, usable): one location's record times"},
+    {"place", place, METH_VARARGS,
+     "place(rec, itemsize, domain_off, local_off, time_off, dom_offset, dom_node, kind, "
+     "offset, rate, knot_start, knots_node, knots_ref, usable): one location's record "
+     "times from their clocks"},
     {NULL, NULL, 0, NULL},
 };
 

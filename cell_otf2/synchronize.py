@@ -12,7 +12,7 @@ from .damage import DamageKind, DamageLog
 from .intervals import MOD
 from .model import Constraints, Decoded, DomainKind, LinkKind, NodeMap, SyncResult
 from .solver import pair_width_stats, solve
-from .syncloops import settle
+from .syncloops import NodeMaps, place
 
 
 def start_time_maps(dec: Decoded) -> list[NodeMap]:
@@ -269,14 +269,6 @@ def pair_table(dec: Decoded, result: SyncResult, max_domains: int | None = None)
     return out
 
 
-def _nodes(node: np.ndarray) -> list[int]:
-    """The distinct values of ``node``, ascending; without sorting when there is one (a
-    location's records sit on one node)."""
-    if node.size and node.min() == node.max():
-        return [int(node[0])]
-    return np.unique(node).tolist()
-
-
 def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     """Fill ``dec.records['time']`` (reference ticks) and ``result.usable``.
 
@@ -285,7 +277,8 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     rec = dec.records
     # offset and node per domain; index 0 stands for "no domain" (-1): NaN, no node
     dom_offset = np.concatenate([[np.nan], result.offset])
-    dom_node = np.concatenate([[-1], dec.domains["node"]])
+    dom_node = np.concatenate([[-1], dec.domains["node"]]).astype(np.int64)
+    maps = NodeMaps(result.node_maps)
     usable = np.zeros(rec.size, dtype=bool)
     unbounded_n = lost_n = clamped = violations = 0
     unbounded_first = lost_first = -1
@@ -293,17 +286,8 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     for s, e in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
         if s == e:
             continue
-        part = rec[s:e]
-        dom = part["domain"].astype(np.int64) + 1
-        has = dom > 0
-        node_t = dom_offset[dom] + part["local"]  # NaN without a domain or an offset
-        node = dom_node[dom]
-        ref_t = np.full(e - s, np.nan)
-        for i in _nodes(node[has]):
-            sel = node == i
-            ref_t[sel] = result.node_maps[i].to_reference(node_t[sel])
-        v, c, n_unbounded, at_unbounded, n_lost, at_lost = settle(ref_t, has, part,
-                                                                   usable[s:e])
+        v, c, n_unbounded, at_unbounded, n_lost, at_lost = place(
+            rec[s:e], dom_offset, dom_node, maps, usable[s:e])
         violations += v
         clamped += c
         if n_unbounded:

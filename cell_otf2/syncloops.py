@@ -1,9 +1,10 @@
 """The per-record loops of ordering and synchronization: ``block_pairs`` finds the block
-constraints of ``order.build_constraints``, ``settle`` gives one location's records their
-times for ``synchronize.apply_times``; both through the compiled helper
-``cell_otf2/_syncloops.c`` where it is built (setup.py, optional) and the tables have the
-expected layout, else through numpy, with the same result either way
-(``tests/test_syncloops.py``). It decides no constraint's soundness and solves nothing."""
+constraints of ``order.build_constraints``, ``place`` gives one location's records their
+times for ``synchronize.apply_times`` (their node's clock map, then ``settle``); all through
+the compiled helper ``cell_otf2/_syncloops.c`` where it is built (setup.py, optional) and
+the tables and maps have the expected layout, else through numpy, with the same result
+either way (``tests/test_syncloops.py``). It decides no constraint's soundness and solves
+nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 
 import numpy as np
 
-from .model import ANCHOR_DTYPE, RECORD_DTYPE
+from .model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
 
 try:
     from . import _syncloops
@@ -120,3 +121,69 @@ def settle(ref_t: np.ndarray, has: np.ndarray, part: np.ndarray, usable: np.ndar
     n_unbounded, n_lost = int(unbounded.sum()), int(lost.sum())
     return (violations, clamped, n_unbounded, int(np.argmax(unbounded)) if n_unbounded else -1,
             n_lost, int(np.argmax(lost)) if n_lost else -1)
+
+
+class NodeMaps:
+    """The node clock maps of a run as ``place`` takes them: per node a kind (-1 none, 0
+    ``NodeMap``'s straight line, 1 a piecewise-linear map, a class with ``piecewise_linear``
+    set, ``nodefit.fit.PiecewiseMap``), offset and rate, and the knots. ``compiled`` is
+    False when a map is of another kind (``place`` then takes the numpy path)."""
+
+    def __init__(self, node_maps: list) -> None:
+        self.maps = node_maps
+        n = len(node_maps)
+        self.kind = np.full(n, -1, dtype=np.int64)
+        self.offset = np.zeros(n)
+        self.rate = np.zeros(n)
+        self.knot_start = np.zeros(n + 1, dtype=np.int64)
+        knots_node, knots_ref = [], []
+        self.compiled = COMPILED
+        for i, m in enumerate(node_maps):
+            if m is None:
+                pass
+            elif type(m).to_reference is NodeMap.to_reference:
+                self.kind[i] = 0
+                self.offset[i], self.rate[i] = float(m.offset), float(m.rate)
+            elif getattr(type(m), "piecewise_linear", False) and m.knots_node.size >= 2:
+                self.kind[i] = 1
+                knots_node.append(np.asarray(m.knots_node, dtype=np.float64))
+                knots_ref.append(np.asarray(m.knots_ref, dtype=np.float64))
+            else:
+                self.compiled = False
+            self.knot_start[i + 1] = self.knot_start[i] + (
+                knots_node[-1].size if self.kind[i] == 1 else 0)
+        self.knots_node = np.concatenate(knots_node) if knots_node else np.zeros(0)
+        self.knots_ref = np.concatenate(knots_ref) if knots_ref else np.zeros(0)
+
+
+def _nodes(node: np.ndarray) -> list[int]:
+    """The distinct values of ``node``, ascending; without sorting when there is one (a
+    location's records sit on one node)."""
+    if node.size and node.min() == node.max():
+        return [int(node[0])]
+    return np.unique(node).tolist()
+
+
+def place(part: np.ndarray, dom_offset: np.ndarray, dom_node: np.ndarray, maps: NodeMaps,
+          usable: np.ndarray) -> tuple[int, int, int, int, int, int]:
+    """One location's records (``part``, RECORD_DTYPE rows) their times: a record of domain
+    d reads node time ``dom_offset[d + 1] + local`` on node ``dom_node[d + 1]`` (index 0:
+    no domain, NaN and -1), which its node's map turns into reference ticks; then ``settle``
+    (same return value). ``dom_node`` int64; every node a domain of ``part`` names must
+    have a map."""
+    if (maps.compiled and _compiled_layout(part) and usable.dtype == np.bool_
+            and usable.flags.c_contiguous and len(usable) == len(part)
+            and dom_offset.dtype == np.float64 and dom_node.dtype == np.int64):
+        return _syncloops.place(part, RECORD_DTYPE.itemsize, _offset(RECORD_DTYPE, "domain"),
+                                _offset(RECORD_DTYPE, "local"), _offset(RECORD_DTYPE, "time"),
+                                dom_offset, dom_node, maps.kind, maps.offset, maps.rate,
+                                maps.knot_start, maps.knots_node, maps.knots_ref, usable)
+    dom = part["domain"].astype(np.int64) + 1
+    has = dom > 0
+    node_t = dom_offset[dom] + part["local"]  # NaN without a domain or an offset
+    node = dom_node[dom]
+    ref_t = np.full(len(part), np.nan)
+    for i in _nodes(node[has]):
+        sel = node == i
+        ref_t[sel] = maps.maps[i].to_reference(node_t[sel])
+    return settle(ref_t, has, part, usable)

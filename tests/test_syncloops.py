@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cell_otf2 import syncloops
-from cell_otf2.model import ANCHOR_DTYPE, RECORD_DTYPE
+from cell_otf2.model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
+from cell_otf2.nodefit.fit import PiecewiseMap
 
 BUILT = pytest.mark.skipif(syncloops._syncloops is None,
                            reason="cell_otf2._syncloops is not built (pip install -e . with a "
@@ -21,10 +22,13 @@ BUILT = pytest.mark.skipif(syncloops._syncloops is None,
 
 
 def both(monkeypatch, fn):
+    """``fn()`` through the compiled loops, then through numpy; the switch as it was after."""
+    was = syncloops.COMPILED
     out = []
     for compiled in (True, False):
         monkeypatch.setattr(syncloops, "COMPILED", compiled)
         out.append(fn())
+    monkeypatch.setattr(syncloops, "COMPILED", was)
     return out
 
 
@@ -122,6 +126,62 @@ def test_settle_gives_times_that_never_decrease():
     assert part["time"].tolist()[:5] == [3, 5, 5, 8, 8]
     assert usable.tolist() == [True, True, True, True, True, False, True]
     assert counts == (1, 1, 0, -1, 1, 5)
+
+
+def node_maps(rng: np.random.Generator, n_nodes: int) -> list:
+    maps: list = []
+    for i in range(n_nodes):
+        if i == 0:
+            maps.append(NodeMap(0.0, 1.0, 0.0, "reference"))
+        elif rng.random() < 0.4:
+            maps.append(NodeMap(float(rng.uniform(-1e9, 1e9)), float(rng.uniform(0.999, 1.001)),
+                                None, "start-times"))
+        else:
+            k = int(rng.integers(2, 9))
+            kn = np.sort(rng.uniform(-1e12, 1e13, k))
+            kr = np.cumsum(np.diff(kn, prepend=0.0) * rng.uniform(0.999, 1.001, k)) \
+                + rng.uniform(-1e6, 1e6)
+            maps.append(PiecewiseMap(0.0, 1.0, None, "fit", knots_node=kn, knots_ref=kr))
+    return maps
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), n_nodes=st.integers(1, 4))
+def test_place_agrees_with_numpy(monkeypatch_module, seed, n, n_nodes):
+    """Records of any domain (none, or on any node with a straight or piecewise map, locals
+    beyond every knot), offsets NaN for unbounded domains: the same times and counts."""
+    rng = np.random.default_rng(seed)
+    n_dom = int(rng.integers(1, 8))
+    dom_offset = np.concatenate([[np.nan], rng.uniform(-1e10, 1e10, n_dom)])
+    dom_offset[1:][rng.random(n_dom) < 0.2] = np.nan
+    dom_node = np.concatenate([[-1], rng.integers(0, n_nodes, n_dom)]).astype(np.int64)
+    maps = node_maps(rng, n_nodes)
+    part = np.zeros(n, RECORD_DTYPE)
+    part["domain"] = rng.integers(-1, n_dom, n)
+    part["local"] = rng.choice(np.array([0, 10**12, 5 * 10**12, 2 * 10**13, -(10**13)]), n) \
+        + rng.integers(0, 10**9, n)
+
+    def run():
+        rows = part.copy()
+        usable = np.zeros(n, bool)
+        counts = syncloops.place(rows, dom_offset, dom_node, syncloops.NodeMaps(maps), usable)
+        return rows.tobytes(), usable.tobytes(), counts
+
+    compiled, numpy = both(monkeypatch_module, run)
+    assert compiled == numpy
+
+
+@BUILT
+def test_place_uses_the_compiled_loop_for_both_kinds_of_map():
+    maps = node_maps(np.random.default_rng(1), 6)
+    assert syncloops.NodeMaps(maps).compiled
+    assert sorted(set(syncloops.NodeMaps(maps).kind.tolist())) == [0, 1]
+
+    class Other(NodeMap):
+        def to_reference(self, x):
+            return np.asarray(x, dtype=np.float64)
+
+    assert not syncloops.NodeMaps([*maps, Other(0.0, 1.0, None, "x")]).compiled
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from .program import Program, cells, hull, objective_windows, piece_of, shift_bo
 @dataclass
 class PiecewiseMap(NodeMap):
     """A continuous piecewise-linear map; ``offset``/``rate`` are those at the run's midpoint."""
+
+    #: ``syncloops.place`` computes ``to_reference`` in C from the knots
+    piecewise_linear: ClassVar[bool] = True
 
     knots_node: np.ndarray = field(default_factory=lambda: np.zeros(0))
     knots_ref: np.ndarray = field(default_factory=lambda: np.zeros(0))
