@@ -14,6 +14,7 @@ import numpy as np
 from .. import format as fmt
 from ..damage import DamageKind, DamageLog
 from ..model import Decoded, DmaStyle, Ev, MsgKind
+from .kernels import RecordBits
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
 P = fmt.PpeCode
@@ -37,6 +38,14 @@ _SPANS = (
     (S.SIGNAL_READ_BEGIN, S.SIGNAL_READ_END, "spu_read_signal"),
     (S.TAG_WAIT_BEGIN, S.TAG_WAIT_END, "mfc_read_tag_status"),
 )
+#: event parameters taken from the record's fields when the table is built: b, the low and
+#: high 32 bits of c, and a DMA's tag | opcode << 8 | list elements << 16 (model.Ev)
+_ALL = (1 << 64) - 1
+_B = RecordBits(("b", 0, _ALL, 0))
+_C_LOW = RecordBits(("c", 0, 0xFFFFFFFF, 0))
+_C_HIGH = RecordBits(("c", 32, _ALL, 0))
+_DMA_PACKED = RecordBits(("d", 0, 0xFF, 0), ("a", 0, _ALL, 8), ("d", 8, 0xFFFF, 16))
+
 # point records written as zero-length regions
 _POINTS = (
     (P.CTX_CREATE, "spe_context_create"),
@@ -176,7 +185,7 @@ def counters(ev: EventTable, ledger: RecordLedger, metric_ref: dict[int, int]) -
         ref = lookup_refs(metric_ref, rec["a"][i].astype(np.int64))
         undefined(i[ref < 0], "counter id")
         i, ref = i[ref >= 0], ref[ref >= 0]
-        ev.own(i, 0, Ev.METRIC, ref, p1=lambda rows: rows["b"])
+        ev.own(i, 0, Ev.METRIC, ref, p1=_B)
         written[i] = True
 
 
@@ -303,18 +312,10 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
         if rma_id_offset is not None:
             match_id = match_id + np.asarray(rma_id_offset, np.uint64)[rank_of(i)]
         # what only depends on the DMA record is taken from it when the table is built
-        u8, low32 = np.uint64(8), np.uint64(0xFFFFFFFF)
-
-        def packed(rows):  # tag | opcode << 8 | list elements << 16 (model.Ev)
-            d_ = rows["d"]
-            return ((d_ & np.uint64(0xFF)) | (rows["a"].astype(np.uint64) << u8)
-                    | (((d_ >> u8) & np.uint64(0xFFFF)) << np.uint64(16)))
-
         for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
             k = i[getput]
-            ev.own(k, 0, typ, window, p1=d["target"][getput],
-                   p2=lambda rows: rows["c"] & low32, p3=match_id[getput], p4=packed,
-                   p5=lambda rows: rows["b"], p6=lambda rows: rows["c"] >> np.uint64(32))
+            ev.own(k, 0, typ, window, p1=d["target"][getput], p2=_C_LOW, p3=match_id[getput],
+                   p4=_DMA_PACKED, p5=_B, p6=_C_HIGH)
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, window,
                p3=match_id[has_c])

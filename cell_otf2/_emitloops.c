@@ -1,0 +1,399 @@
+/* Per-event loops of emit in C (issue 18): `count` and `place` lay the own events out by
+ * counting (events per record, then a running fill per record), `fill_own` writes the packed
+ * rows of one event part into a piece of the table (every byte of each row: location, type,
+ * ref, time and seq from its record, parameters from arrays, scalars or bits of its record's
+ * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
+ * do not balance and nest (one stack walk per location). No Python call per event.
+ *
+ * Built by setuptools at install time (setup.py, optional: without a C compiler
+ * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline int64_t load_index(const void *buf, Py_ssize_t j, int wide)
+{
+    return wide ? ((const int64_t *)buf)[j] : (int64_t)((const int32_t *)buf)[j];
+}
+
+static inline uint64_t load_int(const unsigned char *p, Py_ssize_t size, int sign)
+{
+    switch (size) {
+    case 1: { uint8_t x; memcpy(&x, p, 1); return sign ? (uint64_t)(int64_t)(int8_t)x : x; }
+    case 2: { uint16_t x; memcpy(&x, p, 2); return sign ? (uint64_t)(int64_t)(int16_t)x : x; }
+    case 4: { uint32_t x; memcpy(&x, p, 4); return sign ? (uint64_t)(int64_t)(int32_t)x : x; }
+    default: { uint64_t x; memcpy(&x, p, 8); return x; }
+    }
+}
+
+/* count(counts, rec, wide): counts[rec[j]] += 1 for every j (int32 counts; rec int32 or,
+ * with `wide`, int64). */
+static PyObject *count(PyObject *self, PyObject *args)
+{
+    Py_buffer counts, rec;
+    int wide;
+    if (!PyArg_ParseTuple(args, "w*y*p", &counts, &rec, &wide))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = rec.len / (wide ? 8 : 4), m = counts.len / 4;
+    int32_t *c = counts.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = load_index(rec.buf, j, wide);
+        if (r < 0 || r >= m) { PyErr_SetString(PyExc_IndexError, "count: record out of range"); goto done; }
+    }
+    for (Py_ssize_t j = 0; j < n; j++)
+        c[load_index(rec.buf, j, wide)] += 1;
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&rec);
+    return result;
+}
+
+/* place(base, base_wide, fill, rec, pos, wide): pos[j] = base[r] + fill[r]; fill[r] += 1 with
+ * r = rec[j], in order (fill int32; base int32 or int64; rec and pos int32 or int64). */
+static PyObject *place(PyObject *self, PyObject *args)
+{
+    Py_buffer base, fill, rec, pos;
+    int base_wide, wide;
+    if (!PyArg_ParseTuple(args, "y*pw*y*w*p", &base, &base_wide, &fill, &rec, &pos, &wide))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = rec.len / (wide ? 8 : 4), m = fill.len / 4;
+    Py_ssize_t nb = base.len / (base_wide ? 8 : 4);
+    int32_t *f = fill.buf;
+    if (pos.len != rec.len || nb < m) {
+        PyErr_SetString(PyExc_ValueError, "place: lengths differ");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = load_index(rec.buf, j, wide);
+        if (r < 0 || r >= m) { PyErr_SetString(PyExc_IndexError, "place: record out of range"); goto done; }
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = load_index(rec.buf, j, wide);
+        int64_t p = load_index(base.buf, r, base_wide) + f[r];
+        f[r] += 1;
+        if (wide) ((int64_t *)pos.buf)[j] = p;
+        else ((int32_t *)pos.buf)[j] = (int32_t)p;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&base);
+    PyBuffer_Release(&fill);
+    PyBuffer_Release(&rec);
+    PyBuffer_Release(&pos);
+    return result;
+}
+
+/* A column of event values: zero, one value for all, an integer array (1, 2, 4 or 8 bytes,
+ * signed or not: widened as numpy casts to uint64), or bits of the record's fields. */
+enum { COL_ZERO = 0, COL_SCALAR = 1, COL_ARRAY = 2, COL_BITS = 3 };
+
+typedef struct {
+    int mode;
+    uint64_t value;
+    Py_buffer buf;
+    Py_ssize_t size;
+    int sign;
+    Py_ssize_t n_terms;
+} Column;
+
+/* (mode, obj, itemsize, signed) -> Column; returns 0 on error (exception set). */
+static int parse_column(PyObject *spec, Column *col, Py_ssize_t n, Py_ssize_t rec_item)
+{
+    PyObject *obj;
+    int mode, sign;
+    Py_ssize_t size;
+    col->mode = COL_ZERO;
+    col->buf.obj = NULL;
+    if (!PyArg_ParseTuple(spec, "iOni", &mode, &obj, &size, &sign))
+        return 0;
+    col->size = size;
+    col->sign = sign;
+    if (mode == COL_ZERO)
+        return 1;
+    if (mode == COL_SCALAR) {
+        col->value = PyLong_AsUnsignedLongLongMask(obj);
+        if (col->value == (uint64_t)-1 && PyErr_Occurred())
+            return 0;
+        col->mode = COL_SCALAR;
+        return 1;
+    }
+    if (mode != COL_ARRAY && mode != COL_BITS) {
+        PyErr_SetString(PyExc_ValueError, "fill_own: bad column mode");
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, &col->buf, PyBUF_C_CONTIGUOUS) < 0) {
+        col->buf.obj = NULL;
+        return 0;
+    }
+    col->mode = mode;
+    if (mode == COL_ARRAY) {
+        if ((size != 1 && size != 2 && size != 4 && size != 8) || col->buf.len < n * size) {
+            PyErr_SetString(PyExc_ValueError, "fill_own: column too short");
+            return 0;
+        }
+        return 1;
+    }
+    col->n_terms = col->buf.len / (Py_ssize_t)(4 * sizeof(int64_t));
+    const int64_t *t = col->buf.buf;
+    for (Py_ssize_t k = 0; k < col->n_terms; k++)
+        if (t[4 * k] < 0 || t[4 * k] + 8 > rec_item || t[4 * k + 1] < 0 || t[4 * k + 1] > 63
+            || t[4 * k + 3] < 0 || t[4 * k + 3] > 63) {
+            PyErr_SetString(PyExc_ValueError, "fill_own: bad record bits");
+            return 0;
+        }
+    return 1;
+}
+
+static inline uint64_t column_value(const Column *col, Py_ssize_t j, const unsigned char *row)
+{
+    switch (col->mode) {
+    case COL_SCALAR: return col->value;
+    case COL_ARRAY: return load_int((const unsigned char *)col->buf.buf + j * col->size, col->size, col->sign);
+    case COL_BITS: {
+        const int64_t *t = col->buf.buf;
+        uint64_t v = 0;
+        for (Py_ssize_t k = 0; k < col->n_terms; k++, t += 4) {
+            uint64_t x;
+            memcpy(&x, row + t[0], 8);
+            v |= ((x >> t[1]) & (uint64_t)t[2]) << t[3];
+        }
+        return v;
+    }
+    default: return 0;
+    }
+}
+
+#define N_COLS 7 /* ref, p1 .. p6 */
+
+/* fill_own(e, e_item, layout, recs, rec_item, rec, pos, wide, own_lo, f_ins, typ, offset,
+ * cols): for every event j of a part, the row at pos[j] - own_lo + (foreign events inserted
+ * at or before pos[j]: f_ins, ascending) of `e` gets location and time of record rec[j]
+ * (`layout`: the offsets of the event fields loc, type, ref, time, seq, p1 .. p6, then of the
+ * record fields loc and time), type `typ`, seq 8 * rec[j] + offset, and ref, p1 .. p6 from
+ * `cols` (seven (mode, obj, itemsize, signed)). pos ascending. */
+static PyObject *fill_own(PyObject *self, PyObject *args)
+{
+    Py_buffer e, layout, recs, rec, pos, fins;
+    Py_ssize_t e_item, rec_item;
+    int wide, typ, offset;
+    long long own_lo;
+    PyObject *cols;
+    if (!PyArg_ParseTuple(args, "w*ny*y*ny*y*pLy*iiO!", &e, &e_item, &layout, &recs, &rec_item,
+                          &rec, &pos, &wide, &own_lo, &fins, &typ, &offset, &PyTuple_Type, &cols))
+        return NULL;
+    PyObject *result = NULL;
+    Column col[N_COLS];
+    int parsed = 0;
+    Py_ssize_t n = rec.len / (wide ? 8 : 4), nf = fins.len / 8;
+    Py_ssize_t n_rows = e_item > 0 ? e.len / e_item : 0;
+    Py_ssize_t n_recs = rec_item > 0 ? recs.len / rec_item : 0;
+    const int64_t *lay = layout.buf, *fi = fins.buf;
+    for (int k = 0; k < N_COLS; k++) {
+        col[k].mode = COL_ZERO;
+        col[k].buf.obj = NULL;
+    }
+    if (layout.len != 13 * 8 || pos.len != rec.len || PyTuple_GET_SIZE(cols) != N_COLS) {
+        PyErr_SetString(PyExc_ValueError, "fill_own: bad arguments");
+        goto done;
+    }
+    for (int k = 0; k < 11; k++)
+        if (lay[k] < 0 || lay[k] + (k == 1 ? 1 : k == 0 || k == 2 ? 4 : 8) > e_item) {
+            PyErr_SetString(PyExc_ValueError, "fill_own: bad layout");
+            goto done;
+        }
+    if (lay[11] < 0 || lay[11] + 4 > rec_item || lay[12] < 0 || lay[12] + 8 > rec_item) {
+        PyErr_SetString(PyExc_ValueError, "fill_own: bad record layout");
+        goto done;
+    }
+    for (; parsed < N_COLS; parsed++)
+        if (!parse_column(PyTuple_GET_ITEM(cols, parsed), &col[parsed], n, rec_item))
+            goto done;
+    {
+        Py_ssize_t f = 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t r = load_index(rec.buf, j, wide), p = load_index(pos.buf, j, wide);
+            while (f < nf && fi[f] <= p) f++;
+            int64_t row = p - own_lo + f;
+            if (r < 0 || r >= n_recs || row < 0 || row >= n_rows) {
+                PyErr_SetString(PyExc_IndexError, "fill_own: event out of range");
+                goto done;
+            }
+        }
+    }
+    {
+        const unsigned char *rb = recs.buf;
+        unsigned char *eb = e.buf;
+        Py_ssize_t f = 0;
+        uint8_t t8 = (uint8_t)typ;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t r = load_index(rec.buf, j, wide), p = load_index(pos.buf, j, wide);
+            while (f < nf && fi[f] <= p) f++;
+            unsigned char *d = eb + (p - own_lo + f) * e_item;
+            const unsigned char *s = rb + r * rec_item;
+            uint64_t seq = (uint64_t)r * 8u + (uint64_t)offset;
+            uint32_t ref = (uint32_t)column_value(&col[0], j, s);
+            memcpy(d + lay[0], s + lay[11], 4);
+            memcpy(d + lay[1], &t8, 1);
+            memcpy(d + lay[2], &ref, 4);
+            memcpy(d + lay[3], s + lay[12], 8);
+            memcpy(d + lay[4], &seq, 8);
+            for (int k = 1; k < N_COLS; k++) {
+                uint64_t v = column_value(&col[k], j, s);
+                memcpy(d + lay[4 + k], &v, 8);
+            }
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (int k = 0; k < N_COLS; k++)
+        if (col[k].buf.obj != NULL)
+            PyBuffer_Release(&col[k].buf);
+    PyBuffer_Release(&e);
+    PyBuffer_Release(&layout);
+    PyBuffer_Release(&recs);
+    PyBuffer_Release(&rec);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&fins);
+    return result;
+}
+
+/* region_codes(code, pos, wide, ref, sign): code[pos[j]] = sign * (ref[j] + 1) (int32 codes;
+ * `ref` a column as in fill_own, whose values the caller keeps below 2^31 - 1). */
+static PyObject *region_codes(PyObject *self, PyObject *args)
+{
+    Py_buffer code, pos;
+    int wide, sign;
+    PyObject *spec;
+    if (!PyArg_ParseTuple(args, "w*y*pOi", &code, &pos, &wide, &spec, &sign))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = pos.len / (wide ? 8 : 4), m = code.len / 4;
+    Column col;
+    if (!parse_column(spec, &col, n, 0) || col.mode == COL_BITS) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "region_codes: bad ref");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t p = load_index(pos.buf, j, wide);
+        if (p < 0 || p >= m) { PyErr_SetString(PyExc_IndexError, "region_codes: out of range"); goto done; }
+    }
+    for (Py_ssize_t j = 0; j < n; j++)
+        ((int32_t *)code.buf)[load_index(pos.buf, j, wide)] =
+            sign * (int32_t)((int64_t)column_value(&col, j, NULL) + 1);
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    if (col.buf.obj != NULL)
+        PyBuffer_Release(&col.buf);
+    PyBuffer_Release(&code);
+    PyBuffer_Release(&pos);
+    return result;
+}
+
+/* region_walk(code, own_start, f_code, f_insert, f_start, flags): per location L, its own
+ * events (codes code[own_start[L]:own_start[L + 1]]) merged with its foreign events (f_code
+ * [f_start[L]:f_start[L + 1]], each before the own position f_insert[k]) in final order; a
+ * code > 0 enters region code - 1, < 0 leaves region -code - 1, 0 is another event.
+ * flags[L] = 1 when a Leave is not of the innermost open region (or none is open) or a region
+ * is left open at the end. int64 but the codes (int32) and flags (uint8). */
+static PyObject *region_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer code, own_start, f_code, f_insert, f_start, flags;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &code, &own_start, &f_code, &f_insert,
+                          &f_start, &flags))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n_loc = flags.len, n_code = code.len / 4, nf = f_code.len / 4;
+    const int32_t *c = code.buf, *fc = f_code.buf;
+    const int64_t *os = own_start.buf, *fins = f_insert.buf, *fs = f_start.buf;
+    uint8_t *out = flags.buf;
+    int32_t *stack = NULL;
+    Py_ssize_t cap = 0;
+    if (own_start.len != (n_loc + 1) * 8 || f_start.len != (n_loc + 1) * 8
+        || f_insert.len != nf * 8) {
+        PyErr_SetString(PyExc_ValueError, "region_walk: lengths differ");
+        goto done;
+    }
+    for (Py_ssize_t L = 0; L < n_loc; L++)
+        if (os[L] < 0 || os[L] > os[L + 1] || os[L + 1] > n_code || fs[L] < 0 || fs[L] > fs[L + 1]
+            || fs[L + 1] > nf) {
+            PyErr_SetString(PyExc_IndexError, "region_walk: bad ranges");
+            goto done;
+        }
+    for (Py_ssize_t L = 0; L < n_loc; L++) {
+        Py_ssize_t need = (os[L + 1] - os[L]) + (fs[L + 1] - fs[L]);
+        if (need > cap) {
+            free(stack);
+            cap = need;
+            stack = malloc((size_t)cap * sizeof(int32_t));
+            if (stack == NULL) { PyErr_NoMemory(); goto done; }
+        }
+        Py_ssize_t depth = 0, k = fs[L];
+        int bad = 0;
+        for (int64_t p = os[L]; p <= os[L + 1] && !bad; p++) {
+            for (; k < fs[L + 1] && (p == os[L + 1] || fins[k] <= p) && !bad; k++) {
+                int32_t v = fc[k];
+                if (v > 0) stack[depth++] = v;
+                else if (v < 0) {
+                    if (depth == 0 || stack[depth - 1] != -v) bad = 1;
+                    else depth--;
+                }
+            }
+            if (p == os[L + 1] || bad)
+                break;
+            int32_t v = c[p];
+            if (v > 0) stack[depth++] = v;
+            else if (v < 0) {
+                if (depth == 0 || stack[depth - 1] != -v) bad = 1;
+                else depth--;
+            }
+        }
+        out[L] = (uint8_t)(bad || depth != 0);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(stack);
+    PyBuffer_Release(&code);
+    PyBuffer_Release(&own_start);
+    PyBuffer_Release(&f_code);
+    PyBuffer_Release(&f_insert);
+    PyBuffer_Release(&f_start);
+    PyBuffer_Release(&flags);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"count", count, METH_VARARGS, "count(counts, rec, wide): own events per record"},
+    {"place", place, METH_VARARGS,
+     "place(base, base_wide, fill, rec, pos, wide): own positions by a running fill per record"},
+    {"fill_own", fill_own, METH_VARARGS,
+     "fill_own(e, e_item, layout, recs, rec_item, rec, pos, wide, own_lo, f_ins, typ, offset, "
+     "cols): the rows of one part's events in a piece of the table"},
+    {"region_codes", region_codes, METH_VARARGS,
+     "region_codes(code, pos, wide, ref, sign): Enter (+) / Leave (-) region codes by position"},
+    {"region_walk", region_walk, METH_VARARGS,
+     "region_walk(code, own_start, f_code, f_insert, f_start, flags): locations whose Enter "
+     "and Leave do not balance and nest"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_emitloops",
+    "Per-event loops of emit (cell_otf2/emit/kernels.py binds them).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__emitloops(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,222 @@
+"""The per-event loops of the event table: ``count_events`` and ``place_events`` lay own events
+out by counting, ``fill_part`` writes the packed rows of one event part into a piece of the
+table, ``region_flags`` finds the locations whose Enter and Leave do not balance and nest;
+each through the compiled helper ``cell_otf2/_emitloops.c`` where it is built (setup.py,
+optional) and the arrays allow it, else through numpy, with the same result either way
+(``tests/test_emitloops.py``). ``RecordBits`` is an event parameter made of bit fields of
+the event's record, which both paths compute without gathering whole record rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from ..loops import PYTHON_PATH_VARIABLE
+from ..model import EVENT_DTYPE
+
+try:
+    from .. import _emitloops
+except ImportError:  # built without a C compiler: numpy does the same
+    _emitloops = None
+
+#: False: always the numpy path (set CELL2OTF2_PYTHON_LOOPS; tests compare both)
+COMPILED = _emitloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
+
+_LITTLE = sys.byteorder == "little"
+_ALL = (1 << 64) - 1
+
+
+class RecordBits:
+    """An event parameter taken from the event's record: the OR of ``(record[field] >> shift)
+    & mask << left`` over ``terms`` of (field, shift, mask, left), on 64-bit unsigned record
+    fields."""
+
+    def __init__(self, *terms: tuple[str, int, int, int]) -> None:
+        self.terms = terms
+
+    def values(self, records: np.ndarray, rec: np.ndarray) -> np.ndarray:
+        """The parameter of the events of records ``rec`` (numpy)."""
+        out = np.zeros(rec.size, dtype=np.uint64)
+        for name, shift, mask, left in self.terms:
+            v = records[name][rec].astype(np.uint64, copy=False)
+            out |= ((v >> np.uint64(shift)) & np.uint64(mask)) << np.uint64(left)
+        return out
+
+    def spec(self, records: np.ndarray) -> np.ndarray | None:
+        """The terms as ``_emitloops`` takes them (field offset, shift, mask, left), or None
+        when a field is not a 64-bit unsigned integer in native order."""
+        rows = []
+        for name, shift, mask, left in self.terms:
+            dt, off = records.dtype.fields[name][:2]
+            if dt.kind != "u" or dt.itemsize != 8 or not _native(dt):
+                return None
+            rows.append((off, shift, np.uint64(mask).view(np.int64), left))
+        return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+
+def _native(dt: np.dtype) -> bool:
+    return dt.byteorder in ("=", "|") or (dt.byteorder == "<") == _LITTLE
+
+
+def _index_ok(a: np.ndarray) -> bool:
+    return a.dtype in (np.int32, np.int64) and _native(a.dtype)
+
+
+# -- layout by counting
+
+
+def count_events(counts: np.ndarray, rec: np.ndarray, once: bool | None = None) -> None:
+    """``counts[r] += 1`` for every record ``r`` of ``rec`` (ascending; repeats counted each
+    time; ``once``: known to have no repeats). ``counts`` int32."""
+    if COMPILED and _index_ok(rec) and counts.dtype == np.int32 and counts.flags.c_contiguous:
+        _emitloops.count(counts, np.ascontiguousarray(rec), rec.dtype == np.int64)
+        return
+    if once is None:
+        once = rec.size < 2 or bool((rec[1:] > rec[:-1]).all())
+    if once:
+        counts[rec] += 1
+    else:  # ascending with repeats: add each run's length once
+        r, n = runs(rec)
+        counts[r] += n
+
+
+def place_events(base: np.ndarray, fill: np.ndarray, rec: np.ndarray, index: type,
+                 once: bool | None = None) -> np.ndarray:
+    """Positions of the events of records ``rec`` (ascending): ``base[r] + fill[r]``, then
+    ``fill[r] += 1``, event by event (a record's events in part order); ``fill`` int32, the
+    result of dtype ``index``."""
+    if (COMPILED and _index_ok(rec) and rec.dtype == index and _index_ok(base)
+            and fill.dtype == np.int32 and fill.flags.c_contiguous and base.flags.c_contiguous):
+        pos = np.empty(rec.size, dtype=index)
+        _emitloops.place(base, base.dtype == np.int64, fill, np.ascontiguousarray(rec), pos,
+                         rec.dtype == np.int64)
+        return pos
+    if once is None:
+        once = rec.size < 2 or bool((rec[1:] > rec[:-1]).all())
+    if not once:  # several events of one record in one part (a wait completes several DMAs)
+        first, n = runs(rec)
+        start = np.cumsum(n) - n  # where each run starts in the part
+        occ = np.arange(rec.size) - np.repeat(start, n)
+        pos = (base[rec] + fill[rec] + occ).astype(index)
+        fill[first] += n.astype(fill.dtype)
+        return pos
+    pos = (base[rec] + fill[rec]).astype(index)
+    fill[rec] += 1
+    return pos
+
+
+def runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values of an ascending array and how often each occurs, in order."""
+    start = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
+    return r[start], np.diff(np.append(start, r.size))
+
+
+# -- the rows of a piece
+
+#: parameter columns of an event row besides loc, type, time and seq
+COLUMNS = ("ref", "p1", "p2", "p3", "p4", "p5", "p6")
+_LAYOUT = np.array([EVENT_DTYPE.fields[f][1] for f in
+                    ("loc", "type", "ref", "time", "seq", *COLUMNS[1:])], dtype=np.int64)
+_EVENT_OK = (_LITTLE and [EVENT_DTYPE[f].str for f in EVENT_DTYPE.names]
+             == ["<u4", "|u1", "<u4", "<i8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u8"])
+
+
+def _column(v, records: np.ndarray, rec: np.ndarray):
+    """One column as ``_emitloops.fill_own`` takes it, or None (numpy then)."""
+    if v is None:
+        return (0, None, 0, 0)
+    if isinstance(v, RecordBits):
+        spec = v.spec(records)
+        return None if spec is None else (3, spec, 0, 0)
+    if callable(v):
+        v = v(np.take(records, rec))
+    if isinstance(v, (int, np.integer)) or (isinstance(v, np.ndarray) and v.ndim == 0):
+        if np.asarray(v).dtype.kind not in "iub":
+            return None
+        return (1, int(v), 0, 0)
+    v = np.asarray(v)
+    if v.dtype.kind not in "iub" or v.dtype.itemsize not in (1, 2, 4, 8) or not _native(v.dtype):
+        return None
+    v = np.ascontiguousarray(v)
+    return (2, v, v.dtype.itemsize, int(v.dtype.kind == "i"))
+
+
+def fill_part(e: np.ndarray, records: np.ndarray, rec: np.ndarray, pos: np.ndarray,
+              own_lo: int, f_ins: np.ndarray, typ: int, offset: int, cols: dict) -> None:
+    """Write the rows of events of records ``rec`` at own positions ``pos`` (ascending) into
+    the piece ``e`` whose own events start at own position ``own_lo``: row ``pos - own_lo``
+    plus the foreign events inserted at or before ``pos`` (``f_ins``, ascending, int64);
+    location and time of the record, type ``typ``, seq ``8 * rec + offset``, and the columns
+    ``cols`` (ref, p1 .. p6: scalar, array per event, function of record rows or
+    ``RecordBits``; missing ones zero). Every byte of those rows is written."""
+    if not rec.size:
+        return
+    if (COMPILED and _EVENT_OK and e.dtype == EVENT_DTYPE and e.flags.c_contiguous
+            and records.ndim == 1 and records.flags.c_contiguous and _index_ok(rec)
+            and pos.dtype == rec.dtype and records.dtype.fields["loc"][0].str == "<u4"
+            and records.dtype.fields["time"][0].str == "<i8"):
+        spec = [_column(cols.get(name), records, rec) for name in COLUMNS]
+        if all(s is not None for s in spec):
+            layout = np.concatenate([_LAYOUT, [records.dtype.fields["loc"][1],
+                                               records.dtype.fields["time"][1]]])
+            _emitloops.fill_own(e.view(np.uint8).reshape(-1), EVENT_DTYPE.itemsize, layout,
+                                records.view(np.uint8).reshape(-1), records.dtype.itemsize,
+                                np.ascontiguousarray(rec), np.ascontiguousarray(pos),
+                                rec.dtype == np.int64, int(own_lo),
+                                np.ascontiguousarray(f_ins, dtype=np.int64), int(typ),
+                                int(offset), tuple(spec))
+            return
+    rows = pos.astype(np.int64) - own_lo + np.searchsorted(f_ins, pos, side="right")
+    e["loc"][rows] = records["loc"][rec]
+    e["type"][rows] = typ
+    e["time"][rows] = records["time"][rec]
+    e["seq"][rows] = rec.astype(np.uint64) * np.uint64(8) + np.uint64(offset)
+    taken = None
+    for name in COLUMNS:
+        v = cols.get(name)
+        if v is None:
+            v = 0
+        elif isinstance(v, RecordBits):
+            v = v.values(records, rec)
+        elif callable(v):
+            if taken is None:
+                taken = np.take(records, rec)
+            v = v(taken)
+        e[name][rows] = v
+
+
+# -- Enter/Leave check
+
+#: region refs the compiled check takes (its codes are ref + 1 in 32 bits, signed)
+_MAX_REF = (1 << 31) - 2
+
+
+def region_flags(n_own: int, own_start: np.ndarray, parts: list, f_code: np.ndarray,
+                 f_insert: np.ndarray, f_start: np.ndarray) -> np.ndarray | None:
+    """Per location, whether its Enter and Leave events fail to balance and nest (a Leave not
+    of the innermost open region, or a region open at the end), or None when the compiled
+    helper cannot check them (numpy then: ``balance``). ``parts``: the own region events as
+    (pos, ref, step) with step +1 (Enter) or -1 (Leave); ``f_code``: per foreign event in
+    final order, ``step * (ref + 1)`` or 0; ``f_insert``: their insertion points; ``f_start``:
+    where each location's foreign events start."""
+    if not COMPILED or n_own >= 1 << 31:
+        return None
+    code = np.zeros(n_own, dtype=np.int32)
+    for pos, ref, step in parts:
+        col = _column(ref, np.zeros(0, EVENT_DTYPE), pos)
+        if (col is None or col[0] == 3 or not _index_ok(pos)
+                or (col[0] == 2 and col[1].size and int(col[1].max()) > _MAX_REF)
+                or (col[0] == 2 and col[1].size and col[3] and int(col[1].min()) < 0)
+                or (col[0] == 1 and not 0 <= col[1] <= _MAX_REF)):
+            return None
+        _emitloops.region_codes(code, np.ascontiguousarray(pos), pos.dtype == np.int64, col,
+                                int(step))
+    flags = np.zeros(own_start.size - 1, dtype=np.uint8)
+    _emitloops.region_walk(code, np.ascontiguousarray(own_start, dtype=np.int64),
+                           np.ascontiguousarray(f_code, dtype=np.int32),
+                           np.ascontiguousarray(f_insert, dtype=np.int64),
+                           np.ascontiguousarray(f_start, dtype=np.int64), flags)
+    return flags.view(bool)

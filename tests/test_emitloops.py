@@ -1,0 +1,115 @@
+"""The compiled per-event loops of emit (cell_otf2/_emitloops.c) and their numpy fallback give
+the same tables: whole event tables of sample runs (with context switches, DMA as RMA and as
+messages, lost records whose regions are repaired) built both ways, byte for byte, and the
+kernels themselves on parameters of every integer width and sign."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cellbench.analysis import analyze
+from paths import SAMPLES
+
+from cell_otf2.damage import DamageLog
+from cell_otf2.emit import kernels
+from cell_otf2.emit.events import emit
+from cell_otf2.model import EVENT_DTYPE, RECORD_DTYPE, DmaStyle
+
+built = pytest.mark.skipif(kernels._emitloops is None, reason="cell_otf2._emitloops is not "
+                           "built (pip install -e . with a C compiler)")
+
+
+@built
+def test_compiled_loops_are_used_where_built():
+    assert kernels.COMPILED
+
+
+@pytest.fixture(scope="module", params=["context-switch-restored", "two-nodes-hybrid",
+                                        "damaged-gap-truncate"])
+def pipe(request):
+    return analyze(SAMPLES / request.param)
+
+
+def both_ways(monkeypatch, fn):
+    out = []
+    for compiled in (True, False):
+        monkeypatch.setattr(kernels, "COMPILED", compiled)
+        out.append(fn())
+    return out
+
+
+@pytest.mark.parametrize("style", [DmaStyle.RMA, DmaStyle.MESSAGES])
+def test_tables_agree_with_numpy(monkeypatch, pipe, style):
+    def build():
+        damage = DamageLog()
+        _, table, stats = emit(pipe.decoded, pipe.matches, pipe.sync, damage, style)
+        _, pieces, _ = emit(pipe.decoded, pipe.matches, pipe.sync, DamageLog(), style,
+                            chunk_events=300)
+        pieces.reuse_buffer = True
+        joined = b"".join(p.tobytes() for p in pieces)
+        return table.tobytes(), joined, stats.by_type, damage.entries()
+
+    compiled, numpy = both_ways(monkeypatch, build)
+    assert compiled == numpy
+    assert compiled[0] == compiled[1]
+
+
+def test_fill_part_agrees_with_numpy(monkeypatch):
+    rng = np.random.default_rng(5)
+    records = np.zeros(50, RECORD_DTYPE)
+    for name in ("a", "b", "c", "d"):
+        records[name] = rng.integers(0, 2**63, records.size) * 2 + 1
+    records["loc"] = np.sort(rng.integers(0, 4, records.size))
+    records["time"] = rng.integers(-5, 10**12, records.size)
+    rec = np.sort(rng.choice(records.size, 30, replace=False)).astype(np.int32)
+    pos = (np.arange(rec.size) * 2 + 3).astype(np.int32)
+    f_ins = np.array([3, 10, 10, 40], dtype=np.int64)
+    cols = {"ref": rng.integers(0, 2**32, rec.size).astype(np.int64),
+            "p1": rng.integers(-2**31, 2**31, rec.size).astype(np.int32),
+            "p2": kernels.RecordBits(("d", 0, 0xFF, 0), ("a", 0, (1 << 64) - 1, 8)),
+            "p3": rng.integers(0, 2**16, rec.size).astype(np.uint16),
+            "p4": lambda rows: rows["b"] >> np.uint64(3),
+            "p5": 7}
+
+    def fill():
+        e = np.zeros(rec.size * 2 + 10, EVENT_DTYPE)
+        kernels.fill_part(e, records, rec, pos, 2, f_ins, 9, 4, cols)
+        return e.tobytes()
+
+    compiled, numpy = both_ways(monkeypatch, fill)
+    assert compiled == numpy
+
+
+def test_layout_kernels_agree_with_numpy(monkeypatch):
+    rec = np.array([0, 2, 2, 2, 5, 7, 7], dtype=np.int32)
+
+    def layout():
+        counts = np.zeros(9, dtype=np.int32)
+        kernels.count_events(counts, rec)
+        kernels.count_events(counts, rec[::3].copy())
+        base = np.zeros(10, dtype=np.int32)
+        np.cumsum(counts, out=base[1:])
+        fill = np.zeros(9, dtype=np.int32)
+        return (counts.tolist(), kernels.place_events(base, fill, rec, np.int32).tolist(),
+                kernels.place_events(base, fill, rec[::3].copy(), np.int32).tolist())
+
+    compiled, numpy = both_ways(monkeypatch, layout)
+    assert compiled == numpy
+
+
+@built
+def test_region_walk_flags_what_does_not_nest():
+    # own positions of three locations: 0..3, 4..7, 8..9; codes step * (ref + 1)
+    own_start = np.array([0, 4, 8, 10])
+    enter, leave = np.array([0, 4, 5, 8]), np.array([3, 6, 7, 9])
+    parts = [(enter.astype(np.int32), np.array([1, 1, 2, 1]), 1),
+             (leave.astype(np.int32), np.array([1, 1, 2, 1]), -1)]
+    f_code = np.zeros(0, dtype=np.int32)
+    none = np.zeros(0, dtype=np.int64)
+    flags = kernels.region_flags(10, own_start, parts, f_code, none, np.zeros(4, np.int64))
+    # location 1 leaves region 1 while region 2 is open
+    assert flags.tolist() == [False, True, False]
+    # a foreign Leave of region 1 before own position 9 closes location 2's region early
+    flags = kernels.region_flags(10, own_start, parts, np.array([-2], np.int32),
+                                 np.array([9]), np.array([0, 0, 0, 1]))
+    assert flags.tolist() == [False, True, True]
