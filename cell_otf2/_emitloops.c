@@ -3,7 +3,8 @@
  * rows of one event part into a piece of the table (every byte of each row: location, type,
  * ref, time and seq from its record, parameters from arrays, scalars or bits of its record's
  * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
- * do not balance and nest (one stack walk per location). No Python call per event.
+ * do not balance and nest (one stack walk per location), `written_span` the records to write
+ * and their time span in one pass over the rows. No Python call per event.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler
  * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
@@ -172,13 +173,16 @@ static inline uint64_t column_value(const Column *col, Py_ssize_t j, const unsig
 }
 
 #define N_COLS 7 /* ref, p1 .. p6 */
+#define PREFETCH 16 /* events ahead whose record rows fill_own asks the cache for */
 
-/* fill_own(e, e_item, layout, recs, rec_item, rec, pos, wide, own_lo, f_ins, typ, offset,
- * cols): for every event j of a part, the row at pos[j] - own_lo + (foreign events inserted
- * at or before pos[j]: f_ins, ascending) of `e` gets location and time of record rec[j]
- * (`layout`: the offsets of the event fields loc, type, ref, time, seq, p1 .. p6, then of the
- * record fields loc and time), type `typ`, seq 8 * rec[j] + offset, and ref, p1 .. p6 from
- * `cols` (seven (mode, obj, itemsize, signed)). pos ascending. */
+/* fill_own(e, e_item, layout, recs, rec_item, rec, pos, wide, own_lo, f_ins, loc_lo, bounds,
+ * typ, offset, cols): for every event j of a part, the row at pos[j] - own_lo + (foreign
+ * events inserted at or before pos[j]: f_ins, ascending) of `e` gets location loc_lo + i
+ * where bounds[i] <= pos[j] < bounds[i + 1] (the own positions of each location of the
+ * piece), the time of record rec[j] (`layout`: the offsets of the event fields loc, type,
+ * ref, time, seq, p1 .. p6, then of the record fields loc and time), type `typ`, seq
+ * 8 * rec[j] + offset, and ref, p1 .. p6 from `cols` (seven (mode, obj, itemsize, signed)).
+ * pos strictly ascending. */
 static PyObject *fill_own(PyObject *self, PyObject *args)
 {
     Py_buffer e, layout, recs, rec, pos, fins;
@@ -186,8 +190,11 @@ static PyObject *fill_own(PyObject *self, PyObject *args)
     int wide, typ, offset;
     long long own_lo;
     PyObject *cols;
-    if (!PyArg_ParseTuple(args, "w*ny*y*ny*y*pLy*iiO!", &e, &e_item, &layout, &recs, &rec_item,
-                          &rec, &pos, &wide, &own_lo, &fins, &typ, &offset, &PyTuple_Type, &cols))
+    Py_buffer bounds;
+    long long loc_lo;
+    if (!PyArg_ParseTuple(args, "w*ny*y*ny*y*pLy*Ly*iiO!", &e, &e_item, &layout, &recs,
+                          &rec_item, &rec, &pos, &wide, &own_lo, &fins, &loc_lo, &bounds, &typ,
+                          &offset, &PyTuple_Type, &cols))
         return NULL;
     PyObject *result = NULL;
     Column col[N_COLS];
@@ -195,7 +202,8 @@ static PyObject *fill_own(PyObject *self, PyObject *args)
     Py_ssize_t n = rec.len / (wide ? 8 : 4), nf = fins.len / 8;
     Py_ssize_t n_rows = e_item > 0 ? e.len / e_item : 0;
     Py_ssize_t n_recs = rec_item > 0 ? recs.len / rec_item : 0;
-    const int64_t *lay = layout.buf, *fi = fins.buf;
+    const int64_t *lay = layout.buf, *fi = fins.buf, *ob = bounds.buf;
+    Py_ssize_t n_ob = bounds.len / 8;
     for (int k = 0; k < N_COLS; k++) {
         col[k].mode = COL_ZERO;
         col[k].buf.obj = NULL;
@@ -217,12 +225,14 @@ static PyObject *fill_own(PyObject *self, PyObject *args)
         if (!parse_column(PyTuple_GET_ITEM(cols, parsed), &col[parsed], n, rec_item))
             goto done;
     {
-        Py_ssize_t f = 0;
+        Py_ssize_t f = 0, li = 0;
         for (Py_ssize_t j = 0; j < n; j++) {
             int64_t r = load_index(rec.buf, j, wide), p = load_index(pos.buf, j, wide);
             while (f < nf && fi[f] <= p) f++;
+            while (li + 1 < n_ob && ob[li + 1] <= p) li++;
             int64_t row = p - own_lo + f;
-            if (r < 0 || r >= n_recs || row < 0 || row >= n_rows) {
+            if (r < 0 || r >= n_recs || row < 0 || row >= n_rows || li + 1 >= n_ob || p < ob[li]
+                || (j && p <= load_index(pos.buf, j - 1, wide))) {
                 PyErr_SetString(PyExc_IndexError, "fill_own: event out of range");
                 goto done;
             }
@@ -231,16 +241,23 @@ static PyObject *fill_own(PyObject *self, PyObject *args)
     {
         const unsigned char *rb = recs.buf;
         unsigned char *eb = e.buf;
-        Py_ssize_t f = 0;
+        Py_ssize_t f = 0, li = 0;
         uint8_t t8 = (uint8_t)typ;
         for (Py_ssize_t j = 0; j < n; j++) {
             int64_t r = load_index(rec.buf, j, wide), p = load_index(pos.buf, j, wide);
+            if (j + PREFETCH < n) {  /* the record rows ahead: the part's records have gaps */
+                const unsigned char *ahead = rb + load_index(rec.buf, j + PREFETCH, wide) * rec_item;
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + rec_item - 1);
+            }
             while (f < nf && fi[f] <= p) f++;
+            while (ob[li + 1] <= p) li++;
             unsigned char *d = eb + (p - own_lo + f) * e_item;
             const unsigned char *s = rb + r * rec_item;
             uint64_t seq = (uint64_t)r * 8u + (uint64_t)offset;
             uint32_t ref = (uint32_t)column_value(&col[0], j, s);
-            memcpy(d + lay[0], s + lay[11], 4);
+            uint32_t loc = (uint32_t)(loc_lo + li);
+            memcpy(d + lay[0], &loc, 4);
             memcpy(d + lay[1], &t8, 1);
             memcpy(d + lay[2], &ref, 4);
             memcpy(d + lay[3], s + lay[12], 8);
@@ -263,6 +280,7 @@ done:
     PyBuffer_Release(&rec);
     PyBuffer_Release(&pos);
     PyBuffer_Release(&fins);
+    PyBuffer_Release(&bounds);
     return result;
 }
 
@@ -373,6 +391,53 @@ done:
     return result;
 }
 
+/* written_span(recs, rec_item, code_off, time_off, usable, good, span): good[i] = usable[i]
+ * and record i has a code (uint16 at code_off, not 0); span = [least, greatest] time (int64
+ * at time_off) of those records (int64 max and min when none). One pass over the rows. */
+static PyObject *written_span(PyObject *self, PyObject *args)
+{
+    Py_buffer recs, usable, good, span;
+    Py_ssize_t rec_item, code_off, time_off;
+    if (!PyArg_ParseTuple(args, "y*nnny*w*w*", &recs, &rec_item, &code_off, &time_off, &usable,
+                          &good, &span))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = rec_item > 0 ? recs.len / rec_item : 0;
+    if (rec_item <= 0 || usable.len != n || good.len != n || span.len != 16 || code_off < 0
+        || code_off + 2 > rec_item || time_off < 0 || time_off + 8 > rec_item) {
+        PyErr_SetString(PyExc_ValueError, "written_span: bad arguments");
+        goto done;
+    }
+    {
+        const unsigned char *r = recs.buf;
+        const uint8_t *u = usable.buf;
+        uint8_t *g = good.buf;
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (Py_ssize_t i = 0; i < n; i++, r += rec_item) {
+            uint16_t code;
+            memcpy(&code, r + code_off, 2);
+            uint8_t ok = (uint8_t)(u[i] != 0 && code != 0);
+            g[i] = ok;
+            if (ok) {
+                int64_t t;
+                memcpy(&t, r + time_off, 8);
+                if (t < lo) lo = t;
+                if (t > hi) hi = t;
+            }
+        }
+        ((int64_t *)span.buf)[0] = lo;
+        ((int64_t *)span.buf)[1] = hi;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&recs);
+    PyBuffer_Release(&usable);
+    PyBuffer_Release(&good);
+    PyBuffer_Release(&span);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"count", count, METH_VARARGS, "count(counts, rec, wide): own events per record"},
     {"place", place, METH_VARARGS,
@@ -385,6 +450,9 @@ static PyMethodDef methods[] = {
     {"region_walk", region_walk, METH_VARARGS,
      "region_walk(code, own_start, f_code, f_insert, f_start, flags): locations whose Enter "
      "and Leave do not balance and nest"},
+    {"written_span", written_span, METH_VARARGS,
+     "written_span(recs, rec_item, code_off, time_off, usable, good, span): the records to "
+     "write and their least and greatest time"},
     {NULL, NULL, 0, NULL},
 };
 

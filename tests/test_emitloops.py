@@ -73,7 +73,8 @@ def test_fill_part_agrees_with_numpy(monkeypatch):
 
     def fill():
         e = np.zeros(rec.size * 2 + 10, EVENT_DTYPE)
-        kernels.fill_part(e, records, rec, pos, 2, f_ins, 9, 4, cols)
+        bounds = np.array([0, 20, 40, 70], dtype=np.int64)
+        kernels.fill_part(e, records, rec, pos, 2, f_ins, 3, bounds, 9, 4, cols)
         return e.tobytes()
 
     compiled, numpy = both_ways(monkeypatch, fill)
@@ -113,3 +114,20 @@ def test_region_walk_flags_what_does_not_nest():
     flags = kernels.region_flags(10, own_start, parts, np.array([-2], np.int32),
                                  np.array([9]), np.array([0, 0, 0, 1]))
     assert flags.tolist() == [False, True, True]
+
+
+def test_written_span_agrees_with_numpy(monkeypatch):
+    rng = np.random.default_rng(8)
+    records = np.zeros(200, RECORD_DTYPE)
+    records["code"] = rng.integers(0, 3, records.size)
+    records["time"] = rng.integers(-10**12, 10**12, records.size)
+    usable = rng.random(records.size) < 0.7
+
+    def span(u=usable):
+        good, first, last = kernels.written_span(records, u)
+        return good.tolist(), first, last
+
+    compiled, numpy = both_ways(monkeypatch, span)
+    assert compiled == numpy
+    compiled, numpy = both_ways(monkeypatch, lambda: span(np.zeros(records.size, bool)))
+    assert compiled == numpy and compiled[1:] == (0, 0)

@@ -17,6 +17,7 @@ from . import families
 from .balance import balance_regions
 from .definitions import build_definitions
 from .families import RecordLedger
+from .kernels import written_span
 from .table import EventChunks, EventTable
 
 
@@ -58,10 +59,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
-    good = usable & (rec["code"] != 0)
-    t_good = rec["time"][good]  # one pass over the record rows for both ends
-    first, last = (int(t_good.min()), int(t_good.max())) if t_good.size else (0, 0)
-    del t_good
+    good, first, last = written_span(rec, usable)
     defs, lk = build_definitions(dec, result, first, last, sync_intervals)
     ev = EventTable(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()

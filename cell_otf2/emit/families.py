@@ -205,7 +205,8 @@ def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: 
            p1=m["send_loc"], p2=msg_tag, p3=4)
     # SNDSIG records are written by their message only
     snd = sel(S.DMA)
-    snd = snd[np.isin(rec["a"][snd], [0xA0, 0xA1, 0xA2])]
+    a = rec["a"][snd]
+    snd = snd[(a >= 0xA0) & (a <= 0xA2)]
     written[snd] = True
     return int(m.size)
 
@@ -292,15 +293,14 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
     (``DmaStyle.RMA``), or each completed command as a message on "DMA"
     (``DmaStyle.MESSAGES``). ``rma_id_offset``: as ``emit`` says. Returns the transfers and
     the completed ones."""
-    rec, loc, t, good, written = (ledger.records, ledger.loc, ledger.records["time"], ledger.good,
-                                  ledger.written)
-    rank_of = ledger.rank_of
+    rec, t, good, written = ledger.records, ledger.records["time"], ledger.good, ledger.written
     d = transfers
     keep = good[d["issue"]]
     if not keep.all():
         d = d[keep]
     del keep
     i = d["issue"]
+    issuer = d["loc"]  # the DMA records' location (not read off the record rows again)
     opcode = rec["a"][i]
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
     comp = d["complete"]
@@ -310,7 +310,7 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
     if dma_style == DmaStyle.RMA:
         match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
         if rma_id_offset is not None:
-            match_id = match_id + np.asarray(rma_id_offset, np.uint64)[rank_of(i)]
+            match_id = match_id + np.asarray(rma_id_offset, np.uint64)[ledger.loc_rank[issuer]]
         # what only depends on the DMA record is taken from it when the table is built
         for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
             k = i[getput]
@@ -321,7 +321,7 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
                p3=match_id[has_c])
         # the window exists on each location that issues transfers, from its first event to
         # its last (as Score-P creates a device window where it is used)
-        users = np.unique(loc[i]).astype(np.int64)
+        users = np.flatnonzero(np.bincount(issuer, minlength=1))  # ascending, no sort
         ev.pin("start", users, Ev.RMA_WIN_CREATE, window)
         ev.pin("end", users, Ev.RMA_WIN_DESTROY, window, last=True)
     else:

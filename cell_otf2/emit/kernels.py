@@ -1,11 +1,11 @@
-"""The per-event loops of the event table: ``count_events`` and ``place_events`` lay own events
-out by counting, ``fill_part`` writes the packed rows of one event part into a piece of the
-table, ``region_flags`` finds the locations whose Enter and Leave do not balance and nest;
-each through the compiled helper ``cell_otf2/_emitloops.c`` where it is built (setup.py,
-optional) and the arrays allow it, else through numpy, with the same result either way
-(``tests/test_emitloops.py``). ``RecordBits`` is an event parameter made of bit fields of
-the event's record, which both paths compute without gathering whole record rows.
-"""
+"""The per-event loops of emit: ``written_span`` finds the records to write and their time
+span, ``count_events`` and ``place_events`` lay own events out by counting, ``fill_part``
+writes the packed rows of one event part into a piece of the table, ``region_flags`` finds
+the locations whose Enter and Leave do not balance and nest; each through the compiled
+helper ``cell_otf2/_emitloops.c`` where it is built (setup.py, optional) and the arrays allow
+it, else through numpy, with the same result either way (``tests/test_emitloops.py``).
+``RecordBits`` is an event parameter made of bit fields of the event's record, which both
+paths compute without gathering whole record rows."""
 
 from __future__ import annotations
 
@@ -63,6 +63,26 @@ def _native(dt: np.dtype) -> bool:
 
 def _index_ok(a: np.ndarray) -> bool:
     return a.dtype in (np.int32, np.int64) and _native(a.dtype)
+
+
+def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The records to write (``usable`` and with a code, not 0) and the least and greatest
+    time among them ((0, 0) when none)."""
+    fields = records.dtype.fields
+    if (COMPILED and records.ndim == 1 and records.flags.c_contiguous
+            and fields["code"][0].str == ("<u2" if _LITTLE else ">u2")
+            and fields["time"][0].str == ("<i8" if _LITTLE else ">i8")
+            and usable.dtype == np.bool_ and usable.shape == records.shape):
+        good = np.empty(records.size, dtype=bool)
+        span = np.empty(2, dtype=np.int64)
+        _emitloops.written_span(records.view(np.uint8).reshape(-1) if records.size else b"",
+                                records.dtype.itemsize, fields["code"][1], fields["time"][1],
+                                np.ascontiguousarray(usable), good, span)
+        return (good, int(span[0]), int(span[1])) if good.any() else (good, 0, 0)
+    good = usable & (records["code"] != 0)
+    t_good = records["time"][good]  # one pass over the record rows for both ends
+    first, last = (int(t_good.min()), int(t_good.max())) if t_good.size else (0, 0)
+    return good, first, last
 
 
 # -- layout by counting
@@ -145,11 +165,14 @@ def _column(v, records: np.ndarray, rec: np.ndarray):
 
 
 def fill_part(e: np.ndarray, records: np.ndarray, rec: np.ndarray, pos: np.ndarray,
-              own_lo: int, f_ins: np.ndarray, typ: int, offset: int, cols: dict) -> None:
-    """Write the rows of events of records ``rec`` at own positions ``pos`` (ascending) into
-    the piece ``e`` whose own events start at own position ``own_lo``: row ``pos - own_lo``
-    plus the foreign events inserted at or before ``pos`` (``f_ins``, ascending, int64);
-    location and time of the record, type ``typ``, seq ``8 * rec + offset``, and the columns
+              own_lo: int, f_ins: np.ndarray, loc_lo: int, bounds: np.ndarray, typ: int,
+              offset: int, cols: dict) -> None:
+    """Write the rows of events of records ``rec`` at own positions ``pos`` (strictly
+    ascending) into the piece ``e`` whose own events start at own position ``own_lo``: row
+    ``pos - own_lo`` plus the foreign events inserted at or before ``pos`` (``f_ins``,
+    ascending, int64); location ``loc_lo + i`` where ``bounds[i] <= pos < bounds[i + 1]``
+    (int64: the own positions of the piece's locations, which are the records'), time of the
+    record, type ``typ``, seq ``8 * rec + offset``, and the columns
     ``cols`` (ref, p1 .. p6: scalar, array per event, function of record rows or
     ``RecordBits``; missing ones zero). Every byte of those rows is written."""
     if not rec.size:
@@ -166,11 +189,12 @@ def fill_part(e: np.ndarray, records: np.ndarray, rec: np.ndarray, pos: np.ndarr
                                 records.view(np.uint8).reshape(-1), records.dtype.itemsize,
                                 np.ascontiguousarray(rec), np.ascontiguousarray(pos),
                                 rec.dtype == np.int64, int(own_lo),
-                                np.ascontiguousarray(f_ins, dtype=np.int64), int(typ),
+                                np.ascontiguousarray(f_ins, dtype=np.int64), int(loc_lo),
+                                np.ascontiguousarray(bounds, dtype=np.int64), int(typ),
                                 int(offset), tuple(spec))
             return
     rows = pos.astype(np.int64) - own_lo + np.searchsorted(f_ins, pos, side="right")
-    e["loc"][rows] = records["loc"][rec]
+    e["loc"][rows] = loc_lo + np.searchsorted(bounds, pos, side="right") - 1
     e["type"][rows] = typ
     e["time"][rows] = records["time"][rec]
     e["seq"][rows] = rec.astype(np.uint64) * np.uint64(8) + np.uint64(offset)
