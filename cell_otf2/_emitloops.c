@@ -1,10 +1,11 @@
 /* Per-event loops of emit in C (issue 18): `count` and `place` lay the own events out by
- * counting (events per record, then a running fill per record), `fill_own` writes the packed
- * rows of one event part into a piece of the table (every byte of each row: location, type,
+ * counting (events per record, then a running fill per record), `fill_rows` writes the packed
+ * rows of a piece of the table's own events (every byte of each row: location, type,
  * ref, time and seq from its record, parameters from arrays, scalars or bits of its record's
  * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
  * do not balance and nest (one stack walk per location), `written_span` the records to write
- * and their time span in one pass over the rows. No Python call per event.
+ * and their time span in one pass over the rows, `lookup` maps an id field of chosen records
+ * through a table. No Python call per event.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler
  * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
@@ -127,7 +128,7 @@ static int parse_column(PyObject *spec, Column *col, Py_ssize_t n, Py_ssize_t re
         return 1;
     }
     if (mode != COL_ARRAY && mode != COL_BITS) {
-        PyErr_SetString(PyExc_ValueError, "fill_own: bad column mode");
+        PyErr_SetString(PyExc_ValueError, "fill_rows: bad column mode");
         return 0;
     }
     if (PyObject_GetBuffer(obj, &col->buf, PyBUF_C_CONTIGUOUS) < 0) {
@@ -137,7 +138,7 @@ static int parse_column(PyObject *spec, Column *col, Py_ssize_t n, Py_ssize_t re
     col->mode = mode;
     if (mode == COL_ARRAY) {
         if ((size != 1 && size != 2 && size != 4 && size != 8) || col->buf.len < n * size) {
-            PyErr_SetString(PyExc_ValueError, "fill_own: column too short");
+            PyErr_SetString(PyExc_ValueError, "fill_rows: column too short");
             return 0;
         }
         return 1;
@@ -147,7 +148,7 @@ static int parse_column(PyObject *spec, Column *col, Py_ssize_t n, Py_ssize_t re
     for (Py_ssize_t k = 0; k < col->n_terms; k++)
         if (t[4 * k] < 0 || t[4 * k] + 8 > rec_item || t[4 * k + 1] < 0 || t[4 * k + 1] > 63
             || t[4 * k + 3] < 0 || t[4 * k + 3] > 63) {
-            PyErr_SetString(PyExc_ValueError, "fill_own: bad record bits");
+            PyErr_SetString(PyExc_ValueError, "fill_rows: bad record bits");
             return 0;
         }
     return 1;
@@ -173,67 +174,129 @@ static inline uint64_t column_value(const Column *col, Py_ssize_t j, const unsig
 }
 
 #define N_COLS 7 /* ref, p1 .. p6 */
-#define PREFETCH 16 /* events ahead whose record rows fill_own asks the cache for */
+#define BLOCK 4096 /* own positions written together: their rows and records stay in cache */
 
-/* fill_own(e, e_item, layout, recs, rec_item, rec, pos, wide, own_lo, f_ins, loc_lo, bounds,
- * typ, offset, cols): for every event j of a part, the row at pos[j] - own_lo + (foreign
- * events inserted at or before pos[j]: f_ins, ascending) of `e` gets location loc_lo + i
- * where bounds[i] <= pos[j] < bounds[i + 1] (the own positions of each location of the
- * piece), the time of record rec[j] (`layout`: the offsets of the event fields loc, type,
- * ref, time, seq, p1 .. p6, then of the record fields loc and time), type `typ`, seq
- * 8 * rec[j] + offset, and ref, p1 .. p6 from `cols` (seven (mode, obj, itemsize, signed)).
- * pos strictly ascending. */
-static PyObject *fill_own(PyObject *self, PyObject *args)
-{
-    Py_buffer e, layout, recs, rec, pos, fins;
-    Py_ssize_t e_item, rec_item;
+/* what the record touch of fill_rows read (kept so that the reads are not optimized out) */
+static volatile uint64_t touched;
+
+/* One event part of a piece: records, own positions, type, seq offset and columns. */
+typedef struct {
+    Py_buffer rec, pos;
     int wide, typ, offset;
-    long long own_lo;
-    PyObject *cols;
-    Py_buffer bounds;
-    long long loc_lo;
-    if (!PyArg_ParseTuple(args, "w*ny*y*ny*y*pLy*Ly*iiO!", &e, &e_item, &layout, &recs,
-                          &rec_item, &rec, &pos, &wide, &own_lo, &fins, &loc_lo, &bounds, &typ,
-                          &offset, &PyTuple_Type, &cols))
+    Py_ssize_t n, at; /* events; the next one to write */
+    Py_ssize_t f, li; /* foreign events at or before it; its location (index into bounds) */
+    Column col[N_COLS];
+    unsigned char row[128]; /* the row with what is the same for every event (type, scalars) */
+    int dyn[N_COLS], n_dyn; /* the columns that vary by event */
+} Part;
+
+static void release_part(Part *q)
+{
+    for (int k = 0; k < N_COLS; k++)
+        if (q->col[k].buf.obj != NULL)
+            PyBuffer_Release(&q->col[k].buf);
+    if (q->rec.obj != NULL)
+        PyBuffer_Release(&q->rec);
+    if (q->pos.obj != NULL)
+        PyBuffer_Release(&q->pos);
+}
+
+/* fill_rows(e, e_item, layout, recs, rec_item, own_lo, own_hi, f_ins, loc_lo, bounds, parts):
+ * the rows of a piece's own events, every byte. `parts`: a tuple of (rec, pos, wide, typ,
+ * offset, cols), the events of one part in the piece, pos strictly ascending in
+ * [own_lo, own_hi). Event j of a part goes to row pos[j] - own_lo + (foreign events inserted at
+ * or before pos[j]: f_ins, ascending) of `e` with location loc_lo + i where bounds[i] <=
+ * pos[j] < bounds[i + 1], the time of record rec[j] (`layout`: the offsets of the event fields
+ * loc, type, ref, time, seq, p1 .. p6, then of the record fields loc and time), type `typ`,
+ * seq 8 * rec[j] + offset, and ref, p1 .. p6 from `cols` (seven (mode, obj, itemsize,
+ * signed)). The parts are written BLOCK own positions at a time (each part's events of the
+ * block in turn), so that the block's rows and records are read from the cache. */
+static PyObject *fill_rows(PyObject *self, PyObject *args)
+{
+    Py_buffer e, layout, recs, fins, bounds;
+    Py_ssize_t e_item, rec_item;
+    long long own_lo, own_hi, loc_lo;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "w*ny*y*nLLy*Ly*O!", &e, &e_item, &layout, &recs, &rec_item,
+                          &own_lo, &own_hi, &fins, &loc_lo, &bounds, &PyTuple_Type, &parts))
         return NULL;
     PyObject *result = NULL;
-    Column col[N_COLS];
-    int parsed = 0;
-    Py_ssize_t n = rec.len / (wide ? 8 : 4), nf = fins.len / 8;
+    Py_ssize_t np_ = PyTuple_GET_SIZE(parts), made = 0;
+    Part *q = calloc(np_ ? (size_t)np_ : 1, sizeof(Part));
+    Py_ssize_t nf = fins.len / 8, n_ob = bounds.len / 8;
     Py_ssize_t n_rows = e_item > 0 ? e.len / e_item : 0;
     Py_ssize_t n_recs = rec_item > 0 ? recs.len / rec_item : 0;
     const int64_t *lay = layout.buf, *fi = fins.buf, *ob = bounds.buf;
-    Py_ssize_t n_ob = bounds.len / 8;
-    for (int k = 0; k < N_COLS; k++) {
-        col[k].mode = COL_ZERO;
-        col[k].buf.obj = NULL;
-    }
-    if (layout.len != 13 * 8 || pos.len != rec.len || PyTuple_GET_SIZE(cols) != N_COLS) {
-        PyErr_SetString(PyExc_ValueError, "fill_own: bad arguments");
+    if (q == NULL) { PyErr_NoMemory(); goto done; }
+    if (layout.len != 13 * 8 || n_ob < 1) {
+        PyErr_SetString(PyExc_ValueError, "fill_rows: bad arguments");
         goto done;
     }
     for (int k = 0; k < 11; k++)
         if (lay[k] < 0 || lay[k] + (k == 1 ? 1 : k == 0 || k == 2 ? 4 : 8) > e_item) {
-            PyErr_SetString(PyExc_ValueError, "fill_own: bad layout");
+            PyErr_SetString(PyExc_ValueError, "fill_rows: bad layout");
             goto done;
         }
-    if (lay[11] < 0 || lay[11] + 4 > rec_item || lay[12] < 0 || lay[12] + 8 > rec_item) {
-        PyErr_SetString(PyExc_ValueError, "fill_own: bad record layout");
+    if (lay[11] < 0 || lay[11] + 4 > rec_item || lay[12] < 0 || lay[12] + 8 > rec_item
+        || e_item > 128) {
+        PyErr_SetString(PyExc_ValueError, "fill_rows: bad record layout");
         goto done;
     }
-    for (; parsed < N_COLS; parsed++)
-        if (!parse_column(PyTuple_GET_ITEM(cols, parsed), &col[parsed], n, rec_item))
+    for (; made < np_; made++) {
+        Part *p = &q[made];
+        PyObject *cols, *recobj, *posobj;
+        for (int k = 0; k < N_COLS; k++) {
+            p->col[k].mode = COL_ZERO;
+            p->col[k].buf.obj = NULL;
+        }
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(parts, made), "OOpiiO!", &recobj, &posobj,
+                              &p->wide, &p->typ, &p->offset, &PyTuple_Type, &cols))
             goto done;
-    {
+        if (PyObject_GetBuffer(recobj, &p->rec, PyBUF_C_CONTIGUOUS) < 0) {
+            p->rec.obj = NULL;
+            goto done;
+        }
+        if (PyObject_GetBuffer(posobj, &p->pos, PyBUF_C_CONTIGUOUS) < 0) {
+            p->pos.obj = NULL;
+            goto done;
+        }
+        p->n = p->rec.len / (p->wide ? 8 : 4);
+        if (p->pos.len != p->rec.len || PyTuple_GET_SIZE(cols) != N_COLS) {
+            PyErr_SetString(PyExc_ValueError, "fill_rows: bad part");
+            goto done;
+        }
+        for (int k = 0; k < N_COLS; k++)
+            if (!parse_column(PyTuple_GET_ITEM(cols, k), &p->col[k], p->n, rec_item))
+                goto done;
+        memset(p->row, 0, sizeof p->row);
+        {
+            uint8_t t8 = (uint8_t)p->typ;
+            memcpy(p->row + lay[1], &t8, 1);
+        }
+        p->n_dyn = 0;
+        for (int k = 0; k < N_COLS; k++) {
+            if (p->col[k].mode == COL_ARRAY || p->col[k].mode == COL_BITS)
+                p->dyn[p->n_dyn++] = k;
+            else if (k == 0) {
+                uint32_t v = (uint32_t)column_value(&p->col[0], 0, NULL);
+                memcpy(p->row + lay[2], &v, 4);
+            } else {
+                uint64_t v = column_value(&p->col[k], 0, NULL);
+                memcpy(p->row + lay[4 + k], &v, 8);
+            }
+        }
+        /* every event inside the piece, in order, onto a row of e */
         Py_ssize_t f = 0, li = 0;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            int64_t r = load_index(rec.buf, j, wide), p = load_index(pos.buf, j, wide);
-            while (f < nf && fi[f] <= p) f++;
-            while (li + 1 < n_ob && ob[li + 1] <= p) li++;
-            int64_t row = p - own_lo + f;
-            if (r < 0 || r >= n_recs || row < 0 || row >= n_rows || li + 1 >= n_ob || p < ob[li]
-                || (j && p <= load_index(pos.buf, j - 1, wide))) {
-                PyErr_SetString(PyExc_IndexError, "fill_own: event out of range");
+        for (Py_ssize_t j = 0; j < p->n; j++) {
+            int64_t r = load_index(p->rec.buf, j, p->wide), x = load_index(p->pos.buf, j, p->wide);
+            while (f < nf && fi[f] <= x) f++;
+            while (li + 1 < n_ob && ob[li + 1] <= x) li++;
+            int64_t row = x - own_lo + f;
+            if (r < 0 || r >= n_recs || x < own_lo || x >= own_hi || row < 0 || row >= n_rows
+                || li + 1 >= n_ob || x < ob[li]
+                || (j && x <= load_index(p->pos.buf, j - 1, p->wide))) {
+                PyErr_SetString(PyExc_IndexError, "fill_rows: event out of range");
+                made++;
                 goto done;
             }
         }
@@ -241,51 +304,85 @@ static PyObject *fill_own(PyObject *self, PyObject *args)
     {
         const unsigned char *rb = recs.buf;
         unsigned char *eb = e.buf;
-        Py_ssize_t f = 0, li = 0;
-        uint8_t t8 = (uint8_t)typ;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            int64_t r = load_index(rec.buf, j, wide), p = load_index(pos.buf, j, wide);
-            if (j + PREFETCH < n) {  /* the record rows ahead: the part's records have gaps */
-                const unsigned char *ahead = rb + load_index(rec.buf, j + PREFETCH, wide) * rec_item;
-                __builtin_prefetch(ahead);
-                __builtin_prefetch(ahead + rec_item - 1);
+        for (int64_t stop = own_lo + BLOCK;; stop += BLOCK) {
+            int more = 0;
+            /* the block's records, read once in address order (many loads in flight, the
+             * hardware prefetcher streaming) before the parts read them out of order */
+            int64_t r_min = INT64_MAX, r_max = -1;
+            for (Py_ssize_t k = 0; k < np_; k++) {
+                Part *p = &q[k];
+                Py_ssize_t j = p->at;
+                if (j >= p->n || load_index(p->pos.buf, j, p->wide) >= stop)
+                    continue;
+                int64_t r = load_index(p->rec.buf, j, p->wide);
+                if (r < r_min) r_min = r;
+                while (j + 1 < p->n && load_index(p->pos.buf, j + 1, p->wide) < stop) j++;
+                r = load_index(p->rec.buf, j, p->wide);
+                if (r > r_max) r_max = r;
             }
-            while (f < nf && fi[f] <= p) f++;
-            while (ob[li + 1] <= p) li++;
-            unsigned char *d = eb + (p - own_lo + f) * e_item;
-            const unsigned char *s = rb + r * rec_item;
-            uint64_t seq = (uint64_t)r * 8u + (uint64_t)offset;
-            uint32_t ref = (uint32_t)column_value(&col[0], j, s);
-            uint32_t loc = (uint32_t)(loc_lo + li);
-            memcpy(d + lay[0], &loc, 4);
-            memcpy(d + lay[1], &t8, 1);
-            memcpy(d + lay[2], &ref, 4);
-            memcpy(d + lay[3], s + lay[12], 8);
-            memcpy(d + lay[4], &seq, 8);
-            for (int k = 1; k < N_COLS; k++) {
-                uint64_t v = column_value(&col[k], j, s);
-                memcpy(d + lay[4 + k], &v, 8);
+            if (r_max >= r_min) {
+                uint64_t acc = 0;
+                const unsigned char *end = rb + (r_max + 1) * rec_item;
+                for (const unsigned char *c = rb + r_min * rec_item; c < end; c += 64)
+                    acc += *c;
+                touched += acc;
             }
+            for (Py_ssize_t k = 0; k < np_; k++) {
+                Part *p = &q[k];
+                Py_ssize_t j = p->at, f = p->f, li = p->li;
+                unsigned char row[128];
+                memcpy(row, p->row, (size_t)e_item);
+                for (; j < p->n; j++) {
+                    int64_t r = load_index(p->rec.buf, j, p->wide);
+                    int64_t x = load_index(p->pos.buf, j, p->wide);
+                    if (x >= stop)
+                        break;
+                    while (f < nf && fi[f] <= x) f++;
+                    while (ob[li + 1] <= x) li++;
+                    const unsigned char *s = rb + r * rec_item;
+                    uint64_t seq = (uint64_t)r * 8u + (uint64_t)p->offset;
+                    uint32_t loc = (uint32_t)(loc_lo + li);
+                    memcpy(row + lay[0], &loc, 4);
+                    memcpy(row + lay[3], s + lay[12], 8);
+                    memcpy(row + lay[4], &seq, 8);
+                    for (int c = 0; c < p->n_dyn; c++) {
+                        int col = p->dyn[c];
+                        uint64_t v = column_value(&p->col[col], j, s);
+                        if (col == 0) {
+                            uint32_t v32 = (uint32_t)v;
+                            memcpy(row + lay[2], &v32, 4);
+                        } else
+                            memcpy(row + lay[4 + col], &v, 8);
+                    }
+                    memcpy(eb + (x - own_lo + f) * e_item, row, (size_t)e_item);
+                }
+                p->at = j, p->f = f, p->li = li;
+                more |= j < p->n;
+            }
+            if (!more)
+                break;
         }
     }
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    for (int k = 0; k < N_COLS; k++)
-        if (col[k].buf.obj != NULL)
-            PyBuffer_Release(&col[k].buf);
+    if (q != NULL) {
+        for (Py_ssize_t k = 0; k < made && k < np_; k++)
+            release_part(&q[k]);
+        if (made < np_)  /* the part being parsed when an error stopped it */
+            release_part(&q[made]);
+        free(q);
+    }
     PyBuffer_Release(&e);
     PyBuffer_Release(&layout);
     PyBuffer_Release(&recs);
-    PyBuffer_Release(&rec);
-    PyBuffer_Release(&pos);
     PyBuffer_Release(&fins);
     PyBuffer_Release(&bounds);
     return result;
 }
 
 /* region_codes(code, pos, wide, ref, sign): code[pos[j]] = sign * (ref[j] + 1) (int32 codes;
- * `ref` a column as in fill_own, whose values the caller keeps below 2^31 - 1). */
+ * `ref` a column as in fill_rows, whose values the caller keeps below 2^31 - 1). */
 static PyObject *region_codes(PyObject *self, PyObject *args)
 {
     Py_buffer code, pos;
@@ -438,18 +535,66 @@ done:
     return result;
 }
 
+/* lookup(recs, rec_item, field_off, idx, wide, table, out): out[j] = table[min(v, size - 1)]
+ * with v the uint64 field at field_off of record idx[j] (int32 out and table: ids through a
+ * direct table whose last entry stands for every id past it); returns how many are < 0. */
+static PyObject *lookup(PyObject *self, PyObject *args)
+{
+    Py_buffer recs, idx, table, out;
+    Py_ssize_t rec_item, off;
+    int wide;
+    if (!PyArg_ParseTuple(args, "y*nny*py*w*", &recs, &rec_item, &off, &idx, &wide, &table,
+                          &out))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = idx.len / (wide ? 8 : 4), nt = table.len / 4;
+    Py_ssize_t n_recs = rec_item > 0 ? recs.len / rec_item : 0;
+    const int32_t *t = table.buf;
+    int32_t *o = out.buf;
+    if (nt < 1 || out.len != n * 4 || off < 0 || off + 8 > rec_item) {
+        PyErr_SetString(PyExc_ValueError, "lookup: bad arguments");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = load_index(idx.buf, j, wide);
+        if (r < 0 || r >= n_recs) { PyErr_SetString(PyExc_IndexError, "lookup: record out of range"); goto done; }
+    }
+    {
+        const unsigned char *rb = recs.buf;
+        Py_ssize_t neg = 0;
+        uint64_t last = (uint64_t)(nt - 1);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            uint64_t v;
+            memcpy(&v, rb + load_index(idx.buf, j, wide) * rec_item + off, 8);
+            int32_t x = t[v < last ? v : last];
+            o[j] = x;
+            neg += x < 0;
+        }
+        result = PyLong_FromSsize_t(neg);
+    }
+done:
+    PyBuffer_Release(&recs);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"count", count, METH_VARARGS, "count(counts, rec, wide): own events per record"},
     {"place", place, METH_VARARGS,
      "place(base, base_wide, fill, rec, pos, wide): own positions by a running fill per record"},
-    {"fill_own", fill_own, METH_VARARGS,
-     "fill_own(e, e_item, layout, recs, rec_item, rec, pos, wide, own_lo, f_ins, typ, offset, "
-     "cols): the rows of one part's events in a piece of the table"},
+    {"fill_rows", fill_rows, METH_VARARGS,
+     "fill_rows(e, e_item, layout, recs, rec_item, own_lo, own_hi, f_ins, loc_lo, bounds, "
+     "parts): the rows of a piece's own events"},
     {"region_codes", region_codes, METH_VARARGS,
      "region_codes(code, pos, wide, ref, sign): Enter (+) / Leave (-) region codes by position"},
     {"region_walk", region_walk, METH_VARARGS,
      "region_walk(code, own_start, f_code, f_insert, f_start, flags): locations whose Enter "
      "and Leave do not balance and nest"},
+    {"lookup", lookup, METH_VARARGS,
+     "lookup(recs, rec_item, field_off, idx, wide, table, out): ids of a record field "
+     "through a direct table"},
     {"written_span", written_span, METH_VARARGS,
      "written_span(recs, rec_item, code_off, time_off, usable, good, span): the records to "
      "write and their least and greatest time"},

@@ -54,7 +54,7 @@ def test_tables_agree_with_numpy(monkeypatch, pipe, style):
     assert compiled[0] == compiled[1]
 
 
-def test_fill_part_agrees_with_numpy(monkeypatch):
+def test_fill_rows_agrees_with_numpy(monkeypatch):
     rng = np.random.default_rng(5)
     records = np.zeros(50, RECORD_DTYPE)
     for name in ("a", "b", "c", "d"):
@@ -74,7 +74,9 @@ def test_fill_part_agrees_with_numpy(monkeypatch):
     def fill():
         e = np.zeros(rec.size * 2 + 10, EVENT_DTYPE)
         bounds = np.array([0, 20, 40, 70], dtype=np.int64)
-        kernels.fill_part(e, records, rec, pos, 2, f_ins, 3, bounds, 9, 4, cols)
+        other = (rec[:5] + 1, pos[:5] + 1, 3, 0, {"ref": 2, "p6": np.arange(5.0)})  # numpy
+        kernels.fill_rows(e, records, [(rec, pos, 9, 4, cols), other], 2, 70, f_ins, 3,
+                          bounds)
         return e.tobytes()
 
     compiled, numpy = both_ways(monkeypatch, fill)
@@ -131,3 +133,15 @@ def test_written_span_agrees_with_numpy(monkeypatch):
     assert compiled == numpy
     compiled, numpy = both_ways(monkeypatch, lambda: span(np.zeros(records.size, bool)))
     assert compiled == numpy and compiled[1:] == (0, 0)
+
+
+@built
+def test_lookup_field_agrees_with_lookup_refs():
+    from cell_otf2.emit.table import lookup_refs
+    records = np.zeros(20, RECORD_DTYPE)
+    records["a"] = [0, 1, 2, 3, 7, 8, 2**64 - 1, 2**63, 5, 1] * 2
+    idx = np.array([0, 3, 4, 5, 6, 7, 8, 9, 19], dtype=np.int32)
+    table = {1: 10, 3: 0, 7: 2**20}
+    refs, undefined = kernels.lookup_field(records, "a", idx, table)
+    want = lookup_refs(table, records["a"][idx].astype(np.int64))
+    assert refs.tolist() == want.tolist() and undefined == int((want < 0).sum())

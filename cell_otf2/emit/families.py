@@ -14,7 +14,7 @@ import numpy as np
 from .. import format as fmt
 from ..damage import DamageKind, DamageLog
 from ..model import Decoded, DmaStyle, Ev, MsgKind
-from .kernels import RecordBits
+from .kernels import RecordBits, lookup_field
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
 P = fmt.PpeCode
@@ -73,6 +73,23 @@ class RecordLedger:
         # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
         self.by_code, self.code_bounds = dec.code_index()
 
+    def refs(self, i: np.ndarray, name: str, table: dict[int, int]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Records ``i`` whose id in field ``name`` ``table`` defines, their refs, and the
+        records whose id it does not."""
+        found = lookup_field(self.records, name, i, table)
+        if found is None:
+            ref = lookup_refs(table, self.records[name][i].astype(np.int64))
+            bad = ref < 0
+            n_bad = int(bad.sum())
+        else:
+            ref, n_bad = found
+        if not n_bad:
+            return i, ref, i[:0]
+        if found is not None:
+            bad = ref < 0
+        return i[~bad], ref[~bad], i[bad]
+
     def rank_of(self, i: np.ndarray) -> np.ndarray:
         """Ranks of records ``i``."""
         return self.loc_rank[self.loc[i]]
@@ -108,13 +125,11 @@ class RecordLedger:
 
 def regions(ev: EventTable, ledger: RecordLedger, region_ref: dict[int, int]) -> None:
     """ENTER/LEAVE records (PPE and SPE): Enter and Leave of the manifest region."""
-    rec, sel, undefined, written = ledger.records, ledger.select, ledger.undefined, ledger.written
+    sel, undefined, written = ledger.select, ledger.undefined, ledger.written
     for enter, leave in ((P.ENTER, P.LEAVE), (S.ENTER, S.LEAVE)):
         for c, typ in ((enter, Ev.ENTER), (leave, Ev.LEAVE)):
-            i = sel(c)
-            ref = lookup_refs(region_ref, rec["a"][i].astype(np.int64))
-            undefined(i[ref < 0], "region id")
-            i, ref = i[ref >= 0], ref[ref >= 0]
+            i, ref, bad = ledger.refs(sel(c), "a", region_ref)
+            undefined(bad, "region id")
             ev.own(i, 0, typ, ref)
             written[i] = True
 
@@ -179,12 +194,10 @@ def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> 
 
 def counters(ev: EventTable, ledger: RecordLedger, metric_ref: dict[int, int]) -> None:
     """COUNTER records (PPE and SPE): a Metric event of the manifest counter."""
-    rec, sel, undefined, written = ledger.records, ledger.select, ledger.undefined, ledger.written
+    sel, undefined, written = ledger.select, ledger.undefined, ledger.written
     for c in (P.COUNTER, S.COUNTER):
-        i = sel(c)
-        ref = lookup_refs(metric_ref, rec["a"][i].astype(np.int64))
-        undefined(i[ref < 0], "counter id")
-        i, ref = i[ref >= 0], ref[ref >= 0]
+        i, ref, bad = ledger.refs(sel(c), "a", metric_ref)
+        undefined(bad, "counter id")
         ev.own(i, 0, Ev.METRIC, ref, p1=_B)
         written[i] = True
 
@@ -310,7 +323,10 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
     if dma_style == DmaStyle.RMA:
         match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
         if rma_id_offset is not None:
-            match_id = match_id + np.asarray(rma_id_offset, np.uint64)[ledger.loc_rank[issuer]]
+            offset = np.asarray(rma_id_offset, np.uint64)
+            if offset.size and int(offset.max()) + d.size < 1 << 32:  # ids in 32 bits
+                offset = offset.astype(np.uint32)
+            match_id = match_id + offset[ledger.loc_rank[issuer]]
         # what only depends on the DMA record is taken from it when the table is built
         for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
             k = i[getput]

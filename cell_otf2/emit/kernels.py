@@ -1,11 +1,12 @@
 """The per-event loops of emit: ``written_span`` finds the records to write and their time
-span, ``count_events`` and ``place_events`` lay own events out by counting, ``fill_part``
-writes the packed rows of one event part into a piece of the table, ``region_flags`` finds
-the locations whose Enter and Leave do not balance and nest; each through the compiled
-helper ``cell_otf2/_emitloops.c`` where it is built (setup.py, optional) and the arrays allow
-it, else through numpy, with the same result either way (``tests/test_emitloops.py``).
-``RecordBits`` is an event parameter made of bit fields of the event's record, which both
-paths compute without gathering whole record rows."""
+span, ``lookup_field`` maps their id fields to definition refs, ``count_events`` and
+``place_events`` lay own events out by counting, ``fill_rows`` writes the packed rows of a
+piece of the table's own events, ``region_flags`` finds the locations whose Enter and Leave
+do not balance and nest; each through the compiled helper ``cell_otf2/_emitloops.c`` where
+it is built (setup.py, optional) and the arrays allow it, else through numpy, with the same
+result either way (``tests/test_emitloops.py``). ``RecordBits`` is an event parameter made
+of bit fields of the event's record, which both paths compute without gathering whole
+record rows."""
 
 from __future__ import annotations
 
@@ -83,6 +84,26 @@ def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, i
     t_good = records["time"][good]  # one pass over the record rows for both ends
     first, last = (int(t_good.min()), int(t_good.max())) if t_good.size else (0, 0)
     return good, first, last
+
+
+def lookup_field(records: np.ndarray, name: str, idx: np.ndarray,
+                 table: dict[int, int]) -> tuple[np.ndarray, int] | None:
+    """The ids in field ``name`` (uint64) of records ``idx`` mapped through ``table`` (int32,
+    -1 where undefined) and how many are undefined, in one pass; None where the compiled
+    helper cannot (numpy then: ``table.lookup_refs``)."""
+    dt, off = records.dtype.fields[name][:2]
+    if (not COMPILED or not table or min(table) < 0 or max(table) >= 1 << 16
+            or min(table.values()) < 0 or max(table.values()) >= 1 << 31
+            or dt.str != ("<u8" if _LITTLE else ">u8") or records.ndim != 1
+            or not records.flags.c_contiguous or not _index_ok(idx)):
+        return None
+    direct = np.full(max(table) + 2, -1, dtype=np.int32)  # last entry: out of range
+    direct[list(table)] = list(table.values())
+    out = np.empty(idx.size, dtype=np.int32)
+    undefined = _emitloops.lookup(records.view(np.uint8).reshape(-1) if records.size else b"",
+                                  records.dtype.itemsize, off, np.ascontiguousarray(idx),
+                                  idx.dtype == np.int64, direct, out)
+    return out, undefined
 
 
 # -- layout by counting
@@ -164,35 +185,42 @@ def _column(v, records: np.ndarray, rec: np.ndarray):
     return (2, v, v.dtype.itemsize, int(v.dtype.kind == "i"))
 
 
-def fill_part(e: np.ndarray, records: np.ndarray, rec: np.ndarray, pos: np.ndarray,
-              own_lo: int, f_ins: np.ndarray, loc_lo: int, bounds: np.ndarray, typ: int,
-              offset: int, cols: dict) -> None:
-    """Write the rows of events of records ``rec`` at own positions ``pos`` (strictly
-    ascending) into the piece ``e`` whose own events start at own position ``own_lo``: row
-    ``pos - own_lo`` plus the foreign events inserted at or before ``pos`` (``f_ins``,
-    ascending, int64); location ``loc_lo + i`` where ``bounds[i] <= pos < bounds[i + 1]``
-    (int64: the own positions of the piece's locations, which are the records'), time of the
-    record, type ``typ``, seq ``8 * rec + offset``, and the columns
-    ``cols`` (ref, p1 .. p6: scalar, array per event, function of record rows or
+def fill_rows(e: np.ndarray, records: np.ndarray, parts: list[tuple], own_lo: int,
+              own_hi: int, f_ins: np.ndarray, loc_lo: int, bounds: np.ndarray) -> None:
+    """Write the rows of a piece's own events into ``e``. ``parts``: (rec, pos, typ, offset,
+    cols) per event part, its events of records ``rec`` at own positions ``pos`` (strictly
+    ascending, in ``[own_lo, own_hi)``); an event's row is ``pos - own_lo`` plus the
+    foreign events inserted at or before ``pos`` (``f_ins``, ascending, int64), with location
+    ``loc_lo + i`` where ``bounds[i] <= pos < bounds[i + 1]`` (int64: the own positions of the
+    piece's locations), the time of its record, type ``typ``, seq ``8 * rec + offset``, and the
+    columns ``cols`` (ref, p1 .. p6: scalar, array per event, function of record rows or
     ``RecordBits``; missing ones zero). Every byte of those rows is written."""
-    if not rec.size:
-        return
+    rest = parts
     if (COMPILED and _EVENT_OK and e.dtype == EVENT_DTYPE and e.flags.c_contiguous
-            and records.ndim == 1 and records.flags.c_contiguous and _index_ok(rec)
-            and pos.dtype == rec.dtype and records.dtype.fields["loc"][0].str == "<u4"
+            and records.ndim == 1 and records.flags.c_contiguous
             and records.dtype.fields["time"][0].str == "<i8"):
-        spec = [_column(cols.get(name), records, rec) for name in COLUMNS]
-        if all(s is not None for s in spec):
-            layout = np.concatenate([_LAYOUT, [records.dtype.fields["loc"][1],
-                                               records.dtype.fields["time"][1]]])
-            _emitloops.fill_own(e.view(np.uint8).reshape(-1), EVENT_DTYPE.itemsize, layout,
-                                records.view(np.uint8).reshape(-1), records.dtype.itemsize,
-                                np.ascontiguousarray(rec), np.ascontiguousarray(pos),
-                                rec.dtype == np.int64, int(own_lo),
-                                np.ascontiguousarray(f_ins, dtype=np.int64), int(loc_lo),
-                                np.ascontiguousarray(bounds, dtype=np.int64), int(typ),
-                                int(offset), tuple(spec))
-            return
+        specs, rest = [], []
+        for rec, pos, typ, offset, cols in parts:
+            spec = ([_column(cols.get(name), records, rec) for name in COLUMNS]
+                    if _index_ok(rec) and pos.dtype == rec.dtype else [None])
+            if all(c is not None for c in spec):
+                specs.append((np.ascontiguousarray(rec), np.ascontiguousarray(pos),
+                              rec.dtype == np.int64, int(typ), int(offset), tuple(spec)))
+            else:
+                rest.append((rec, pos, typ, offset, cols))
+        layout = np.concatenate([_LAYOUT, [records.dtype.fields["loc"][1],
+                                           records.dtype.fields["time"][1]]])
+        _emitloops.fill_rows(e.view(np.uint8).reshape(-1), EVENT_DTYPE.itemsize, layout,
+                             records.view(np.uint8).reshape(-1) if records.size else b"",
+                             records.dtype.itemsize, int(own_lo), int(own_hi),
+                             np.ascontiguousarray(f_ins, dtype=np.int64), int(loc_lo),
+                             np.ascontiguousarray(bounds, dtype=np.int64), tuple(specs))
+    for rec, pos, typ, offset, cols in rest:
+        _fill_numpy(e, records, rec, pos, own_lo, f_ins, loc_lo, bounds, typ, offset, cols)
+
+
+def _fill_numpy(e, records, rec, pos, own_lo, f_ins, loc_lo, bounds, typ, offset, cols):
+    """``fill_rows`` for one part, through numpy."""
     rows = pos.astype(np.int64) - own_lo + np.searchsorted(f_ins, pos, side="right")
     e["loc"][rows] = loc_lo + np.searchsorted(bounds, pos, side="right") - 1
     e["type"][rows] = typ

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..model import EVENT_DTYPE, Ev
-from .kernels import RecordBits, count_events, fill_part, place_events
+from .kernels import RecordBits, count_events, fill_rows, place_events
 
 
 class EventPart:
@@ -320,13 +320,14 @@ class EventTable:
         # before q)
         own_range = np.array([own_lo, own_hi], dtype=self.index)  # same dtype: no conversion
         bounds = self.own_start[loc_lo:loc_hi + 1].astype(np.int64)
+        parts = []
         for part in self.own_parts:
             lo, hi = np.searchsorted(part.pos, own_range, side="left")
             if hi <= lo:
                 continue
             q = part.take(slice(lo, hi))
-            fill_part(e, self.records, q.rec, q.pos, own_lo, f_ins, loc_lo, bounds, q.typ,
-                      q.offset, {"ref": q.ref, **q.params})
+            parts.append((q.rec, q.pos, q.typ, q.offset, {"ref": q.ref, **q.params}))
+        fill_rows(e, self.records, parts, own_lo, own_hi, f_ins, loc_lo, bounds)
         if f_hi > f_lo:
             f_final = f_ins + np.arange(f_lo, f_hi) - start
             e.view(np.uint8).reshape(e.size, -1)[f_final] = 0  # fields left out are zero
