@@ -4,8 +4,8 @@
  * ref, time and seq from its record, parameters from arrays, scalars or bits of its record's
  * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
  * do not balance and nest (one stack walk per location), `written_span` the records to write
- * and their time span in one pass over the rows, `lookup` maps an id field of chosen records
- * through a table. No Python call per event.
+ * and their time span in one pass over the rows, `take_field` gathers a field of chosen
+ * records and `lookup` maps an id field of chosen records through a table. No Python call per event.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler
  * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
@@ -535,6 +535,47 @@ done:
     return result;
 }
 
+#define AHEAD 16 /* records ahead whose rows take_field and lookup ask the cache for */
+
+/* take_field(recs, rec_item, field_off, idx, wide, out): out[j] = the uint64 field at
+ * field_off of record idx[j] (the records ahead asked for early: the gather waits on memory,
+ * not on work). */
+static PyObject *take_field(PyObject *self, PyObject *args)
+{
+    Py_buffer recs, idx, out;
+    Py_ssize_t rec_item, off;
+    int wide;
+    if (!PyArg_ParseTuple(args, "y*nny*pw*", &recs, &rec_item, &off, &idx, &wide, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = idx.len / (wide ? 8 : 4);
+    Py_ssize_t n_recs = rec_item > 0 ? recs.len / rec_item : 0;
+    uint64_t *o = out.buf;
+    if (out.len != n * 8 || off < 0 || off + 8 > rec_item) {
+        PyErr_SetString(PyExc_ValueError, "take_field: bad arguments");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = load_index(idx.buf, j, wide);
+        if (r < 0 || r >= n_recs) { PyErr_SetString(PyExc_IndexError, "take_field: record out of range"); goto done; }
+    }
+    {
+        const unsigned char *rb = (const unsigned char *)recs.buf + off;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (j + AHEAD < n)
+                __builtin_prefetch(rb + load_index(idx.buf, j + AHEAD, wide) * rec_item);
+            memcpy(&o[j], rb + load_index(idx.buf, j, wide) * rec_item, 8);
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&recs);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 /* lookup(recs, rec_item, field_off, idx, wide, table, out): out[j] = table[min(v, size - 1)]
  * with v the uint64 field at field_off of record idx[j] (int32 out and table: ids through a
  * direct table whose last entry stands for every id past it); returns how many are < 0. */
@@ -565,6 +606,8 @@ static PyObject *lookup(PyObject *self, PyObject *args)
         uint64_t last = (uint64_t)(nt - 1);
         for (Py_ssize_t j = 0; j < n; j++) {
             uint64_t v;
+            if (j + AHEAD < n)
+                __builtin_prefetch(rb + load_index(idx.buf, j + AHEAD, wide) * rec_item + off);
             memcpy(&v, rb + load_index(idx.buf, j, wide) * rec_item + off, 8);
             int32_t x = t[v < last ? v : last];
             o[j] = x;
@@ -592,6 +635,8 @@ static PyMethodDef methods[] = {
     {"region_walk", region_walk, METH_VARARGS,
      "region_walk(code, own_start, f_code, f_insert, f_start, flags): locations whose Enter "
      "and Leave do not balance and nest"},
+    {"take_field", take_field, METH_VARARGS,
+     "take_field(recs, rec_item, field_off, idx, wide, out): a uint64 field of chosen records"},
     {"lookup", lookup, METH_VARARGS,
      "lookup(recs, rec_item, field_off, idx, wide, table, out): ids of a record field "
      "through a direct table"},

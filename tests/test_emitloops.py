@@ -145,3 +145,12 @@ def test_lookup_field_agrees_with_lookup_refs():
     refs, undefined = kernels.lookup_field(records, "a", idx, table)
     want = lookup_refs(table, records["a"][idx].astype(np.int64))
     assert refs.tolist() == want.tolist() and undefined == int((want < 0).sum())
+
+
+def test_take_field_agrees_with_numpy(monkeypatch):
+    records = np.zeros(30, RECORD_DTYPE)
+    records["a"] = np.arange(30, dtype=np.uint64) * np.uint64(2**59)
+    idx = np.array([0, 5, 5, 29, 7], dtype=np.int32)
+    compiled, numpy = both_ways(monkeypatch,
+                                lambda: kernels.take_field(records, "a", idx).tolist())
+    assert compiled == numpy == records["a"][idx].tolist()

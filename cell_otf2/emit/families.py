@@ -14,7 +14,7 @@ import numpy as np
 from .. import format as fmt
 from ..damage import DamageKind, DamageLog
 from ..model import Decoded, DmaStyle, Ev, MsgKind
-from .kernels import RecordBits, lookup_field
+from .kernels import RecordBits, lookup_field, take_field
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
 P = fmt.PpeCode
@@ -218,7 +218,7 @@ def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: 
            p1=m["send_loc"], p2=msg_tag, p3=4)
     # SNDSIG records are written by their message only
     snd = sel(S.DMA)
-    a = rec["a"][snd]
+    a = take_field(rec, "a", snd)
     snd = snd[(a >= 0xA0) & (a <= 0xA2)]
     written[snd] = True
     return int(m.size)
@@ -312,11 +312,12 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
     if not keep.all():
         d = d[keep]
     del keep
-    i = d["issue"]
+    # record indexes as the event table keeps them (contiguous, 32-bit below 2^30 records)
+    i = d["issue"].astype(ev.index)
     issuer = d["loc"]  # the DMA records' location (not read off the record rows again)
-    opcode = rec["a"][i]
+    opcode = take_field(rec, "a", i)
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
-    comp = d["complete"]
+    comp = d["complete"].astype(ev.index)
     has_c = comp >= 0
     has_c[has_c] = good[comp[has_c]]
     written[i] = True

@@ -1,12 +1,12 @@
 """The per-event loops of emit: ``written_span`` finds the records to write and their time
-span, ``lookup_field`` maps their id fields to definition refs, ``count_events`` and
-``place_events`` lay own events out by counting, ``fill_rows`` writes the packed rows of a
-piece of the table's own events, ``region_flags`` finds the locations whose Enter and Leave
-do not balance and nest; each through the compiled helper ``cell_otf2/_emitloops.c`` where
-it is built (setup.py, optional) and the arrays allow it, else through numpy, with the same
-result either way (``tests/test_emitloops.py``). ``RecordBits`` is an event parameter made
-of bit fields of the event's record, which both paths compute without gathering whole
-record rows."""
+span, ``take_field`` gathers a field of chosen records, ``lookup_field`` maps their id
+fields to definition refs, ``count_events`` and ``place_events`` lay own events out by
+counting, ``fill_rows`` writes the packed rows of a piece of the table's own events,
+``region_flags`` finds the locations whose Enter and Leave do not balance and nest; each
+through the compiled helper ``cell_otf2/_emitloops.c`` where it is built (setup.py,
+optional) and the arrays allow it, else through numpy, with the same result either way
+(``tests/test_emitloops.py``). ``RecordBits`` is an event parameter made of bit fields of
+the event's record, which both paths compute without gathering whole record rows."""
 
 from __future__ import annotations
 
@@ -84,6 +84,19 @@ def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, i
     t_good = records["time"][good]  # one pass over the record rows for both ends
     first, last = (int(t_good.min()), int(t_good.max())) if t_good.size else (0, 0)
     return good, first, last
+
+
+def take_field(records: np.ndarray, name: str, idx: np.ndarray) -> np.ndarray:
+    """``records[name][idx]`` for a uint64 field (the rows ahead asked for early)."""
+    dt, off = records.dtype.fields[name][:2]
+    if (COMPILED and dt.str == ("<u8" if _LITTLE else ">u8") and records.ndim == 1
+            and records.flags.c_contiguous and _index_ok(idx)):
+        out = np.empty(idx.size, dtype=np.uint64)
+        _emitloops.take_field(records.view(np.uint8).reshape(-1) if records.size else b"",
+                              records.dtype.itemsize, off, np.ascontiguousarray(idx),
+                              idx.dtype == np.int64, out)
+        return out.view(dt)
+    return records[name][idx]
 
 
 def lookup_field(records: np.ndarray, name: str, idx: np.ndarray,
