@@ -1,5 +1,5 @@
-/* Per-event loops of emit in C (issue 18): `count` and `place` lay the own events out by
- * counting (events per record, then a running fill per record), `fill_rows` writes the packed
+/* Per-event loops of emit in C (issue 18): `layout_own` lays the own events out by counting
+ * (events per record, then a running fill per record, a block of records at a time), `fill_rows` writes the packed
  * rows of a piece of the table's own events (every byte of each row: location, type,
  * ref, time and seq from its record, parameters from arrays, scalars or bits of its record's
  * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
@@ -31,65 +31,109 @@ static inline uint64_t load_int(const unsigned char *p, Py_ssize_t size, int sig
     }
 }
 
-/* count(counts, rec, wide): counts[rec[j]] += 1 for every j (int32 counts; rec int32 or,
- * with `wide`, int64). */
-static PyObject *count(PyObject *self, PyObject *args)
-{
-    Py_buffer counts, rec;
-    int wide;
-    if (!PyArg_ParseTuple(args, "w*y*p", &counts, &rec, &wide))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t n = rec.len / (wide ? 8 : 4), m = counts.len / 4;
-    int32_t *c = counts.buf;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t r = load_index(rec.buf, j, wide);
-        if (r < 0 || r >= m) { PyErr_SetString(PyExc_IndexError, "count: record out of range"); goto done; }
-    }
-    for (Py_ssize_t j = 0; j < n; j++)
-        c[load_index(rec.buf, j, wide)] += 1;
-    Py_INCREF(Py_None);
-    result = Py_None;
-done:
-    PyBuffer_Release(&counts);
-    PyBuffer_Release(&rec);
-    return result;
-}
+#define RECORD_BLOCK 65536 /* records counted and placed together: their counts stay in cache */
 
-/* place(base, base_wide, fill, rec, pos, wide): pos[j] = base[r] + fill[r]; fill[r] += 1 with
- * r = rec[j], in order (fill int32; base int32 or int64; rec and pos int32 or int64). */
-static PyObject *place(PyObject *self, PyObject *args)
+/* layout_own(base, base_wide, recs, poss, wide): the own events laid out by counting. `recs`:
+ * per event part in fill order (by seq offset, then add order) its events' records,
+ * ascending; an event's own position is base[r] (the events of the records before r) plus the
+ * events of record r before it in fill order, written to the part's array in `poss`.
+ * base (n_rec + 1 entries, int32 or int64) gets the record starts. Records are taken a block at
+ * a time (counting, then starts, then positions), so the counts stay in the cache. rec and
+ * pos int32 or, with `wide`, int64. */
+static PyObject *layout_own(PyObject *self, PyObject *args)
 {
-    Py_buffer base, fill, rec, pos;
+    Py_buffer base;
     int base_wide, wide;
-    if (!PyArg_ParseTuple(args, "y*pw*y*w*p", &base, &base_wide, &fill, &rec, &pos, &wide))
+    PyObject *recs, *poss;
+    if (!PyArg_ParseTuple(args, "w*pO!O!p", &base, &base_wide, &PyTuple_Type, &recs,
+                          &PyTuple_Type, &poss, &wide))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = rec.len / (wide ? 8 : 4), m = fill.len / 4;
-    Py_ssize_t nb = base.len / (base_wide ? 8 : 4);
-    int32_t *f = fill.buf;
-    if (pos.len != rec.len || nb < m) {
-        PyErr_SetString(PyExc_ValueError, "place: lengths differ");
+    Py_ssize_t np_ = PyTuple_GET_SIZE(recs), got = 0;
+    Py_ssize_t n_rec = base.len / (base_wide ? 8 : 4) - 1;
+    Py_buffer *rb = calloc(np_ ? (size_t)np_ : 1, sizeof(Py_buffer));
+    Py_buffer *pb = calloc(np_ ? (size_t)np_ : 1, sizeof(Py_buffer));
+    Py_ssize_t *c1 = calloc(np_ ? (size_t)np_ : 1, sizeof(Py_ssize_t));
+    Py_ssize_t *c2 = calloc(np_ ? (size_t)np_ : 1, sizeof(Py_ssize_t));
+    int32_t *cnt = malloc(RECORD_BLOCK * sizeof(int32_t));
+    if (!rb || !pb || !c1 || !c2 || !cnt) { PyErr_NoMemory(); goto done; }
+    if (n_rec < 0 || PyTuple_GET_SIZE(poss) != np_) {
+        PyErr_SetString(PyExc_ValueError, "layout_own: bad arguments");
         goto done;
     }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t r = load_index(rec.buf, j, wide);
-        if (r < 0 || r >= m) { PyErr_SetString(PyExc_IndexError, "place: record out of range"); goto done; }
+    for (; got < np_; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(recs, got), &rb[got], PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(poss, got), &pb[got],
+                               PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&rb[got]);
+            goto done;
+        }
+        Py_ssize_t n = rb[got].len / (wide ? 8 : 4);
+        int64_t prev = 0;
+        if (pb[got].len != rb[got].len) {
+            PyErr_SetString(PyExc_ValueError, "layout_own: lengths differ");
+            got++;
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t r = load_index(rb[got].buf, j, wide);
+            if (r < prev || r >= n_rec) {
+                PyErr_SetString(PyExc_IndexError, "layout_own: records out of range or order");
+                got++;
+                goto done;
+            }
+            prev = r;
+        }
     }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t r = load_index(rec.buf, j, wide);
-        int64_t p = load_index(base.buf, r, base_wide) + f[r];
-        f[r] += 1;
-        if (wide) ((int64_t *)pos.buf)[j] = p;
-        else ((int32_t *)pos.buf)[j] = (int32_t)p;
+    {
+        int64_t running = 0;
+        for (int64_t r0 = 0; r0 < n_rec; r0 += RECORD_BLOCK) {
+            int64_t r1 = r0 + RECORD_BLOCK < n_rec ? r0 + RECORD_BLOCK : n_rec;
+            memset(cnt, 0, (size_t)(r1 - r0) * sizeof(int32_t));
+            for (Py_ssize_t k = 0; k < np_; k++) {
+                Py_ssize_t n = rb[k].len / (wide ? 8 : 4), j = c1[k];
+                for (; j < n; j++) {
+                    int64_t r = load_index(rb[k].buf, j, wide);
+                    if (r >= r1) break;
+                    cnt[r - r0]++;
+                }
+                c1[k] = j;
+            }
+            for (int64_t r = r0; r < r1; r++) {
+                if (base_wide) ((int64_t *)base.buf)[r] = running;
+                else ((int32_t *)base.buf)[r] = (int32_t)running;
+                running += cnt[r - r0];
+                cnt[r - r0] = 0;  /* now the fill of the record */
+            }
+            for (Py_ssize_t k = 0; k < np_; k++) {
+                Py_ssize_t n = rb[k].len / (wide ? 8 : 4), j = c2[k];
+                for (; j < n; j++) {
+                    int64_t r = load_index(rb[k].buf, j, wide);
+                    if (r >= r1) break;
+                    int64_t at = load_index(base.buf, r, base_wide) + cnt[r - r0]++;
+                    if (wide) ((int64_t *)pb[k].buf)[j] = at;
+                    else ((int32_t *)pb[k].buf)[j] = (int32_t)at;
+                }
+                c2[k] = j;
+            }
+        }
+        if (base_wide) ((int64_t *)base.buf)[n_rec] = running;
+        else ((int32_t *)base.buf)[n_rec] = (int32_t)running;
     }
     Py_INCREF(Py_None);
     result = Py_None;
 done:
+    for (Py_ssize_t k = 0; k < got; k++) {
+        PyBuffer_Release(&rb[k]);
+        PyBuffer_Release(&pb[k]);
+    }
+    free(rb);
+    free(pb);
+    free(c1);
+    free(c2);
+    free(cnt);
     PyBuffer_Release(&base);
-    PyBuffer_Release(&fill);
-    PyBuffer_Release(&rec);
-    PyBuffer_Release(&pos);
     return result;
 }
 
@@ -173,16 +217,29 @@ static inline uint64_t column_value(const Column *col, Py_ssize_t j, const unsig
     }
 }
 
-#define N_COLS 7 /* ref, p1 .. p6 */
+#define N_COLS 8 /* type, ref, p1 .. p6 */
+/* column k (type, ref, p1 .. p6) of an event row, as numpy's cast to its field stores it */
+static inline void store_column(unsigned char *row, const int64_t *lay, int k, uint64_t v)
+{
+    if (k == 0) {
+        uint8_t x = (uint8_t)v;
+        memcpy(row + lay[1], &x, 1);
+    } else if (k == 1) {
+        uint32_t x = (uint32_t)v;
+        memcpy(row + lay[2], &x, 4);
+    } else
+        memcpy(row + lay[3 + k], &v, 8);
+}
+
 #define BLOCK 4096 /* own positions written together: their rows and records stay in cache */
 
 /* what the record touch of fill_rows read (kept so that the reads are not optimized out) */
 static volatile uint64_t touched;
 
-/* One event part of a piece: records, own positions, type, seq offset and columns. */
+/* One event part of a piece: records, own positions, seq offset and columns. */
 typedef struct {
     Py_buffer rec, pos;
-    int wide, typ, offset;
+    int wide, offset;
     Py_ssize_t n, at; /* events; the next one to write */
     Py_ssize_t f, li; /* foreign events at or before it; its location (index into bounds) */
     Column col[N_COLS];
@@ -202,13 +259,13 @@ static void release_part(Part *q)
 }
 
 /* fill_rows(e, e_item, layout, recs, rec_item, own_lo, own_hi, f_ins, loc_lo, bounds, parts):
- * the rows of a piece's own events, every byte. `parts`: a tuple of (rec, pos, wide, typ,
- * offset, cols), the events of one part in the piece, pos strictly ascending in
+ * the rows of a piece's own events, every byte. `parts`: a tuple of (rec, pos, wide, offset,
+ * cols), the events of one part in the piece, pos strictly ascending in
  * [own_lo, own_hi). Event j of a part goes to row pos[j] - own_lo + (foreign events inserted at
  * or before pos[j]: f_ins, ascending) of `e` with location loc_lo + i where bounds[i] <=
  * pos[j] < bounds[i + 1], the time of record rec[j] (`layout`: the offsets of the event fields
- * loc, type, ref, time, seq, p1 .. p6, then of the record fields loc and time), type `typ`,
- * seq 8 * rec[j] + offset, and ref, p1 .. p6 from `cols` (seven (mode, obj, itemsize,
+ * loc, type, ref, time, seq, p1 .. p6, then of the record fields loc and time), seq
+ * 8 * rec[j] + offset, and type, ref, p1 .. p6 from `cols` (eight (mode, obj, itemsize,
  * signed)). The parts are written BLOCK own positions at a time (each part's events of the
  * block in turn), so that the block's rows and records are read from the cache. */
 static PyObject *fill_rows(PyObject *self, PyObject *args)
@@ -249,8 +306,8 @@ static PyObject *fill_rows(PyObject *self, PyObject *args)
             p->col[k].mode = COL_ZERO;
             p->col[k].buf.obj = NULL;
         }
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(parts, made), "OOpiiO!", &recobj, &posobj,
-                              &p->wide, &p->typ, &p->offset, &PyTuple_Type, &cols))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(parts, made), "OOpiO!", &recobj, &posobj,
+                              &p->wide, &p->offset, &PyTuple_Type, &cols))
             goto done;
         if (PyObject_GetBuffer(recobj, &p->rec, PyBUF_C_CONTIGUOUS) < 0) {
             p->rec.obj = NULL;
@@ -269,21 +326,12 @@ static PyObject *fill_rows(PyObject *self, PyObject *args)
             if (!parse_column(PyTuple_GET_ITEM(cols, k), &p->col[k], p->n, rec_item))
                 goto done;
         memset(p->row, 0, sizeof p->row);
-        {
-            uint8_t t8 = (uint8_t)p->typ;
-            memcpy(p->row + lay[1], &t8, 1);
-        }
         p->n_dyn = 0;
         for (int k = 0; k < N_COLS; k++) {
             if (p->col[k].mode == COL_ARRAY || p->col[k].mode == COL_BITS)
                 p->dyn[p->n_dyn++] = k;
-            else if (k == 0) {
-                uint32_t v = (uint32_t)column_value(&p->col[0], 0, NULL);
-                memcpy(p->row + lay[2], &v, 4);
-            } else {
-                uint64_t v = column_value(&p->col[k], 0, NULL);
-                memcpy(p->row + lay[4 + k], &v, 8);
-            }
+            else
+                store_column(p->row, lay, k, column_value(&p->col[k], 0, NULL));
         }
         /* every event inside the piece, in order, onto a row of e */
         Py_ssize_t f = 0, li = 0;
@@ -347,12 +395,7 @@ static PyObject *fill_rows(PyObject *self, PyObject *args)
                     memcpy(row + lay[4], &seq, 8);
                     for (int c = 0; c < p->n_dyn; c++) {
                         int col = p->dyn[c];
-                        uint64_t v = column_value(&p->col[col], j, s);
-                        if (col == 0) {
-                            uint32_t v32 = (uint32_t)v;
-                            memcpy(row + lay[2], &v32, 4);
-                        } else
-                            memcpy(row + lay[4 + col], &v, 8);
+                        store_column(row, lay, col, column_value(&p->col[col], j, s));
                     }
                     memcpy(eb + (x - own_lo + f) * e_item, row, (size_t)e_item);
                 }
@@ -624,9 +667,8 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"count", count, METH_VARARGS, "count(counts, rec, wide): own events per record"},
-    {"place", place, METH_VARARGS,
-     "place(base, base_wide, fill, rec, pos, wide): own positions by a running fill per record"},
+    {"layout_own", layout_own, METH_VARARGS,
+     "layout_own(base, base_wide, recs, poss, wide): own positions by counting"},
     {"fill_rows", fill_rows, METH_VARARGS,
      "fill_rows(e, e_item, layout, recs, rec_item, own_lo, own_hi, f_ins, loc_lo, bounds, "
      "parts): the rows of a piece's own events"},

@@ -83,21 +83,18 @@ def test_fill_rows_agrees_with_numpy(monkeypatch):
     assert compiled == numpy
 
 
-def test_layout_kernels_agree_with_numpy(monkeypatch):
+def test_layout_agrees_with_numpy(monkeypatch):
     rec = np.array([0, 2, 2, 2, 5, 7, 7], dtype=np.int32)
 
     def layout():
-        counts = np.zeros(9, dtype=np.int32)
-        kernels.count_events(counts, rec)
-        kernels.count_events(counts, rec[::3].copy())
-        base = np.zeros(10, dtype=np.int32)
-        np.cumsum(counts, out=base[1:])
-        fill = np.zeros(9, dtype=np.int32)
-        return (counts.tolist(), kernels.place_events(base, fill, rec, np.int32).tolist(),
-                kernels.place_events(base, fill, rec[::3].copy(), np.int32).tolist())
+        base = np.empty(10, dtype=np.int32)
+        poss = kernels.layout_own(base, [rec, rec[::3].copy(), np.array([], np.int32), rec],
+                                  np.int32)
+        return base.tolist(), [p.tolist() for p in poss]
 
     compiled, numpy = both_ways(monkeypatch, layout)
     assert compiled == numpy
+    assert compiled[0] == [0, 3, 3, 10, 10, 10, 12, 12, 17, 17]
 
 
 @built

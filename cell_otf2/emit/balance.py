@@ -11,7 +11,7 @@ import numpy as np
 from ..damage import DamageKind, DamageLog
 from ..model import Ev
 from .kernels import region_flags
-from .table import EventPart, EventTable, event_param
+from .table import EventPart, EventTable, event_param, one_type
 
 _REGION_EVENTS = {int(Ev.ENTER): 1, int(Ev.ENTER_OFF_SPU): 1, int(Ev.LEAVE): -1}
 #: region codes (step * (ref + 1)) the compiled check takes
@@ -30,13 +30,15 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
     every Enter/Leave in final order. Only the locations that fail it are walked here one
     event at a time."""
     ev.layout()
-    parts = [(True, k, p) for k, p in enumerate(ev.own_parts) if p.typ in _REGION_EVENTS]
+    parts = [(True, k, p) for k, p in enumerate(ev.own_parts)
+             if one_type(p) in _REGION_EVENTS]
     inv = None
     f_at = np.cumsum([0] + [p.size for p in ev.foreign])
     if ev.foreign:
         inv = np.empty(ev.f_order.size, dtype=np.int64)
         inv[ev.f_order] = np.arange(ev.f_order.size)
-        parts += [(False, k, p) for k, p in enumerate(ev.foreign) if p.typ in _REGION_EVENTS]
+        parts += [(False, k, p) for k, p in enumerate(ev.foreign)
+                  if one_type(p) in _REGION_EVENTS]
     if not parts:
         return
     flagged = _flagged(ev, parts, inv, f_at)

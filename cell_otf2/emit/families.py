@@ -329,10 +329,11 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
                 offset = offset.astype(np.uint32)
             match_id = match_id + offset[ledger.loc_rank[issuer]]
         # what only depends on the DMA record is taken from it when the table is built
-        for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
-            k = i[getput]
-            ev.own(k, 0, typ, window, p1=d["target"][getput], p2=_C_LOW, p3=match_id[getput],
-                   p4=_DMA_PACKED, p5=_B, p6=_C_HIGH)
+        # one part with a type per event (a DMA record gives one event: the same table as a
+        # part per type, without splitting every column)
+        typ = np.where(is_get, np.uint8(Ev.RMA_GET), np.uint8(Ev.RMA_PUT))
+        ev.own(i, 0, typ, window, p1=d["target"], p2=_C_LOW, p3=match_id, p4=_DMA_PACKED,
+               p5=_B, p6=_C_HIGH)
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, window,
                p3=match_id[has_c])

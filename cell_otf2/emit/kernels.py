@@ -1,12 +1,12 @@
 """The per-event loops of emit: ``written_span`` finds the records to write and their time
 span, ``take_field`` gathers a field of chosen records, ``lookup_field`` maps their id
-fields to definition refs, ``count_events`` and ``place_events`` lay own events out by
-counting, ``fill_rows`` writes the packed rows of a piece of the table's own events,
-``region_flags`` finds the locations whose Enter and Leave do not balance and nest; each
-through the compiled helper ``cell_otf2/_emitloops.c`` where it is built (setup.py,
-optional) and the arrays allow it, else through numpy, with the same result either way
-(``tests/test_emitloops.py``). ``RecordBits`` is an event parameter made of bit fields of
-the event's record, which both paths compute without gathering whole record rows."""
+fields to definition refs, ``layout_own`` lays own events out by counting, ``fill_rows``
+writes the packed rows of a piece of the table's own events, ``region_flags`` finds the
+locations whose Enter and Leave do not balance and nest; each through the compiled helper
+``cell_otf2/_emitloops.c`` where it is built (setup.py, optional) and the arrays allow it,
+else through numpy, with the same result either way (``tests/test_emitloops.py``).
+``RecordBits`` is an event parameter made of bit fields of the event's record, which both
+paths compute without gathering whole record rows."""
 
 from __future__ import annotations
 
@@ -122,44 +122,44 @@ def lookup_field(records: np.ndarray, name: str, idx: np.ndarray,
 # -- layout by counting
 
 
-def count_events(counts: np.ndarray, rec: np.ndarray, once: bool | None = None) -> None:
-    """``counts[r] += 1`` for every record ``r`` of ``rec`` (ascending; repeats counted each
-    time; ``once``: known to have no repeats). ``counts`` int32."""
-    if COMPILED and _index_ok(rec) and counts.dtype == np.int32 and counts.flags.c_contiguous:
-        _emitloops.count(counts, np.ascontiguousarray(rec), rec.dtype == np.int64)
-        return
-    if once is None:
-        once = rec.size < 2 or bool((rec[1:] > rec[:-1]).all())
-    if once:
-        counts[rec] += 1
-    else:  # ascending with repeats: add each run's length once
-        r, n = runs(rec)
-        counts[r] += n
-
-
-def place_events(base: np.ndarray, fill: np.ndarray, rec: np.ndarray, index: type,
-                 once: bool | None = None) -> np.ndarray:
-    """Positions of the events of records ``rec`` (ascending): ``base[r] + fill[r]``, then
-    ``fill[r] += 1``, event by event (a record's events in part order); ``fill`` int32, the
-    result of dtype ``index``."""
-    if (COMPILED and _index_ok(rec) and rec.dtype == index and _index_ok(base)
-            and fill.dtype == np.int32 and fill.flags.c_contiguous and base.flags.c_contiguous):
-        pos = np.empty(rec.size, dtype=index)
-        _emitloops.place(base, base.dtype == np.int64, fill, np.ascontiguousarray(rec), pos,
-                         rec.dtype == np.int64)
-        return pos
-    if once is None:
-        once = rec.size < 2 or bool((rec[1:] > rec[:-1]).all())
-    if not once:  # several events of one record in one part (a wait completes several DMAs)
-        first, n = runs(rec)
-        start = np.cumsum(n) - n  # where each run starts in the part
-        occ = np.arange(rec.size) - np.repeat(start, n)
-        pos = (base[rec] + fill[rec] + occ).astype(index)
-        fill[first] += n.astype(fill.dtype)
-        return pos
-    pos = (base[rec] + fill[rec]).astype(index)
-    fill[rec] += 1
-    return pos
+def layout_own(base: np.ndarray, recs: list[np.ndarray], index: type) -> list[np.ndarray]:
+    """Own positions of the events of parts with records ``recs`` (each ascending; the parts
+    in fill order: by seq offset, then add order): ``base[r]`` (the own events of the records
+    before ``r``, written into ``base``: n_rec + 1 entries) plus the events of record ``r``
+    before it in fill order (several of one record in one part: in part order). Positions of
+    dtype ``index``."""
+    n_rec = base.size - 1
+    if (COMPILED and _index_ok(base) and base.flags.c_contiguous
+            and all(r.dtype == index for r in recs) and _index_ok(np.empty(0, index))):
+        poss = [np.empty(r.size, dtype=index) for r in recs]
+        _emitloops.layout_own(base, base.dtype == np.int64,
+                              tuple(np.ascontiguousarray(r) for r in recs), tuple(poss),
+                              np.dtype(index) == np.int64)
+        return poss
+    counts = np.zeros(n_rec, dtype=np.int32)  # own events per record
+    for rec in recs:
+        if rec.size < 2 or bool((rec[1:] > rec[:-1]).all()):
+            counts[rec] += 1
+        else:  # ascending with repeats: add each run's length once
+            r, n = runs(rec)
+            counts[r] += n
+    base[0] = 0
+    np.cumsum(counts, out=base[1:])
+    fill = counts  # the counts' memory, as the running fill per record
+    fill[:] = 0
+    poss = []
+    for rec in recs:
+        if rec.size < 2 or bool((rec[1:] > rec[:-1]).all()):
+            pos = (base[rec] + fill[rec]).astype(index)
+            fill[rec] += 1
+        else:  # several events of one record in one part (a wait completes several DMAs)
+            first, n = runs(rec)
+            start = np.cumsum(n) - n  # where each run starts in the part
+            occ = np.arange(rec.size) - np.repeat(start, n)
+            pos = (base[rec] + fill[rec] + occ).astype(index)
+            fill[first] += n.astype(fill.dtype)
+        poss.append(pos)
+    return poss
 
 
 def runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -170,10 +170,10 @@ def runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # -- the rows of a piece
 
-#: parameter columns of an event row besides loc, type, time and seq
-COLUMNS = ("ref", "p1", "p2", "p3", "p4", "p5", "p6")
+#: the columns of an event row besides loc, time and seq
+COLUMNS = ("type", "ref", "p1", "p2", "p3", "p4", "p5", "p6")
 _LAYOUT = np.array([EVENT_DTYPE.fields[f][1] for f in
-                    ("loc", "type", "ref", "time", "seq", *COLUMNS[1:])], dtype=np.int64)
+                    ("loc", "type", "ref", "time", "seq", *COLUMNS[2:])], dtype=np.int64)
 _EVENT_OK = (_LITTLE and [EVENT_DTYPE[f].str for f in EVENT_DTYPE.names]
              == ["<u4", "|u1", "<u4", "<i8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u8"])
 
@@ -205,20 +205,22 @@ def fill_rows(e: np.ndarray, records: np.ndarray, parts: list[tuple], own_lo: in
     ascending, in ``[own_lo, own_hi)``); an event's row is ``pos - own_lo`` plus the
     foreign events inserted at or before ``pos`` (``f_ins``, ascending, int64), with location
     ``loc_lo + i`` where ``bounds[i] <= pos < bounds[i + 1]`` (int64: the own positions of the
-    piece's locations), the time of its record, type ``typ``, seq ``8 * rec + offset``, and the
-    columns ``cols`` (ref, p1 .. p6: scalar, array per event, function of record rows or
-    ``RecordBits``; missing ones zero). Every byte of those rows is written."""
+    piece's locations), the time of its record, type ``typ`` (one for all or one per event),
+    seq ``8 * rec + offset``, and the columns ``cols`` (ref, p1 .. p6: scalar, array per
+    event, function of record rows or ``RecordBits``; missing ones zero). Every byte of those
+    rows is written."""
     rest = parts
     if (COMPILED and _EVENT_OK and e.dtype == EVENT_DTYPE and e.flags.c_contiguous
             and records.ndim == 1 and records.flags.c_contiguous
             and records.dtype.fields["time"][0].str == "<i8"):
         specs, rest = [], []
         for rec, pos, typ, offset, cols in parts:
-            spec = ([_column(cols.get(name), records, rec) for name in COLUMNS]
+            spec = ([_column(typ if name == "type" else cols.get(name), records, rec)
+                     for name in COLUMNS]
                     if _index_ok(rec) and pos.dtype == rec.dtype else [None])
             if all(c is not None for c in spec):
                 specs.append((np.ascontiguousarray(rec), np.ascontiguousarray(pos),
-                              rec.dtype == np.int64, int(typ), int(offset), tuple(spec)))
+                              rec.dtype == np.int64, int(offset), tuple(spec)))
             else:
                 rest.append((rec, pos, typ, offset, cols))
         layout = np.concatenate([_LAYOUT, [records.dtype.fields["loc"][1],
@@ -236,12 +238,11 @@ def _fill_numpy(e, records, rec, pos, own_lo, f_ins, loc_lo, bounds, typ, offset
     """``fill_rows`` for one part, through numpy."""
     rows = pos.astype(np.int64) - own_lo + np.searchsorted(f_ins, pos, side="right")
     e["loc"][rows] = loc_lo + np.searchsorted(bounds, pos, side="right") - 1
-    e["type"][rows] = typ
     e["time"][rows] = records["time"][rec]
     e["seq"][rows] = rec.astype(np.uint64) * np.uint64(8) + np.uint64(offset)
     taken = None
     for name in COLUMNS:
-        v = cols.get(name)
+        v = typ if name == "type" else cols.get(name)
         if v is None:
             v = 0
         elif isinstance(v, RecordBits):

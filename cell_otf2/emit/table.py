@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..model import EVENT_DTYPE, Ev
-from .kernels import RecordBits, count_events, fill_rows, place_events
+from .kernels import RecordBits, fill_rows, layout_own
 
 
 class EventPart:
@@ -24,7 +24,8 @@ class EventPart:
     __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time", "pin", "sub",
                  "anchor", "seq")
 
-    def __init__(self, rec: np.ndarray, offset: int, typ: int, ref: np.ndarray | int,
+    def __init__(self, rec: np.ndarray, offset: int, typ: int | np.ndarray,
+                 ref: np.ndarray | int,
                  params: dict, loc: np.ndarray | None = None,
                  time: np.ndarray | None = None) -> None:
         #: foreign events placed by rule, not by time: None (by time and seq), "start" (before
@@ -39,7 +40,7 @@ class EventPart:
         self.rec = rec  # record index per event, ascending (own) or as given (foreign)
         self.pos = None  # own events: index in the sequence of all own events, in order
         self.offset = offset  # seq offset within the record (0..7)
-        self.typ = typ
+        self.typ = typ  # Ev, or uint8 per event (never for Enter / Leave: ``one_type``)
         self.ref = ref  # scalar or array per event
         self.params = params  # name -> scalar, array per event, or a function of record rows
         self.loc = loc  # foreign events only: destination location per event
@@ -53,7 +54,7 @@ class EventPart:
         """The events ``sel`` (a slice or index array) of this part."""
         def cut(v):
             return v[sel] if isinstance(v, np.ndarray) and v.ndim else v
-        part = EventPart(self.rec[sel], self.offset, self.typ, cut(self.ref),
+        part = EventPart(self.rec[sel], self.offset, cut(self.typ), cut(self.ref),
                          {k: cut(v) for k, v in self.params.items()}, cut(self.loc),
                          cut(self.time))
         part.pos = cut(self.pos)
@@ -104,12 +105,14 @@ class EventTable:
         self.foreign: list[EventPart] = []
         self.laid_out = False
 
-    def own(self, rec: np.ndarray, offset: int, typ: int, ref, **p) -> None:
+    def own(self, rec: np.ndarray, offset: int, typ: int | np.ndarray, ref, **p) -> None:
         """Events on the location of records ``rec``, at their times, tie-break seq
-        ``8 * rec + offset``."""
+        ``8 * rec + offset``; ``typ`` one type for all, or one per event (uint8; for events
+        that are neither Enter nor Leave, which are ``one_type``)."""
         rec = np.asarray(rec).astype(self.index, copy=False)
+        typ = np.asarray(typ, dtype=np.uint8) if isinstance(typ, np.ndarray) else int(typ)
         if rec.size:
-            self.own_parts.append(EventPart(rec, int(offset), int(typ), event_param(ref),
+            self.own_parts.append(EventPart(rec, int(offset), typ, event_param(ref),
                                             {k: event_param(v) for k, v in p.items()}))
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
@@ -183,7 +186,7 @@ class EventTable:
         """Own positions of the events of type ``typ`` of records ``rec`` (one each)."""
         out = np.full(rec.size, -1, dtype=np.int64)
         for part in self.own_parts:
-            if part.typ != typ or not part.size:
+            if one_type(part) != typ or not part.size:
                 continue
             at = np.minimum(np.searchsorted(part.rec, rec), part.size - 1)
             hit = part.rec[at] == rec
@@ -201,20 +204,13 @@ class EventTable:
             r = part.rec
             if r.size > 1 and not (r[1:] >= r[:-1]).all():
                 self.own_parts[i] = part.take(np.argsort(r, kind="stable"))
-        counts = np.zeros(n_rec, dtype=np.int32)  # own events per record
-        for part in self.own_parts:
-            count_events(counts, part.rec)
         total = sum(part.size for part in self.own_parts)
-        base = np.zeros(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
-        np.cumsum(counts, out=base[1:])
-        fill = counts  # the counts' memory, as the running fill per record
-        fill[:] = 0
+        base = np.empty(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
+        # fill order: by seq offset, add order kept among equal offsets (a stable sort)
         order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
-        for k in order:  # stable: add order kept among equal offsets; several events of one
-            #              record in one part (a wait completes several DMAs): in part order
-            part = self.own_parts[k]
-            part.pos = place_events(base, fill, part.rec, self.index)
-        per_record = self.per_record = fill  # filled up: every record's own events again
+        for k, pos in zip(order, layout_own(base, [self.own_parts[k].rec for k in order],
+                                            self.index), strict=True):
+            self.own_parts[k].pos = pos
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
@@ -247,7 +243,7 @@ class EventTable:
                 sel = np.flatnonzero((f_loc == loc) & timed)
                 lo = int(self.own_start[loc])
                 r_lo, r_hi = int(loc_first_rec[loc]), int(loc_first_rec[loc + 1])
-                times = np.repeat(self.rec_time[r_lo:r_hi], per_record[r_lo:r_hi])
+                times = np.repeat(self.rec_time[r_lo:r_hi], np.diff(base[r_lo:r_hi + 1]))
                 before = f_seq[sel] < 8 * int(loc_first_rec[loc])
                 left = np.searchsorted(times, f_time[sel], side="left")
                 right = np.searchsorted(times, f_time[sel], side="right")
@@ -300,7 +296,12 @@ class EventTable:
     def counts_per_type(self) -> dict[int, int]:
         out: dict[int, int] = {}
         for part in (*self.own_parts, *self.foreign):
-            out[part.typ] = out.get(part.typ, 0) + part.size
+            if isinstance(part.typ, np.ndarray):
+                n = np.bincount(part.typ, minlength=1)
+                for k in np.flatnonzero(n).tolist():
+                    out[k] = out.get(k, 0) + int(n[k])
+            else:
+                out[part.typ] = out.get(part.typ, 0) + part.size
         return out
 
     def table(self, loc_lo: int = 0, loc_hi: int | None = None,
@@ -419,6 +420,11 @@ class EventChunks:
         buffer = self.piece_buffer()
         for lo, hi in self.ranges:
             yield self.build(lo, hi, buffer)
+
+
+def one_type(part: EventPart) -> int | None:
+    """The type of every event of ``part``, or None when it has one per event."""
+    return None if isinstance(part.typ, np.ndarray) else part.typ
 
 
 class SparseColumn:
