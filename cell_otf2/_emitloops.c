@@ -5,7 +5,7 @@
  * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
  * do not balance and nest (one stack walk per location), `written_span` the records to write
  * and their time span in one pass over the rows, `take_field` gathers a field of chosen
- * records and `lookup` maps an id field of chosen records through a table. No Python call per event.
+ * records and `select_refs` maps an id field of the records of a code through a table. No Python call per event.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler
  * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
@@ -578,7 +578,7 @@ done:
     return result;
 }
 
-#define AHEAD 16 /* records ahead whose rows take_field and lookup ask the cache for */
+#define AHEAD 16 /* records ahead whose rows take_field and select_refs ask the cache for */
 
 /* take_field(recs, rec_item, field_off, idx, wide, out): out[j] = the uint64 field at
  * field_off of record idx[j] (the records ahead asked for early: the gather waits on memory,
@@ -619,50 +619,68 @@ done:
     return result;
 }
 
-/* lookup(recs, rec_item, field_off, idx, wide, table, out): out[j] = table[min(v, size - 1)]
- * with v the uint64 field at field_off of record idx[j] (int32 out and table: ids through a
- * direct table whose last entry stands for every id past it); returns how many are < 0. */
-static PyObject *lookup(PyObject *self, PyObject *args)
+/* select_refs(recs, rec_item, field_off, idx, wide, good, table, written, out_i, out_ref,
+ * out_bad): of the records idx (int32 or, with `wide`, int64) those with good[r], in order,
+ * their uint64 field at field_off mapped through `table` (int32, a direct table whose last
+ * entry stands for every id past it): the ones mapped to a ref >= 0 go to out_i / out_ref
+ * and are marked in `written` (bool), the others to out_bad (all outputs of idx's dtype but
+ * out_ref, int32). Returns (how many mapped, how many not). */
+static PyObject *select_refs(PyObject *self, PyObject *args)
 {
-    Py_buffer recs, idx, table, out;
+    Py_buffer recs, idx, good, table, written, oi, oref, obad;
     Py_ssize_t rec_item, off;
     int wide;
-    if (!PyArg_ParseTuple(args, "y*nny*py*w*", &recs, &rec_item, &off, &idx, &wide, &table,
-                          &out))
+    if (!PyArg_ParseTuple(args, "y*nny*py*y*w*w*w*w*", &recs, &rec_item, &off, &idx, &wide,
+                          &good, &table, &written, &oi, &oref, &obad))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = idx.len / (wide ? 8 : 4), nt = table.len / 4;
     Py_ssize_t n_recs = rec_item > 0 ? recs.len / rec_item : 0;
     const int32_t *t = table.buf;
-    int32_t *o = out.buf;
-    if (nt < 1 || out.len != n * 4 || off < 0 || off + 8 > rec_item) {
-        PyErr_SetString(PyExc_ValueError, "lookup: bad arguments");
+    const uint8_t *g = good.buf;
+    uint8_t *w = written.buf;
+    int32_t *ref = oref.buf;
+    if (nt < 1 || off < 0 || off + 8 > rec_item || good.len != n_recs || written.len != n_recs
+        || oi.len != idx.len || obad.len != idx.len || oref.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "select_refs: bad arguments");
         goto done;
     }
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t r = load_index(idx.buf, j, wide);
-        if (r < 0 || r >= n_recs) { PyErr_SetString(PyExc_IndexError, "lookup: record out of range"); goto done; }
+        if (r < 0 || r >= n_recs) { PyErr_SetString(PyExc_IndexError, "select_refs: record out of range"); goto done; }
     }
     {
-        const unsigned char *rb = recs.buf;
-        Py_ssize_t neg = 0;
+        const unsigned char *rb = (const unsigned char *)recs.buf + off;
+        Py_ssize_t n_ok = 0, n_bad = 0;
         uint64_t last = (uint64_t)(nt - 1);
         for (Py_ssize_t j = 0; j < n; j++) {
-            uint64_t v;
             if (j + AHEAD < n)
-                __builtin_prefetch(rb + load_index(idx.buf, j + AHEAD, wide) * rec_item + off);
-            memcpy(&v, rb + load_index(idx.buf, j, wide) * rec_item + off, 8);
+                __builtin_prefetch(rb + load_index(idx.buf, j + AHEAD, wide) * rec_item);
+            int64_t r = load_index(idx.buf, j, wide);
+            if (!g[r])
+                continue;
+            uint64_t v;
+            memcpy(&v, rb + r * rec_item, 8);
             int32_t x = t[v < last ? v : last];
-            o[j] = x;
-            neg += x < 0;
+            if (x >= 0) {
+                if (wide) ((int64_t *)oi.buf)[n_ok] = r;
+                else ((int32_t *)oi.buf)[n_ok] = (int32_t)r;
+                ref[n_ok++] = x;
+                w[r] = 1;
+            } else if (wide) ((int64_t *)obad.buf)[n_bad++] = r;
+            else ((int32_t *)obad.buf)[n_bad++] = (int32_t)r;
         }
-        result = PyLong_FromSsize_t(neg);
+        result = Py_BuildValue("nn", n_ok, n_bad);
     }
 done:
     PyBuffer_Release(&recs);
     PyBuffer_Release(&idx);
+    PyBuffer_Release(&good);
     PyBuffer_Release(&table);
-    PyBuffer_Release(&out);
+    PyBuffer_Release(&written);
+    PyBuffer_Release(&oi);
+    PyBuffer_Release(&oref);
+    PyBuffer_Release(&obad);
     return result;
 }
 
@@ -679,9 +697,9 @@ static PyMethodDef methods[] = {
      "and Leave do not balance and nest"},
     {"take_field", take_field, METH_VARARGS,
      "take_field(recs, rec_item, field_off, idx, wide, out): a uint64 field of chosen records"},
-    {"lookup", lookup, METH_VARARGS,
-     "lookup(recs, rec_item, field_off, idx, wide, table, out): ids of a record field "
-     "through a direct table"},
+    {"select_refs", select_refs, METH_VARARGS,
+     "select_refs(recs, rec_item, field_off, idx, wide, good, table, written, out_i, out_ref, "
+     "out_bad): the records with a time, their ids through a direct table"},
     {"written_span", written_span, METH_VARARGS,
      "written_span(recs, rec_item, code_off, time_off, usable, good, span): the records to "
      "write and their least and greatest time"},

@@ -133,15 +133,21 @@ def test_written_span_agrees_with_numpy(monkeypatch):
 
 
 @built
-def test_lookup_field_agrees_with_lookup_refs():
+def test_select_refs_agrees_with_lookup_refs():
     from cell_otf2.emit.table import lookup_refs
     records = np.zeros(20, RECORD_DTYPE)
     records["a"] = [0, 1, 2, 3, 7, 8, 2**64 - 1, 2**63, 5, 1] * 2
     idx = np.array([0, 3, 4, 5, 6, 7, 8, 9, 19], dtype=np.int32)
+    good = np.ones(records.size, bool)
+    good[5] = False
     table = {1: 10, 3: 0, 7: 2**20}
-    refs, undefined = kernels.lookup_field(records, "a", idx, table)
-    want = lookup_refs(table, records["a"][idx].astype(np.int64))
-    assert refs.tolist() == want.tolist() and undefined == int((want < 0).sum())
+    written = np.zeros(records.size, bool)
+    i, refs, bad = kernels.select_refs(records, "a", idx, good, table, written)
+    sel = idx[good[idx]]
+    want = lookup_refs(table, records["a"][sel].astype(np.int64))
+    assert i.tolist() == sel[want >= 0].tolist() and refs.tolist() == want[want >= 0].tolist()
+    assert bad.tolist() == sel[want < 0].tolist()
+    assert np.flatnonzero(written).tolist() == i.tolist()
 
 
 def test_take_field_agrees_with_numpy(monkeypatch):

@@ -14,7 +14,7 @@ import numpy as np
 from .. import format as fmt
 from ..damage import DamageKind, DamageLog
 from ..model import Decoded, DmaStyle, Ev, MsgKind
-from .kernels import RecordBits, lookup_field, take_field
+from .kernels import RecordBits, select_refs, take_field
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
 P = fmt.PpeCode
@@ -73,22 +73,24 @@ class RecordLedger:
         # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
         self.by_code, self.code_bounds = dec.code_index()
 
-    def refs(self, i: np.ndarray, name: str, table: dict[int, int]
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Records ``i`` whose id in field ``name`` ``table`` defines, their refs, and the
-        records whose id it does not."""
-        found = lookup_field(self.records, name, i, table)
-        if found is None:
-            ref = lookup_refs(table, self.records[name][i].astype(np.int64))
-            bad = ref < 0
-            n_bad = int(bad.sum())
-        else:
-            ref, n_bad = found
-        if not n_bad:
-            return i, ref, i[:0]
+    def select_refs(self, code: int, name: str, table: dict[int, int]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The records of ``code`` that have a time and whose id in field ``name`` ``table``
+        defines (marked written), their refs, and those whose id it does not."""
+        by_code, code_bounds = self.by_code, self.code_bounds
+        found = select_refs(self.records, name, by_code[code_bounds[code]:code_bounds[code + 1]],
+                            self.good, table, self.written)
         if found is not None:
-            bad = ref < 0
-        return i[~bad], ref[~bad], i[bad]
+            return found
+        i = self.select(code)
+        ref = lookup_refs(table, self.records[name][i].astype(np.int64))
+        bad = ref < 0
+        if bad.any():
+            i, ref, bad = i[~bad], ref[~bad], i[bad]
+        else:
+            bad = i[:0]
+        self.written[i] = True
+        return i, ref, bad
 
     def rank_of(self, i: np.ndarray) -> np.ndarray:
         """Ranks of records ``i``."""
@@ -125,13 +127,12 @@ class RecordLedger:
 
 def regions(ev: EventTable, ledger: RecordLedger, region_ref: dict[int, int]) -> None:
     """ENTER/LEAVE records (PPE and SPE): Enter and Leave of the manifest region."""
-    sel, undefined, written = ledger.select, ledger.undefined, ledger.written
+    undefined = ledger.undefined
     for enter, leave in ((P.ENTER, P.LEAVE), (S.ENTER, S.LEAVE)):
         for c, typ in ((enter, Ev.ENTER), (leave, Ev.LEAVE)):
-            i, ref, bad = ledger.refs(sel(c), "a", region_ref)
+            i, ref, bad = ledger.select_refs(c, "a", region_ref)  # i: marked written
             undefined(bad, "region id")
             ev.own(i, 0, typ, ref)
-            written[i] = True
 
 
 def program_runs(ev: EventTable, ledger: RecordLedger, program_ref: dict[int, int]) -> None:
@@ -194,12 +195,11 @@ def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> 
 
 def counters(ev: EventTable, ledger: RecordLedger, metric_ref: dict[int, int]) -> None:
     """COUNTER records (PPE and SPE): a Metric event of the manifest counter."""
-    sel, undefined, written = ledger.select, ledger.undefined, ledger.written
+    undefined = ledger.undefined
     for c in (P.COUNTER, S.COUNTER):
-        i, ref, bad = ledger.refs(sel(c), "a", metric_ref)
+        i, ref, bad = ledger.select_refs(c, "a", metric_ref)  # i: marked written
         undefined(bad, "counter id")
         ev.own(i, 0, Ev.METRIC, ref, p1=_B)
-        written[i] = True
 
 
 def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: np.ndarray,
@@ -308,18 +308,17 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
     the completed ones."""
     rec, t, good, written = ledger.records, ledger.records["time"], ledger.good, ledger.written
     d = transfers
-    keep = good[d["issue"]]
-    if not keep.all():
-        d = d[keep]
-    del keep
     # record indexes as the event table keeps them (contiguous, 32-bit below 2^30 records)
     i = d["issue"].astype(ev.index)
+    keep = good[i]
+    if not keep.all():
+        d, i = d[keep], i[keep]
+    del keep
     issuer = d["loc"]  # the DMA records' location (not read off the record rows again)
     opcode = take_field(rec, "a", i)
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
     comp = d["complete"].astype(ev.index)
-    has_c = comp >= 0
-    has_c[has_c] = good[comp[has_c]]
+    has_c = (comp >= 0) & good[np.maximum(comp, 0)]
     written[i] = True
     if dma_style == DmaStyle.RMA:
         match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
@@ -327,11 +326,12 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
             offset = np.asarray(rma_id_offset, np.uint64)
             if offset.size and int(offset.max()) + d.size < 1 << 32:  # ids in 32 bits
                 offset = offset.astype(np.uint32)
-            match_id = match_id + offset[ledger.loc_rank[issuer]]
+            match_id = match_id + offset[ledger.loc_rank][issuer]  # per location, then gathered
         # what only depends on the DMA record is taken from it when the table is built
         # one part with a type per event (a DMA record gives one event: the same table as a
         # part per type, without splitting every column)
-        typ = np.where(is_get, np.uint8(Ev.RMA_GET), np.uint8(Ev.RMA_PUT))
+        typ = np.full(d.size, Ev.RMA_PUT, dtype=np.uint8)
+        typ[is_get] = Ev.RMA_GET
         ev.own(i, 0, typ, window, p1=d["target"], p2=_C_LOW, p3=match_id, p4=_DMA_PACKED,
                p5=_B, p6=_C_HIGH)
         c = comp[has_c]
@@ -339,7 +339,9 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
                p3=match_id[has_c])
         # the window exists on each location that issues transfers, from its first event to
         # its last (as Score-P creates a device window where it is used)
-        users = np.flatnonzero(np.bincount(issuer, minlength=1))  # ascending, no sort
+        # (the transfers come a context at a time: the sort is over one per run of issuers)
+        heads = np.flatnonzero(issuer[1:] != issuer[:-1]) + 1
+        users = np.unique(np.concatenate([issuer[:1], issuer[heads]])).astype(np.int64)
         ev.pin("start", users, Ev.RMA_WIN_CREATE, window)
         ev.pin("end", users, Ev.RMA_WIN_DESTROY, window, last=True)
     else:

@@ -1,5 +1,5 @@
 """The per-event loops of emit: ``written_span`` finds the records to write and their time
-span, ``take_field`` gathers a field of chosen records, ``lookup_field`` maps their id
+span, ``take_field`` gathers a field of chosen records, ``select_refs`` maps their id
 fields to definition refs, ``layout_own`` lays own events out by counting, ``fill_rows``
 writes the packed rows of a piece of the table's own events, ``region_flags`` finds the
 locations whose Enter and Leave do not balance and nest; each through the compiled helper
@@ -99,24 +99,29 @@ def take_field(records: np.ndarray, name: str, idx: np.ndarray) -> np.ndarray:
     return records[name][idx]
 
 
-def lookup_field(records: np.ndarray, name: str, idx: np.ndarray,
-                 table: dict[int, int]) -> tuple[np.ndarray, int] | None:
-    """The ids in field ``name`` (uint64) of records ``idx`` mapped through ``table`` (int32,
-    -1 where undefined) and how many are undefined, in one pass; None where the compiled
-    helper cannot (numpy then: ``table.lookup_refs``)."""
+def select_refs(records: np.ndarray, name: str, idx: np.ndarray, good: np.ndarray,
+                table: dict[int, int], written: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Of records ``idx`` those with ``good``, in order: the ones whose id in field ``name``
+    (uint64) ``table`` maps (marked in ``written``), their refs (int32), and the others; in
+    one pass. None where the compiled helper cannot (the caller takes numpy's way)."""
     dt, off = records.dtype.fields[name][:2]
     if (not COMPILED or not table or min(table) < 0 or max(table) >= 1 << 16
             or min(table.values()) < 0 or max(table.values()) >= 1 << 31
             or dt.str != ("<u8" if _LITTLE else ">u8") or records.ndim != 1
-            or not records.flags.c_contiguous or not _index_ok(idx)):
+            or not records.flags.c_contiguous or not _index_ok(idx)
+            or good.dtype != np.bool_ or written.dtype != np.bool_
+            or good.size != records.size or written.size != records.size
+            or not written.flags.c_contiguous):
         return None
     direct = np.full(max(table) + 2, -1, dtype=np.int32)  # last entry: out of range
     direct[list(table)] = list(table.values())
-    out = np.empty(idx.size, dtype=np.int32)
-    undefined = _emitloops.lookup(records.view(np.uint8).reshape(-1) if records.size else b"",
-                                  records.dtype.itemsize, off, np.ascontiguousarray(idx),
-                                  idx.dtype == np.int64, direct, out)
-    return out, undefined
+    i, ref, bad = np.empty_like(idx), np.empty(idx.size, np.int32), np.empty_like(idx)
+    n_ok, n_bad = _emitloops.select_refs(
+        records.view(np.uint8).reshape(-1) if records.size else b"", records.dtype.itemsize,
+        off, np.ascontiguousarray(idx), idx.dtype == np.int64, np.ascontiguousarray(good),
+        direct, written, i, ref, bad)
+    return i[:n_ok], ref[:n_ok], bad[:n_bad]
 
 
 # -- layout by counting
