@@ -333,40 +333,49 @@ static PyObject *fill_rows(PyObject *self, PyObject *args)
             else
                 store_column(p->row, lay, k, column_value(&p->col[k], 0, NULL));
         }
-        /* every event inside the piece, in order, onto a row of e */
-        Py_ssize_t f = 0, li = 0;
-        for (Py_ssize_t j = 0; j < p->n; j++) {
-            int64_t r = load_index(p->rec.buf, j, p->wide), x = load_index(p->pos.buf, j, p->wide);
-            while (f < nf && fi[f] <= x) f++;
-            while (li + 1 < n_ob && ob[li + 1] <= x) li++;
-            int64_t row = x - own_lo + f;
-            if (r < 0 || r >= n_recs || x < own_lo || x >= own_hi || row < 0 || row >= n_rows
-                || li + 1 >= n_ob || x < ob[li]
-                || (j && x <= load_index(p->pos.buf, j - 1, p->wide))) {
-                PyErr_SetString(PyExc_IndexError, "fill_rows: event out of range");
-                made++;
-                goto done;
-            }
-        }
     }
+    /* every row a position of [own_lo, own_hi) can go to lies in e, and in a location of
+     * `bounds` (each event's own position and record are checked as its block is read) */
+    if (own_hi - own_lo + nf > n_rows || own_lo < 0 || ob[0] > own_lo || ob[n_ob - 1] < own_hi) {
+        PyErr_SetString(PyExc_IndexError, "fill_rows: piece out of range");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i + 1 < n_ob; i++)
+        if (ob[i + 1] < ob[i]) {
+            PyErr_SetString(PyExc_ValueError, "fill_rows: bounds not ascending");
+            goto done;
+        }
+    for (Py_ssize_t f = 0; f + 1 < nf; f++)
+        if (fi[f + 1] < fi[f]) {
+            PyErr_SetString(PyExc_ValueError, "fill_rows: foreign insertions not ascending");
+            goto done;
+        }
     {
         const unsigned char *rb = recs.buf;
         unsigned char *eb = e.buf;
         for (int64_t stop = own_lo + BLOCK;; stop += BLOCK) {
             int more = 0;
-            /* the block's records, read once in address order (many loads in flight, the
-             * hardware prefetcher streaming) before the parts read them out of order */
+            /* the block's events checked (positions strictly ascending inside the piece,
+             * records in the table), and the block's records read once in address order
+             * (many loads in flight, the hardware prefetcher streaming) before the parts read
+             * them out of order */
             int64_t r_min = INT64_MAX, r_max = -1;
             for (Py_ssize_t k = 0; k < np_; k++) {
                 Part *p = &q[k];
-                Py_ssize_t j = p->at;
-                if (j >= p->n || load_index(p->pos.buf, j, p->wide) >= stop)
-                    continue;
-                int64_t r = load_index(p->rec.buf, j, p->wide);
-                if (r < r_min) r_min = r;
-                while (j + 1 < p->n && load_index(p->pos.buf, j + 1, p->wide) < stop) j++;
-                r = load_index(p->rec.buf, j, p->wide);
-                if (r > r_max) r_max = r;
+                int64_t prev = p->at ? load_index(p->pos.buf, p->at - 1, p->wide) : own_lo - 1;
+                for (Py_ssize_t j = p->at; j < p->n; j++) {
+                    int64_t x = load_index(p->pos.buf, j, p->wide);
+                    if (x >= stop && x < own_hi)
+                        break;
+                    int64_t r = load_index(p->rec.buf, j, p->wide);
+                    if (x <= prev || x >= own_hi || r < 0 || r >= n_recs) {
+                        PyErr_SetString(PyExc_IndexError, "fill_rows: event out of range");
+                        goto done;
+                    }
+                    prev = x;
+                    if (r < r_min) r_min = r;
+                    if (r > r_max) r_max = r;
+                }
             }
             if (r_max >= r_min) {
                 uint64_t acc = 0;

@@ -75,7 +75,7 @@ def test_fill_rows_agrees_with_numpy(monkeypatch):
         e = np.zeros(rec.size * 2 + 10, EVENT_DTYPE)
         bounds = np.array([0, 20, 40, 70], dtype=np.int64)
         other = (rec[:5] + 1, pos[:5] + 1, 3, 0, {"ref": 2, "p6": np.arange(5.0)})  # numpy
-        kernels.fill_rows(e, records, [(rec, pos, 9, 4, cols), other], 2, 70, f_ins, 3,
+        kernels.fill_rows(e, records, [(rec, pos, 9, 4, cols), other], 2, 64, f_ins, 3,
                           bounds)
         return e.tobytes()
 
@@ -157,3 +157,4 @@ def test_take_field_agrees_with_numpy(monkeypatch):
     compiled, numpy = both_ways(monkeypatch,
                                 lambda: kernels.take_field(records, "a", idx).tolist())
     assert compiled == numpy == records["a"][idx].tolist()
+

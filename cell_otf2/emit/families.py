@@ -72,6 +72,8 @@ class RecordLedger:
         self.counted = np.zeros(self.records.size, dtype=bool)
         # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
         self.by_code, self.code_bounds = dec.code_index()
+        #: the non-SNDSIG DMA records with a time and their field a (mailbox_and_signal_messages)
+        self.dma_opcodes: tuple[np.ndarray, np.ndarray] | None = None
 
     def select_refs(self, code: int, name: str, table: dict[int, int]
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,10 +219,12 @@ def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: 
     ev.own(r, 2, Ev.MPI_RECV, mbox_comm,
            p1=m["send_loc"], p2=msg_tag, p3=4)
     # SNDSIG records are written by their message only
-    snd = sel(S.DMA)
-    a = take_field(rec, "a", snd)
-    snd = snd[(a >= 0xA0) & (a <= 0xA2)]
-    written[snd] = True
+    dma_rec = sel(S.DMA)
+    a = take_field(rec, "a", dma_rec)
+    sig = (a >= 0xA0) & (a <= 0xA2)
+    written[dma_rec[sig]] = True
+    # the other DMA records' opcodes, for ``dma`` (which would read them off the rows again)
+    ledger.dma_opcodes = (dma_rec[~sig], a[~sig])
     return int(m.size)
 
 
@@ -315,7 +319,9 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
         d, i = d[keep], i[keep]
     del keep
     issuer = d["loc"]  # the DMA records' location (not read off the record rows again)
-    opcode = take_field(rec, "a", i)
+    known = ledger.dma_opcodes  # (records, opcodes) that mailbox_and_signal_messages read
+    opcode = (known[1] if known is not None and np.array_equal(known[0], i)
+              else take_field(rec, "a", i))
     is_get = (opcode >= 0x40) & (opcode <= 0x46)
     comp = d["complete"].astype(ev.index)
     has_c = (comp >= 0) & good[np.maximum(comp, 0)]
