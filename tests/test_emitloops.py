@@ -158,3 +158,38 @@ def test_take_field_agrees_with_numpy(monkeypatch):
                                 lambda: kernels.take_field(records, "a", idx).tolist())
     assert compiled == numpy == records["a"][idx].tolist()
 
+
+def test_emit_with_the_callers_span_is_the_same(pipe):
+    """The driver hands emit the span share_after_sync found: the same table, counts and
+    damage as emit finding it (records without a code stay out of the unwritten count)."""
+    def run(span):
+        damage = DamageLog()
+        _, table, stats = emit(pipe.decoded, pipe.matches, pipe.sync, damage, DmaStyle.RMA,
+                               span=span)
+        return table.tobytes(), stats, damage.entries()
+
+    usable = pipe.sync.usable
+    if usable is None:
+        usable = np.ones(pipe.decoded.records.size, bool)
+    _, first, last = kernels.written_span(pipe.decoded.records, usable)
+    assert run((first, last)) == run(None)
+
+
+def test_records_without_a_code_are_not_counted_unwritten(pipe):
+    """With the caller's span, ``good`` is the usable flags alone: a usable record without a
+    code (decode zeroes what it drops) is still left out of the unwritten count."""
+    from cell_otf2.emit.families import RecordLedger
+    dec = pipe.decoded
+    good = np.ones(dec.records.size, bool)
+    for coded in (True, False):
+        damage = DamageLog()
+        ledger = RecordLedger(dec, good, damage, coded=coded)
+        ledger.written[:] = True
+        ledger.written[0] = False
+        saved = dec.records["code"][0]
+        dec.records["code"][0] = 0
+        try:
+            ledger.count_unwritten()
+        finally:
+            dec.records["code"][0] = saved
+        assert len(damage.entries()) == (1 if coded else 0)

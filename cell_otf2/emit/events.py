@@ -43,7 +43,8 @@ class EmitStats:
 def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
          dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None,
          chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None,
-         sync_intervals: dict[int, str] | None = None
+         sync_intervals: dict[int, str] | None = None,
+         span: tuple[int, int] | None = None
          ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 
@@ -56,14 +57,21 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     parallel conversion's share and the ids must count the whole run's transfers; None: the
     ids count the transfers given, in record order. ``sync_intervals``: the locations'
     ``sync_intervals_property`` when the caller has it already (``build_definitions``).
+    ``span``: the least and greatest time of the records to write ((0, 0): none), when the
+    caller has it already (``whole_run.share_after_sync``): then no pass over every record
+    row finds it, and the records without a code (never selected by a family) are left out
+    only where the unwritten records are counted.
     """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
-    good, first, last = written_span(rec, usable)
+    if span is None:
+        good, first, last = written_span(rec, usable)
+    else:
+        good, (first, last) = usable, span
     defs, lk = build_definitions(dec, result, first, last, sync_intervals)
     ev = EventTable(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()
-    ledger = RecordLedger(dec, good, damage)
+    ledger = RecordLedger(dec, good, damage, coded=span is None)
     families.regions(ev, ledger, lk["region"])
     families.program_runs(ev, ledger, lk["program"])
     families.call_regions(ev, ledger, lk["cell"])

@@ -61,10 +61,14 @@ class RecordLedger:
     by another record's events, or carries nothing to write) and ``counted`` (not written,
     already in the damage log); ``select`` gives the records of some codes that have a time."""
 
-    def __init__(self, dec: Decoded, good: np.ndarray, damage: DamageLog) -> None:
+    def __init__(self, dec: Decoded, good: np.ndarray, damage: DamageLog,
+                 coded: bool = True) -> None:
         self.dec = dec
         self.records = dec.records
-        self.good = good  # usable time and a code
+        #: usable time (and, when ``coded``, a code: else the records without one, which no
+        #: family selects, are left out where the unwritten records are counted)
+        self.good = good
+        self.coded = coded
         self.damage = damage
         self.loc = self.records["loc"]
         self.loc_rank = dec.locations["rank"]
@@ -72,8 +76,9 @@ class RecordLedger:
         self.counted = np.zeros(self.records.size, dtype=bool)
         # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
         self.by_code, self.code_bounds = dec.code_index()
-        #: the non-SNDSIG DMA records with a time and their field a (mailbox_and_signal_messages)
-        self.dma_opcodes: tuple[np.ndarray, np.ndarray] | None = None
+        #: the non-SNDSIG DMA records with a time and which are gets (from
+        #: mailbox_and_signal_messages to dma)
+        self.dma_gets: tuple[np.ndarray, np.ndarray] | None = None
 
     def select_refs(self, code: int, name: str, table: dict[int, int]
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,6 +124,8 @@ class RecordLedger:
         """Count the records with a time that neither gave an event nor were counted."""
         rec, loc, loc_rank = self.records, self.loc, self.loc_rank
         left = np.flatnonzero(self.good & ~self.written & ~self.counted)
+        if left.size and not self.coded:
+            left = left[rec["code"][left] != 0]
         if left.size:
             undefined_codes = sorted({int(x) for x in rec["code"][left][:1000]})
             self.damage.add(DamageKind.undefined_id,
@@ -223,8 +230,8 @@ def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: 
     a = take_field(rec, "a", dma_rec)
     sig = (a >= 0xA0) & (a <= 0xA2)
     written[dma_rec[sig]] = True
-    # the other DMA records' opcodes, for ``dma`` (which would read them off the rows again)
-    ledger.dma_opcodes = (dma_rec[~sig], a[~sig])
+    # which of the other DMA records are gets, for ``dma`` (which would read the rows again)
+    ledger.dma_gets = (dma_rec[~sig], _is_get(a[~sig]))
     return int(m.size)
 
 
@@ -319,10 +326,10 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
         d, i = d[keep], i[keep]
     del keep
     issuer = d["loc"]  # the DMA records' location (not read off the record rows again)
-    known = ledger.dma_opcodes  # (records, opcodes) that mailbox_and_signal_messages read
-    opcode = (known[1] if known is not None and np.array_equal(known[0], i)
-              else take_field(rec, "a", i))
-    is_get = (opcode >= 0x40) & (opcode <= 0x46)
+    known, ledger.dma_gets = ledger.dma_gets, None  # what mailbox_and_signal_messages read
+    is_get = (known[1] if known is not None and np.array_equal(known[0], i)
+              else _is_get(take_field(rec, "a", i)))
+    del known
     comp = d["complete"].astype(ev.index)
     has_c = (comp >= 0) & good[np.maximum(comp, 0)]
     written[i] = True
@@ -363,6 +370,11 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
         ev.add(dst_loc[c_ok], Ev.MPI_RECV, dma_comm, t[c], event_seq(c, 3),
                p1=src_loc[c_ok], p2=tag[c_ok], p3=nbytes[c_ok])
     return int(d.size), int(has_c.sum())
+
+
+def _is_get(opcode: np.ndarray) -> np.ndarray:
+    """Which DMA commands (their opcodes, field a) are gets."""
+    return (opcode >= 0x40) & (opcode <= 0x46)
 
 
 def heartbeats(ledger: RecordLedger) -> int:
