@@ -1,11 +1,12 @@
 /* Per-event loops of emit in C (issue 18): `layout_own` lays the own events out by counting
- * (events per record, then a running fill per record, a block of records at a time), `fill_rows` writes the packed
- * rows of a piece of the table's own events (every byte of each row: location, type,
- * ref, time and seq from its record, parameters from arrays, scalars or bits of its record's
- * fields), `region_codes` and `region_walk` find the locations whose Enter and Leave events
- * do not balance and nest (one stack walk per location), `written_span` the records to write
- * and their time span in one pass over the rows, `take_field` gathers a field of chosen
- * records and `select_refs` maps an id field of the records of a code through a table. No Python call per event.
+ * (events per record, then a running fill per record, a block of records at a time),
+ * `fill_rows` writes the packed rows of a piece of the table's own events (every byte of each
+ * row: location, type, ref, time and seq from its record, parameters from arrays, scalars or
+ * bits of its record's fields), `region_walk` finds the locations whose Enter and Leave
+ * events do not balance and nest (one stack walk per location, its codes laid into a buffer
+ * of that location), `written_span` the records to write and their time span in one pass over
+ * the rows, `take_field` gathers a field of chosen records and `select_refs` maps an id field
+ * of the records of a code through a table. No Python call per event.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler
  * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
@@ -443,72 +444,82 @@ done:
     return result;
 }
 
-/* region_codes(code, pos, wide, ref, sign): code[pos[j]] = sign * (ref[j] + 1) (int32 codes;
- * `ref` a column as in fill_rows, whose values the caller keeps below 2^31 - 1). */
-static PyObject *region_codes(PyObject *self, PyObject *args)
-{
-    Py_buffer code, pos;
-    int wide, sign;
-    PyObject *spec;
-    if (!PyArg_ParseTuple(args, "w*y*pOi", &code, &pos, &wide, &spec, &sign))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t n = pos.len / (wide ? 8 : 4), m = code.len / 4;
-    Column col;
-    if (!parse_column(spec, &col, n, 0) || col.mode == COL_BITS) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "region_codes: bad ref");
-        goto done;
-    }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t p = load_index(pos.buf, j, wide);
-        if (p < 0 || p >= m) { PyErr_SetString(PyExc_IndexError, "region_codes: out of range"); goto done; }
-    }
-    for (Py_ssize_t j = 0; j < n; j++)
-        ((int32_t *)code.buf)[load_index(pos.buf, j, wide)] =
-            sign * (int32_t)((int64_t)column_value(&col, j, NULL) + 1);
-    Py_INCREF(Py_None);
-    result = Py_None;
-done:
-    if (col.buf.obj != NULL)
-        PyBuffer_Release(&col.buf);
-    PyBuffer_Release(&code);
-    PyBuffer_Release(&pos);
-    return result;
-}
-
-/* region_walk(code, own_start, f_code, f_insert, f_start, flags): per location L, its own
- * events (codes code[own_start[L]:own_start[L + 1]]) merged with its foreign events (f_code
- * [f_start[L]:f_start[L + 1]], each before the own position f_insert[k]) in final order; a
- * code > 0 enters region code - 1, < 0 leaves region -code - 1, 0 is another event.
- * flags[L] = 1 when a Leave is not of the innermost open region (or none is open) or a region
- * is left open at the end. int64 but the codes (int32) and flags (uint8). */
+/* region_walk(own_start, parts, f_code, f_insert, f_start, flags): per location L, its own
+ * region events merged with its foreign ones (f_code[f_start[L]:f_start[L + 1]], each before
+ * the own position f_insert[k]) in final order; a code > 0 enters region code - 1, < 0 leaves
+ * region -code - 1, 0 is another event. `parts`: per own region part (pos, wide, ref, step),
+ * positions strictly ascending, ref a column as in fill_rows (values below 2^31 - 1), step +1
+ * (Enter) or -1 (Leave): its events' codes step * (ref + 1), laid into a buffer of the
+ * location's own positions one location at a time. flags[L] = 1 when a Leave is not of the
+ * innermost open region (or none is open) or a region is left open at the end. int64 but
+ * f_code (int32) and flags (uint8). */
 static PyObject *region_walk(PyObject *self, PyObject *args)
 {
-    Py_buffer code, own_start, f_code, f_insert, f_start, flags;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &code, &own_start, &f_code, &f_insert,
-                          &f_start, &flags))
+    Py_buffer own_start, f_code, f_insert, f_start, flags;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "y*O!y*y*y*w*", &own_start, &PyTuple_Type, &parts, &f_code,
+                          &f_insert, &f_start, &flags))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n_loc = flags.len, n_code = code.len / 4, nf = f_code.len / 4;
-    const int32_t *c = code.buf, *fc = f_code.buf;
+    Py_ssize_t n_loc = flags.len, nf = f_code.len / 4, np_ = PyTuple_GET_SIZE(parts), got = 0;
+    const int32_t *fc = f_code.buf;
     const int64_t *os = own_start.buf, *fins = f_insert.buf, *fs = f_start.buf;
     uint8_t *out = flags.buf;
-    int32_t *stack = NULL;
-    Py_ssize_t cap = 0;
+    int32_t *stack = NULL, *code = NULL;
+    Py_ssize_t cap = 0, longest = 0;
+    Py_buffer *pb = calloc(np_ ? (size_t)np_ : 1, sizeof(Py_buffer));
+    Column *col = calloc(np_ ? (size_t)np_ : 1, sizeof(Column));
+    int *wide = calloc(np_ ? (size_t)np_ : 1, sizeof(int)), *step = calloc(np_ ? (size_t)np_ : 1, sizeof(int));
+    Py_ssize_t *cur = calloc(np_ ? (size_t)np_ : 1, sizeof(Py_ssize_t));
+    if (!pb || !col || !wide || !step || !cur) { PyErr_NoMemory(); goto done; }
     if (own_start.len != (n_loc + 1) * 8 || f_start.len != (n_loc + 1) * 8
         || f_insert.len != nf * 8) {
         PyErr_SetString(PyExc_ValueError, "region_walk: lengths differ");
         goto done;
     }
-    for (Py_ssize_t L = 0; L < n_loc; L++)
-        if (os[L] < 0 || os[L] > os[L + 1] || os[L + 1] > n_code || fs[L] < 0 || fs[L] > fs[L + 1]
-            || fs[L + 1] > nf) {
+    for (Py_ssize_t L = 0; L < n_loc; L++) {
+        if (os[L] < 0 || os[L] > os[L + 1] || fs[L] < 0 || fs[L] > fs[L + 1] || fs[L + 1] > nf) {
             PyErr_SetString(PyExc_IndexError, "region_walk: bad ranges");
             goto done;
         }
+        if (os[L + 1] - os[L] > longest) longest = os[L + 1] - os[L];
+    }
+    for (; got < np_; got++) {
+        PyObject *posobj, *spec;
+        col[got].buf.obj = NULL;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(parts, got), "OpOi", &posobj, &wide[got], &spec,
+                              &step[got]))
+            goto done;
+        if (PyObject_GetBuffer(posobj, &pb[got], PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        Py_ssize_t n = pb[got].len / (wide[got] ? 8 : 4);
+        if (!parse_column(spec, &col[got], n, 0) || col[got].mode == COL_BITS) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "region_walk: bad ref");
+            got++;
+            goto done;
+        }
+    }
+    code = malloc((size_t)(longest ? longest : 1) * sizeof(int32_t));
+    if (code == NULL) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t L = 0; L < n_loc; L++) {
-        Py_ssize_t need = (os[L + 1] - os[L]) + (fs[L + 1] - fs[L]);
+        int64_t lo = os[L], hi = os[L + 1];
+        Py_ssize_t need = (hi - lo) + (fs[L + 1] - fs[L]);
+        memset(code, 0, (size_t)(hi - lo) * sizeof(int32_t));
+        for (Py_ssize_t k = 0; k < np_; k++) {
+            Py_ssize_t n = pb[k].len / (wide[k] ? 8 : 4), j = cur[k];
+            for (; j < n; j++) {
+                int64_t x = load_index(pb[k].buf, j, wide[k]);
+                if (x >= hi)
+                    break;
+                if (x < lo || (j && x <= load_index(pb[k].buf, j - 1, wide[k]))) {
+                    PyErr_SetString(PyExc_IndexError, "region_walk: positions out of order");
+                    goto done;
+                }
+                code[x - lo] = step[k] * (int32_t)((int64_t)column_value(&col[k], j, NULL) + 1);
+            }
+            cur[k] = j;
+        }
         if (need > cap) {
             free(stack);
             cap = need;
@@ -517,8 +528,8 @@ static PyObject *region_walk(PyObject *self, PyObject *args)
         }
         Py_ssize_t depth = 0, k = fs[L];
         int bad = 0;
-        for (int64_t p = os[L]; p <= os[L + 1] && !bad; p++) {
-            for (; k < fs[L + 1] && (p == os[L + 1] || fins[k] <= p) && !bad; k++) {
+        for (int64_t p = lo; p <= hi && !bad; p++) {
+            for (; k < fs[L + 1] && (p == hi || fins[k] <= p) && !bad; k++) {
                 int32_t v = fc[k];
                 if (v > 0) stack[depth++] = v;
                 else if (v < 0) {
@@ -526,9 +537,9 @@ static PyObject *region_walk(PyObject *self, PyObject *args)
                     else depth--;
                 }
             }
-            if (p == os[L + 1] || bad)
+            if (p == hi || bad)
                 break;
-            int32_t v = c[p];
+            int32_t v = code[p - lo];
             if (v > 0) stack[depth++] = v;
             else if (v < 0) {
                 if (depth == 0 || stack[depth - 1] != -v) bad = 1;
@@ -537,11 +548,28 @@ static PyObject *region_walk(PyObject *self, PyObject *args)
         }
         out[L] = (uint8_t)(bad || depth != 0);
     }
+    for (Py_ssize_t k = 0; k < np_; k++)
+        if (cur[k] != pb[k].len / (wide[k] ? 8 : 4)) {
+            PyErr_SetString(PyExc_IndexError, "region_walk: positions past the last location");
+            goto done;
+        }
     Py_INCREF(Py_None);
     result = Py_None;
 done:
+    for (Py_ssize_t k = 0; k < got; k++) {
+        PyBuffer_Release(&pb[k]);
+        if (col[k].buf.obj != NULL)
+            PyBuffer_Release(&col[k].buf);
+    }
+    if (got < np_ && pb != NULL && pb[got].obj != NULL)
+        PyBuffer_Release(&pb[got]);
+    free(pb);
+    free(col);
+    free(wide);
+    free(step);
+    free(cur);
     free(stack);
-    PyBuffer_Release(&code);
+    free(code);
     PyBuffer_Release(&own_start);
     PyBuffer_Release(&f_code);
     PyBuffer_Release(&f_insert);
@@ -709,10 +737,8 @@ static PyMethodDef methods[] = {
     {"fill_rows", fill_rows, METH_VARARGS,
      "fill_rows(e, e_item, layout, recs, rec_item, own_lo, own_hi, f_ins, loc_lo, bounds, "
      "parts): the rows of a piece's own events"},
-    {"region_codes", region_codes, METH_VARARGS,
-     "region_codes(code, pos, wide, ref, sign): Enter (+) / Leave (-) region codes by position"},
     {"region_walk", region_walk, METH_VARARGS,
-     "region_walk(code, own_start, f_code, f_insert, f_start, flags): locations whose Enter "
+     "region_walk(own_start, parts, f_code, f_insert, f_start, flags): locations whose Enter "
      "and Leave do not balance and nest"},
     {"take_field", take_field, METH_VARARGS,
      "take_field(recs, rec_item, field_off, idx, wide, out): a uint64 field of chosen records"},

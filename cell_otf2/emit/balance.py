@@ -163,8 +163,8 @@ def _flagged(ev: EventTable, parts: list, inv, f_at) -> np.ndarray:
                 np.asarray(p.ref, dtype=np.int64) + 1)
     if not f_code.size or (f_code.min() >= -_MAX_CODE and f_code.max() <= _MAX_CODE):
         f_start = np.searchsorted(ev.f_loc, np.arange(ev.n_locations + 1), side="left")
-        flags = region_flags(ev.n_own, ev.own_start, own, f_code.astype(np.int32),
-                             ev.f_insert, f_start)
+        flags = region_flags(ev.own_start, own, f_code.astype(np.int32), ev.f_insert,
+                             f_start)
         if flags is not None:
             return np.flatnonzero(flags)
     final = [_final_positions(ev, parts, inv, f_at, k) for k in range(len(parts))]

@@ -265,17 +265,18 @@ def _fill_numpy(e, records, rec, pos, own_lo, f_ins, loc_lo, bounds, typ, offset
 _MAX_REF = (1 << 31) - 2
 
 
-def region_flags(n_own: int, own_start: np.ndarray, parts: list, f_code: np.ndarray,
+def region_flags(own_start: np.ndarray, parts: list, f_code: np.ndarray,
                  f_insert: np.ndarray, f_start: np.ndarray) -> np.ndarray | None:
     """Per location, whether its Enter and Leave events fail to balance and nest (a Leave not
     of the innermost open region, or a region open at the end), or None when the compiled
-    helper cannot check them (numpy then: ``balance``). ``parts``: the own region events as
-    (pos, ref, step) with step +1 (Enter) or -1 (Leave); ``f_code``: per foreign event in
-    final order, ``step * (ref + 1)`` or 0; ``f_insert``: their insertion points; ``f_start``:
-    where each location's foreign events start."""
-    if not COMPILED or n_own >= 1 << 31:
+    helper cannot check them (numpy then: ``balance``). ``own_start``: where each location's
+    own positions start (one more entry than locations); ``parts``: the own region events as
+    (pos, ref, step) with pos strictly ascending and step +1 (Enter) or -1 (Leave);
+    ``f_code``: per foreign event in final order, ``step * (ref + 1)`` or 0; ``f_insert``:
+    their insertion points; ``f_start``: where each location's foreign events start."""
+    if not COMPILED:
         return None
-    code = np.zeros(n_own, dtype=np.int32)
+    specs = []
     for pos, ref, step in parts:
         col = _column(ref, np.zeros(0, EVENT_DTYPE), pos)
         if (col is None or col[0] == 3 or not _index_ok(pos)
@@ -283,10 +284,9 @@ def region_flags(n_own: int, own_start: np.ndarray, parts: list, f_code: np.ndar
                 or (col[0] == 2 and col[1].size and col[3] and int(col[1].min()) < 0)
                 or (col[0] == 1 and not 0 <= col[1] <= _MAX_REF)):
             return None
-        _emitloops.region_codes(code, np.ascontiguousarray(pos), pos.dtype == np.int64, col,
-                                int(step))
+        specs.append((np.ascontiguousarray(pos), pos.dtype == np.int64, col, int(step)))
     flags = np.zeros(own_start.size - 1, dtype=np.uint8)
-    _emitloops.region_walk(code, np.ascontiguousarray(own_start, dtype=np.int64),
+    _emitloops.region_walk(np.ascontiguousarray(own_start, dtype=np.int64), tuple(specs),
                            np.ascontiguousarray(f_code, dtype=np.int32),
                            np.ascontiguousarray(f_insert, dtype=np.int64),
                            np.ascontiguousarray(f_start, dtype=np.int64), flags)
