@@ -27,7 +27,6 @@ except ImportError:  # built without a C compiler: numpy does the same
 COMPILED = _emitloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
 
 _LITTLE = sys.byteorder == "little"
-_ALL = (1 << 64) - 1
 
 
 class RecordBits:
