@@ -1,6 +1,7 @@
 """Build the optional C helpers of the per-event loops (issue 18): the event writer
 (cell_otf2/_evtwrite.c), reading and decoding's per-record loops (cell_otf2/_decodeloops.c),
-ordering and synchronization's (cell_otf2/_syncloops.c) and the report's event read-back
+emit's per-event loops (cell_otf2/_emitloops.c), ordering and synchronization's
+(cell_otf2/_syncloops.c) and the report's event read-back
 (cell_otf2/_evtread.c). Everything else of the package is declared
 in pyproject.toml. Each extension is optional: on a machine without a C compiler (or without
 Python's headers) the install goes on without it and that stage takes its numpy or ctypes path
@@ -12,6 +13,8 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("cell_otf2._evtwrite", ["cell_otf2/_evtwrite.c"],
                              optional=True),
                    Extension("cell_otf2._decodeloops", ["cell_otf2/_decodeloops.c"],
+                             optional=True),
+                   Extension("cell_otf2._emitloops", ["cell_otf2/_emitloops.c"],
                              optional=True),
                    Extension("cell_otf2._evtread", ["cell_otf2/_evtread.c"],
                              optional=True),

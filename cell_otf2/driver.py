@@ -314,7 +314,8 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
             _, events, stats = emit(dec, state.matches, state.result, g.logs["emit"],
                                     dma_style, mpi_paired=mpi_paired,
                                     chunk_events=CHUNK_EVENTS, rma_id_offset=offset,
-                                    sync_intervals=g.info["sync_intervals"])
+                                    sync_intervals=g.info["sync_intervals"],
+                                    span=g.span or (0, 0))
             del mpi_paired
             events.reuse_buffer = True  # the writer is done with each piece before the next
             dec._cache.clear()  # the record groupings emit used

@@ -11,7 +11,7 @@ from paths import ROOT
 
 PACKAGE = ROOT / "cell_otf2"
 #: private names another module may import: the writer's compiled helper (a module)
-ALLOWED_PRIVATE = {"_evtwrite", "_decodeloops", "_evtread", "_syncloops"}
+ALLOWED_PRIVATE = {"_evtwrite", "_decodeloops", "_emitloops", "_evtread", "_syncloops"}
 
 
 def module_imports() -> dict[str, set[str]]:

@@ -10,9 +10,12 @@ import numpy as np
 
 from ..damage import DamageKind, DamageLog
 from ..model import Ev
-from .table import EventPart, EventTable, event_param
+from .kernels import region_flags
+from .table import EventPart, EventTable, event_param, one_type
 
 _REGION_EVENTS = {int(Ev.ENTER): 1, int(Ev.ENTER_OFF_SPU): 1, int(Ev.LEAVE): -1}
+#: region codes (step * (ref + 1)) the compiled check takes
+_MAX_CODE = (1 << 31) - 1
 
 
 def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
@@ -23,29 +26,151 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
     event (innermost first); a Leave of a region that is not open is not written. Each
     repair is counted (``unclosed_region``, ``leave_without_enter``).
 
-    The check is vectorized over every Enter/Leave in final order: per location, the depth
-    never below 0, 0 at the end, and at each depth level Enter and Leave alternating with the
-    same region. Only the locations that fail it are walked one event at a time."""
+    The check (``_flagged``) is one compiled stack walk per location, or vectorized over
+    every Enter/Leave in final order. Only the locations that fail it are walked here one
+    event at a time."""
     ev.layout()
-    parts = [(True, k, p) for k, p in enumerate(ev.own_parts) if p.typ in _REGION_EVENTS]
+    parts = [(True, k, p) for k, p in enumerate(ev.own_parts)
+             if one_type(p) in _REGION_EVENTS]
     inv = None
     f_at = np.cumsum([0] + [p.size for p in ev.foreign])
     if ev.foreign:
         inv = np.empty(ev.f_order.size, dtype=np.int64)
         inv[ev.f_order] = np.arange(ev.f_order.size)
-        parts += [(False, k, p) for k, p in enumerate(ev.foreign) if p.typ in _REGION_EVENTS]
+        parts += [(False, k, p) for k, p in enumerate(ev.foreign)
+                  if one_type(p) in _REGION_EVENTS]
     if not parts:
         return
-    final, step, refs = [], [], []
-    for own, k, p in parts:
+    flagged = _flagged(ev, parts, inv, f_at)
+    if not flagged.size:
+        return
+    drop: dict[int, list[int]] = {}
+    closers: list[tuple] = []  # (where, loc, ref, sub, anchor: (part, index))
+    unclosed: dict[int, list[int]] = {}  # rank -> slots of the Enters closed
+    unopened: dict[int, list[int]] = {}
+    for L in flagged.tolist():
+        d, ref, src_all, idx_all = _location_events(ev, parts, inv, f_at, L)
+
+        def rec_of(j: int, src_all=src_all, idx_all=idx_all) -> int:
+            return int(parts[int(src_all[j])][2].rec[int(idx_all[j])])
+
+        rank = int(loc_rank[L])
+        stack: list[int] = []
+        for j in range(d.size):
+            if d[j] > 0:
+                stack.append(j)
+                continue
+            r = int(ref[j])
+            open_refs = [int(ref[x]) for x in stack]
+            if open_refs and open_refs[-1] == r:
+                stack.pop()
+            elif r in open_refs:
+                sub = 0
+                while int(ref[stack[-1]]) != r:
+                    x = stack.pop()
+                    closers.append(("before", L, int(ref[x]), sub,
+                                    (int(src_all[j]), int(idx_all[j]))))
+                    unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
+                    sub += 1
+                stack.pop()
+            else:
+                drop.setdefault(int(src_all[j]), []).append(int(idx_all[j]))
+                unopened.setdefault(rank, []).append(int(slot[rec_of(j)]))
+        for sub, x in enumerate(reversed(stack)):
+            closers.append(("end", L, int(ref[x]), sub, None))
+            unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
+    for kind, found, what in ((DamageKind.unclosed_region, unclosed, "region left open"),
+                              (DamageKind.leave_without_enter, unopened,
+                               "Leave of a region not open")):
+        for rank, slots in found.items():
+            damage.add(kind, dump_names[rank], min(slots), len(slots),
+                       f"{what}: repaired so that Enter and Leave balance")
+    # closers first (they refer to the layout before the drops), then the drops
+    for where, L, r, sub, j in closers:
+        if where == "end":
+            ev.pin("end", [L], Ev.LEAVE, r, sub=sub)
+            continue
+        own, _, p = parts[j[0]]
+        e = j[1]
         if own:
-            pos = p.pos.astype(np.int64)
-            final.append(pos + np.searchsorted(ev.f_insert, pos, side="right"))
+            ev.pin("own", [L], Ev.LEAVE, r, sub=sub, anchor=[int(p.rec[e])],
+                   seq=int(p.rec[e]) * 8 + p.offset)
+        else:  # right before a foreign Leave: its time and seq, a lower sub
+            part = EventPart(p.rec[e:e + 1], p.offset, int(Ev.LEAVE),
+                             event_param(np.array([r])), {},
+                             np.array([L], dtype=np.int64), np.array([int(p.time[e])]))
+            part.sub = np.array([sub - (1 << 10)], dtype=np.int64)
+            ev.foreign.append(part)
+    for s, gone in drop.items():
+        own, k, p = parts[s]
+        keep = np.ones(p.size, dtype=bool)
+        keep[gone] = False
+        if own:
+            ev.own_parts[k] = p.take(np.flatnonzero(keep))
         else:
-            j = inv[f_at[k]:f_at[k + 1]]
-            final.append(ev.f_insert[j] + j)
-        step.append(np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int8))
-        refs.append(np.broadcast_to(np.asarray(p.ref, dtype=np.int64), (p.size,)))
+            ev.foreign[k] = p.take(np.flatnonzero(keep))
+    ev.laid_out = False
+
+
+def _final_positions(ev: EventTable, parts: list, inv, f_at, k: int,
+                     sel: slice | np.ndarray = slice(None)) -> np.ndarray:
+    """Final positions (int64) of the events ``sel`` of region part ``k``."""
+    own, j, p = parts[k]
+    if own:
+        pos = p.pos[sel].astype(np.int64)
+        return pos + np.searchsorted(ev.f_insert, pos, side="right")
+    at = inv[f_at[j]:f_at[j + 1]][sel]
+    return ev.f_insert[at] + at
+
+
+def _location_events(ev: EventTable, parts: list, inv, f_at, L: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The region events of location ``L`` in final order: step (+1 Enter, -1 Leave), ref,
+    region part and index in it."""
+    lo, hi = int(ev.loc_start[L]), int(ev.loc_start[L + 1])
+    final, step, refs, src, idx = [], [], [], [], []
+    for k, (own, _j, p) in enumerate(parts):
+        if own:  # own positions of L are a range, each part's ascending
+            r_lo, r_hi = int(ev.own_start[L]), int(ev.own_start[L + 1])
+            a, b = np.searchsorted(p.pos, np.array([r_lo, r_hi], dtype=p.pos.dtype))
+            sel = np.arange(a, b)
+        else:
+            sel = np.flatnonzero(p.loc == L)
+        f = _final_positions(ev, parts, inv, f_at, k, sel)
+        keep = (f >= lo) & (f < hi)
+        sel = sel[keep]
+        final.append(f[keep])
+        step.append(np.full(sel.size, _REGION_EVENTS[p.typ], dtype=np.int8))
+        ref = np.asarray(p.ref, dtype=np.int64)
+        refs.append(ref[sel] if ref.ndim else np.full(sel.size, int(ref), dtype=np.int64))
+        src.append(np.full(sel.size, k, dtype=np.int64))
+        idx.append(sel)
+    order = np.argsort(np.concatenate(final), kind="stable")
+    return tuple(np.concatenate(x)[order] for x in (step, refs, src, idx))
+
+
+def _flagged(ev: EventTable, parts: list, inv, f_at) -> np.ndarray:
+    """The locations whose Enter and Leave events fail to balance and nest, ascending:
+    through ``kernels.region_flags`` (one stack walk per location) where it can, else
+    vectorized over every Enter/Leave in final order: per location, the depth never below 0,
+    0 at the end, and at each depth level Enter and Leave alternating with the same region
+    (the same locations)."""
+    own = [(p.pos, p.ref, _REGION_EVENTS[p.typ]) for is_own, _k, p in parts if is_own]
+    f_code = np.zeros(ev.f_loc.size, dtype=np.int64)
+    for is_own, k, p in parts:
+        if not is_own:
+            f_code[inv[f_at[k]:f_at[k + 1]]] = _REGION_EVENTS[p.typ] * (
+                np.asarray(p.ref, dtype=np.int64) + 1)
+    if not f_code.size or (f_code.min() >= -_MAX_CODE and f_code.max() <= _MAX_CODE):
+        f_start = np.searchsorted(ev.f_loc, np.arange(ev.n_locations + 1), side="left")
+        flags = region_flags(ev.own_start, own, f_code.astype(np.int32), ev.f_insert,
+                             f_start)
+        if flags is not None:
+            return np.flatnonzero(flags)
+    final = [_final_positions(ev, parts, inv, f_at, k) for k in range(len(parts))]
+    step = [np.full(p.size, _REGION_EVENTS[p.typ], dtype=np.int8) for _o, _k, p in parts]
+    refs = [np.broadcast_to(np.asarray(p.ref, dtype=np.int64), (p.size,))
+            for _o, _k, p in parts]
     # final positions are distinct: order by them through a table over every position (no
     # sort), and read each event's location off the location starts
     final_all = np.concatenate(final)
@@ -70,78 +195,7 @@ def balance_regions(ev: EventTable, slot: np.ndarray, loc_rank: np.ndarray,
     bad[starts[low]] = True
     level = depth + (d < 0)
     wrong_locs = _alternation_failures(loc, level, d, ref)
-    if not wrong_locs.size and not bad.any():
-        return
-    flagged = np.unique(np.concatenate([wrong_locs, loc[bad]]))
-    sizes = np.array([p.size for _own, _k, p in parts], dtype=np.int64)
-    src_all = np.repeat(np.arange(len(parts)), sizes)[order]
-    idx_all = (np.arange(order.size) - np.repeat(np.cumsum(sizes) - sizes, sizes))[order]
-    drop: dict[int, list[int]] = {}
-    closers: list[tuple] = []  # (where, loc, ref, sub, anchor: (own?, part, index))
-    unclosed: dict[int, list[int]] = {}  # rank -> slots of the Enters closed
-    unopened: dict[int, list[int]] = {}
-
-    def rec_of(j: int) -> int:
-        return int(parts[int(src_all[j])][2].rec[int(idx_all[j])])
-
-    for L in flagged.tolist():
-        lo = int(np.searchsorted(loc, L, side="left"))
-        hi = int(np.searchsorted(loc, L, side="right"))
-        rank = int(loc_rank[L])
-        stack: list[int] = []
-        for j in range(lo, hi):
-            if d[j] > 0:
-                stack.append(j)
-                continue
-            r = int(ref[j])
-            open_refs = [int(ref[x]) for x in stack]
-            if open_refs and open_refs[-1] == r:
-                stack.pop()
-            elif r in open_refs:
-                sub = 0
-                while int(ref[stack[-1]]) != r:
-                    x = stack.pop()
-                    closers.append(("before", L, int(ref[x]), sub, j))
-                    unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
-                    sub += 1
-                stack.pop()
-            else:
-                drop.setdefault(int(src_all[j]), []).append(int(idx_all[j]))
-                unopened.setdefault(rank, []).append(int(slot[rec_of(j)]))
-        for sub, x in enumerate(reversed(stack)):
-            closers.append(("end", L, int(ref[x]), sub, None))
-            unclosed.setdefault(rank, []).append(int(slot[rec_of(x)]))
-    for kind, found, what in ((DamageKind.unclosed_region, unclosed, "region left open"),
-                              (DamageKind.leave_without_enter, unopened,
-                               "Leave of a region not open")):
-        for rank, slots in found.items():
-            damage.add(kind, dump_names[rank], min(slots), len(slots),
-                       f"{what}: repaired so that Enter and Leave balance")
-    # closers first (they refer to the layout before the drops), then the drops
-    for where, L, r, sub, j in closers:
-        if where == "end":
-            ev.pin("end", [L], Ev.LEAVE, r, sub=sub)
-            continue
-        own, _, p = parts[int(src_all[j])]
-        e = int(idx_all[j])
-        if own:
-            ev.pin("own", [L], Ev.LEAVE, r, sub=sub, anchor=[int(p.rec[e])],
-                   seq=int(p.rec[e]) * 8 + p.offset)
-        else:  # right before a foreign Leave: its time and seq, a lower sub
-            part = EventPart(p.rec[e:e + 1], p.offset, int(Ev.LEAVE),
-                             event_param(np.array([r])), {},
-                             np.array([L], dtype=np.int64), np.array([int(p.time[e])]))
-            part.sub = np.array([sub - (1 << 10)], dtype=np.int64)
-            ev.foreign.append(part)
-    for s, gone in drop.items():
-        own, k, p = parts[s]
-        keep = np.ones(p.size, dtype=bool)
-        keep[gone] = False
-        if own:
-            ev.own_parts[k] = p.take(np.flatnonzero(keep))
-        else:
-            ev.foreign[k] = p.take(np.flatnonzero(keep))
-    ev.laid_out = False
+    return np.unique(np.concatenate([wrong_locs, loc[bad]]))
 
 
 def _alternation_failures(loc: np.ndarray, level: np.ndarray, d: np.ndarray,

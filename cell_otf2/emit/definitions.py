@@ -258,7 +258,8 @@ def first_spus(dec: Decoded) -> dict[int, int]:
     the SPU of the run it begins). Contexts without CTX_SWITCH are left out: no record says
     where they ran."""
     rec = dec.records
-    sw = np.flatnonzero(rec["code"] == P.CTX_SWITCH)
+    by_code, code_start = dec.code_index()  # ascending within a code
+    sw = by_code[code_start[P.CTX_SWITCH]:code_start[P.CTX_SWITCH + 1]].astype(np.int64)
     if not sw.size:
         return {}
     rank = dec.locations["rank"][rec["loc"][sw]]

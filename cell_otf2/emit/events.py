@@ -17,6 +17,7 @@ from . import families
 from .balance import balance_regions
 from .definitions import build_definitions
 from .families import RecordLedger
+from .kernels import written_span
 from .table import EventChunks, EventTable
 
 
@@ -42,7 +43,8 @@ class EmitStats:
 def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
          dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None,
          chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None,
-         sync_intervals: dict[int, str] | None = None
+         sync_intervals: dict[int, str] | None = None,
+         span: tuple[int, int] | None = None
          ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 
@@ -55,17 +57,21 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     parallel conversion's share and the ids must count the whole run's transfers; None: the
     ids count the transfers given, in record order. ``sync_intervals``: the locations'
     ``sync_intervals_property`` when the caller has it already (``build_definitions``).
+    ``span``: the least and greatest time of the records to write ((0, 0): none), when the
+    caller has it already (``whole_run.share_after_sync``): then no pass over every record
+    row finds it, and the records without a code (never selected by a family) are left out
+    only where the unwritten records are counted.
     """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
-    good = usable & (rec["code"] != 0)
-    t_good = rec["time"][good]  # one pass over the record rows for both ends
-    first, last = (int(t_good.min()), int(t_good.max())) if t_good.size else (0, 0)
-    del t_good
+    if span is None:
+        good, first, last = written_span(rec, usable)
+    else:
+        good, (first, last) = usable, span
     defs, lk = build_definitions(dec, result, first, last, sync_intervals)
     ev = EventTable(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()
-    ledger = RecordLedger(dec, good, damage)
+    ledger = RecordLedger(dec, good, damage, coded=span is None)
     families.regions(ev, ledger, lk["region"])
     families.program_runs(ev, ledger, lk["program"])
     families.call_regions(ev, ledger, lk["cell"])

@@ -14,6 +14,7 @@ import numpy as np
 from .. import format as fmt
 from ..damage import DamageKind, DamageLog
 from ..model import Decoded, DmaStyle, Ev, MsgKind
+from .kernels import RecordBits, select_refs, take_field
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
 P = fmt.PpeCode
@@ -37,6 +38,14 @@ _SPANS = (
     (S.SIGNAL_READ_BEGIN, S.SIGNAL_READ_END, "spu_read_signal"),
     (S.TAG_WAIT_BEGIN, S.TAG_WAIT_END, "mfc_read_tag_status"),
 )
+#: event parameters taken from the record's fields when the table is built: b, the low and
+#: high 32 bits of c, and a DMA's tag | opcode << 8 | list elements << 16 (model.Ev)
+_ALL = (1 << 64) - 1
+_B = RecordBits(("b", 0, _ALL, 0))
+_C_LOW = RecordBits(("c", 0, 0xFFFFFFFF, 0))
+_C_HIGH = RecordBits(("c", 32, _ALL, 0))
+_DMA_PACKED = RecordBits(("d", 0, 0xFF, 0), ("a", 0, _ALL, 8), ("d", 8, 0xFFFF, 16))
+
 # point records written as zero-length regions
 _POINTS = (
     (P.CTX_CREATE, "spe_context_create"),
@@ -52,10 +61,14 @@ class RecordLedger:
     by another record's events, or carries nothing to write) and ``counted`` (not written,
     already in the damage log); ``select`` gives the records of some codes that have a time."""
 
-    def __init__(self, dec: Decoded, good: np.ndarray, damage: DamageLog) -> None:
+    def __init__(self, dec: Decoded, good: np.ndarray, damage: DamageLog,
+                 coded: bool = True) -> None:
         self.dec = dec
         self.records = dec.records
-        self.good = good  # usable time and a code
+        #: usable time (and, when ``coded``, a code: else the records without one, which no
+        #: family selects, are left out where the unwritten records are counted)
+        self.good = good
+        self.coded = coded
         self.damage = damage
         self.loc = self.records["loc"]
         self.loc_rank = dec.locations["rank"]
@@ -63,6 +76,28 @@ class RecordLedger:
         self.counted = np.zeros(self.records.size, dtype=bool)
         # record indexes grouped by code (a stable radix sort of the 16-bit codes), once
         self.by_code, self.code_bounds = dec.code_index()
+        #: the non-SNDSIG DMA records with a time and which are gets (from
+        #: mailbox_and_signal_messages to dma)
+        self.dma_gets: tuple[np.ndarray, np.ndarray] | None = None
+
+    def select_refs(self, code: int, name: str, table: dict[int, int]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The records of ``code`` that have a time and whose id in field ``name`` ``table``
+        defines (marked written), their refs, and those whose id it does not."""
+        by_code, code_bounds = self.by_code, self.code_bounds
+        found = select_refs(self.records, name, by_code[code_bounds[code]:code_bounds[code + 1]],
+                            self.good, table, self.written)
+        if found is not None:
+            return found
+        i = self.select(code)
+        ref = lookup_refs(table, self.records[name][i].astype(np.int64))
+        bad = ref < 0
+        if bad.any():
+            i, ref, bad = i[~bad], ref[~bad], i[bad]
+        else:
+            bad = i[:0]
+        self.written[i] = True
+        return i, ref, bad
 
     def rank_of(self, i: np.ndarray) -> np.ndarray:
         """Ranks of records ``i``."""
@@ -89,6 +124,8 @@ class RecordLedger:
         """Count the records with a time that neither gave an event nor were counted."""
         rec, loc, loc_rank = self.records, self.loc, self.loc_rank
         left = np.flatnonzero(self.good & ~self.written & ~self.counted)
+        if left.size and not self.coded:
+            left = left[rec["code"][left] != 0]
         if left.size:
             undefined_codes = sorted({int(x) for x in rec["code"][left][:1000]})
             self.damage.add(DamageKind.undefined_id,
@@ -99,15 +136,12 @@ class RecordLedger:
 
 def regions(ev: EventTable, ledger: RecordLedger, region_ref: dict[int, int]) -> None:
     """ENTER/LEAVE records (PPE and SPE): Enter and Leave of the manifest region."""
-    rec, sel, undefined, written = ledger.records, ledger.select, ledger.undefined, ledger.written
+    undefined = ledger.undefined
     for enter, leave in ((P.ENTER, P.LEAVE), (S.ENTER, S.LEAVE)):
         for c, typ in ((enter, Ev.ENTER), (leave, Ev.LEAVE)):
-            i = sel(c)
-            ref = lookup_refs(region_ref, rec["a"][i].astype(np.int64))
-            undefined(i[ref < 0], "region id")
-            i, ref = i[ref >= 0], ref[ref >= 0]
+            i, ref, bad = ledger.select_refs(c, "a", region_ref)  # i: marked written
+            undefined(bad, "region id")
             ev.own(i, 0, typ, ref)
-            written[i] = True
 
 
 def program_runs(ev: EventTable, ledger: RecordLedger, program_ref: dict[int, int]) -> None:
@@ -170,14 +204,11 @@ def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> 
 
 def counters(ev: EventTable, ledger: RecordLedger, metric_ref: dict[int, int]) -> None:
     """COUNTER records (PPE and SPE): a Metric event of the manifest counter."""
-    rec, sel, undefined, written = ledger.records, ledger.select, ledger.undefined, ledger.written
+    undefined = ledger.undefined
     for c in (P.COUNTER, S.COUNTER):
-        i = sel(c)
-        ref = lookup_refs(metric_ref, rec["a"][i].astype(np.int64))
-        undefined(i[ref < 0], "counter id")
-        i, ref = i[ref >= 0], ref[ref >= 0]
-        ev.own(i, 0, Ev.METRIC, ref, p1=lambda rows: rows["b"])
-        written[i] = True
+        i, ref, bad = ledger.select_refs(c, "a", metric_ref)  # i: marked written
+        undefined(bad, "counter id")
+        ev.own(i, 0, Ev.METRIC, ref, p1=_B)
 
 
 def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: np.ndarray,
@@ -195,9 +226,12 @@ def mailbox_and_signal_messages(ev: EventTable, ledger: RecordLedger, messages: 
     ev.own(r, 2, Ev.MPI_RECV, mbox_comm,
            p1=m["send_loc"], p2=msg_tag, p3=4)
     # SNDSIG records are written by their message only
-    snd = sel(S.DMA)
-    snd = snd[np.isin(rec["a"][snd], [0xA0, 0xA1, 0xA2])]
-    written[snd] = True
+    dma_rec = sel(S.DMA)
+    a = take_field(rec, "a", dma_rec)
+    sig = (a >= 0xA0) & (a <= 0xA2)
+    written[dma_rec[sig]] = True
+    # which of the other DMA records are gets, for ``dma`` (which would read the rows again)
+    ledger.dma_gets = (dma_rec[~sig], _is_get(a[~sig]))
     return int(m.size)
 
 
@@ -283,44 +317,44 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
     (``DmaStyle.RMA``), or each completed command as a message on "DMA"
     (``DmaStyle.MESSAGES``). ``rma_id_offset``: as ``emit`` says. Returns the transfers and
     the completed ones."""
-    rec, loc, t, good, written = (ledger.records, ledger.loc, ledger.records["time"], ledger.good,
-                                  ledger.written)
-    rank_of = ledger.rank_of
+    rec, t, good, written = ledger.records, ledger.records["time"], ledger.good, ledger.written
     d = transfers
-    keep = good[d["issue"]]
+    # record indexes as the event table keeps them (contiguous, 32-bit below 2^30 records)
+    i = d["issue"].astype(ev.index)
+    keep = good[i]
     if not keep.all():
-        d = d[keep]
+        d, i = d[keep], i[keep]
     del keep
-    i = d["issue"]
-    opcode = rec["a"][i]
-    is_get = (opcode >= 0x40) & (opcode <= 0x46)
-    comp = d["complete"]
-    has_c = comp >= 0
-    has_c[has_c] = good[comp[has_c]]
+    issuer = d["loc"]  # the DMA records' location (not read off the record rows again)
+    known, ledger.dma_gets = ledger.dma_gets, None  # what mailbox_and_signal_messages read
+    is_get = (known[1] if known is not None and np.array_equal(known[0], i)
+              else _is_get(take_field(rec, "a", i)))
+    del known
+    comp = d["complete"].astype(ev.index)
+    has_c = (comp >= 0) & good[np.maximum(comp, 0)]
     written[i] = True
     if dma_style == DmaStyle.RMA:
         match_id = np.arange(d.size, dtype=np.uint32 if d.size < 1 << 32 else np.uint64)
         if rma_id_offset is not None:
-            match_id = match_id + np.asarray(rma_id_offset, np.uint64)[rank_of(i)]
+            offset = np.asarray(rma_id_offset, np.uint64)
+            if offset.size and int(offset.max()) + d.size < 1 << 32:  # ids in 32 bits
+                offset = offset.astype(np.uint32)
+            match_id = match_id + offset[ledger.loc_rank][issuer]  # per location, then gathered
         # what only depends on the DMA record is taken from it when the table is built
-        u8, low32 = np.uint64(8), np.uint64(0xFFFFFFFF)
-
-        def packed(rows):  # tag | opcode << 8 | list elements << 16 (model.Ev)
-            d_ = rows["d"]
-            return ((d_ & np.uint64(0xFF)) | (rows["a"].astype(np.uint64) << u8)
-                    | (((d_ >> u8) & np.uint64(0xFFFF)) << np.uint64(16)))
-
-        for getput, typ in ((is_get, Ev.RMA_GET), (~is_get, Ev.RMA_PUT)):
-            k = i[getput]
-            ev.own(k, 0, typ, window, p1=d["target"][getput],
-                   p2=lambda rows: rows["c"] & low32, p3=match_id[getput], p4=packed,
-                   p5=lambda rows: rows["b"], p6=lambda rows: rows["c"] >> np.uint64(32))
+        # one part with a type per event (a DMA record gives one event: the same table as a
+        # part per type, without splitting every column)
+        typ = np.full(d.size, Ev.RMA_PUT, dtype=np.uint8)
+        typ[is_get] = Ev.RMA_GET
+        ev.own(i, 0, typ, window, p1=d["target"], p2=_C_LOW, p3=match_id, p4=_DMA_PACKED,
+               p5=_B, p6=_C_HIGH)
         c = comp[has_c]
         ev.own(c, 3, Ev.RMA_OP_COMPLETE_BLOCKING, window,
                p3=match_id[has_c])
         # the window exists on each location that issues transfers, from its first event to
         # its last (as Score-P creates a device window where it is used)
-        users = np.unique(loc[i]).astype(np.int64)
+        # (the transfers come a context at a time: the sort is over one per run of issuers)
+        heads = np.flatnonzero(issuer[1:] != issuer[:-1]) + 1
+        users = np.unique(np.concatenate([issuer[:1], issuer[heads]])).astype(np.int64)
         ev.pin("start", users, Ev.RMA_WIN_CREATE, window)
         ev.pin("end", users, Ev.RMA_WIN_DESTROY, window, last=True)
     else:
@@ -336,6 +370,11 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
         ev.add(dst_loc[c_ok], Ev.MPI_RECV, dma_comm, t[c], event_seq(c, 3),
                p1=src_loc[c_ok], p2=tag[c_ok], p3=nbytes[c_ok])
     return int(d.size), int(has_c.sum())
+
+
+def _is_get(opcode: np.ndarray) -> np.ndarray:
+    """Which DMA commands (their opcodes, field a) are gets."""
+    return (opcode >= 0x40) & (opcode <= 0x46)
 
 
 def heartbeats(ledger: RecordLedger) -> int:

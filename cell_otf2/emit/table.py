@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..model import EVENT_DTYPE, Ev
+from .kernels import RecordBits, fill_rows, layout_own
 
 
 class EventPart:
@@ -23,7 +24,8 @@ class EventPart:
     __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time", "pin", "sub",
                  "anchor", "seq")
 
-    def __init__(self, rec: np.ndarray, offset: int, typ: int, ref: np.ndarray | int,
+    def __init__(self, rec: np.ndarray, offset: int, typ: int | np.ndarray,
+                 ref: np.ndarray | int,
                  params: dict, loc: np.ndarray | None = None,
                  time: np.ndarray | None = None) -> None:
         #: foreign events placed by rule, not by time: None (by time and seq), "start" (before
@@ -38,7 +40,7 @@ class EventPart:
         self.rec = rec  # record index per event, ascending (own) or as given (foreign)
         self.pos = None  # own events: index in the sequence of all own events, in order
         self.offset = offset  # seq offset within the record (0..7)
-        self.typ = typ
+        self.typ = typ  # Ev, or uint8 per event (never for Enter / Leave: ``one_type``)
         self.ref = ref  # scalar or array per event
         self.params = params  # name -> scalar, array per event, or a function of record rows
         self.loc = loc  # foreign events only: destination location per event
@@ -52,7 +54,7 @@ class EventPart:
         """The events ``sel`` (a slice or index array) of this part."""
         def cut(v):
             return v[sel] if isinstance(v, np.ndarray) and v.ndim else v
-        part = EventPart(self.rec[sel], self.offset, self.typ, cut(self.ref),
+        part = EventPart(self.rec[sel], self.offset, cut(self.typ), cut(self.ref),
                          {k: cut(v) for k, v in self.params.items()}, cut(self.loc),
                          cut(self.time))
         part.pos = cut(self.pos)
@@ -61,18 +63,12 @@ class EventPart:
         return part
 
 
-def _runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Values of an ascending array and how often each occurs, in order."""
-    start = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
-    return r[start], np.diff(np.append(start, r.size))
-
-
 def event_param(v: np.ndarray | int | Callable[[np.ndarray], np.ndarray]
                 ) -> np.ndarray | Callable[[np.ndarray], np.ndarray]:
     """An event parameter as ``EventPart`` keeps it: a function of the events' record rows
     (computed when a piece of the table is built) or an array / scalar (64-bit integer
     arrays whose values fit 32 bits are kept in 32 bits)."""
-    if callable(v):
+    if callable(v) or isinstance(v, RecordBits):
         return v
     v = np.asarray(v)
     if v.ndim and v.dtype.kind in "iu" and v.dtype.itemsize == 8 and v.size:
@@ -109,12 +105,14 @@ class EventTable:
         self.foreign: list[EventPart] = []
         self.laid_out = False
 
-    def own(self, rec: np.ndarray, offset: int, typ: int, ref, **p) -> None:
+    def own(self, rec: np.ndarray, offset: int, typ: int | np.ndarray, ref, **p) -> None:
         """Events on the location of records ``rec``, at their times, tie-break seq
-        ``8 * rec + offset``."""
+        ``8 * rec + offset``; ``typ`` one type for all, or one per event (uint8; for events
+        that are neither Enter nor Leave, which are ``one_type``)."""
         rec = np.asarray(rec).astype(self.index, copy=False)
+        typ = np.asarray(typ, dtype=np.uint8) if isinstance(typ, np.ndarray) else int(typ)
         if rec.size:
-            self.own_parts.append(EventPart(rec, int(offset), int(typ), event_param(ref),
+            self.own_parts.append(EventPart(rec, int(offset), typ, event_param(ref),
                                             {k: event_param(v) for k, v in p.items()}))
 
     def add(self, loc, typ: int, ref, time, seq, **p) -> None:
@@ -188,7 +186,7 @@ class EventTable:
         """Own positions of the events of type ``typ`` of records ``rec`` (one each)."""
         out = np.full(rec.size, -1, dtype=np.int64)
         for part in self.own_parts:
-            if part.typ != typ or not part.size:
+            if one_type(part) != typ or not part.size:
                 continue
             at = np.minimum(np.searchsorted(part.rec, rec), part.size - 1)
             hit = part.rec[at] == rec
@@ -202,39 +200,17 @@ class EventTable:
         self.laid_out = True
         n_rec = self.rec_loc.size
         # parts with records out of order (messages, completions) are sorted by record once
-        unique = []  # per part: each record at most once (strictly ascending)
         for i, part in enumerate(self.own_parts):
             r = part.rec
             if r.size > 1 and not (r[1:] >= r[:-1]).all():
-                self.own_parts[i] = part = part.take(np.argsort(r, kind="stable"))
-                r = part.rec
-            unique.append(r.size < 2 or bool((r[1:] > r[:-1]).all()))
-        counts = np.zeros(n_rec, dtype=np.int32)  # own events per record
-        for part, once in zip(self.own_parts, unique, strict=True):
-            if once:
-                counts[part.rec] += 1
-            else:  # ascending with repeats: add each run's length once
-                r, n = _runs(part.rec)
-                counts[r] += n
+                self.own_parts[i] = part.take(np.argsort(r, kind="stable"))
         total = sum(part.size for part in self.own_parts)
-        base = np.zeros(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
-        np.cumsum(counts, out=base[1:])
-        fill = counts  # the counts' memory, as the running fill per record
-        fill[:] = 0
+        base = np.empty(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
+        # fill order: by seq offset, add order kept among equal offsets (a stable sort)
         order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
-        for k in order:  # stable: add order kept among equal offsets
-            part, r = self.own_parts[k], self.own_parts[k].rec
-            if not unique[k]:  # several events of one record in one part (a wait completes
-                #                several DMAs): in part order
-                first, n = _runs(r)
-                start = np.cumsum(n) - n  # where each run starts in the part
-                occ = np.arange(r.size) - np.repeat(start, n)
-                part.pos = (base[r] + fill[r] + occ).astype(self.index)
-                fill[first] += n.astype(fill.dtype)
-            else:
-                part.pos = (base[r] + fill[r]).astype(self.index)
-                fill[r] += 1
-        per_record = self.per_record = fill  # filled up: every record's own events again
+        for k, pos in zip(order, layout_own(base, [self.own_parts[k].rec for k in order],
+                                            self.index), strict=True):
+            self.own_parts[k].pos = pos
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
         rec_loc = self.rec_loc
@@ -267,7 +243,7 @@ class EventTable:
                 sel = np.flatnonzero((f_loc == loc) & timed)
                 lo = int(self.own_start[loc])
                 r_lo, r_hi = int(loc_first_rec[loc]), int(loc_first_rec[loc + 1])
-                times = np.repeat(self.rec_time[r_lo:r_hi], per_record[r_lo:r_hi])
+                times = np.repeat(self.rec_time[r_lo:r_hi], np.diff(base[r_lo:r_hi + 1]))
                 before = f_seq[sel] < 8 * int(loc_first_rec[loc])
                 left = np.searchsorted(times, f_time[sel], side="left")
                 right = np.searchsorted(times, f_time[sel], side="right")
@@ -320,7 +296,12 @@ class EventTable:
     def counts_per_type(self) -> dict[int, int]:
         out: dict[int, int] = {}
         for part in (*self.own_parts, *self.foreign):
-            out[part.typ] = out.get(part.typ, 0) + part.size
+            if isinstance(part.typ, np.ndarray):
+                n = np.bincount(part.typ, minlength=1)
+                for k in np.flatnonzero(n).tolist():
+                    out[k] = out.get(k, 0) + int(n[k])
+            else:
+                out[part.typ] = out.get(part.typ, 0) + part.size
         return out
 
     def table(self, loc_lo: int = 0, loc_hi: int | None = None,
@@ -331,56 +312,27 @@ class EventTable:
         loc_hi = self.n_locations if loc_hi is None else loc_hi
         start, stop = int(self.loc_start[loc_lo]), int(self.loc_start[loc_hi])
         own_lo, own_hi = int(self.own_start[loc_lo]), int(self.own_start[loc_hi])
-        if buffer is None:
-            e = np.zeros(stop - start, EVENT_DTYPE)
-        else:
-            e = buffer[:stop - start]
-            e.view(np.uint8)[:] = 0  # one memset (fields left out of an event are zero)
-        e["loc"] = np.repeat(np.arange(loc_lo, loc_hi, dtype=np.uint32),
-                             np.diff(self.loc_start[loc_lo:loc_hi + 1]))
-        # the range's records are one range too: their times as one contiguous column
-        r_lo, r_hi = int(self.loc_first_rec[loc_lo]), int(self.loc_first_rec[loc_hi])
-        times = np.ascontiguousarray(self.rec_time[r_lo:r_hi])
+        e = np.empty(stop - start, EVENT_DTYPE) if buffer is None else buffer[:stop - start]
         # foreign events of the range and where they go
         f_lo, f_hi = np.searchsorted(self.f_loc, [loc_lo, loc_hi], side="left")
         f_ins = self.f_insert[f_lo:f_hi]
-        f_final = f_ins + np.arange(f_lo, f_hi) - start
-        # an own event at own position q moves by the foreign events inserted at or before it
-        shift_all = self.f_insert  # sorted by (loc, insert): also sorted by insert
-
-        def own_final(pos: np.ndarray) -> np.ndarray:
-            return pos + np.searchsorted(shift_all, pos, side="right") - start
-
-        # own events: type, ref and seq offset gathered in own order into contiguous columns,
-        # time and seq made per record, then each written into the rows in one pass
+        # own events: each part's rows of the range, every byte written (an own event at own
+        # position q lands at q - own_lo plus the range's foreign events inserted at or
+        # before q)
         own_range = np.array([own_lo, own_hi], dtype=self.index)  # same dtype: no conversion
-        n_own = own_hi - own_lo
-        own_type = np.empty(n_own, np.uint8)
-        own_ref = np.empty(n_own, np.uint32)
-        own_off = np.empty(n_own, np.uint8)
+        bounds = self.own_start[loc_lo:loc_hi + 1].astype(np.int64)
+        parts = []
         for part in self.own_parts:
             lo, hi = np.searchsorted(part.pos, own_range, side="left")
             if hi <= lo:
                 continue
             q = part.take(slice(lo, hi))
-            k = q.pos - own_lo
-            own_type[k] = q.typ
-            own_ref[k] = q.ref
-            own_off[k] = q.offset
-            if q.params:
-                self._fill_params(e, own_final(q.pos), q)
-        per = self.per_record[r_lo:r_hi]
-        own_slots = slice(0, n_own)
+            parts.append((q.rec, q.pos, q.typ, q.offset, {"ref": q.ref, **q.params}))
+        fill_rows(e, self.records, parts, own_lo, own_hi, f_ins, loc_lo, bounds)
         if f_hi > f_lo:
-            own_slots = np.ones(stop - start, dtype=bool)
-            own_slots[f_final] = False
-        e["time"][own_slots] = np.repeat(times, per)
-        e["type"][own_slots] = own_type
-        e["ref"][own_slots] = own_ref
-        e["seq"][own_slots] = (np.repeat(np.arange(r_lo, r_hi, dtype=np.uint64) * np.uint64(8), per)
-                               + own_off)
-        del own_type, own_ref, own_off
-        if f_hi > f_lo:
+            f_final = f_ins + np.arange(f_lo, f_hi) - start
+            e.view(np.uint8).reshape(e.size, -1)[f_final] = 0  # fields left out are zero
+            e["loc"][f_final] = self.f_loc[f_lo:f_hi]
             sources = np.concatenate([np.full(p.size, i) for i, p in enumerate(self.foreign)])
             within = np.concatenate([np.arange(p.size) for p in self.foreign])
             idx = self.f_order[f_lo:f_hi]
@@ -404,7 +356,9 @@ class EventTable:
     def _fill_params(self, e: np.ndarray, at: np.ndarray, q: EventPart) -> None:
         rows = None  # the events' record rows, gathered once for every parameter taken from them
         for name, v in q.params.items():
-            if callable(v):
+            if isinstance(v, RecordBits):
+                v = v.values(self.records, q.rec)
+            elif callable(v):
                 if rows is None:
                     rows = np.take(self.records, q.rec)
                 v = v(rows)
@@ -466,6 +420,11 @@ class EventChunks:
         buffer = self.piece_buffer()
         for lo, hi in self.ranges:
             yield self.build(lo, hi, buffer)
+
+
+def one_type(part: EventPart) -> int | None:
+    """The type of every event of ``part``, or None when it has one per event."""
+    return None if isinstance(part.typ, np.ndarray) else part.typ
 
 
 class SparseColumn:
