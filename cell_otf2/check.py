@@ -64,6 +64,10 @@ def check_only(defs: Any, groups: Iterator, _tmp: Path, _name: str,
         for piece in ([pieces] if isinstance(pieces, np.ndarray) else pieces):
             check_events(defs, piece)
             counts += np.bincount(piece["loc"], minlength=counts.size)[: counts.size]
+            del piece
+        # let go of this group's pieces (they hold its record table) before the next group
+        # is loaded, as the writer does: else two groups' tables are held at once
+        del pieces
     check_defs(defs)
     return Checked(counts)
 

@@ -112,3 +112,29 @@ def test_check_lists_every_refusal_of_a_run(tmp_path):
         if how == "missing":  # found together by the manifest's check
             r = cli(str(run), "-o", str(tmp_path / "a.otf2"))
             assert r.returncode == 3 and "and 1 more problem" in r.stderr, r.stderr
+
+
+def test_the_checking_sink_lets_go_of_each_group_before_the_next():
+    """A group's pieces hold its record table: the sink drops them before it asks for the
+    next group (which the driver then loads), so two groups are never held at once."""
+    import weakref
+
+    from writer_samples import sample_defs, sample_events
+
+    from cell_otf2.check import check_only
+
+    class Pieces(list):
+        pass
+
+    made: list = []
+
+    def groups():
+        for _ in range(3):
+            assert all(r() is None for r in made), "the previous group's pieces are held"
+            pieces = Pieces([sample_events()])
+            made.append(weakref.ref(pieces))
+            yield None, pieces
+            del pieces
+
+    checked = check_only(sample_defs(), groups(), Path("."), "x", lambda _done: None)
+    assert int(checked.events_per_location.sum()) == 3 * sample_events().size
