@@ -309,10 +309,11 @@ def main() -> None:
         print("damage:", *conv["damage"], sep="\n  ")
     if args.keep:
         print(f"archive kept: {archive}")
-    writer_section(run, args.repeat, wall)
+    writer_section(run, args.repeat, wall, cpu_stages.get("write"))
 
 
-def writer_section(run: Path, repeat: int, conversion_wall: float) -> None:
+def writer_section(run: Path, repeat: int, conversion_wall: float,
+                   write_stage_cpu: float | None = None) -> None:
     """The writer (compiled, compiled without the malloc tuning, ctypes) and the library's own
     rate (bench/otf2_rate.c) on the conversion's events, ``repeat`` interleaved rounds."""
     with tempfile.TemporaryDirectory(prefix="tp-capture-", dir=OUT) as tmp_name:
@@ -358,6 +359,9 @@ def writer_section(run: Path, repeat: int, conversion_wall: float) -> None:
           f"{median('python', 'cpu') / median('c', 'cpu'):.1f}x; the writer's input checks "
           f"(check_events) take {median('c', 'check_cpu'):.2f} CPU s of the compiled "
           f"{median('c', 'cpu'):.2f}")
+    if write_stage_cpu:
+        print(f"the conversion's own write stage (events in pieces) against the library's "
+              f"rate: CPU {lib_c:.2f} / {write_stage_cpu:.2f} = {lib_c / write_stage_cpu:.2f}")
     print(f"conversion end to end against the library's own rate for its events: "
           f"{lib_w:.2f} / {conversion_wall:.2f} = {lib_w / conversion_wall:.2f}")
 
