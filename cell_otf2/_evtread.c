@@ -317,6 +317,25 @@ static void release_all(Py_buffer *got, int n)
         PyBuffer_Release(&got[k]);
 }
 
+/* The writable C-contiguous buffers of objs[0 .. n-1], each of items of sizes[k] bytes;
+ * 0 on success, -1 with an exception set (and nothing held) otherwise. */
+static int get_buffers(PyObject **objs, Py_buffer *got, const Py_ssize_t *sizes, int n,
+                       const char *what)
+{
+    for (int k = 0; k < n; k++) {
+        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            release_all(got, k);
+            return -1;
+        }
+        if (got[k].itemsize != sizes[k]) {
+            release_all(got, k + 1);
+            PyErr_SetString(PyExc_ValueError, what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *chan_assign(PyObject *self, PyObject *args)
 {
     enum { TABLE, KEYS, SECOND, N0, N1, BY_ID, OUT_C, OUT_SEQ, N_ARGS };
@@ -329,17 +348,9 @@ static PyObject *chan_assign(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
                           &objs[5], &objs[6], &objs[7], &next))
         return NULL;
-    for (int k = 0; k < N_ARGS; k++) {
-        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            release_all(got, k);
-            return NULL;
-        }
-        if (got[k].itemsize != sizes[k]) {
-            release_all(got, k + 1);
-            PyErr_SetString(PyExc_ValueError, "chan_assign: an array of the wrong item size");
-            return NULL;
-        }
-    }
+    if (get_buffers(objs, got, sizes, N_ARGS, "chan_assign: an array of the wrong item size")
+        < 0)
+        return NULL;
     int32_t *table = got[TABLE].buf;
     int64_t *keys = got[KEYS].buf, *n0 = got[N0].buf,
             *n1 = got[N1].buf, *by_id = got[BY_ID].buf, *out_c = got[OUT_C].buf,
@@ -385,17 +396,9 @@ static PyObject *chan_rehash(PyObject *self, PyObject *args)
     memset(got, 0, sizeof got);
     if (!PyArg_ParseTuple(args, "OO", &objs[0], &objs[1]))
         return NULL;
-    for (int k = 0; k < 2; k++) {
-        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            release_all(got, k);
-            return NULL;
-        }
-        if (got[k].itemsize != (k ? 8 : 4)) {
-            release_all(got, k + 1);
-            PyErr_SetString(PyExc_ValueError, "chan_rehash: an int32 table and int64 keys");
-            return NULL;
-        }
-    }
+    static const Py_ssize_t sizes[2] = {4, 8};
+    if (get_buffers(objs, got, sizes, 2, "chan_rehash: an int32 table and int64 keys") < 0)
+        return NULL;
     int32_t *table = got[0].buf;
     const int64_t *by_id = got[1].buf;
     const Py_ssize_t pairs = got[0].len / 4, n = got[1].len / 8;
@@ -440,17 +443,8 @@ static PyObject *regions(PyObject *self, PyObject *args)
                           &objs[EXCL], &objs[OUTER], &objs[FIRST], &objs[LAST], &objs[STRAY],
                           &objs[STATE]))
         return NULL;
-    for (int k = 0; k < N_ARGS; k++) {
-        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            release_all(got, k);
-            return NULL;
-        }
-        if (got[k].itemsize != sizes[k]) {
-            release_all(got, k + 1);
-            PyErr_SetString(PyExc_ValueError, "regions: an array of the wrong item size");
-            return NULL;
-        }
-    }
+    if (get_buffers(objs, got, sizes, N_ARGS, "regions: an array of the wrong item size") < 0)
+        return NULL;
     const uint8_t *kind = got[KIND].buf;
     const int32_t *loc = got[LOC].buf;
     const int64_t *time = got[TIME].buf, *ref = got[REF].buf;
@@ -569,17 +563,9 @@ static PyObject *spread(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
                           &objs[5], &objs[6]))
         return NULL;
-    for (int k = 0; k < N_ARGS; k++) {
-        if (PyObject_GetBuffer(objs[k], &got[k], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            release_all(got, k);
-            return NULL;
-        }
-        if (got[k].itemsize != 8) {
-            release_all(got, k + 1);
-            PyErr_SetString(PyExc_ValueError, "spread: int64 rows and float64 arrays");
-            return NULL;
-        }
-    }
+    static const Py_ssize_t sizes[N_ARGS] = {8, 8, 8, 8, 8, 8, 8};
+    if (get_buffers(objs, got, sizes, N_ARGS, "spread: int64 rows and float64 arrays") < 0)
+        return NULL;
     const int64_t *row = got[ROW].buf;
     const double *t0 = got[T0].buf, *t1 = got[T1].buf, *nbytes = got[NBYTES].buf,
                  *edges = got[EDGES].buf;

@@ -12,11 +12,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .derive import SHOWN_CATS, Cat, region_category
-from .load import CommClass, K, Loaded, LocClass, Log
+from .load import Columns, CommClass, K, Loaded, LocClass, Log
 
 
 @dataclass
-class Xfer:
+class Xfer(Columns):
     """DMA commands, one array per column: data from ``src`` to ``dst`` (location refs, int32),
     issued at ``t_issue`` by ``issuer``, completed at ``t_done`` (-1 never), ``bytes`` (int64
     ticks and bytes); ``xfer["src"]`` reads a column."""
@@ -27,13 +27,6 @@ class Xfer:
     t_issue: np.ndarray
     t_done: np.ndarray
     bytes: np.ndarray
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return getattr(self, name)
-
-    @property
-    def size(self) -> int:
-        return int(self.issuer.size)
 
 
 #: one MPI point-to-point message

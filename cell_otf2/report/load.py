@@ -79,11 +79,23 @@ LOG_ROW = np.dtype([("kind", "u1"), ("loc", "<i4"), ("time", "<i8"), ("partner",
                     ("ref", "<i4"), ("bytes", "<i8"), ("chan", "<i8"), ("seq", "<i8")])
 
 
+class Columns:
+    """A table held as one array per column (the fields of a dataclass): ``table["name"]``
+    reads a column as a record array's field would, ``size`` is the rows (those of the first
+    column). The figures read a few columns of millions of rows, which a record array would
+    make them stride through whole."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+    @property
+    def size(self) -> int:
+        return int(getattr(self, next(iter(self.__dataclass_fields__))).size)
+
+
 @dataclass
-class Log:
-    """The exact log as one array per LOG_ROW field (``log["time"]``), in the reader's order:
-    the figures read a few columns of millions of rows, which a record array would make them
-    stride through whole."""
+class Log(Columns):
+    """The exact log as one array per LOG_ROW field (``log["time"]``), in the reader's order."""
 
     kind: np.ndarray
     loc: np.ndarray
@@ -93,13 +105,6 @@ class Log:
     bytes: np.ndarray
     chan: np.ndarray
     seq: np.ndarray
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return getattr(self, name)
-
-    @property
-    def size(self) -> int:
-        return int(self.kind.size)
 
 
 @dataclass
