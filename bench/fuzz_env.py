@@ -285,8 +285,11 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
             delay = rng.uniform(0.0, 1.2)
             what = f"signal {sig.name} after {delay:.2f} s"
             result["mutations"] = [what]
+            # SIGINT at its default, as from a terminal, even when the fuzzer runs as a
+            # background job (which starts with SIGINT ignored, and so would its children)
             p = subprocess.Popen([sys.executable, "-m", "cell_otf2", *args], env=ENV,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             time.sleep(delay)
             p.send_signal(sig)
             status, message = p.wait(timeout=120), p.stderr.read()

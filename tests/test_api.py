@@ -14,6 +14,7 @@ import types
 from pathlib import Path
 
 import pytest
+from paths import interruptible
 
 import cell_otf2
 from cell_otf2 import cli as cli_mod
@@ -251,7 +252,7 @@ main(sys.argv[1:])
     out = tmp_path / "out" / "a.otf2"
     p = subprocess.Popen([sys.executable, "-c", code, str(SAMPLES / "fft-16spe"), "-o",
                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=ENV, cwd=ROOT)
+                         env=ENV, cwd=ROOT, preexec_fn=interruptible)
     try:
         assert p.stdout.readline() == "reading\n"
         p.send_signal(signal.SIGINT)

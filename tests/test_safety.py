@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from otf2check import otf2_print_ok
-from paths import ENV, SAMPLES, snapshot
+from paths import ENV, SAMPLES, interruptible, snapshot
 
 pytestmark = pytest.mark.slow  # each test runs the real command, several times
 
@@ -353,7 +353,8 @@ def test_signal_during_conversion_leaves_nothing(tmp_path, sig, status):
     for delay in (0.05, 0.4, 1.0):
         p = subprocess.Popen([sys.executable, "-m", "cell_otf2", str(src), "-o",
                               str(out / "a.otf2"), "--report", str(out / "a.json")],
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=interruptible)
         time.sleep(delay)
         p.send_signal(sig)
         code = p.wait(timeout=120)
@@ -410,7 +411,8 @@ def test_ctrl_c_while_reading_an_archive_back_for_the_report(tmp_path):
     for delay in (0.0, 0.05, 0.15, 0.3, 0.6, 1.0, 2.0):  # start-up, definitions, events, end
         p = subprocess.Popen([sys.executable, "-m", "cell_otf2", "report",
                               str(tmp_path / "a.otf2"), "-o", str(tmp_path / f"r{delay}")],
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=interruptible)
         handler_installed(p, signal.SIGHUP)  # from then on the delay is the report's own
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
