@@ -3,13 +3,14 @@
 One command::
 
     .venv/bin/python bench/throughput.py [--records N] [--ranks R --nodes K] [--reuse DIR]
-                                         [--repeat R] [--keep]
+                                         [--conversions C] [--repeat R] [--keep]
 
 Simulates (once, cached under ``bench/out/throughput/``) a hybrid run of at least N records
 (4 MPI processes on 2 nodes; ``--ranks 1 --nodes 1`` makes a one-process run; ``--reuse DIR``
 takes any run directory instead) and measures, each in a fresh child process:
-the conversion end to end (seconds and records/s per stage, wall and CPU, peak RSS against the
-input's size on disk and against the largest node's dumps, the synchronization share); then,
+the conversion end to end, C times (seconds and records/s per stage, wall and CPU, of the
+median one, the spread of all, the peak RSS against the input's size on disk and against the
+largest node's dumps, the synchronization share); then,
 on the conversion's own events (captured once from a second conversion into a file), the
 writer (``write_archive`` on the whole table, input checks and definitions included) through
 its compiled loop (``cell_otf2/_evtwrite.c``), through the same loop without the malloc
@@ -251,6 +252,9 @@ def main() -> None:
                     help=f"nodes of the simulated run (default {SHAPE['nodes']})")
     ap.add_argument("--reuse", type=Path, default=None, help="convert this run directory")
     ap.add_argument("--keep", action="store_true", help="keep the converted archive")
+    ap.add_argument("--conversions", type=int, default=1,
+                    help="conversions timed, each in a fresh child (default 1; this VM's "
+                    "decode varies by up to 0.8 s from run to run: 5 shows the spread)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds of the writer and library measurements (default 3)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -276,10 +280,13 @@ def main() -> None:
     archive = archive_dir / "throughput.otf2"
     try:
         idle = _child("idle")
-        conv = _child("convert", str(run), str(archive))
+        convs = [_child("convert", str(run), str(archive)) for _ in range(args.conversions)]
     finally:
         if not args.keep:
             shutil.rmtree(archive_dir, ignore_errors=True)
+    # the stage table of the median conversion (by wall time); the spread of all of them
+    convs.sort(key=lambda c: c["wall"])
+    conv = convs[(len(convs) - 1) // 2]
     n, n_ev, wall = conv["records"], conv["events"], conv["wall"]
     stages = conv["stages"]
     print(f"run {run}: {n:,} records, {size / 1e6:.1f} MB on disk; {n_ev:,} events written")
@@ -295,7 +302,13 @@ def main() -> None:
         c = cpu_stages.get(k, float("nan"))
         print(f"{k:<8} {v:8.2f} {rate(v):12.2f} {v / wall:6.1%}   {c:7.2f} {rate(c):12.2f}")
     print(f"{'total':<8} {wall:8.2f} {rate(wall):12.2f} {1:6.0%}   {cpu:7.2f} {rate(cpu):12.2f}")
-    rss = conv["maxrss"]
+    if len(convs) > 1:
+        walls = [c["wall"] for c in convs]
+        cpus = sorted(c["cpu"] for c in convs)
+        print(f"{len(convs)} conversions (the table is the median one): wall {walls[0]:.2f} .. "
+              f"{walls[-1]:.2f} s = {rate(walls[-1]):.2f} .. {rate(walls[0]):.2f} M records/s; "
+              f"CPU {cpus[0]:.2f} .. {cpus[-1]:.2f} s")
+    rss = max(c["maxrss"] for c in convs)
     print(f"peak RSS {rss / 1e6:.0f} MB (a child importing the same modules: "
           f"{idle['maxrss'] / 1e6:.0f} MB); input {size / 1e6:.0f} MB; "
           f"peak RSS / input size = {rss / size:.2f}")
