@@ -44,8 +44,7 @@ class Dumps:
     changed while being converted) is refused. Each dump's SPE records come grouped by
     context (``read_dump``'s ``by_context``, from its summary) in one buffer that every
     reading reuses (and lets go of with the last dump): a dump's ``spe`` is valid until the
-    next one is indexed. ``seconds`` /
-    ``cpu_seconds``: time spent reading."""
+    next one is indexed. ``seconds`` / ``cpu_seconds``: time spent reading."""
 
     def __init__(self, man, summaries: list, ranks: list[int] | None = None) -> None:
         self.man = man

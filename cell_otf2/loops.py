@@ -3,9 +3,9 @@ slots into the reader's tables (the reader's own numpy framer is its fallback),
 ``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
 ``readings`` puts an SPE context's clock readings in program order,
 ``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
-helper
-``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables allow it,
-else through numpy, with the same result either way (``tests/test_decodeloops.py``)."""
+helper ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables
+allow it, else through numpy, with the same result either way
+(``tests/test_decodeloops.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import os
 import sys
 
 import numpy as np
+
+from .intervals import MOD
 
 try:
     from . import _decodeloops
@@ -152,7 +154,7 @@ def readings(spe: np.ndarray, rec_idx: np.ndarray, blocks: np.ndarray, blk_idx: 
     is_write = rows["code"] == write_code
     dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
     dw[is_rec] = is_write
-    write_new[dw] = rows["b"][is_write].astype(np.int64) % (1 << 32)
+    write_new[dw] = rows["b"][is_write].astype(np.int64) % MOD
     reading_block = which.copy()
     reading_block[is_rec] = rows["block"]
     return raw, is_rec, which, write_new, reading_block, blocks["slot"][reading_block]

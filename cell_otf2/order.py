@@ -86,7 +86,7 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
             # at the restore, which began after the START record: the save was at most
             # ``delta`` (+ eps for its readings) before START, a lower bound of ``prev``
             src, dst, w = pairs(start["domain"], start["local"], sw["prev"],
-                                 sw["local_prev"] + delta)
+                                sw["local_prev"] + delta)
             add("switch", (src, dst, w + eps))
             # d - eps <= x[next] - x[prev] <= d + lat + eps
             add("continuity", (sw["prev"].astype(np.int64), sw["next"].astype(np.int64),
@@ -105,7 +105,7 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
         # across a step with an unknown wrap count only program order is certain
         wp = links[links["kind"] == LinkKind.WRAP]
         add("program", pairs(wp["prev"], wp["last_local_prev"], wp["next"],
-                              wp["first_local_next"]))
+                             wp["first_local_next"]))
         wr = links[links["kind"] == LinkKind.WRITE]
         if wr.size:
             lat = opts.write_latency_s * hz
