@@ -53,6 +53,7 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
                     StageClock(progress), spill, DmaStyle(dma_style), alpha, order_options,
                     progress, None, report_pairs=report is not None)
             finally:
+                target.spilled = spill.used  # for the space a full disk says is needed
                 spill.close()
             if report is not None:  # moved into place with the archive
                 team.on_root("report", lambda: target.stage_report(

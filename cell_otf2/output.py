@@ -105,6 +105,9 @@ class ArchiveTarget:
         self._report_text: str | None = None
         #: bytes of the run's dumps, for the space an archive needs (``prepare`` sets it)
         self.input_bytes = 0
+        #: the conversion set node groups aside in the staging directory (the converter sets
+        #: it before the spill is removed): a full disk then says their space too
+        self.spilled = False
         #: directories ``prepare`` created (deepest first), removed again on failure
         self.made: list[Path] = []
 
@@ -262,7 +265,7 @@ class ArchiveTarget:
             files = sum(len(f) for _, _, f in os.walk(tmp))  # a block or page each at least
             mb = (ARCHIVE_PER_INPUT_BYTE * self.input_bytes + files * 8192) / 1e6
             need = f" (the archive needs about {mb:.1f} MB"
-            if (tmp / SPILL_FOLDER).exists():
+            if self.spilled:
                 need += (f", and about {SPILL_PER_INPUT_BYTE * self.input_bytes / 1e6:.0f} MB "
                          "more while converting, for the node groups set aside")
             need += ")"

@@ -104,6 +104,11 @@ class Spill:
             mapping = mmap.mmap(f.fileno(), n * RECORD_DTYPE.itemsize)
         return np.frombuffer(mapping, RECORD_DTYPE, n)  # unmapped with its last view
 
+    @property
+    def used(self) -> bool:
+        """Whether any group was set aside on disk (or had its record table made there)."""
+        return bool(self.mapped) or self.written > 0
+
     def put(self, g: int, state: GroupState) -> None:
         """``state`` is group ``g``'s now (the one in memory)."""
         if self.hot is not None and self.hot[0] != g:

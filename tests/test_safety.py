@@ -203,6 +203,38 @@ def test_disk_full_at_swept_levels_never_gives_a_broken_archive(small_disk):
     assert outcomes == {0, 4}  # the sweep reached both sides
 
 
+def test_a_full_disk_after_groups_were_set_aside_says_their_space_too(small_disk, simulated,
+                                                                       monkeypatch):
+    """A run converted node group by node group (forced here: a small run) onto a disk that
+    holds the groups set aside but not the archive: the message adds the groups' space."""
+    from cell_otf2 import driver
+    from cell_otf2.conversion import convert
+    from cell_otf2.errors import OutputError
+
+    monkeypatch.setattr(driver, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(driver, "GROUP_BYTES", 1)
+    run = simulated("four-nodes")
+    said = []
+    for free_kib in range(8, 1000, 24):
+        for name in os.listdir(small_disk):
+            shutil.rmtree(small_disk / name) if (small_disk / name).is_dir() else \
+                (small_disk / name).unlink()
+        fill(small_disk, free_kib)
+        try:
+            convert(run, small_disk / "out" / "a.otf2")
+        except OutputError as exc:
+            said.append(str(exc))
+            assert os.listdir(small_disk) == ["filler"]
+            continue
+        break
+    else:
+        pytest.fail(f"the sweep never reached a disk the archive fits on: {said[-3:]}")
+    archive_full = [m for m in said if m.startswith("no space left on the device writing")]
+    assert archive_full, said  # some level held the groups but not the archive
+    assert all("more while converting, for the node groups set aside" in m
+               for m in archive_full), archive_full
+
+
 def test_simulate_into_a_full_disk(small_disk):
     fill(small_disk, 16)
     r = run("simulate", str(small_disk / "s"), "--workload", "fft", "--spes", "2",
