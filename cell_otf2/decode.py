@@ -24,6 +24,7 @@ from .model import (
     LINK_DTYPE,
     LOCATION_DTYPE,
     RECORD_DTYPE,
+    SPE_IN_RECORD_DTYPE,
     Decoded,
     DomainKind,
     LinkKind,
@@ -182,6 +183,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     records = (allocate(n_records) if allocate is not None
                else _zeros_without_huge_pages(n_records, RECORD_DTYPE))
     loss_epoch = np.zeros(records.size, dtype=np.int32)
+    if hasattr(dumps, "rows_for"):  # ``dumps.Dumps``: SPE records read into their rows
+        dumps.rows_for = lambda i: _spe_rows(records, loc_start, loc_key, summaries[i])
     for dump_index in range(len(dumps)):
         dump = dumps[dump_index]
         r = dump.rank
@@ -240,8 +243,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         blocks_missing += _check_seq(blocks, dump.name, damage, blk_groups)
         # every context's records and switches, grouped once (stable radix sorts of the 16-bit
         # context ids: each group stays in slot order; records read grouped already are)
-        spe_by_ctx, spe_ctx_bounds = (_grouped(spe) if dump.spe_by_context
-                                      else _group(spe, "ctx"))
+        spe_by_ctx, spe_ctx_bounds = (_grouped(summaries[dump_index].ctx_counts, spe.size)
+                                      if dump.spe_by_context else _group(spe, "ctx"))
+        # read into their rows of ``records`` (``_spe_rows``): only the columns decoding
+        # finds are still to be written
+        in_place = spe.dtype == SPE_IN_RECORD_DTYPE
         switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
         sw_ctx = ppe["a"][switches]
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
@@ -296,7 +302,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             dom = dom0 + split.interval
             # records in program order are the context's records in slot order: their rows
             # written in one pass (every field but ``time``, zero until synchronized)
-            gather_fields(records[lo:lo + rec_idx.size], spe, rec_idx, _SPE_FIELDS,
+            gather_fields(records[lo:lo + rec_idx.size], spe, rec_idx,
+                          () if in_place else _SPE_FIELDS,
                           {"loc": loc, "anchor": rec_anchor, "domain": dom[is_rec],
                            "local": split.local[is_rec]})
             del rec_anchor
@@ -385,14 +392,31 @@ def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.n
 NO_LOSS = np.int64(1 << 62)
 
 
-def _grouped(spe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``_group(spe, "ctx")`` of an SPE table grouped by context already (its rows in order,
-    each context's bounds found by bisection)."""
-    bounds = np.empty((1 << 16) + 1, dtype=np.int64)
-    # the ids as the table's own 16-bit type: no conversion of the whole column
-    bounds[:-1] = np.searchsorted(spe["ctx"], np.arange(1 << 16, dtype=np.uint16), side="left")
-    bounds[-1] = spe.size
-    return np.arange(spe.size, dtype=np.int64), bounds
+def _grouped(ctx_counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_group(spe, "ctx")`` of an SPE table of ``n`` rows grouped by context already, with
+    ``ctx_counts`` records per context id (its rows in order, each context's one range):
+    the identity order and each context's bounds."""
+    bounds = np.zeros((1 << 16) + 1, dtype=np.int64)
+    np.cumsum(ctx_counts, out=bounds[1:ctx_counts.size + 1])
+    bounds[ctx_counts.size + 1:] = n
+    return np.arange(n, dtype=np.int64), bounds
+
+
+def _spe_rows(records: np.ndarray, loc_start: np.ndarray, loc_key: dict,
+              summary: _DumpSummary) -> np.ndarray | None:
+    """The rows of ``records`` that the SPE records of ``summary``'s dump take, viewed as
+    ``SPE_IN_RECORD_DTYPE`` for the reader to write them into (its contexts' ranges follow
+    one another in context order, as the reader groups them); None if they do not."""
+    ctxs = np.flatnonzero(summary.ctx_counts)
+    if not ctxs.size or records.ndim != 1 or not records.flags.c_contiguous:
+        return None
+    starts = np.array([loc_start[loc_key[(summary.rank, int(LocKind.SPE_CONTEXT), int(c))]]
+                       for c in ctxs.tolist()], dtype=np.int64)
+    counts = summary.ctx_counts[ctxs].astype(np.int64)
+    lo = int(starts[0])
+    if not np.array_equal(starts, lo + np.cumsum(counts) - counts):
+        return None
+    return records[lo:lo + int(counts.sum())].view(SPE_IN_RECORD_DTYPE)
 
 
 def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray]]

@@ -44,7 +44,9 @@ class Dumps:
     changed while being converted) is refused. Each dump's SPE records come grouped by
     context (``read_dump``'s ``by_context``, from its summary) in one buffer that every
     reading reuses (and lets go of with the last dump): a dump's ``spe`` is valid until the
-    next one is indexed. ``seconds`` / ``cpu_seconds``: time spent reading."""
+    next one is indexed, unless ``rows_for`` (set by ``decode``) gives, for the i-th dump,
+    the rows of the record table its SPE records will have: they are then read straight into
+    them (None: the shared buffer). ``seconds`` / ``cpu_seconds``: time spent reading."""
 
     def __init__(self, man, summaries: list, ranks: list[int] | None = None) -> None:
         self.man = man
@@ -52,6 +54,7 @@ class Dumps:
         self.ranks = [p.rank for p in man.processes] if ranks is None else list(ranks)
         self.seconds = self.cpu_seconds = 0.0
         self.spe_buffer: np.ndarray | None = None
+        self.rows_for: Callable[[int], np.ndarray | None] | None = None
 
     def __len__(self) -> int:
         return len(self.ranks)
@@ -59,10 +62,12 @@ class Dumps:
     def __getitem__(self, i: int):
         t0, c0 = time.perf_counter(), time.process_time()
         rank = self.ranks[i]
-        if self.spe_buffer is None:
-            most = max((int(s.ctx_counts.sum()) for s in self.summaries), default=0)
-            self.spe_buffer = np.empty(most, SPE_DTYPE)
-        buffer = self.spe_buffer
+        buffer = self.rows_for(i) if self.rows_for is not None else None
+        if buffer is None:
+            if self.spe_buffer is None:
+                most = max((int(s.ctx_counts.sum()) for s in self.summaries), default=0)
+                self.spe_buffer = np.empty(most, SPE_DTYPE)
+            buffer = self.spe_buffer
         if i == len(self.ranks) - 1:  # the last dump: the buffer goes when its reader is done
             self.spe_buffer = None
         dump = read_dump(self.man.dump_path(rank), self.man, rank,

@@ -41,6 +41,18 @@ RECORD_DTYPE = np.dtype(
 )
 
 
+#: an SPE record as the reader writes it straight into its row of ``RECORD_DTYPE`` (a view of
+#: the record table): its own fields in place, its decrementer in the low bytes of ``local``
+#: and its block's index in ``anchor``, until decoding writes those two
+SPE_IN_RECORD_DTYPE = np.dtype({
+    "names": ["slot", "block", "code", "a", "decr", "b", "c", "d"],
+    "formats": ["<i8", "<i8", "<u2", "<u8", "=u4", "<u8", "<u8", "<u8"],
+    "offsets": [RECORD_DTYPE.fields[f][1] for f in
+                ("slot", "anchor", "code", "a", "local", "b", "c", "d")],
+    "itemsize": RECORD_DTYPE.itemsize,
+})
+
+
 class LocKind(IntEnum):
     PPE_THREAD = 0
     SPE_CONTEXT = 1

@@ -22,6 +22,7 @@ from .damage import Damage, DamageKind
 from .errors import FormatError
 from .loops import gather_fields
 from .manifest import Manifest, file_kind
+from .model import SPE_IN_RECORD_DTYPE
 
 # --------------------------------------------------------------------------------------------
 # output dtypes (native byte order)
@@ -119,7 +120,7 @@ class Dump:
     n_slots: int  # whole slots in the file
     ppe: np.ndarray  # PPE_DTYPE
     blocks: np.ndarray  # BLOCK_DTYPE
-    spe: np.ndarray  # SPE_DTYPE
+    spe: np.ndarray  # SPE_DTYPE, or rows of a record table (``read_dump``'s ``spe_buffer``)
     gaps: np.ndarray  # GAP_DTYPE
     damage: list[Damage] = field(default_factory=list)
     spe_by_context: bool = False
@@ -195,7 +196,10 @@ def read_dump(
     at once, so that decoding reads each context's records as one range), else in slot order.
     ``spe_buffer``: an ``SPE_DTYPE`` array whose first rows then hold ``spe`` if it is large
     enough (a caller reading dump after dump reuses its pages; each read overwrites the
-    last one's ``spe``).
+    last one's ``spe``); or, for the compiled framer with ``by_context``, the rows of a
+    ``RECORD_DTYPE`` table viewed as ``SPE_IN_RECORD_DTYPE`` (``decode`` passes the rows the
+    dump's SPE records will have): each record is then framed straight into its row, and
+    ``spe`` is that view (it has no ``ctx`` field).
     """
     path = Path(path)
     name = _display_name(path, manifest)
@@ -418,11 +422,15 @@ class _Framer:
                 f"1..{self.spe_buffer_records} (spe_buffer_records)",
             )
 
-    def _spe_table(self, rows: int) -> np.ndarray:
-        """The SPE table for ``rows`` records: the caller's buffer if it holds them."""
+    def _spe_table(self, rows: int, in_record: bool = False) -> np.ndarray:
+        """The SPE table for ``rows`` records: the caller's buffer if it holds them (one of
+        ``SPE_DTYPE``, or with ``in_record`` also rows of the record table viewed as
+        ``SPE_IN_RECORD_DTYPE``), else a new one."""
         spe_dtype = SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE
         buf = self.spe_buffer
-        if buf is not None and buf.dtype == spe_dtype and buf.ndim == 1 and len(buf) >= rows:
+        if (buf is not None and buf.ndim == 1 and len(buf) >= rows
+                and (buf.dtype == spe_dtype or (in_record and self.spe_records
+                                                and buf.dtype == SPE_IN_RECORD_DTYPE))):
             return buf[:rows]
         return np.empty(rows, spe_dtype)
 
@@ -447,7 +455,7 @@ class _Framer:
         if self.expect is not None:
             end = np.cumsum(self.expect)
             group = (end - self.expect, end)
-            spe = self._spe_table(int(end[-1]))
+            spe = self._spe_table(int(end[-1]), in_record=True)
         else:
             spe = np.empty(n, spe_dtype)
         gaps = np.empty(n, GAP_DTYPE)
@@ -456,13 +464,13 @@ class _Framer:
             _PPE_FIELDS, _BLOCK_FIELDS, _GAP_FIELDS, _SPE_FIELDS if self.spe_records else ()))
         outputs = tuple(zip((ppe, blocks, gaps, spe), (lay.ppe, lay.block, lay.gap, lay.spe),
                             pairs, strict=True))
-        fields = (PPE_DTYPE.fields, BLOCK_DTYPE.fields, GAP_DTYPE.fields, spe_dtype.fields)
+        fields = (PPE_DTYPE.fields, BLOCK_DTYPE.fields, GAP_DTYPE.fields, spe.dtype.fields)
         special = np.array(
             [fields[0]["slot"][1], fields[1]["slot"][1], fields[1]["ctx"][1],
              fields[1]["count"][1], fields[1]["present"][1], fields[2]["slot"][1],
              fields[2]["lost"][1]]
             + ([fields[3]["slot"][1], fields[3]["block"][1]] if self.spe_records else [-1, -1])
-            + [fields[3]["ctx"][1]], dtype=np.int64)
+            + [fields[3]["ctx"][1] if "ctx" in fields[3] else -1], dtype=np.int64)
         swap = lay.order != ("<" if sys.byteorder == "little" else ">")
         state = np.array([-1, -1, 0, 0, 0, 0, 0, 0], dtype=np.int64)
         stats = np.zeros(12, dtype=np.int64)

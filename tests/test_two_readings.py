@@ -67,3 +67,43 @@ def test_a_dump_that_changes_between_readings_is_refused(tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="changed while it was being converted"):
         convert(run, out)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options", [
+    dict(workload="hybrid", ranks=2, nodes=2, spes=3, phases=2),
+    dict(workload="fft", ranks=1, spes=12, spus=4, slice_ms=0.05, phases=2,
+         byte_order="L", spe_buffer_records=5, spe_buffers=1),
+    dict(workload="hybrid", ranks=3, nodes=1, spes=2, phases=2, decr_writes=True,
+         damage=["gap", "block-overrun", "unknown-code"]),
+    dict(workload="fft", ranks=2, nodes=2, spes=4, phases=1,
+         damage=["truncate", "undefined-id", "backwards-timebase"]),
+])
+def test_spe_records_read_into_their_rows_decode_as_held_dumps(tmp_path, options):
+    """Decoding through ``Dumps`` has the reader write each dump's SPE records straight into
+    their rows of the record table (``decode._spe_rows``); over simulated runs of several
+    shapes (context switches, both byte orders, small blocks, damage) the table, anchors,
+    domains and links are those of decoding dumps held in memory, and the records did go
+    into the table (a dump read elsewhere would still decode the same)."""
+    from cell_otf2.dumps import Dumps, read_summaries
+    from cell_otf2.model import SPE_IN_RECORD_DTYPE
+    from cell_otf2.sim.run import simulate_run
+
+    run = tmp_path / "run"
+    simulate_run(run, seed=3, **options)
+    man = load_manifest(run)
+    summaries = read_summaries(man, DamageLog())
+    seen: list[bool] = []
+
+    class Seeing(Dumps):  # notes whether each dump's SPE records went into the table
+        def __getitem__(self, i):
+            dump = super().__getitem__(i)
+            seen.append(dump.spe.dtype == SPE_IN_RECORD_DTYPE or not dump.spe.size)
+            return dump
+
+    streamed = decode(man, Seeing(man, summaries), DamageLog(), summaries=summaries)
+    held = decode(man, [read_dump(man.dump_path(p.rank), man, p.rank)
+                        for p in man.processes], DamageLog())
+    assert seen and all(seen)
+    for column in ("records", "anchors", "domains", "links", "locations", "contexts",
+                   "loss_epoch"):
+        assert np.array_equal(getattr(streamed, column), getattr(held, column)), column
