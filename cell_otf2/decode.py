@@ -221,7 +221,12 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             lo = loc_start[loc_key[(r, int(LocKind.PPE_THREAD), t)]]
             ppe_final[idx] = lo + np.arange(idx.size)
         loss_epoch[ppe_final] = ppe_epoch
-        spe_final = np.empty(spe.size, dtype=np.int64)
+        # read into their rows of ``records`` (``_spe_rows``): only the columns decoding
+        # finds are still to be written, and each SPE record's row is ``spe_base`` + its row
+        # of ``spe``; else ``spe_final`` holds it per row of ``spe``
+        in_place = spe.dtype == SPE_IN_RECORD_DTYPE
+        spe_final = None if in_place else np.empty(spe.size, dtype=np.int64)
+        spe_base: int | None = None
 
         # ---- anchors: PPE records and block headers in slot order
         n_anchor = ppe.size + blocks.size
@@ -243,11 +248,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         blocks_missing += _check_seq(blocks, dump.name, damage, blk_groups)
         # every context's records and switches, grouped once (stable radix sorts of the 16-bit
         # context ids: each group stays in slot order; records read grouped already are)
-        spe_by_ctx, spe_ctx_bounds = (_grouped(summaries[dump_index].ctx_counts, spe.size)
+        spe_by_ctx, spe_ctx_bounds = ((None, _context_bounds(summaries[dump_index].ctx_counts,
+                                                             spe.size))
                                       if dump.spe_by_context else _group(spe, "ctx"))
-        # read into their rows of ``records`` (``_spe_rows``): only the columns decoding
-        # finds are still to be written
-        in_place = spe.dtype == SPE_IN_RECORD_DTYPE
         switches = np.flatnonzero(ppe["code"] == P.CTX_SWITCH)
         sw_ctx = ppe["a"][switches]
         switches = switches[sw_ctx <= 0xFFFF]  # no block names a wider id
@@ -262,11 +265,17 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         trusted = bool((spe["code"] == S.HEARTBEAT).any())
         for ctx, blk_idx in blk_groups:
             loc = ctx_loc[(r, int(ctx))]
-            rec_idx = spe_by_ctx[spe_ctx_bounds[ctx]:spe_ctx_bounds[ctx + 1]]
+            first, end = int(spe_ctx_bounds[ctx]), int(spe_ctx_bounds[ctx + 1])
+            rec_idx = (np.arange(first, end) if spe_by_ctx is None
+                       else spe_by_ctx[first:end])
             lo = int(loc_start[loc])
-            if dump.spe_by_context:  # the context's records are one range of ``spe``
-                first = int(rec_idx[0]) if rec_idx.size else 0
-                spe_final[first:first + rec_idx.size] = np.arange(lo, lo + rec_idx.size)
+            if in_place:  # every context's records at the same distance from their rows
+                if spe_base is None:
+                    spe_base = lo - first
+                elif lo - first != spe_base:
+                    raise AssertionError("decode: SPE records read into the wrong rows")
+            elif spe_by_ctx is None:  # the context's records are one range of ``spe``
+                spe_final[first:end] = np.arange(lo, lo + rec_idx.size)
             else:
                 spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             # readings in program order (each block's records, then its header), their
@@ -317,13 +326,17 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                     row["stop_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], stop_slot)])
                     row["start_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], start_slot)])
                 elif row["write_rec"] >= 0:  # an SPE record's index in ``spe``
-                    row["write_rec"] = int(spe_final[row["write_rec"]])
+                    row["write_rec"] = (spe_base + row["write_rec"] if spe_final is None
+                                        else int(spe_final[row["write_rec"]]))
                 rank_links.append(row)
         anchors["domain"] = anchor_dom
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
         records[ppe_final] = prec
-        loss_epoch[spe_final] = spe_epoch
+        if spe_final is None and spe_base is not None:
+            loss_epoch[spe_base:spe_base + spe.size] = spe_epoch
+        elif spe_final is not None:
+            loss_epoch[spe_final] = spe_epoch
         del prec, ppe_final, spe_final, spe_epoch, ppe_epoch
         if release:
             dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
@@ -392,14 +405,14 @@ def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.n
 NO_LOSS = np.int64(1 << 62)
 
 
-def _grouped(ctx_counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``_group(spe, "ctx")`` of an SPE table of ``n`` rows grouped by context already, with
-    ``ctx_counts`` records per context id (its rows in order, each context's one range):
-    the identity order and each context's bounds."""
+def _context_bounds(ctx_counts: np.ndarray, n: int) -> np.ndarray:
+    """Where each context id's rows begin in an SPE table of ``n`` rows grouped by context
+    already, with ``ctx_counts`` records per context id: context c's rows are
+    ``bounds[c]:bounds[c + 1]`` (``_group``'s bounds, without its order: the identity)."""
     bounds = np.zeros((1 << 16) + 1, dtype=np.int64)
     np.cumsum(ctx_counts, out=bounds[1:ctx_counts.size + 1])
     bounds[ctx_counts.size + 1:] = n
-    return np.arange(n, dtype=np.int64), bounds
+    return bounds
 
 
 def _spe_rows(records: np.ndarray, loc_start: np.ndarray, loc_key: dict,
