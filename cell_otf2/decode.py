@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
+from . import pages
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
 from .loops import gather_fields, group_u16, readings
@@ -181,7 +182,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     np.cumsum(loc_count, out=loc_start[1:])
     n_records = int(loc_start[-1])
     records = (allocate(n_records) if allocate is not None
-               else _zeros_without_huge_pages(n_records, RECORD_DTYPE))
+               else pages.zeros(n_records, RECORD_DTYPE))
     loss_epoch = np.zeros(records.size, dtype=np.int32)
     if hasattr(dumps, "rows_for"):  # ``dumps.Dumps``: SPE records read into their rows
         dumps.rows_for = lambda i: _spe_rows(records, loc_start, loc_key, summaries[i])
@@ -371,25 +372,6 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
 
 
 #: numpy's switch for asking the kernel for huge pages for large arrays (private; absent: no-op)
-_MADVISE_HUGEPAGE = getattr(getattr(np, "_core", None), "multiarray", None)
-
-
-def _zeros_without_huge_pages(n: int, dtype: np.dtype) -> np.ndarray:
-    """``np.zeros(n, dtype)`` in ordinary pages. numpy asks for transparent huge pages for
-    every large array; with the kernel's defrag mode "madvise" (Debian's default) a fault in
-    such an array may first compact memory, which made decoding the 6 M-record run take 2.0
-    to 2.9 CPU s from run to run (its 447 MB record table is filled by strided writes, context
-    by context); in 4 KiB pages it takes 2.0-2.1."""
-    switch = getattr(_MADVISE_HUGEPAGE, "_set_madvise_hugepage", None)
-    if switch is None:
-        return np.zeros(n, dtype)
-    before = switch(False)
-    try:
-        return np.zeros(n, dtype)
-    finally:
-        switch(before)
-
-
 def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indexes grouped by a 16-bit key (stable: slot order kept within a group) and the
     bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``. With
