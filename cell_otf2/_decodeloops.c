@@ -4,7 +4,8 @@
  * chosen rows of one packed table into consecutive rows of another, converting each field on
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
- * wait in one sweep (match.py's per-tag search).
+ * wait in one sweep (match.py's per-tag search); `unwrap` and `run_locals` the vector steps
+ * of intervals.split_intervals.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
  * keep their numpy path, cell_otf2/loops.py, which gives the same results).
@@ -676,7 +677,78 @@ done:
     return result;
 }
 
+/* unwrap(raw, cum): one SPE context's decrementer readings (`raw`, int64 values 0 .. 2^32 - 1,
+ * in program order) unwrapped: `cum[i]` (int64, written) is the sum of the steps
+ * (raw[j - 1] - raw[j]) mod 2^32 for j <= i (cum[0] = 0), as intervals.split_intervals'
+ * numpy does. Returns how many steps are 2^31 or more (their readings may hide a wrap). */
+static PyObject *unwrap(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, cum;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*", &raw, &cum))
+        return NULL;
+    Py_ssize_t n = raw.len / 8;
+    if (raw.len % 8 || cum.len != raw.len) {
+        PyBuffer_Release(&raw);
+        PyBuffer_Release(&cum);
+        PyErr_SetString(PyExc_ValueError, "unwrap: raw and cum must be int64 of one length");
+        return NULL;
+    }
+    const int64_t *r = raw.buf;
+    int64_t *c = cum.buf;
+    int64_t big = 0, total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t step = i ? (int64_t)((uint64_t)(r[i - 1] - r[i]) & 0xFFFFFFFFu) : 0;
+        big += step >= ((int64_t)1 << 31);
+        total += step;
+        c[i] = total;
+    }
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&cum);
+    return PyLong_FromLongLong(big);
+}
+
+/* run_locals(raw, cum, interval, local): per reading, its local time within its run of equal
+ * `interval` (int32, one run per live interval, in program order): local[i] (int64, written)
+ * = -raw[f] + (cum[i] - cum[f]), f the run's first reading (intervals.split_intervals). */
+static PyObject *run_locals(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, cum, interval, local;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &raw, &cum, &interval, &local))
+        return NULL;
+    Py_ssize_t n = raw.len / 8;
+    PyObject *result = NULL;
+    if (raw.len % 8 || cum.len != raw.len || local.len != raw.len || interval.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "run_locals: arrays of different lengths");
+        goto done;
+    }
+    {
+        const int64_t *r = raw.buf, *c = cum.buf;
+        const int32_t *k = interval.buf;
+        int64_t *out = local.buf;
+        Py_ssize_t f = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i && k[i] != k[i - 1])
+                f = i;
+            out[i] = -r[f] + (c[i] - c[f]);
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&cum);
+    PyBuffer_Release(&interval);
+    PyBuffer_Release(&local);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"unwrap", unwrap, METH_VARARGS,
+     "unwrap(raw, cum): decrementer readings unwrapped; the count of steps of 2^31 or more"},
+    {"run_locals", run_locals, METH_VARARGS,
+     "run_locals(raw, cum, interval, local): each reading's local time within its run"},
     {"readings", readings, METH_VARARGS,
      "readings(spe, ..., head_slot): one SPE context's clock readings in program order"},
     {"frame", frame, METH_VARARGS,

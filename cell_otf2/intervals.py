@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .loops import run_locals, unwrap
+
 MOD = 1 << 32
 HALF = 1 << 31
 
@@ -47,10 +49,7 @@ def split_intervals(
     raw = np.asarray(raw, dtype=np.int64)
     write_new = np.asarray(write_new, dtype=np.int64)
     n = raw.size
-    steps = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        steps[1:] = (raw[:-1] - raw[1:]) % MOD
-    cum = np.cumsum(steps)
+    cum, n_big = unwrap(raw)
     writes = np.flatnonzero(write_new >= 0)
     n_switch = len(stop_values)
 
@@ -104,11 +103,13 @@ def split_intervals(
     n_intervals = k + 1
 
     big = np.zeros(0, dtype=np.int64)
-    if n:
+    if n and (force_split is not None or n_big != 0):
         first = np.ones(n, dtype=bool)
         first[1:] = interval[1:] != interval[:-1]
-        big = np.flatnonzero(((steps >= HALF) if force_split is None else force_split)
-                             & ~first)
+        if force_split is None:
+            steps = np.diff(cum, prepend=cum[:1])
+            force_split = steps >= HALF
+        big = np.flatnonzero(force_split & ~first)
         if split_big_steps and big.size:
             # an ambiguous wrap count: the readings after it get an interval of their own
             is_big = np.zeros(n, dtype=np.int32)
@@ -126,11 +127,7 @@ def split_intervals(
             interval = interval + shift.astype(np.int32)
             starts = new_starts
             n_intervals += int(big.size)
-            first[big] = True
-        first_idx = np.flatnonzero(first)
-        owner = np.cumsum(first) - 1  # which run each reading is in
-        f = first_idx[owner]
-        local = -raw[f] + (cum - cum[f])
-    else:
-        local = np.zeros(0, dtype=np.int64)
+    # each run of equal interval numbers is one interval (a split wrap starts a run of its
+    # own): its readings' times count from its first
+    local = run_locals(raw, cum, interval)
     return IntervalSplit(interval, local, n_intervals, starts, big)

@@ -1,7 +1,8 @@
 """The per-record loops of reading and decoding: ``frame_chunk`` frames a chunk of a dump's
 slots into the reader's tables (the reader's own numpy framer is its fallback),
 ``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
-``readings`` puts an SPE context's clock readings in program order,
+``readings`` puts an SPE context's clock readings in program order, ``unwrap`` and
+``run_locals`` unwrap them and give each its local time in its live interval,
 ``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
 helper ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables
 allow it, else through numpy, with the same result either way
@@ -13,8 +14,6 @@ import os
 import sys
 
 import numpy as np
-
-from .intervals import MOD
 
 try:
     from . import _decodeloops
@@ -154,10 +153,41 @@ def readings(spe: np.ndarray, rec_idx: np.ndarray, blocks: np.ndarray, blk_idx: 
     is_write = rows["code"] == write_code
     dw = np.zeros(raw.size, dtype=bool)  # ``which`` indexes blocks where not is_rec
     dw[is_rec] = is_write
-    write_new[dw] = rows["b"][is_write].astype(np.int64) % MOD
+    write_new[dw] = (rows["b"][is_write] & np.uint64(0xFFFFFFFF)).astype(np.int64)
     reading_block = which.copy()
     reading_block[is_rec] = rows["block"]
     return raw, is_rec, which, write_new, reading_block, blocks["slot"][reading_block]
+
+
+def unwrap(raw: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """One SPE context's decrementer readings (``raw``, int64 in 0 .. 2^32 - 1, program
+    order) unwrapped: ``cum[i]`` = the sum of the steps ``(raw[j - 1] - raw[j]) mod 2^32``
+    for j <= i, and how many steps are 2^31 or more (None where not compiled: the caller
+    finds them)."""
+    if COMPILED and raw.dtype == np.int64 and raw.ndim == 1:
+        cum = np.empty(raw.size, dtype=np.int64)
+        big = _decodeloops.unwrap(np.ascontiguousarray(raw), cum)
+        return cum, int(big)
+    steps = np.zeros(raw.size, dtype=np.int64)
+    if raw.size > 1:
+        steps[1:] = (raw[:-1] - raw[1:]) & 0xFFFFFFFF
+    return np.cumsum(steps), None
+
+
+def run_locals(raw: np.ndarray, cum: np.ndarray, interval: np.ndarray) -> np.ndarray:
+    """Per reading, ``-raw[f] + (cum[i] - cum[f])``, f the first reading of its run of equal
+    ``interval`` (int32; ``unwrap``'s ``cum``)."""
+    if (COMPILED and raw.dtype == np.int64 and cum.dtype == np.int64
+            and interval.dtype == np.int32 and raw.ndim == 1):
+        local = np.empty(raw.size, dtype=np.int64)
+        _decodeloops.run_locals(np.ascontiguousarray(raw), np.ascontiguousarray(cum),
+                                np.ascontiguousarray(interval), local)
+        return local
+    first = np.ones(raw.size, dtype=bool)
+    first[1:] = interval[1:] != interval[:-1]
+    first_idx = np.flatnonzero(first)
+    f = first_idx[np.cumsum(first) - 1]  # each reading's run's first reading
+    return -raw[f] + (cum - cum[f])
 
 
 def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -244,3 +244,30 @@ def test_readings_agree_with_numpy(monkeypatch):
             out = loops.readings(spe, rec_idx, blocks, blk_idx, 0x0260)
             got.append([(a.dtype.str, a.tobytes()) for a in out])
         assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("shape", ["smooth", "wrapping", "any"])
+def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, shape):
+    """``unwrap``'s sums and count of steps of 2^31 or more, and ``run_locals``' times, both
+    ways, over random readings: a decrementer counting down in small steps, one wrapping
+    often, and readings anywhere in 0 .. 2^32 - 1 (steps of every size); runs of equal
+    intervals of random lengths, including readings of one."""
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 2, 17, 5000):
+        if shape == "smooth":
+            raw = (3_000_000_000 - np.cumsum(rng.integers(0, 500, n))) % (1 << 32)
+        elif shape == "wrapping":
+            raw = (np.cumsum(-rng.integers(0, 1 << 30, n))) % (1 << 32)
+        else:
+            raw = rng.integers(0, 1 << 32, n)
+        raw = raw.astype(np.int64)
+        interval = np.sort(rng.integers(0, max(1, n // 3), n)).astype(np.int32)
+        results = []
+        for compiled in (True, False):
+            monkeypatch.setattr(loops, "COMPILED", compiled)
+            cum, big = loops.unwrap(raw)
+            results.append((cum, big, loops.run_locals(raw, cum, interval)))
+        (cum_c, big_c, local_c), (cum_p, big_p, local_p) = results
+        assert np.array_equal(cum_c, cum_p) and np.array_equal(local_c, local_p)
+        steps = np.diff(cum_p, prepend=cum_p[:1])
+        assert big_p is None and big_c == int((steps >= 1 << 31).sum())
