@@ -5,7 +5,7 @@
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
  * wait in one sweep (match.py's per-tag search); `unwrap` and `run_locals` the vector steps
- * of intervals.split_intervals.
+ * of intervals.split_intervals; `wrap_room` decode._wrap_candidates' per-reading rule.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
  * keep their numpy path, cell_otf2/loops.py, which gives the same results).
@@ -744,7 +744,96 @@ done:
     return result;
 }
 
+/* wrap_room(raw, interval, block, pos, span, slack, trusted, broken, lost_before, out):
+ * decode._wrap_candidates' per-reading rule in one pass. Per reading (program order): `raw`
+ * (int64 decrementer), `interval` (int32), `block` (int64, its block row; `pos[block]` its
+ * window). Per window: `span` (float64, hi - lo, may be inf), `broken` and `lost_before`
+ * (uint8). A run is a stretch of readings of one window and one interval; its steps' sum is
+ * `apparent`; out[i] (uint8, written) = the run has room for a hidden wrap
+ * (span + slack >= apparent + 2^32, in float64 as numpy does) and reading i is not its
+ * interval's first; with `trusted`, also (its step >= 2^31, or its window is broken, or it
+ * is its window's first reading and records were lost before the window). */
+static PyObject *wrap_room(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, interval, block, pos, span, broken, lost, out;
+    double slack;
+    int trusted;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*dpy*y*w*", &raw, &interval, &block, &pos, &span,
+                          &slack, &trusted, &broken, &lost, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = raw.len / 8, n_pos = pos.len / 8, n_win = span.len / 8;
+    if (raw.len % 8 || interval.len != n * 4 || block.len != n * 8 || out.len != n
+        || broken.len != n_win || lost.len != n_win) {
+        PyErr_SetString(PyExc_ValueError, "wrap_room: arrays of different lengths");
+        goto done;
+    }
+    {
+        const int64_t *r = raw.buf, *b = block.buf, *ps = pos.buf;
+        const int32_t *k = interval.buf;
+        const double *sp = span.buf;
+        const uint8_t *br = broken.buf, *lb = lost.buf;
+        uint8_t *o = out.buf;
+        const int64_t mask = 0xFFFFFFFF, half = (int64_t)1 << 31;
+        Py_ssize_t run = 0;
+        int64_t apparent = 0, prev_win = -1;
+        for (Py_ssize_t i = 0; i <= n; i++) {
+            int64_t w = -1;
+            int same = 0, start = 1;
+            if (i < n) {
+                if (b[i] < 0 || b[i] >= n_pos || ps[b[i]] < 0 || ps[b[i]] >= n_win) {
+                    PyErr_SetString(PyExc_IndexError, "wrap_room: block out of range");
+                    goto done;
+                }
+                w = ps[b[i]];
+                same = i > 0 && k[i] == k[i - 1];
+                start = i == 0 || w != prev_win || !same;
+            }
+            if (start && i > 0) {  /* the run run .. i - 1 ends: its room */
+                int64_t rw = ps[b[run]];
+                int room = sp[rw] + slack >= (double)apparent + 4294967296.0;
+                for (Py_ssize_t j = run; j < i; j++) {
+                    int same_j = j > 0 && k[j] == k[j - 1];
+                    int v = room && same_j;
+                    if (v && trusted) {
+                        int64_t wj = ps[b[j]];
+                        int64_t step = (int64_t)((uint64_t)(r[j - 1] - r[j]) & (uint64_t)mask);
+                        int first_of_win = wj != ps[b[j - 1]];
+                        v = step >= half || br[wj] || (first_of_win && lb[wj]);
+                    }
+                    o[j] = (uint8_t)v;
+                }
+            }
+            if (i == n)
+                break;
+            if (start) {
+                run = i;
+                apparent = 0;
+            }
+            if (same)
+                apparent += (int64_t)((uint64_t)(r[i - 1] - r[i]) & (uint64_t)mask);
+            prev_win = w;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&interval);
+    PyBuffer_Release(&block);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&span);
+    PyBuffer_Release(&broken);
+    PyBuffer_Release(&lost);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"wrap_room", wrap_room, METH_VARARGS,
+     "wrap_room(raw, interval, block, pos, span, slack, trusted, broken, lost_before, out): "
+     "may the step before each reading hide a wrap"},
     {"unwrap", unwrap, METH_VARARGS,
      "unwrap(raw, cum): decrementer readings unwrapped; the count of steps of 2^31 or more"},
     {"run_locals", run_locals, METH_VARARGS,

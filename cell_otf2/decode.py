@@ -16,7 +16,7 @@ from . import format as fmt
 from . import pages
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
-from .loops import gather_fields, group_u16, readings
+from .loops import gather_fields, group_u16, readings, wrap_room
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -481,7 +481,8 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
     (docs/format.md 6.8), so then only steps of 2^31 or more, and steps across lost blocks or
     records (they may have been heartbeats), are candidates.
 
-    Numpy over readings and blocks: memory linear in them.
+    One pass in C over the readings (``loops.wrap_room``) where built, else numpy over
+    readings and blocks: memory linear in them.
     """
     n = raw.size
     out = np.zeros(n, dtype=bool)
@@ -504,8 +505,20 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
         at = np.searchsorted(p_slot, begun.max(), side="right") - 1 if begun.size else -1
         if at >= 0:  # the CTX_RUN_BEGIN, or the last clocked PPE record before it
             lo[0] = tb[at]
-    pos = np.empty(int(blk_idx.max()) + 1, dtype=np.int64)
+    pos = np.full(int(blk_idx.max()) + 1, -1, dtype=np.int64)
     pos[blk_idx] = np.arange(nb)
+    broken = lost_before = np.zeros(nb, dtype=bool)
+    if trusted:
+        # records lost before a block (seq skips) or inside it (fewer present than its
+        # count) may have been heartbeats: the steps across them prove nothing
+        seq = blocks["seq"][blk_idx].astype(np.int64)
+        broken = blocks["present"][blk_idx] < blocks["count"][blk_idx]
+        lost_before = np.zeros(nb, dtype=bool)
+        lost_before[1:] = (seq[1:] != seq[:-1] + 1) | broken[:-1]
+    compiled = wrap_room(raw, interval, reading_block, pos, hi - lo, 2 * WINDOW_SLACK,
+                         trusted, broken, lost_before)
+    if compiled is not None:
+        return compiled
     win = pos[reading_block]
     step = np.zeros(n, dtype=np.int64)
     step[1:] = (raw[:-1] - raw[1:]) % MOD
@@ -520,12 +533,6 @@ def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval
     room = (hi - lo)[win[start]] + 2 * WINDOW_SLACK >= apparent + MOD
     out = room[run] & same
     if trusted:
-        # records lost before a block (seq skips) or inside it (fewer present than its
-        # count) may have been heartbeats: the steps across them prove nothing
-        seq = blocks["seq"][blk_idx].astype(np.int64)
-        broken = blocks["present"][blk_idx] < blocks["count"][blk_idx]
-        lost_before = np.zeros(nb, dtype=bool)
-        lost_before[1:] = (seq[1:] != seq[:-1] + 1) | broken[:-1]
         first_of_win = np.zeros(n, dtype=bool)
         first_of_win[1:] = win[1:] != win[:-1]
         out &= (step >= HALF) | broken[win] | (first_of_win & lost_before[win])

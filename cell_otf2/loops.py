@@ -3,6 +3,7 @@ slots into the reader's tables (the reader's own numpy framer is its fallback),
 ``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
 ``readings`` puts an SPE context's clock readings in program order, ``unwrap`` and
 ``run_locals`` unwrap them and give each its local time in its live interval,
+``wrap_room`` says which steps may hide a wrap,
 ``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
 helper ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables
 allow it, else through numpy, with the same result either way
@@ -188,6 +189,27 @@ def run_locals(raw: np.ndarray, cum: np.ndarray, interval: np.ndarray) -> np.nda
     first_idx = np.flatnonzero(first)
     f = first_idx[np.cumsum(first) - 1]  # each reading's run's first reading
     return -raw[f] + (cum - cum[f])
+
+
+def wrap_room(raw: np.ndarray, interval: np.ndarray, reading_block: np.ndarray,
+              pos: np.ndarray, span: np.ndarray, slack: float, trusted: bool,
+              broken: np.ndarray, lost_before: np.ndarray) -> np.ndarray | None:
+    """``decode._wrap_candidates``' rule per reading in one compiled pass (``pos``: each
+    block row's window, ``span``: each window's ``hi - lo``); None where not compiled (the
+    caller's numpy does it)."""
+    if not COMPILED:
+        return None
+    out = np.empty(raw.size, dtype=np.bool_)
+    _decodeloops.wrap_room(
+        np.ascontiguousarray(raw, dtype=np.int64),
+        np.ascontiguousarray(interval, dtype=np.int32),
+        np.ascontiguousarray(reading_block, dtype=np.int64),
+        np.ascontiguousarray(pos, dtype=np.int64),
+        np.ascontiguousarray(span, dtype=np.float64), float(slack), bool(trusted),
+        np.ascontiguousarray(broken, dtype=np.bool_).view(np.uint8),
+        np.ascontiguousarray(lost_before, dtype=np.bool_).view(np.uint8),
+        out.view(np.uint8))
+    return out
 
 
 def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:

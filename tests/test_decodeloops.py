@@ -271,3 +271,89 @@ def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, shape):
         assert np.array_equal(cum_c, cum_p) and np.array_equal(local_c, local_p)
         steps = np.diff(cum_p, prepend=cum_p[:1])
         assert big_p is None and big_c == int((steps >= 1 << 31).sum())
+
+
+def _wrap_candidates_both_ways(monkeypatch, calls):
+    """Wrap ``decode._wrap_candidates`` so that every call runs compiled and in numpy and
+    the two must agree; ``calls`` counts the calls that had readings."""
+    from cell_otf2 import decode as decode_mod
+
+    original = decode_mod._wrap_candidates
+
+    def checked(*args, **kwargs):
+        got = []
+        for compiled in (True, False):
+            monkeypatch.setattr(loops, "COMPILED", compiled)
+            got.append(original(*args, **kwargs))
+        monkeypatch.setattr(loops, "COMPILED", True)
+        assert got[0].dtype == got[1].dtype == np.bool_
+        assert np.array_equal(got[0], got[1])
+        calls.append(int(got[0].size))
+        return got[0]
+
+    monkeypatch.setattr(decode_mod, "_wrap_candidates", checked)
+
+
+@pytest.mark.parametrize("options", [
+    dict(workload="fft", spes=3, phases=2, heartbeats=False),
+    dict(workload="hybrid", ranks=2, nodes=1, spes=6, spus=2, slice_ms=0.05, phases=2,
+         decr_writes=True),
+    dict(workload="fft", spes=2, phases=3, heartbeat_ticks=1 << 20,
+         damage=["gap", "block-overrun"]),
+    dict(workload="fft", spes=2, phases=2, spe_buffer_records=3, spe_buffers=1,
+         decrementer_restore="restored", spus=1, slice_ms=0.02),
+])
+def test_wrap_candidates_agree_with_numpy(monkeypatch, tmp_path, options):
+    """The compiled wrap rule (``loops.wrap_room``) and decode's numpy agree on every
+    context of simulated runs with and without heartbeats, context switches, DECR_WRITEs,
+    lost records and small blocks."""
+    from cell_otf2.damage import DamageLog
+    from cell_otf2.decode import decode
+    from cell_otf2.manifest import load_manifest
+    from cell_otf2.reader import read_dump
+    from cell_otf2.sim.run import simulate_run
+
+    simulate_run(tmp_path / "run", seed=4, **options)
+    man = load_manifest(tmp_path / "run")
+    calls: list[int] = []
+    _wrap_candidates_both_ways(monkeypatch, calls)
+    decode(man, [read_dump(man.dump_path(p.rank), man, p.rank) for p in man.processes],
+           DamageLog())
+    assert calls and max(calls) > 0
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted):
+    """Both ways over random readings (any step size, so some windows have room for a
+    wrap), random intervals, blocks with skipped sequence numbers and missing records, and
+    PPE readings that bound some windows and not others."""
+    from cell_otf2.decode import _wrap_candidates
+    from cell_otf2.reader import BLOCK_DTYPE
+
+    rng = np.random.default_rng(5)
+    some = {True: 0, False: 0}
+    for _ in range(60):
+        nb = int(rng.integers(1, 40))
+        blocks = np.zeros(nb + 3, BLOCK_DTYPE)
+        blocks["slot"] = np.sort(rng.choice(10_000, nb + 3, replace=False))
+        blocks["seq"] = np.cumsum(rng.integers(1, 3, nb + 3))
+        blocks["count"] = rng.integers(1, 6, nb + 3)
+        blocks["present"] = np.minimum(blocks["count"], rng.integers(0, 7, nb + 3))
+        blk_idx = np.sort(rng.choice(nb + 3, nb, replace=False)).astype(np.int64)
+        n = int(rng.integers(2, 200))
+        reading_block = np.sort(rng.choice(blk_idx, n)).astype(np.int64)
+        scale = int(rng.choice([1 << 8, 1 << 31, 1 << 32]))
+        raw = (rng.integers(0, scale, n) % (1 << 32)).astype(np.int64)
+        interval = np.sort(rng.integers(0, 3, n)).astype(np.int32)
+        p_slot = np.sort(rng.choice(10_000, int(rng.integers(0, 30)), replace=False))
+        # PPE readings about 2^32 ticks apart: windows with and without room for a wrap
+        p_tb = np.cumsum(rng.integers(0, 3 << 31, p_slot.size)).astype(np.uint64)
+        run_begin = rng.choice(10_000, int(rng.integers(0, 3)))
+        got = []
+        for compiled in (True, False):
+            monkeypatch.setattr(loops, "COMPILED", compiled)
+            got.append(_wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw,
+                                        interval, run_begin, trusted))
+        assert np.array_equal(got[0], got[1])
+        some[bool(got[0].any())] += 1
+    assert some[True] and some[False]  # the rule said yes and no
