@@ -5,7 +5,8 @@
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
  * wait in one sweep (match.py's per-tag search); `unwrap` and `run_locals` the vector steps
- * of intervals.split_intervals; `wrap_room` decode._wrap_candidates' per-reading rule.
+ * of intervals.split_intervals; `wrap_room` decode._wrap_candidates' per-reading rule;
+ * `place_readings` writes a context's decoded readings to their rows and anchors.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
  * keep their numpy path, cell_otf2/loops.py, which gives the same results).
@@ -830,7 +831,98 @@ done:
     return result;
 }
 
+/* place_readings(rows, item, offsets, loc, is_rec, reading_block, which, interval, local,
+ *                dom0, block_anchor, anchor_pos, anchor_domain, anchor_local):
+ * one SPE context's decoded readings (program order) to their places (decode.py): the k-th
+ * record reading (`is_rec`, uint8) fills row k of `rows` (the context's record rows, `item`
+ * bytes each; `offsets`: int64 byte offsets of loc (uint32), anchor (int64), domain (int32)
+ * and local (int64)) with `loc`, its block's anchor (`block_anchor[reading_block]`), its
+ * domain `dom0 + interval` and `local`; a block header's reading (row `which` of the block
+ * table) fills its anchor `anchor_pos[which]` of `anchor_domain` (int32) and
+ * `anchor_local` (int64). */
+static PyObject *place_readings(PyObject *self, PyObject *args)
+{
+    Py_buffer rows, offsets, is_rec, rblock, which, interval, local, banchor, apos, adom, aloc;
+    Py_ssize_t item;
+    long long loc, dom0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "w*ny*Ly*y*y*y*y*Ly*y*w*w*", &rows, &item, &offsets, &loc,
+                          &is_rec, &rblock, &which, &interval, &local, &dom0, &banchor, &apos,
+                          &adom, &aloc))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = is_rec.len, n_rows = item > 0 ? rows.len / item : -1;
+    Py_ssize_t n_blocks = banchor.len / 8, n_pos = apos.len / 8, n_anchor = aloc.len / 8;
+    const int64_t *off = offsets.buf;
+    if (item <= 0 || rows.len % item || offsets.len != 4 * 8 || rblock.len != n * 8
+        || which.len != n * 8 || interval.len != n * 4 || local.len != n * 8
+        || adom.len != n_anchor * 4) {
+        PyErr_SetString(PyExc_ValueError, "place_readings: arrays of different lengths");
+        goto done;
+    }
+    if (off[0] < 0 || off[0] + 4 > item || off[1] < 0 || off[1] + 8 > item || off[2] < 0
+        || off[2] + 4 > item || off[3] < 0 || off[3] + 8 > item) {
+        PyErr_SetString(PyExc_ValueError, "place_readings: bad field offset");
+        goto done;
+    }
+    {
+        unsigned char *rb = rows.buf;
+        const uint8_t *isr = is_rec.buf;
+        const int64_t *blk = rblock.buf, *wh = which.buf, *lc = local.buf, *ba = banchor.buf;
+        const int64_t *ap = apos.buf;
+        const int32_t *k = interval.buf;
+        int32_t *ad = adom.buf;
+        int64_t *al = aloc.buf;
+        uint32_t loc32 = (uint32_t)loc;
+        Py_ssize_t row = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t dom = (int32_t)(dom0 + k[i]);
+            if (isr[i]) {
+                if (row >= n_rows || blk[i] < 0 || blk[i] >= n_blocks) {
+                    PyErr_SetString(PyExc_IndexError, "place_readings: record out of range");
+                    goto done;
+                }
+                unsigned char *d = rb + row * item;
+                memcpy(d + off[0], &loc32, 4);
+                memcpy(d + off[1], &ba[blk[i]], 8);
+                memcpy(d + off[2], &dom, 4);
+                memcpy(d + off[3], &lc[i], 8);
+                row++;
+            } else {
+                if (wh[i] < 0 || wh[i] >= n_pos || ap[wh[i]] < 0 || ap[wh[i]] >= n_anchor) {
+                    PyErr_SetString(PyExc_IndexError, "place_readings: header out of range");
+                    goto done;
+                }
+                ad[ap[wh[i]]] = dom;
+                al[ap[wh[i]]] = lc[i];
+            }
+        }
+        if (row != n_rows) {
+            PyErr_SetString(PyExc_ValueError, "place_readings: not one reading per row");
+            goto done;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&is_rec);
+    PyBuffer_Release(&rblock);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&interval);
+    PyBuffer_Release(&local);
+    PyBuffer_Release(&banchor);
+    PyBuffer_Release(&apos);
+    PyBuffer_Release(&adom);
+    PyBuffer_Release(&aloc);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"place_readings", place_readings, METH_VARARGS,
+     "place_readings(rows, item, offsets, loc, ..., anchor_local): one context's decoded "
+     "readings into its record rows and its headers' anchors"},
     {"wrap_room", wrap_room, METH_VARARGS,
      "wrap_room(raw, interval, block, pos, span, slack, trusted, broken, lost_before, out): "
      "may the step before each reading hide a wrap"},

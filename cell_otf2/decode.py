@@ -16,7 +16,7 @@ from . import format as fmt
 from . import pages
 from .damage import DamageKind, DamageLog
 from .intervals import HALF, MOD, split_intervals
-from .loops import gather_fields, group_u16, readings, wrap_room
+from .loops import gather_fields, group_u16, place_readings, readings, wrap_room
 from .manifest import Manifest
 from .model import (
     ANCHOR_DTYPE,
@@ -286,12 +286,12 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
             run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
-            rec_anchor = block_anchor[reading_block[is_rec]]
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
             stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
-            before = np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
+            before = (np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
+                      if stop_slots.size else stop_slots)
             args = (raw, write_new, sw_stop[:, 0], sw_start[:, 0])
             plain = split_intervals(*args, certain_before=before)
             force = _wrap_candidates(ppe_slot, ppe_tb, blocks, blk_idx, reading_block, raw,
@@ -309,17 +309,23 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                     contract_k, segment = contract_k + 1, 0
                 domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
                                 segment, loc, int(counts[k])))
-            dom = dom0 + split.interval
             # records in program order are the context's records in slot order: their rows
-            # written in one pass (every field but ``time``, zero until synchronized)
-            gather_fields(records[lo:lo + rec_idx.size], spe, rec_idx,
-                          () if in_place else _SPE_FIELDS,
-                          {"loc": loc, "anchor": rec_anchor, "domain": dom[is_rec],
-                           "local": split.local[is_rec]})
-            del rec_anchor
-            bsel = which[~is_rec]
-            anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
-            anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
+            # written in one pass (every field but ``time``, zero until synchronized), the
+            # headers' readings to their anchors
+            rows = records[lo:lo + rec_idx.size]
+            if not in_place:
+                gather_fields(rows, spe, rec_idx, _SPE_FIELDS)
+            if not place_readings(rows, loc, is_rec, reading_block, which, split.interval,
+                                  split.local, dom0, block_anchor, pos[ppe.size:], anchor_dom,
+                                  anchor_loc):
+                dom = dom0 + split.interval
+                rows["loc"] = loc
+                rows["anchor"] = block_anchor[reading_block[is_rec]]
+                rows["domain"] = dom[is_rec]
+                rows["local"] = split.local[is_rec]
+                bsel = which[~is_rec]
+                anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
+                anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
             for row in _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start,
                               sw_recs, rec_offset=0):
                 if row["kind"] == LinkKind.SWITCH:

@@ -3,7 +3,8 @@ slots into the reader's tables (the reader's own numpy framer is its fallback),
 ``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
 ``readings`` puts an SPE context's clock readings in program order, ``unwrap`` and
 ``run_locals`` unwrap them and give each its local time in its live interval,
-``wrap_room`` says which steps may hide a wrap,
+``wrap_room`` says which steps may hide a wrap, ``place_readings`` writes them to their
+record rows and anchors,
 ``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
 helper ``cell_otf2/_decodeloops.c`` where it is built (setup.py, optional) and the tables
 allow it, else through numpy, with the same result either way
@@ -210,6 +211,39 @@ def wrap_room(raw: np.ndarray, interval: np.ndarray, reading_block: np.ndarray,
         np.ascontiguousarray(lost_before, dtype=np.bool_).view(np.uint8),
         out.view(np.uint8))
     return out
+
+
+#: the record row fields ``place_readings`` writes, with their types
+_PLACED = (("loc", "=u4"), ("anchor", "=i8"), ("domain", "=i4"), ("local", "=i8"))
+
+
+def place_readings(rows: np.ndarray, loc: int, is_rec: np.ndarray, reading_block: np.ndarray,
+                   which: np.ndarray, interval: np.ndarray, local: np.ndarray, dom0: int,
+                   block_anchor: np.ndarray, anchor_pos: np.ndarray,
+                   anchor_domain: np.ndarray, anchor_local: np.ndarray) -> bool:
+    """One SPE context's decoded readings (``readings``' order) to their places in one
+    compiled pass: the k-th record reading's ``loc``, anchor (``block_anchor`` of its block),
+    domain (``dom0 + interval``) and ``local`` into row k of ``rows``; a block header's
+    domain and local into ``anchor_domain`` / ``anchor_local`` at ``anchor_pos[which]``.
+    False, having written nothing, where not compiled or the tables' types do not allow it
+    (the caller's numpy does it then)."""
+    fields = rows.dtype.fields or {}
+    if not (COMPILED and rows.ndim == 1 and rows.flags.c_contiguous
+            and all(f in fields and fields[f][0] == np.dtype(t) for f, t in _PLACED)
+            and anchor_domain.dtype == np.int32 and anchor_local.dtype == np.int64
+            and anchor_domain.flags.c_contiguous and anchor_local.flags.c_contiguous):
+        return False
+    offsets = np.array([fields[f][1] for f, _ in _PLACED], dtype=np.int64)
+    _decodeloops.place_readings(
+        rows.view(np.uint8).reshape(-1) if rows.size else bytearray(), rows.dtype.itemsize,
+        offsets, int(loc), np.ascontiguousarray(is_rec, dtype=np.bool_).view(np.uint8),
+        np.ascontiguousarray(reading_block, dtype=np.int64),
+        np.ascontiguousarray(which, dtype=np.int64),
+        np.ascontiguousarray(interval, dtype=np.int32),
+        np.ascontiguousarray(local, dtype=np.int64), int(dom0),
+        np.ascontiguousarray(block_anchor, dtype=np.int64),
+        np.ascontiguousarray(anchor_pos, dtype=np.int64), anchor_domain, anchor_local)
+    return True
 
 
 def group_u16(table: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:

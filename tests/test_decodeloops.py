@@ -322,6 +322,34 @@ def test_wrap_candidates_agree_with_numpy(monkeypatch, tmp_path, options):
     assert calls and max(calls) > 0
 
 
+@pytest.mark.parametrize("options", [
+    dict(workload="hybrid", ranks=2, nodes=2, spes=3, phases=2, byte_order="L"),
+    dict(workload="hybrid", ranks=2, nodes=1, spes=6, spus=2, slice_ms=0.05, phases=2,
+         decr_writes=True, damage=["gap", "unknown-code"]),
+    dict(workload="fft", spes=2, phases=2, spe_buffer_records=3, spe_buffers=1,
+         decrementer_restore="restored", spus=1, slice_ms=0.02, damage=["block-overrun"]),
+])
+def test_decoding_agrees_with_numpy(monkeypatch, tmp_path, options):
+    """A whole decode (reading, readings, intervals, wrap rule, the rows and anchors placed)
+    both ways, over simulated runs of several shapes: the same tables."""
+    from cell_otf2.damage import DamageLog
+    from cell_otf2.decode import decode
+    from cell_otf2.manifest import load_manifest
+    from cell_otf2.reader import read_dump
+    from cell_otf2.sim.run import simulate_run
+
+    simulate_run(tmp_path / "run", seed=6, **options)
+    man = load_manifest(tmp_path / "run")
+    got = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        dumps = [read_dump(man.dump_path(p.rank), man, p.rank) for p in man.processes]
+        dec = decode(man, dumps, DamageLog())
+        got.append([getattr(dec, c).tobytes() for c in
+                    ("records", "anchors", "domains", "links", "loss_epoch")])
+    assert got[0] == got[1]
+
+
 @pytest.mark.parametrize("trusted", [True, False])
 def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted):
     """Both ways over random readings (any step size, so some windows have room for a
