@@ -300,6 +300,9 @@ def main(argv: list[str] | None = None) -> None:
             _interrupted(cause)  # typer's own Ctrl-C exit (130, silent): say it
         raise
     except Exception as exc:  # noqa: BLE001 - the contract: no traceback for any input
+        cause = _interrupt_behind(exc) or signals.received()
+        if cause is not None:  # what the interruption broke (an import it stopped, say)
+            _interrupted(cause)
         _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INPUT)
 
 

@@ -28,6 +28,10 @@ class Terminated(KeyboardInterrupt):
 _REDELIVER_S = 0.02
 
 
+#: the signals ``install``'s handler raised, in order (``received``)
+_raised: list[int] = []
+
+
 def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
     if (frame is not None and frame.f_code.co_name == "cb"
             and frame.f_code.co_filename.startswith("<frozen importlib")):
@@ -37,6 +41,7 @@ def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
         later.daemon = True  # never delays or interrupts the interpreter's own exit
         later.start()
         return
+    _raised.append(signal_number)
     if signal_number == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signal_number)
@@ -48,6 +53,17 @@ def install() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler, None):
             signal.signal(sig, _raise_terminated)
+
+
+def received() -> KeyboardInterrupt | None:
+    """The interruption the first signal raised (``Terminated`` or ``KeyboardInterrupt``),
+    or None when none was. An exception that code raised while it was interrupted may have
+    lost the interruption itself: a C extension whose import Ctrl-C stopped reports
+    "ImportError: initialization failed", for instance."""
+    if not _raised:
+        return None
+    first = _raised[0]
+    return KeyboardInterrupt() if first == signal.SIGINT else Terminated(first)
 
 
 def exit_status(exc: BaseException | None) -> int:
