@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from .. import pages
 from ..model import EVENT_DTYPE, Ev
 from .kernels import RecordBits, fill_rows, layout_own
 
@@ -414,7 +415,7 @@ class EventChunks:
             return None
         starts = self.loc_start
         largest = max(int(starts[hi] - starts[lo]) for lo, hi in self.ranges)
-        return np.empty(largest, EVENT_DTYPE)
+        return pages.zeros(largest, EVENT_DTYPE)  # mapped at once: it is all written
 
     def __iter__(self) -> Iterator[np.ndarray]:
         buffer = self.piece_buffer()
