@@ -16,9 +16,10 @@ writer (``write_archive`` on the whole table, input checks and definitions inclu
 its compiled loop (``cell_otf2/_evtwrite.c``), through the same loop without the malloc
 tuning, and through the old ctypes path, and the OTF2 library's own rate for the same events
 from ``bench/otf2_rate.c``, compiled with gcc into a temporary folder and run on the library
-the bindings load, with and without the same malloc tuning; R rounds interleaved, medians
-printed, and the writer's share of the library's rate. Wall-clock figures on a shared machine
-vary; CPU seconds are printed beside them. It measures; it asserts nothing.
+the bindings load, with and without the same malloc tuning; R rounds interleaved (``--repeat
+0``: none, the conversions only), medians printed, and the writer's share of the library's
+rate. Wall-clock figures on a shared machine vary; CPU seconds are printed beside them. It
+measures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -256,9 +257,12 @@ def main() -> None:
                     help="conversions timed, each in a fresh child (default 1; this VM's "
                     "decode varies by up to 0.8 s from run to run: 5 shows the spread)")
     ap.add_argument("--repeat", type=int, default=3,
-                    help="rounds of the writer and library measurements (default 3)")
+                    help="rounds of the writer and library measurements (default 3; 0: "
+                    "the conversions only)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.repeat < 0 or args.conversions < 1:
+        ap.error("--repeat must be 0 or more and --conversions 1 or more")
     if args.child:
         kind, *rest = args.child
         if kind == "convert":
@@ -322,7 +326,8 @@ def main() -> None:
         print("damage:", *conv["damage"], sep="\n  ")
     if args.keep:
         print(f"archive kept: {archive}")
-    writer_section(run, args.repeat, wall, cpu_stages.get("write"))
+    if args.repeat > 0:
+        writer_section(run, args.repeat, wall, cpu_stages.get("write"))
 
 
 def writer_section(run: Path, repeat: int, conversion_wall: float,
