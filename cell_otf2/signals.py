@@ -28,8 +28,15 @@ class Terminated(KeyboardInterrupt):
 _REDELIVER_S = 0.02
 
 
-#: the signals ``install``'s handler raised, in order (``received``)
-_raised: list[int] = []
+#: the first signal turned into an exception (``received``), or None
+_first: list[int | None] = [None]
+
+
+def _interruption(signal_number: int) -> KeyboardInterrupt:
+    """The exception ``signal_number`` is raised as (noted for ``received``)."""
+    if _first[0] is None:
+        _first[0] = signal_number
+    return KeyboardInterrupt() if signal_number == signal.SIGINT else Terminated(signal_number)
 
 
 def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
@@ -41,10 +48,7 @@ def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
         later.daemon = True  # never delays or interrupts the interpreter's own exit
         later.start()
         return
-    _raised.append(signal_number)
-    if signal_number == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated(signal_number)
+    raise _interruption(signal_number)
 
 
 def install() -> None:
@@ -60,10 +64,8 @@ def received() -> KeyboardInterrupt | None:
     or None when none was. An exception that code raised while it was interrupted may have
     lost the interruption itself: a C extension whose import Ctrl-C stopped reports
     "ImportError: initialization failed", for instance."""
-    if not _raised:
-        return None
-    first = _raised[0]
-    return KeyboardInterrupt() if first == signal.SIGINT else Terminated(first)
+    first = _first[0]
+    return None if first is None else _interruption(first)
 
 
 def exit_status(exc: BaseException | None) -> int:
@@ -108,9 +110,7 @@ class Deferred:
     def check(self) -> None:
         if self.noted is not None:
             noted, self.noted = self.noted, None
-            if noted == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise Terminated(noted)
+            raise _interruption(noted)
 
     def _restore(self) -> None:
         for sig, handler in self._previous.items():
