@@ -106,10 +106,10 @@ def split_intervals(
     if n and (force_split is not None or n_big != 0):
         first = np.ones(n, dtype=bool)
         first[1:] = interval[1:] != interval[:-1]
-        if force_split is None:
-            steps = np.diff(cum, prepend=cum[:1])
-            force_split = steps >= HALF
-        big = np.flatnonzero(force_split & ~first)
+        # the steps that may hide a wrap: those of 2^31 or more, unless the caller says
+        candidates = (np.diff(cum, prepend=cum[:1]) >= HALF if force_split is None
+                      else force_split)
+        big = np.flatnonzero(candidates & ~first)
         if split_big_steps and big.size:
             # an ambiguous wrap count: the readings after it get an interval of their own
             is_big = np.zeros(n, dtype=np.int32)

@@ -161,11 +161,10 @@ def readings(spe: np.ndarray, rec_idx: np.ndarray, blocks: np.ndarray, blk_idx: 
     return raw, is_rec, which, write_new, reading_block, blocks["slot"][reading_block]
 
 
-def unwrap(raw: np.ndarray) -> tuple[np.ndarray, int | None]:
+def unwrap(raw: np.ndarray) -> tuple[np.ndarray, int]:
     """One SPE context's decrementer readings (``raw``, int64 in 0 .. 2^32 - 1, program
     order) unwrapped: ``cum[i]`` = the sum of the steps ``(raw[j - 1] - raw[j]) mod 2^32``
-    for j <= i, and how many steps are 2^31 or more (None where not compiled: the caller
-    finds them)."""
+    for j <= i, and how many steps are 2^31 or more."""
     if COMPILED and raw.dtype == np.int64 and raw.ndim == 1:
         cum = np.empty(raw.size, dtype=np.int64)
         big = _decodeloops.unwrap(np.ascontiguousarray(raw), cum)
@@ -173,7 +172,7 @@ def unwrap(raw: np.ndarray) -> tuple[np.ndarray, int | None]:
     steps = np.zeros(raw.size, dtype=np.int64)
     if raw.size > 1:
         steps[1:] = (raw[:-1] - raw[1:]) & 0xFFFFFFFF
-    return np.cumsum(steps), None
+    return np.cumsum(steps), int((steps >= 1 << 31).sum())
 
 
 def run_locals(raw: np.ndarray, cum: np.ndarray, interval: np.ndarray) -> np.ndarray:
