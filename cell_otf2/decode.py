@@ -227,7 +227,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         # of ``spe``; else ``spe_final`` holds it per row of ``spe``
         in_place = spe.dtype == SPE_IN_RECORD_DTYPE
         spe_final = None if in_place else np.empty(spe.size, dtype=np.int64)
-        spe_base: int | None = None
+        spe_range = _spe_range(loc_start, loc_key, summaries[dump_index]) if in_place else None
+        spe_base = spe_range[0] if spe_range is not None else 0
 
         # ---- anchors: PPE records and block headers in slot order
         n_anchor = ppe.size + blocks.size
@@ -270,15 +271,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             rec_idx = (np.arange(first, end) if spe_by_ctx is None
                        else spe_by_ctx[first:end])
             lo = int(loc_start[loc])
-            if in_place:  # every context's records at the same distance from their rows
-                if spe_base is None:
-                    spe_base = lo - first
-                elif lo - first != spe_base:
-                    raise AssertionError("decode: SPE records read into the wrong rows")
-            elif spe_by_ctx is None:  # the context's records are one range of ``spe``
-                spe_final[first:end] = np.arange(lo, lo + rec_idx.size)
-            else:
-                spe_final[rec_idx] = lo + np.arange(rec_idx.size)
+            if spe_final is not None:  # (read into their rows, they need no map)
+                if spe_by_ctx is None:  # the context's records are one range of ``spe``
+                    spe_final[first:end] = np.arange(lo, lo + rec_idx.size)
+                else:
+                    spe_final[rec_idx] = lo + np.arange(rec_idx.size)
             # readings in program order (each block's records, then its header), their
             # blocks and the low 32 bits of each DECR_WRITE's new value
             raw, is_rec, which, write_new, reading_block, head_slot = readings(
@@ -340,9 +337,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
         records[ppe_final] = prec
-        if spe_final is None and spe_base is not None:
+        if spe_final is None:
             loss_epoch[spe_base:spe_base + spe.size] = spe_epoch
-        elif spe_final is not None:
+        else:
             loss_epoch[spe_final] = spe_epoch
         del prec, ppe_final, spe_final, spe_epoch, ppe_epoch
         if release:
@@ -403,13 +400,13 @@ def _context_bounds(ctx_counts: np.ndarray, n: int) -> np.ndarray:
     return bounds
 
 
-def _spe_rows(records: np.ndarray, loc_start: np.ndarray, loc_key: dict,
-              summary: _DumpSummary) -> np.ndarray | None:
-    """The rows of ``records`` that the SPE records of ``summary``'s dump take, viewed as
-    ``SPE_IN_RECORD_DTYPE`` for the reader to write them into (its contexts' ranges follow
-    one another in context order, as the reader groups them); None if they do not."""
+def _spe_range(loc_start: np.ndarray, loc_key: dict,
+               summary: _DumpSummary) -> tuple[int, int] | None:
+    """The rows (first, end) of the record table that the SPE records of ``summary``'s dump
+    take, when its contexts' ranges follow one another in context order (as the reader
+    groups them); None when they do not, or it has none."""
     ctxs = np.flatnonzero(summary.ctx_counts)
-    if not ctxs.size or records.ndim != 1 or not records.flags.c_contiguous:
+    if not ctxs.size:
         return None
     starts = np.array([loc_start[loc_key[(summary.rank, int(LocKind.SPE_CONTEXT), int(c))]]
                        for c in ctxs.tolist()], dtype=np.int64)
@@ -417,7 +414,17 @@ def _spe_rows(records: np.ndarray, loc_start: np.ndarray, loc_key: dict,
     lo = int(starts[0])
     if not np.array_equal(starts, lo + np.cumsum(counts) - counts):
         return None
-    return records[lo:lo + int(counts.sum())].view(SPE_IN_RECORD_DTYPE)
+    return lo, lo + int(counts.sum())
+
+
+def _spe_rows(records: np.ndarray, loc_start: np.ndarray, loc_key: dict,
+              summary: _DumpSummary) -> np.ndarray | None:
+    """``_spe_range``'s rows of ``records`` viewed as ``SPE_IN_RECORD_DTYPE``, for the reader
+    to write the dump's SPE records into; None when there is no such range."""
+    rows = _spe_range(loc_start, loc_key, summary)
+    if rows is None or records.ndim != 1 or not records.flags.c_contiguous:
+        return None
+    return records[rows[0]:rows[1]].view(SPE_IN_RECORD_DTYPE)
 
 
 def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray]]
