@@ -337,7 +337,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
         records[ppe_final] = prec
-        if spe_final is None:
+        if spe_epoch is None:
+            pass  # every SPE record of epoch 0, as ``loss_epoch`` starts
+        elif spe_final is None:
             loss_epoch[spe_base:spe_base + spe.size] = spe_epoch
         else:
             loss_epoch[spe_final] = spe_epoch
@@ -428,11 +430,12 @@ def _spe_rows(records: np.ndarray, loc_start: np.ndarray, loc_key: dict,
 
 
 def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray]]
-            ) -> tuple[np.ndarray, np.ndarray, int]:
+            ) -> tuple[np.ndarray, np.ndarray | None, int]:
     """Where records of one process may be missing, so that pairing by count stops there.
 
     Returns the loss epoch of every PPE record and every SPE record (how many places before
-    it, in its own stream, may have lost records of that stream; 0 = none) and the process's
+    it, in its own stream, may have lost records of that stream; 0 = none; None for the SPE
+    records when every one of them is of epoch 0) and the process's
     cut: the first slot position from which some record of any stream may be missing
     (``NO_LOSS`` if none). A lost record shifts every later k-th-with-k-th pairing of its
     stream, so ``match`` pairs only records of epoch 0 (docs/damage.md: a GAP must remove the
@@ -468,8 +471,9 @@ def _losses(dump: Dump, prec: np.ndarray, blk_groups: list[tuple[int, np.ndarray
         if epoch[-1] > 0:
             good = bi[epoch == 0]
             cut = min(cut, int(blocks["slot"][good[-1]]) + 1 if good.size else 0)
-    spe_epoch = block_epoch[dump.spe["block"]] if dump.spe.size else np.zeros(0, np.int32)
-    return ppe_epoch, spe_epoch, cut
+    if not block_epoch.any():  # no SPE record may miss a predecessor: no pass over them
+        return ppe_epoch, None, cut
+    return ppe_epoch, block_epoch[dump.spe["block"]], cut
 
 
 #: ticks by which clock readings may trail the order the slots give (PPE readings and block
