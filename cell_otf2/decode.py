@@ -7,6 +7,7 @@ or correct time (``synchronize.py``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -263,8 +264,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         clocked = prec["domain"] >= 0
         ppe_slot, ppe_tb = ppe["slot"][clocked], ppe["timebase"][clocked].astype(np.int64)
         spe_block = spe["block"]
-        # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart
-        trusted = bool((spe["code"] == S.HEARTBEAT).any())
+        # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart (a
+        # pass over every SPE record, made only if some step is a candidate without it)
+        trusted = functools.cache(lambda spe=spe: bool((spe["code"] == S.HEARTBEAT).any()))
         for ctx, blk_idx in blk_groups:
             loc = ctx_loc[(r, int(ctx))]
             first, end = int(spe_ctx_bounds[ctx]), int(spe_ctx_bounds[ctx + 1])
@@ -482,8 +484,20 @@ WINDOW_SLACK = 1 << 16
 
 
 def _wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval, run_begin,
-                     trusted: bool) -> np.ndarray:
-    """Per reading (program order): may the step before it hide a whole wrap?
+                     trusted: Callable[[], bool]) -> np.ndarray:
+    """Per reading (program order): may the step before it hide a whole wrap? ``trusted``
+    (whether the dump holds heartbeats, see ``_candidates``) is asked only when some step is
+    a candidate without heartbeats: they only ever take candidates away."""
+    args = (p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval, run_begin)
+    out = _candidates(*args, trusted=False)
+    if out.any() and trusted():
+        out = _candidates(*args, trusted=True)
+    return out
+
+
+def _candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval, run_begin,
+                trusted: bool) -> np.ndarray:
+    """``_wrap_candidates``, knowing whether the dump holds heartbeats (``trusted``).
 
     The readings of the context's block j (its records, then its header) were made after
     block j-1's header was read and before the first PPE record after block j's header in

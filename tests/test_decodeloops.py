@@ -354,8 +354,9 @@ def test_decoding_agrees_with_numpy(monkeypatch, tmp_path, options):
 def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted):
     """Both ways over random readings (any step size, so some windows have room for a
     wrap), random intervals, blocks with skipped sequence numbers and missing records, and
-    PPE readings that bound some windows and not others."""
-    from cell_otf2.decode import _wrap_candidates
+    PPE readings that bound some windows and not others. Whether the dump holds heartbeats
+    is asked only when some step is a candidate without them, and changes nothing else."""
+    from cell_otf2.decode import _candidates, _wrap_candidates
     from cell_otf2.reader import BLOCK_DTYPE
 
     rng = np.random.default_rng(5)
@@ -377,11 +378,15 @@ def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted
         # PPE readings about 2^32 ticks apart: windows with and without room for a wrap
         p_tb = np.cumsum(rng.integers(0, 3 << 31, p_slot.size)).astype(np.uint64)
         run_begin = rng.choice(10_000, int(rng.integers(0, 3)))
+        args = (p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval, run_begin)
         got = []
         for compiled in (True, False):
             monkeypatch.setattr(loops, "COMPILED", compiled)
-            got.append(_wrap_candidates(p_slot, p_tb, blocks, blk_idx, reading_block, raw,
-                                        interval, run_begin, trusted))
+            got.append(_candidates(*args, trusted))
         assert np.array_equal(got[0], got[1])
         some[bool(got[0].any())] += 1
+        asked: list[int] = []
+        lazy = _wrap_candidates(*args, lambda asked=asked: asked.append(1) or trusted)
+        assert np.array_equal(lazy, got[0])
+        assert bool(asked) == bool(_candidates(*args, False).any())
     assert some[True] and some[False]  # the rule said yes and no
