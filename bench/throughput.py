@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the converter of this checkout, as the children get it
 OUT = Path(__file__).resolve().parent / "out" / "throughput"
 #: the simulated run's shape: 4 ranks on 2 nodes, 8 SPE contexts each
 SHAPE = dict(workload="hybrid", ranks=4, nodes=2, spes=8, chunks=256)
@@ -133,6 +135,7 @@ def child_convert(run: str, archive: str) -> dict:
     return {"wall": wall, "cpu": time.process_time() - c0, "stages": s.stage_seconds,
             "stages_cpu": s.stage_cpu_seconds,
             "records": s.records_in, "events": s.events_written, "maxrss": _maxrss_bytes(),
+            "converter": str(Path(sys.modules["cell_otf2"].__file__).resolve().parents[1]),
             "by_type": getattr(s, "events_by_type", None), "damage": s.damage}
 
 
@@ -232,8 +235,11 @@ def library_rate(exe: Path, events_file: str, n_locations: int, use_mallopt: boo
 
 
 def _child(*args: str) -> dict:
+    # the converter of this checkout (an editable install of another one would win otherwise)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True,
-                          text=True)
+                          text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"child {args[0]} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -293,7 +299,8 @@ def main() -> None:
     conv = convs[(len(convs) - 1) // 2]
     n, n_ev, wall = conv["records"], conv["events"], conv["wall"]
     stages = conv["stages"]
-    print(f"run {run}: {n:,} records, {size / 1e6:.1f} MB on disk; {n_ev:,} events written")
+    print(f"run {run}: {n:,} records, {size / 1e6:.1f} MB on disk; {n_ev:,} events written; "
+          f"converter of {conv['converter']}")
     cpu_stages = conv.get("stages_cpu") or {}
     cpu = conv["cpu"]
 
