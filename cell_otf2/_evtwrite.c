@@ -13,7 +13,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* OTF2's types, as its headers declare them (OTF2_GeneralDefinitions.h, OTF2_Events.h) */
@@ -345,7 +347,99 @@ fail:
     return NULL;
 }
 
+/* OTF2's locking callbacks (OTF2_Callbacks.h, "Operating OTF2 in a multi-threads context"),
+ * with pthread mutexes as its own OTF2_Pthread_Locks.h makes them: an archive is thread safe
+ * only with these set. writer.open_archive sets them, so one location's event writer can be
+ * closed (its events flushed to its file) in a thread while the next location's events are
+ * written. */
+typedef int OTF2_CallbackCode; /* OTF2_CALLBACK_SUCCESS = 0, OTF2_CALLBACK_ERROR = 1 */
+typedef struct OTF2_LockObject *OTF2_Lock;
+typedef struct {
+    void (*release)(void *);
+    OTF2_CallbackCode (*create)(void *, OTF2_Lock *);
+    OTF2_CallbackCode (*destroy)(void *, OTF2_Lock);
+    OTF2_CallbackCode (*lock)(void *, OTF2_Lock);
+    OTF2_CallbackCode (*unlock)(void *, OTF2_Lock);
+} OTF2_LockingCallbacks;
+
+static OTF2_CallbackCode lock_create(void *user, OTF2_Lock *lock)
+{
+    pthread_mutex_t *mutex = malloc(sizeof *mutex);
+    (void)user;
+    if (mutex == NULL || pthread_mutex_init(mutex, NULL) != 0) {
+        free(mutex);
+        return 1;
+    }
+    *lock = (OTF2_Lock)mutex;
+    return 0;
+}
+
+static OTF2_CallbackCode lock_destroy(void *user, OTF2_Lock lock)
+{
+    (void)user;
+    if (pthread_mutex_destroy((pthread_mutex_t *)lock) != 0)
+        return 1;
+    free(lock);
+    return 0;
+}
+
+static OTF2_CallbackCode lock_lock(void *user, OTF2_Lock lock)
+{
+    (void)user;
+    return pthread_mutex_lock((pthread_mutex_t *)lock) == 0 ? 0 : 1;
+}
+
+static OTF2_CallbackCode lock_unlock(void *user, OTF2_Lock lock)
+{
+    (void)user;
+    return pthread_mutex_unlock((pthread_mutex_t *)lock) == 0 ? 0 : 1;
+}
+
+static const OTF2_LockingCallbacks locking = {
+    NULL, lock_create, lock_destroy, lock_lock, lock_unlock,
+};
+
+static PyObject *locking_callbacks(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    return PyLong_FromVoidPtr((void *)&locking);
+}
+
+/* OTF2's flush callbacks (OTF2_Callbacks.h): every buffer is flushed, as the bindings' Python
+ * callback says, but without taking the GIL, so a location's close in the closing thread does
+ * not wait for the thread writing the next location to let go of it. */
+typedef uint8_t OTF2_FlushType; /* OTF2_NO_FLUSH = 0, OTF2_FLUSH = 1 */
+typedef struct {
+    OTF2_FlushType (*pre_flush)(void *, uint8_t, uint64_t, void *, _Bool);
+    uint64_t (*post_flush)(void *, uint8_t, uint64_t);
+} OTF2_FlushCallbacks;
+
+static OTF2_FlushType always_flush(void *user, uint8_t file_type, uint64_t location,
+                                   void *caller, _Bool final)
+{
+    (void)user;
+    (void)file_type;
+    (void)location;
+    (void)caller;
+    (void)final;
+    return 1;
+}
+
+static const OTF2_FlushCallbacks flushing = {always_flush, NULL};
+
+static PyObject *flush_callbacks(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    return PyLong_FromVoidPtr((void *)&flushing);
+}
+
 static PyMethodDef methods[] = {
+    {"flush_callbacks", flush_callbacks, METH_NOARGS,
+     "flush_callbacks() -> address of an OTF2_FlushCallbacks that always flushes"},
+    {"locking_callbacks", locking_callbacks, METH_NOARGS,
+     "locking_callbacks() -> address of an OTF2_LockingCallbacks of pthread mutexes"},
     {"check", evt_check, METH_VARARGS,
      "check(rows, n_locations, n_regions, n_communicators, n_windows, n_metrics, comm_sizes, "
      "window_sizes) -> first row breaking the writer's input rules, or -1"},

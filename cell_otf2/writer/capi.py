@@ -143,6 +143,15 @@ def _bind_compiled(api: CApi) -> bool:
 PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_WRITER"
 
 
+def compiled_callbacks() -> tuple[int, int] | None:
+    """Addresses of the compiled helper's ``OTF2_FlushCallbacks`` (every buffer flushed, no
+    GIL taken) and ``OTF2_LockingCallbacks`` (pthread mutexes); None without ``_evtwrite`` or
+    with ``PYTHON_PATH_VARIABLE`` set."""
+    if _evtwrite is None or os.environ.get(PYTHON_PATH_VARIABLE):
+        return None
+    return _evtwrite.flush_callbacks(), _evtwrite.locking_callbacks()
+
+
 def use_compiled(api: CApi) -> bool:
     """Write (and check) through the compiled loop: built, bound and not switched off."""
     return api.compiled and not os.environ.get(PYTHON_PATH_VARIABLE)

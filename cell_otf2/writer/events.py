@@ -253,12 +253,19 @@ class EventStream:
         if per_type is None:
             self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
         self._empty_until(first)
-        for loc in range(first, last + 1):
-            lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
-            if not self.mine[loc]:
-                continue  # no events (checked above): another process writes its file
-            writer, writer_at = self.archive.location_writer(loc)
-            try:
+        # each location's writer is closed once the next one is open: the close (its events
+        # flushed to its file, under the archive's lock) may then run in the archive's
+        # closing thread while the next location is written
+        previous = None
+        try:
+            for loc in range(first, last + 1):
+                lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
+                if not self.mine[loc]:
+                    continue  # no events (checked above): another process writes its file
+                writer, writer_at = self.archive.location_writer(loc)
+                if previous is not None:
+                    self.archive.close_location_writer(previous)
+                previous = writer
                 for start in range(lo, hi, PROGRESS_EVENTS):
                     stop = min(start + PROGRESS_EVENTS, hi)
                     _write_location_events(self.api, writer_at, self.attrs, events[start:stop],
@@ -267,8 +274,9 @@ class EventStream:
                     if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
                         self.progress(self.done)
                         self.reported = self.done
-            finally:
-                self.archive.close_location_writer(writer)
+        finally:
+            if previous is not None:
+                self.archive.close_location_writer(previous)
         self.next_loc = last + 1
 
     def _empty_until(self, stop: int) -> None:

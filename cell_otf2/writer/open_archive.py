@@ -1,17 +1,23 @@
 """One OTF2 archive open for writing (``OpenArchive``): refuses an existing archive, opens it
 with the writer's chunk sizes and flush callback, serially or collectively over the processes
-of a parallel conversion, opens and closes each location's event writer and closes the archive
-exactly once. It writes no definition and no event itself.
+of a parallel conversion, opens each location's event writer and closes it in a thread of its
+own (where the compiled helper gives OTF2 its locking callbacks: the close writes the
+location's events to its file while the next location is written), and closes the archive
+exactly once, after every location's close has ended. It writes no definition and no event
+itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import _otf2
 
 from ..errors import OutputError
-from .capi import address
+from .capi import address, compiled_callbacks
 
 
 def _pre_flush(*_args: object) -> object:
@@ -29,8 +35,12 @@ class OpenArchive:
         archive_dir = Path(archive_dir)
         self.collectives = collectives
         self.handle = None
+        #: the thread that closes event writers (None: they are closed where they were written)
+        self._closer: ThreadPoolExecutor | None = None
+        self._closing: list[Future] = []  # closes handed to it, oldest first
         where = f"{archive_dir / archive_name}.otf2: cannot create the archive"
         failure: OutputError | None = None
+        callbacks = compiled_callbacks()
         try:
             for entry in (archive_dir / f"{archive_name}.otf2", archive_dir / archive_name):
                 if entry.exists() and (collectives is None or collectives.is_master):
@@ -44,9 +54,7 @@ class OpenArchive:
                 str(archive_dir), archive_name, _otf2.FILEMODE_WRITE, 1024 * 1024,
                 256 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
             )
-            # the callbacks must stay referenced as long as the archive is open
-            self._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
-            _otf2.Archive_SetFlushCallbacks(self.handle, self._flush_callbacks, None)
+            _set_flush_callbacks(self, callbacks and callbacks[0])
         except OutputError as exc:
             failure = exc
         except (_otf2.Error, OSError) as exc:
@@ -64,6 +72,8 @@ class OpenArchive:
                 _otf2.Archive_SetSerialCollectiveCallbacks(self.handle)
             else:
                 collectives.install(self.handle)
+            if callbacks is not None and _set_locking_callbacks(self.handle, callbacks[1]):
+                self._closer = ThreadPoolExecutor(1, thread_name_prefix="otf2-close")
             _otf2.Archive_OpenEvtFiles(self.handle)
             _otf2.Archive_OpenDefFiles(self.handle)
         except (_otf2.Error, OSError) as exc:
@@ -72,6 +82,7 @@ class OpenArchive:
         self._def_files_open = True
 
     def close_event_files(self) -> None:
+        self.finish_closing()
         if self._evt_files_open:
             self._evt_files_open = False
             _otf2.Archive_CloseEvtFiles(self.handle)
@@ -83,13 +94,20 @@ class OpenArchive:
         if self.handle is None:
             return
         try:
+            # a close that failed was raised by ``finish_closing`` when the writing ended
+            # normally, and is in the library's error log either way: here (often while
+            # another error or an interruption is on its way) it is only waited for
+            self._wait_for_closes()
             self.close_event_files()
         finally:
+            self._stop_closer()  # no close may still run when the archive goes
             handle, self.handle = self.handle, None
             _otf2.Archive_Close(handle)
 
     def location_writer(self, loc: int) -> tuple[object, int]:
-        """Open the event writer of one location; returns (handle, address for the C calls)."""
+        """Open the event writer of one location; returns (handle, address for the C calls).
+        Raises the failure of an earlier location's close, if one failed."""
+        self._raise_failed_close()
         # an empty local definition file per location, as the otf2 bindings write it: readers
         # then find every location's definitions where they look for them
         def_writer = _otf2.Archive_GetDefWriter(self.handle, loc)
@@ -100,5 +118,77 @@ class OpenArchive:
         return writer, address(writer)
 
     def close_location_writer(self, writer: object) -> None:
-        _otf2.Archive_CloseEvtWriter(self.handle, writer)
+        """Close a location's event writer: in the closing thread if there is one (its
+        failure is raised by a later ``location_writer`` or by ``finish_closing``)."""
+        if self._closer is None:
+            _otf2.Archive_CloseEvtWriter(self.handle, writer)
+            return
+        self._closing.append(self._closer.submit(_otf2.Archive_CloseEvtWriter, self.handle,
+                                                 writer))
 
+    def finish_closing(self) -> None:
+        """Wait until every event writer handed to the closing thread is closed; raise the
+        first failure among them."""
+        failure: Exception | None = None
+        while self._closing:
+            try:
+                self._closing[0].result()
+            except Exception as exc:  # that close failed (a signal leaves it to wait for)
+                failure = failure or exc
+            self._closing.pop(0)
+        if failure is not None:
+            raise failure
+
+    def _wait_for_closes(self) -> None:
+        while self._closing:
+            with contextlib.suppress(Exception):  # its failure: see ``close``
+                self._closing[0].result()
+            self._closing.pop(0)
+
+    def _raise_failed_close(self) -> None:
+        while self._closing and self._closing[0].done():
+            self._closing.pop(0).result()
+
+    def _stop_closer(self) -> None:
+        """Let the closes handed over end, whatever else goes wrong meanwhile (a signal while
+        waiting is raised once they have ended), and stop the thread."""
+        if self._closer is None:
+            return
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                self._closer.shutdown(wait=True)
+                break
+            except BaseException as exc:  # a signal while waiting: the closes still run
+                interrupted = interrupted or exc
+        self._closer = None
+        self._closing.clear()
+        if interrupted is not None:
+            raise interrupted
+
+
+def _set_flush_callbacks(archive: OpenArchive, compiled: int | None) -> None:
+    """Every buffer is flushed to its file (the library's default for event buffers is not to
+    flush): through the compiled callbacks at address ``compiled`` where built, which a
+    closing thread calls without the GIL, else through a Python one (kept referenced with the
+    archive)."""
+    if compiled is not None:
+        # item access: a function object of our own (the bindings' attribute one carries
+        # their argument types and error check, set anew at each of their calls)
+        set_flush = _otf2.conf.lib["OTF2_Archive_SetFlushCallbacks"]
+        set_flush.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        set_flush.restype = ctypes.c_int
+        if set_flush(address(archive.handle), compiled, None) == 0:
+            return
+    archive._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
+    _otf2.Archive_SetFlushCallbacks(archive.handle, archive._flush_callbacks, None)
+
+
+def _set_locking_callbacks(handle: object, compiled: int) -> bool:
+    """Give the archive OTF2's locking callbacks (the compiled ones at address ``compiled``),
+    which make it safe to close one location's event writer in a thread while another's is
+    written. False (every writer closed where it was written) if the library refuses them."""
+    set_locking = _otf2.conf.lib["OTF2_Archive_SetLockingCallbacks"]
+    set_locking.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    set_locking.restype = ctypes.c_int
+    return set_locking(address(handle), compiled, None) == 0
