@@ -158,8 +158,10 @@ def rma_transfers(dec: Decoded, matches: Matches, usable: np.ndarray) -> np.ndar
     """Per rank of the run, the DMA transfers of ``dec`` whose issue is written (``emit``
     gives each one RMA matching id)."""
     issue = matches.dma["issue"]
-    # the issuing location is the DMA row's own (no second gather from the wide records)
-    written = usable[issue] & (dec.records["code"][issue] != 0)
+    # written as emit's ``good`` says (usable, code not the 0 of a dropped record): a DMA
+    # record's code is DMA, so ``usable`` alone, with no gather from the wide record rows;
+    # the issuing location is the DMA row's own
+    written = usable[issue]
     rank_of = dec.locations["rank"].astype(np.int64)[matches.dma["loc"][written]]
     return np.bincount(rank_of, minlength=dec.manifest.n_ranks)
 
