@@ -164,7 +164,10 @@ class Spill:
         with self._failing(where):
             where.mkdir(parents=True, exist_ok=True)
         valid = self.valid.setdefault(g, set())
-        rest: dict = {"timed": state.timed, "none": set()}
+        # where each location's records start: known to the group in memory (decoding laid
+        # the records out by them), a pass over the record rows to find again after loading
+        rest: dict = {"timed": state.timed, "none": set(),
+                      "location_starts": state.dec.location_starts()}
         for part, names in _ARRAYS.items():
             obj = getattr(state, part)
             if obj is None:
@@ -208,6 +211,7 @@ class Spill:
             return cls(**rest[part], **arrays)
 
         dec = build("dec", Decoded)
+        dec.know_location_starts(rest["location_starts"])
         if rest["timed"] and g not in self.mapped:
             dec.records["time"] = np.load(where / "time.npy")
         return GroupState(dec, build("matches", Matches), build("result", SyncResult),
