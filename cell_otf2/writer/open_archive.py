@@ -172,14 +172,9 @@ def _set_flush_callbacks(archive: OpenArchive, compiled: int | None) -> None:
     flush): through the compiled callbacks at address ``compiled`` where built, which a
     closing thread calls without the GIL, else through a Python one (kept referenced with the
     archive)."""
-    if compiled is not None:
-        # item access: a function object of our own (the bindings' attribute one carries
-        # their argument types and error check, set anew at each of their calls)
-        set_flush = _otf2.conf.lib["OTF2_Archive_SetFlushCallbacks"]
-        set_flush.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        set_flush.restype = ctypes.c_int
-        if set_flush(address(archive.handle), compiled, None) == 0:
-            return
+    if compiled is not None and _set_compiled(
+            "OTF2_Archive_SetFlushCallbacks", archive.handle, compiled):
+        return
     archive._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
     _otf2.Archive_SetFlushCallbacks(archive.handle, archive._flush_callbacks, None)
 
@@ -188,7 +183,15 @@ def _set_locking_callbacks(handle: object, compiled: int) -> bool:
     """Give the archive OTF2's locking callbacks (the compiled ones at address ``compiled``),
     which make it safe to close one location's event writer in a thread while another's is
     written. False (every writer closed where it was written) if the library refuses them."""
-    set_locking = _otf2.conf.lib["OTF2_Archive_SetLockingCallbacks"]
-    set_locking.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    set_locking.restype = ctypes.c_int
-    return set_locking(address(handle), compiled, None) == 0
+    return _set_compiled("OTF2_Archive_SetLockingCallbacks", handle, compiled)
+
+
+def _set_compiled(setter: str, handle: object, callbacks: int) -> bool:
+    """Call the library's ``setter(archive, callbacks, NULL)`` with the address of a struct of
+    compiled callbacks; True if it succeeded."""
+    # item access: a function object of our own (the bindings' attribute one carries their
+    # argument types and error check, set anew at each of their calls)
+    set_callbacks = _otf2.conf.lib[setter]
+    set_callbacks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    set_callbacks.restype = ctypes.c_int
+    return set_callbacks(address(handle), callbacks, None) == 0
