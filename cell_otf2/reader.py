@@ -483,25 +483,14 @@ class _Framer:
             s = stats.tolist()
             if state[5] > i_gap:
                 slot, lost, ticket = gaps[["slot", "lost", "first_ticket"]][i_gap].tolist()
-                self.log.add(
-                    DamageKind.gap, s[0] & 0xFFFFFFFFFFFFFFFF, int(state[5]) - i_gap, slot,
-                    f"GAP at slot {slot}: {lost} slots lost from ticket {ticket}",
-                )
+                self._gaps(s[0] & 0xFFFFFFFFFFFFFFFF, int(state[5]) - i_gap, slot, lost, ticket)
             if s[2]:
                 slot, ctx, seq, count = blocks[["slot", "ctx", "seq", "count"]][s[3]].tolist()
-                self.log.add(
-                    DamageKind.block_broken, s[1], s[2], s[4],
-                    f"block at slot {slot} (ctx {ctx}, seq {seq}) declares {count} records but "
-                    f"slot {s[4]} holds code 0x{s[5]:04X}, not an SPE record",
-                )
+                self._broken_blocks(s[1], s[2], s[4], slot, ctx, seq, count, s[5])
             if s[6]:
-                self.log.add(
-                    DamageKind.spe_outside_block, s[6], s[6], s[7],
-                    f"SPE record code 0x{s[8]:04X} at slot {s[7]} is not inside any block",
-                )
+                self._outside_blocks(s[6], s[7], s[8])
             if s[9]:
-                self.log.add(DamageKind.unknown_code, s[9], s[9], s[10],
-                             f"undefined code 0x{s[11]:04X} at slot {s[10]}")
+                self._unknown_codes(s[9], s[10], s[11])
         self.carry_slot, self.carry_block = int(state[0]), int(state[1])
         self.i_ppe, self.i_blk, self.i_spe, self.i_gap = (int(v) for v in state[2:6])
         self.unknown_in_blocks = int(state[6])
@@ -510,6 +499,29 @@ class _Framer:
         self.ppe, self.blocks, self.gaps, self.spe = ppe, blocks, gaps, spe
         if group is not None:  # every record had its row, every row its record
             self.grouped = state[7] == 0 and np.array_equal(group[0], group[1])
+
+    # -- the damage both framers find, in the same words (each call: one chunk's)
+    def _gaps(self, lost: int, n: int, slot: int, first_lost: int, ticket: int) -> None:
+        """``n`` GAPs losing ``lost`` slots, the first at ``slot`` (``first_lost`` slots from
+        ``ticket``)."""
+        self.log.add(DamageKind.gap, lost, n, slot,
+                     f"GAP at slot {slot}: {first_lost} slots lost from ticket {ticket}")
+
+    def _broken_blocks(self, missing: int, n: int, at: int, slot: int, ctx: int, seq: int,
+                       count: int, code: int) -> None:
+        """``n`` blocks cut short by a slot that is not an SPE record (``missing`` records),
+        the first the block at ``slot``, cut at slot ``at`` holding ``code``."""
+        self.log.add(DamageKind.block_broken, missing, n, at,
+                     f"block at slot {slot} (ctx {ctx}, seq {seq}) declares {count} records but "
+                     f"slot {at} holds code 0x{code:04X}, not an SPE record")
+
+    def _outside_blocks(self, n: int, slot: int, code: int) -> None:
+        self.log.add(DamageKind.spe_outside_block, n, n, slot,
+                     f"SPE record code 0x{code:04X} at slot {slot} is not inside any block")
+
+    def _unknown_codes(self, n: int, slot: int, code: int) -> None:
+        self.log.add(DamageKind.unknown_code, n, n, slot,
+                     f"undefined code 0x{code:04X} at slot {slot}")
 
     def damage(self) -> list[Damage]:
         entries = self.log.entries()
@@ -552,13 +564,8 @@ class _Framer:
         if broken.any():
             i = int(np.flatnonzero(broken)[0])
             code = int(codes_at[i]) if codes_at is not None else -1
-            self.log.add(
-                DamageKind.block_broken, int(missing[broken].sum()), int(broken.sum()),
-                int(next_top[i]),
-                f"block at slot {int(header[i])} (ctx {int(ctx[i])}, seq {int(seq[i])}) "
-                f"declares {int(count[i])} records but slot {int(next_top[i])} holds code "
-                f"0x{code:04X}, not an SPE record",
-            )
+            self._broken_blocks(int(missing[broken].sum()), int(broken.sum()), int(next_top[i]),
+                                int(header[i]), int(ctx[i]), int(seq[i]), int(count[i]), code)
         if overrun.any():
             i = int(np.flatnonzero(overrun)[0])
             self.log.add(
@@ -580,12 +587,8 @@ class _Framer:
         gap_slots = start + np.flatnonzero(category == _GAP)
         gaps = self._take(self.gaps, "i_gap", self.gap_view, gap_slots, ("lost", "first_ticket"))
         if len(gaps):
-            self.log.add(
-                DamageKind.gap, int(gaps["lost"].sum(dtype=np.uint64)), len(gaps),
-                int(gap_slots[0]),
-                f"GAP at slot {int(gap_slots[0])}: {int(gaps['lost'][0])} slots lost from "
-                f"ticket {int(gaps['first_ticket'][0])}",
-            )
+            self._gaps(int(gaps["lost"].sum(dtype=np.uint64)), len(gaps), int(gap_slots[0]),
+                       int(gaps["lost"][0]), int(gaps["first_ticket"][0]))
         first_block = self.i_blk
         block_slots = start + np.flatnonzero(category == _BLOCK)
         self._take(self.blocks, "i_blk", self.block_view, block_slots,
@@ -637,20 +640,13 @@ class _Framer:
         outside = ~within & (inner_cat == _SPE)
         if outside.any():
             first = int(inner[outside][0])
-            self.log.add(
-                DamageKind.spe_outside_block, int(outside.sum()), int(outside.sum()), first,
-                f"SPE record code 0x{int(codes[first - start]):04X} at slot {first} is not "
-                "inside any block",
-            )
+            self._outside_blocks(int(outside.sum()), first, int(codes[first - start]))
         unknown = category == _UNDEFINED
         if unknown.any():
             n_unknown = int(unknown.sum())
             first = start + int(np.flatnonzero(unknown)[0])
             self.unknown_in_blocks += int((within & (inner_cat == _UNDEFINED)).sum())
-            self.log.add(
-                DamageKind.unknown_code, n_unknown, n_unknown, first,
-                f"undefined code 0x{int(codes[first - start]):04X} at slot {first}",
-            )
+            self._unknown_codes(n_unknown, first, int(codes[first - start]))
 
         if len(top_local):
             self.carry_slot = int(ext_slot[-1])
