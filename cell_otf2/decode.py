@@ -263,7 +263,6 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         # reading could make a window look short)
         clocked = prec["domain"] >= 0
         ppe_slot, ppe_tb = ppe["slot"][clocked], ppe["timebase"][clocked].astype(np.int64)
-        spe_block = spe["block"]
         # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart (a
         # pass over every SPE record, made only if some step is a candidate without it)
         trusted = functools.cache(lambda spe=spe: bool((spe["code"] == S.HEARTBEAT).any()))
@@ -339,16 +338,15 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
         records[ppe_final] = prec
-        if spe_epoch is None:
-            pass  # every SPE record of epoch 0, as ``loss_epoch`` starts
-        elif spe_final is None:
-            loss_epoch[spe_base:spe_base + spe.size] = spe_epoch
-        else:
-            loss_epoch[spe_final] = spe_epoch
+        if spe_epoch is not None:  # (None: every SPE record of epoch 0, as ``loss_epoch`` starts)
+            if spe_final is None:
+                loss_epoch[spe_base:spe_base + spe.size] = spe_epoch
+            else:
+                loss_epoch[spe_final] = spe_epoch
         del prec, ppe_final, spe_final, spe_epoch, ppe_epoch
         if release:
             dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
-            del ppe, blocks, spe, spe_block, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
+            del ppe, blocks, spe, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
         anchor_parts.append(anchors)
         link_rows.extend(rank_links)
         anchor_base += n_anchor
@@ -378,7 +376,6 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
     return dec
 
 
-#: numpy's switch for asking the kernel for huge pages for large arrays (private; absent: no-op)
 def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indexes grouped by a 16-bit key (stable: slot order kept within a group) and the
     bounds of each key's group: group k is ``order[bounds[k]:bounds[k + 1]]``. With
