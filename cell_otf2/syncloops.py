@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from .loops import PYTHON_PATH_VARIABLE
 from .model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
 
 try:
@@ -19,9 +20,7 @@ try:
 except ImportError:  # built without a C compiler: numpy does the same
     _syncloops = None
 
-#: set (to anything but empty) in the environment: the numpy path even where C is built
-PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_LOOPS"
-#: False: always the numpy path (tests compare both)
+#: False: always the numpy path (set CELL2OTF2_PYTHON_LOOPS; tests compare both)
 COMPILED = _syncloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
 
 Triple = tuple[np.ndarray, np.ndarray, np.ndarray]
