@@ -32,6 +32,8 @@ class DamageKind(StrEnum):
     missing_block = "missing_block"  # a context's block seq skips
     unusable_time = "unusable_time"  # a record whose time cannot be determined
     unresolved_wrap = "unresolved_wrap"  # records after a wrap count the trace leaves open
+    #: MPI messages that no clock maps can keep ordered together (not used for node clocks)
+    contradicting_messages = "contradicting_messages"
     # emit/balance.py: repairs that keep every location's Enter/Leave balanced and nested
     unclosed_region = "unclosed_region"  # an Enter whose Leave was lost: closed by a Leave
     leave_without_enter = "leave_without_enter"  # a Leave whose Enter was lost: not written
@@ -62,6 +64,9 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.unresolved_wrap: (
         "record{s} after a decrementer step whose wrap count the trace leaves open (placed "
         "by their own order constraints only)", "step{s}"),
+    DamageKind.contradicting_messages: (
+        "MPI message{s} contradicting the others under every clock map, not used to place "
+        "node clocks", None),
     DamageKind.unclosed_region: ("region{s} left open by a lost Leave, closed", None),
     DamageKind.leave_without_enter: ("Leave{s} whose Enter was lost, not written", None),
 }

@@ -31,7 +31,7 @@ from .node_groups import GROUP_BYTES, IN_MEMORY_BYTES, node_groups
 from .order import build_constraints
 from .spill import GroupState, Spill
 from .summary import build_summary
-from .synchronize import apply_times, synchronize
+from .synchronize import apply_times, synchronize, written_order_violations
 from .whole_run import (
     STAGES,
     dump_bytes,
@@ -249,6 +249,8 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
                 result = synchronize(dec, cons, alpha=alpha, damage=g.logs["sync"],
                                      node_maps=node_maps)
                 apply_times(dec, result, g.logs["sync"])
+                result.order_violations = written_order_violations(dec, matches,
+                                                                   result.usable)
                 result.solutions = []
                 g.good, g.span, g.info = share_after_sync(dec, matches, cons, result,
                                                             pairs=report_pairs)
@@ -267,7 +269,9 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
 
     def pair_up():
         with clock.stage("emit"):
-            return _split(paired_mpi(mpi_state, [x for part in goods for x in part]), n_groups)
+            paired, made["mpi_reversed"] = paired_mpi(mpi_state,
+                                                     [x for part in goods for x in part])
+            return _split(paired, n_groups)
 
     paired = team.scatter(team.on_root("emit", pair_up))
     goods = None
@@ -281,7 +285,8 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
     def definitions():
         with clock.stage("emit"):
             flat = [i for part in infos for i in part]
-            whole = whole_run(man, layout, made["skeleton"], flat, node_maps)
+            whole = whole_run(man, layout, made["skeleton"], flat, node_maps,
+                              made["mpi_reversed"])
             intervals = {loc: v for i in flat for loc, v in i["sync_intervals"].items()}
             spus = {loc: v for i in flat for loc, v in i["first_spu"].items()}
             return whole, build_definitions(whole.decoded, whole.sync, first, last,

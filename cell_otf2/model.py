@@ -506,6 +506,8 @@ class NodeMap:
     rate: float
     bound: float | None  # largest uncertainty in reference ticks, None if unknown
     method: str  # "reference", "start-times", "fit"
+    #: expected error of the estimate under the fit's stated assumption (reference ticks)
+    estimate_error: float | None = None
 
     def to_reference(self, x: np.ndarray) -> np.ndarray:
         """Reference ticks of node timebase ``x``."""
@@ -524,6 +526,9 @@ class SyncResult:
     usable: np.ndarray | None = None  # per record
     order_violations: int = 0
     clamped: int = 0  # records held at their predecessor's time
+    #: records with a clock written at an earlier record's time on their location (a later
+    #: time came before them in program order)
+    held_back: int = 0
     #: per node, the relaxation of its own solution (0 where nothing was solved)
     node_relaxation: np.ndarray | None = None
     #: the constraints actually solved (wrap links included), until the caller drops them

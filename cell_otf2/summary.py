@@ -222,19 +222,39 @@ RECORD_KINDS = frozenset({
 def map_segments(m) -> list[dict]:
     """A node map's pieces as the report lists them (docs/sync-report.md), ascending: piece k maps a
     raw node timebase x with ``first_timebase[k] <= x < first_timebase[k + 1]`` (the first
-    piece also below, the last also above) as ``offset_ticks + rate * x``. ``first_timebase``
-    is the smallest integer the archive mapped with that piece (``PiecewiseMap.to_reference``
-    takes piece k from knot k on); a straight map is one piece from 0."""
+    piece also below, the last also above) as ``offset_ticks + rate * x``, with its guaranteed
+    ``bound_ticks`` where the fit states one. ``first_timebase`` is the smallest integer the
+    archive mapped with that piece (``PiecewiseMap.to_reference`` takes piece k from knot k
+    on); a straight map is one piece from 0."""
     kn = getattr(m, "knots_node", None)
     if kn is None or np.asarray(kn).size < 2:
-        return [{"first_timebase": 0, "offset_ticks": float(m.offset), "rate": float(m.rate)}]
+        return [{"first_timebase": 0, "offset_ticks": float(m.offset), "rate": float(m.rate),
+                 "bound_ticks": m.bound}]
     kn = np.asarray(kn, dtype=np.float64)
     kr = np.asarray(m.knots_ref, dtype=np.float64)
     rate = np.diff(kr) / np.diff(kn)
     offset = kr[:-1] - rate * kn[:-1]
     first = np.ceil(kn[:-1]).astype(np.int64)
-    return [{"first_timebase": int(f), "offset_ticks": float(o), "rate": float(r)}
-            for f, o, r in zip(first.tolist(), offset.tolist(), rate.tolist(), strict=True)]
+    pb = getattr(m, "piece_bounds", None)
+    bounds = (pb.tolist() if pb is not None and len(pb) == first.size
+              else [m.bound] * first.size)
+    return [{"first_timebase": int(f), "offset_ticks": float(o), "rate": float(r),
+             "bound_ticks": None if b is None or not np.isfinite(b) else float(b)}
+            for f, o, r, b in zip(first.tolist(), offset.tolist(), rate.tolist(), bounds,
+                                  strict=True)]
+
+
+#: what a fitted node's estimate assumes (the report's ``assumed.node_latency``)
+NODE_LATENCY = ("messages of the same kind (communicator and size) between two nodes take the "
+                "same least time both ways; the bounds assume only that every message is "
+                "received after it was sent and that node rates stay within the rate limit")
+
+
+def _assumed(pipe: Pipeline) -> dict:
+    out = dict(pipe.constraints.assumed)
+    if any(m.method == "fit" for m in pipe.sync.node_maps):
+        out["node_latency"] = NODE_LATENCY
+    return out
 
 
 def sync_report(pipe: Pipeline) -> dict:
@@ -249,7 +269,8 @@ def sync_report(pipe: Pipeline) -> dict:
     for i, node in enumerate(man.nodes):
         m = res.node_maps[i]
         nodes.append({"node": node.name, "offset_ticks": m.offset, "rate": m.rate,
-                      "bound_ticks": m.bound, "method": m.method,
+                      "bound_ticks": m.bound, "estimate_error_ticks": m.estimate_error,
+                      "method": m.method,
                       "synchronized": m.method not in ("start-times", "unused"),
                       "segments": map_segments(m)})
     intervals = []
@@ -279,6 +300,6 @@ def sync_report(pipe: Pipeline) -> dict:
                                     if e.kind in RECORD_KINDS))},
         "pairs": [{k: num(v) if isinstance(v, float) else v for k, v in p.items()}
                   for p in (res.pairs if res.pairs is not None else pair_table(dec, res))],
-        "assumed": pipe.constraints.assumed,
+        "assumed": _assumed(pipe),
         "constraints": pipe.constraints.counts,
     }

@@ -10,7 +10,7 @@ import numpy as np
 
 from .damage import DamageKind, DamageLog
 from .intervals import MOD
-from .model import Constraints, Decoded, DomainKind, LinkKind, NodeMap, SyncResult
+from .model import Constraints, Decoded, DomainKind, LinkKind, Matches, NodeMap, SyncResult
 from .solver import pair_width_stats, solve
 from .syncloops import NodeMaps, place
 
@@ -307,5 +307,25 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
             damage.add(DamageKind.unusable_time, dec.dump_names[rank], int(rec["slot"][at]), n,
                        message)
     result.usable = usable
-    result.order_violations = violations
+    result.held_back = violations
     result.clamped = clamped
+
+
+def reversed_pairs(times: np.ndarray, usable: np.ndarray, first: np.ndarray,
+                   then: np.ndarray) -> int:
+    """How many pairs (record ``first[i]`` happened before record ``then[i]``: a message's
+    send and receive, a DMA's issue and completion) have both records written and the second
+    written at an earlier time than the first: ``times`` are the record times as written."""
+    both = usable[first] & usable[then]
+    return int(np.count_nonzero(times[then][both] < times[first][both]))
+
+
+def written_order_violations(dec: Decoded, matches: Matches, usable: np.ndarray) -> int:
+    """The matched pairs of ``matches`` (messages, mailboxes, signals, DMA issue and
+    completion) whose written times (``dec.records['time']``, after ``apply_times``) are
+    reversed."""
+    t = dec.records["time"]
+    m, dma = matches.messages, matches.dma
+    done = dma[dma["complete"] >= 0]
+    return (reversed_pairs(t, usable, m["send"], m["recv"])
+            + reversed_pairs(t, usable, done["issue"], done["complete"]))

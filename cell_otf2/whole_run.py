@@ -33,7 +33,7 @@ from .model import (
     RunLayout,
     SyncResult,
 )
-from .synchronize import pair_table
+from .synchronize import pair_table, reversed_pairs
 
 P = fmt.PpeCode
 
@@ -42,6 +42,9 @@ P = fmt.PpeCode
 MPI_CODES = np.array([P.MPI_SEND, P.MPI_ISEND, P.MPI_RECV, P.MPI_IRECV, P.MPI_COLL_BEGIN,
                       P.MPI_COLL_END], dtype=np.uint16)
 
+
+#: what a share says of each of its MPI records: written at all, and at which time
+MPI_WRITTEN_DTYPE = np.dtype([("usable", "?"), ("time", "<i8")])
 
 #: damage stages in the order the serial pipeline finds damage
 STAGES = ("read", "layout", "decode", "match", "mpi", "sync", "emit")
@@ -104,7 +107,7 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
         links=np.zeros(0, LINK_DTYPE), n_nodes=len(man.nodes), loss_epoch=epoch[order],
     )
     found = match(mini, damage)
-    node_maps = fitted_node_maps(mini, found)
+    node_maps = fitted_node_maps(mini, found, damage=damage)
     own, loc = owner[order], local[order]
     pairs = []
     for q in range(len(parts)):
@@ -118,14 +121,17 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
 def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: SyncResult,
                      pairs: bool = True) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
     """What a share of the run (a converter process's nodes, or a group of ``driver.py``)
-    hands on once its records have their times: the usable flags of its MPI records
-    (``_mpi_index`` order, for ``paired_mpi``), its time span (None: no usable record), and its
+    hands on once its records have their times: whether each of its MPI records is written
+    and its time (``MPI_WRITTEN_DTYPE``, ``_mpi_index`` order, for ``paired_mpi``), its time
+    span (None: no usable record), and its
     interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
     report's pair figures (``whole_run``), and the SPU of each context's first run that a
     record names (``emit.definitions.first_spus``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
-    good = result.usable[sel] & (code[sel] != 0)
+    good = np.zeros(sel.size, MPI_WRITTEN_DTYPE)
+    good["usable"] = result.usable[sel] & (code[sel] != 0)
+    good["time"] = dec.records["time"][sel]
     bounds = time_bounds(dec.records, result.usable, dec.domains.size)
     span = bounds[2]
     iv = slice(dec.n_nodes, None)
@@ -144,14 +150,17 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
     return good, span, info
 
 
-def paired_mpi(state: MpiState, good_parts: list[np.ndarray]) -> list[np.ndarray]:
-    """Process 0: per process, its MPI records whose message has both ends usable."""
-    good = np.concatenate(good_parts)[state.order]
+def paired_mpi(state: MpiState, good_parts: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+    """Process 0: per process, its MPI records whose message has both ends usable; and how
+    many of those messages are written with the receive before the send."""
+    written = np.concatenate(good_parts)[state.order]
+    good = written["usable"]
     m = state.messages
     both = good[m["send"]] & good[m["recv"]]
     flag = np.zeros(good.size, dtype=bool)
     flag[m["send"][both]] = flag[m["recv"][both]] = True
-    return [state.local[flag & (state.owner == q)] for q in range(state.n_proc)]
+    reversed_ = reversed_pairs(written["time"], good, m["send"], m["recv"])
+    return [state.local[flag & (state.owner == q)] for q in range(state.n_proc)], reversed_
 
 
 def rma_transfers(dec: Decoded, matches: Matches, usable: np.ndarray) -> np.ndarray:
@@ -174,10 +183,11 @@ def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
 
 
 def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],
-               node_maps: list):
+               node_maps: list, mpi_reversed: int = 0):
     """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
     ``emit.definitions.build_definitions``, ``summary.build_summary`` and
-    ``summary.sync_report`` (no records)."""
+    ``summary.sync_report`` (no records); ``mpi_reversed``: MPI messages written reversed
+    (``paired_mpi``), added to the groups' reversed pairs."""
     nn = dec.n_nodes
     doms = np.concatenate([dec.domains[:nn]] + [g["domains"] for g in gathered])
     order = np.concatenate([np.arange(nn), nn + np.argsort(doms["rank"][nn:], kind="stable")])
@@ -190,7 +200,7 @@ def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dic
         offset=cat("offset", 0.0), lower=cat("lower", 0.0), upper=cat("upper", 0.0),
         bounded=cat("bounded", "both"),
         relaxation=max(g["relaxation"] for g in gathered), node_maps=node_maps,
-        order_violations=sum(g["violations"] for g in gathered),
+        order_violations=sum(g["violations"] for g in gathered) + mpi_reversed,
         clamped=sum(g["clamped"] for g in gathered),
         node_relaxation=np.max([g["node_relaxation"] for g in gathered], axis=0),
         pairs=sorted((p for g in gathered for p in g["pairs"]),

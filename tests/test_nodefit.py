@@ -17,11 +17,8 @@ import numpy as np
 import pytest
 from cellbench.node_baselines import fit_linear_interpolation
 
-from cell_otf2.nodefit import curves
-from cell_otf2.nodefit.curves import choose_model
 from cell_otf2.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
-from cell_otf2.nodefit.points import POINT_DTYPE, FitOptions, map_to_reference, slacks, undominated
-from cell_otf2.nodefit.program import hull, objective_windows
+from cell_otf2.nodefit.points import POINT_DTYPE, map_to_reference, slacks, undominated
 from cell_otf2.sim.clocks import NodeClock, make_node_clock
 
 HZ = 14_318_000
@@ -90,15 +87,11 @@ def test_follows_wander_without_reversing_a_message():
     assert fit.reversed == 0
     err = np.concatenate(map_errors(fit, clocks, span))
     assert np.sqrt(np.mean(err ** 2)) < 0.3e-6 * HZ
-    assert np.abs(err).max() < 2e-6 * HZ
-    # a knot at every bend of more than 2 ppm, within 0.2 s, and no spray of knots elsewhere
-    # (pieces of at most a tenth of the run: 3 between bends 30 s apart)
-    for i, c in enumerate(clocks[1:], start=1):
-        rates = np.diff(c.ref_knots) / np.diff(c.node_knots)
-        for x, bend in zip(c.ref_knots[2:-2], np.diff(rates)[1:-1], strict=True):
-            if abs(bend) > 2e-6:
-                assert np.abs(fit.knots[i] - x).min() < 0.2 * HZ, (i, (x - T0) / HZ)
-        assert fit.segments[i] <= 14, fit.segments
+    # these clocks change rate abruptly at knots (no oscillator does): the smoothed curve
+    # rounds such a corner by a few microseconds, the bound still holds it
+    assert np.abs(err).max() < 5e-6 * HZ
+    for i, e in enumerate(map_errors(fit, clocks, span), start=1):
+        assert np.abs(e).max() <= fit.maps[i].bound
     # the baselines are worse by far: no rate (constant) and no wander (linear interpolation)
     const = fit_points(pts, 4, 0, HZ, method="constant")
     assert all(m.rate == 1.0 for m in const.maps if m is not None)
@@ -108,8 +101,11 @@ def test_follows_wander_without_reversing_a_message():
 
 
 def test_one_way_ring_closed_by_collectives():
-    """Tight messages go one way round a ring of 8 nodes, back only through collectives with
-    node 0 (slower, both ways): every node within 0.2 us RMS."""
+    """Tight messages go one way round a ring of 8 nodes (a kind of their own), back only
+    through messages with node 0 (slower, both ways): the estimate centres on the symmetric
+    kind alone (per window the fastest of about four messages each way), the ring keeps
+    every node in order: within 0.35 us RMS; these clocks bend abruptly at knots, which the
+    smoothed curve rounds by a few microseconds (inside the bound)."""
     span, n_nodes = 120.0, 8
     rng = np.random.default_rng(3)
     clocks = [make_node_clock(rng, f"n{i}", is_reference=i == 0, t_begin=T0,
@@ -125,75 +121,17 @@ def test_one_way_ring_closed_by_collectives():
     tr = ts + (fast[k] + rng.uniform(0.0, 5.0, n)) * HZ / 1e6
     pts = np.zeros(n, POINT_DTYPE)
     pts["a"], pts["b"] = a, b
+    pts["kind"] = np.where(k < n_nodes, 1, 0)  # the ring's messages are of another kind
     for i, c in enumerate(clocks):
         pts["ta"][a == i] = np.floor(c.to_node(ts[a == i]))
         pts["tb"][b == i] = np.floor(c.to_node(tr[b == i]))
     fit = fit_points(pts, n_nodes, 0, HZ)
     assert fit.reversed == 0
     err = np.concatenate(map_errors(fit, clocks, span))
-    assert np.sqrt(np.mean(err ** 2)) < 0.2e-6 * HZ
-    assert np.abs(err).max() < 0.6e-6 * HZ
-
-
-def test_bend_search_finds_bends_and_ignores_a_lone_bad_window():
-    width = 5.0 * HZ
-    centers = T0 + (np.arange(80) + 0.5) * width
-    bends = T0 + np.array([101.3, 252.0]) * HZ  # seconds into the run
-    rates = np.array([3e-6, -9e-6, 4e-6])  # offset change per reference tick
-    v = np.zeros(centers.size)
-    for x0, r0, r1 in zip(bends, rates[:-1], rates[1:], strict=True):
-        v += (r1 - r0) * np.maximum(centers - x0, 0.0)
-    v += rates[0] * (centers - T0)
-    rng = np.random.default_rng(0)
-    v += rng.normal(0.0, 0.1e-6 * HZ, v.size)  # 0.1 us of noise
-    v[40] += 30e-6 * HZ  # one window 30 us off (few points, a rate at the search's edge)
-    knots = curves._bend_knots(centers, v, FitOptions(), HZ)
-    for x in bends:
-        assert np.abs(knots - x).min() < 0.25 * HZ, ((knots - T0) / HZ, (x - T0) / HZ)
-    # the bad window costs at most one knot, with the same rate either side of it
-    assert knots.size <= bends.size + 1
-
-
-def test_pair_lines_need_both_directions_on_both_sides_of_the_centre():
-    t = np.array([-4.0, -1.0, 2.0, 3.0, 1.0, 2.0, 4.0, -3.0, 0.5, 3.5]) * HZ
-    key = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
-    fwd = np.array([True, True, True, False, False, False, True, True, False, False])
-    slack = np.full(t.size, 100.0)
-    # group 0: the backward points are all after the centre, so its rate is not pinned
-    gk, alpha, beta = curves._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
-    assert gk.tolist() == []
-    fwd[5] = False
-    t[5] = -2.0 * HZ
-    gk, alpha, beta = curves._edge_lines(key, t, slack, fwd, np.zeros(t.size), 4e-4)
-    assert gk.tolist() == [0] and abs(alpha[0]) < 1e-6
-
-
-def test_wide_runs_get_fewer_longer_windows():
-    o = FitOptions()
-    lo, hi = 0.0, 600.0 * HZ
-    grid, per_edge = objective_windows(lo, hi, 4, o, HZ)
-    assert grid.size - 1 == 120 and per_edge == 12  # 5 s windows, pair windows of 60 s
-    grid, per_edge = objective_windows(lo, hi, 256, o, HZ)
-    assert (grid.size - 1) * 256 <= o.max_windows and per_edge == 1
-
-
-def test_hull_keeps_every_point_that_can_bind():
-    rng = np.random.default_rng(3)
-    n = 5000
-    cell = rng.integers(0, 40, n)
-    x = np.round(rng.uniform(0, 1e7, n))
-    y = rng.exponential(100.0, n) + 1e-4 * x * (cell % 3 - 1)
-    x[:50] = x[50:100]  # equal x values in one cell
-    smax = 3e-4
-    keep = hull(cell, x, y, smax)
-    assert keep.size < n / 10
-    for s in np.linspace(-smax, smax, 41):
-        v = y - s * x
-        best = np.full(40, np.inf)
-        np.minimum.at(best, cell, v)
-        kept = np.full(40, np.inf)
-        np.minimum.at(kept, cell[keep], v[keep])
-        assert np.allclose(best, kept, rtol=0, atol=1e-9), s
+    assert np.sqrt(np.mean(err ** 2)) < 0.35e-6 * HZ
+    assert np.abs(err).max() < 6e-6 * HZ
+    for i, e in enumerate(map_errors(fit, clocks, span), start=1):
+        assert np.abs(e).max() <= fit.maps[i].bound
 
 
 def test_nodes_without_messages_both_ways_are_not_fitted():
@@ -404,22 +342,3 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     assert lin.reversed > 0
 
 
-def test_model_choice_line_for_a_line_knots_for_a_curve():
-    """The cross-validated choice on a node curve: a straight noisy curve gets a line, a
-    sharp bend gets its bend and no filler knots, a sine gets knots every h (shifted grids
-    allowed)."""
-    o = FitOptions()
-    width = 10.0 * HZ
-    centers = T0 + (np.arange(64) + 0.5) * width
-    lo, hi = T0, T0 + 640.0 * HZ
-    rng = np.random.default_rng(2)
-    noise = rng.normal(0.0, 0.6e-6 * HZ, centers.size)  # sparse messages: 0.6 us a window
-    line = 3e-6 * (centers - T0) + noise
-    bends, h = choose_model(centers, line, width, lo, hi, o, HZ)
-    assert bends.size == 0 and h == np.inf
-    bend = line + 20e-6 * np.maximum(centers - (T0 + 300.0 * HZ), 0.0)
-    bends, h = choose_model(centers, bend, width, lo, hi, o, HZ)
-    assert bends.size == 1 and abs(bends[0] - (T0 + 300.0 * HZ)) < 2.0 * HZ and h == np.inf
-    sine = line + 15e-6 * HZ * np.sin(2 * np.pi * (centers - T0) / (240.0 * HZ))
-    bends, h = choose_model(centers, sine, width, lo, hi, o, HZ)
-    assert bends.size == 0 and 15.0 * HZ <= h <= 80.0 * HZ, h / HZ

@@ -16,7 +16,7 @@ from cell_otf2.match import match
 from cell_otf2.model import OrderOptions, Pipeline
 from cell_otf2.nodefit.fit import fitted_node_maps
 from cell_otf2.order import build_constraints
-from cell_otf2.synchronize import apply_times, synchronize
+from cell_otf2.synchronize import apply_times, synchronize, written_order_violations
 
 
 def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | None = None,
@@ -44,8 +44,9 @@ def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | Non
     if progress:
         progress("sync", 0.0)
     result = synchronize(dec, cons, alpha=alpha, damage=damage,
-                         node_maps=fitted_node_maps(dec, matches))
+                         node_maps=fitted_node_maps(dec, matches, damage=damage))
     apply_times(dec, result, damage)
+    result.order_violations = written_order_violations(dec, matches, result.usable)
     t4, c4 = time.perf_counter(), time.process_time()
     timings.update(read=t1 - t0, decode=t2 - t1, order=t3 - t2, sync=t4 - t3)
     cpu_timings.update(read=c1 - c0, decode=c2 - c1, order=c3 - c2, sync=c4 - c3)

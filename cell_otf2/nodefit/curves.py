@@ -3,7 +3,7 @@ messages leave, by least squares over the node pairs; again with the rates of th
 and the model chosen from it: the bends where its rate changes (a penalized segmentation) and
 the knot spacing between them (cross-validation over interleaved windows), then a node's knots
 and the offsets at them that start the program. It solves no linear program (``program.py``
-does) and chooses no final map (``fit.py`` does)."""
+does) and chooses no final map (``lp.py`` does)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from ..model import NodeMap
-from .points import FitOptions, map_to_reference, slacks
+from .points import LpOptions as FitOptions
+from .points import map_to_reference, slacks
 
 _GOLDEN = (np.sqrt(5.0) - 1.0) / 2.0
 

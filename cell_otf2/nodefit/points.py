@@ -1,12 +1,14 @@
 """The message points the node fit works on (``POINT_DTYPE``: happened-before pairs between two
-nodes' timebases), the fit's options (``FitOptions``) and what its steps share: a point's slack
-under node maps (``slacks``), points grouped by node, the nodes linked to the reference both
-ways, rough offsets, and the reduction to the points no other point of the same node pair
-dominates. It fits nothing (``curves.py``, ``program.py``, ``fit.py`` do) and reads no files."""
+nodes' timebases, with the kind of message each is), the fit's options (``FitOptions``) and
+what its steps share: a point's slack under node maps (``slacks``), points grouped by node, the
+nodes linked to the reference both ways, rough offsets, and the reduction to the points no
+other point of the same node pair dominates. It fits nothing (``estimate.py``, ``hard.py`` and
+``fit.py`` do) and reads no files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from scipy import sparse
@@ -15,13 +17,46 @@ from scipy.sparse.csgraph import connected_components
 from ..model import NodeMap
 
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
-#: record ``after`` on node b at ``tb`` (record ids count distinct messages per node)
+#: record ``after`` on node b at ``tb`` (record ids count distinct messages per node); ``kind``
+#: names the kind of message (communicator and size of a point-to-point message) whose least
+#: latency is taken to be the same both ways, -1 for an order only (a collective's)
 POINT_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("ta", "<f8"), ("tb", "<f8"),
-                        ("before", "<i8"), ("after", "<i8")])
+                        ("before", "<i8"), ("after", "<i8"), ("kind", "<i8")])
+#: the kind of a point that is an order only
+ORDER_ONLY = -1
 
 
 @dataclass(frozen=True)
 class FitOptions:
+    """What the node fit assumes and how finely it follows a clock."""
+
+    #: every node's rate against the reference within 1 +- this (the guaranteed bound's set of
+    #: maps; raised, and said so, where the messages need more)
+    max_ppm: float = 100.0
+    #: a received message is written at least this many ticks after its send
+    min_latency_ticks: float = 1.05
+    #: estimate windows hold about this many messages per direction of a kind, at least ...
+    window_messages: int = 4
+    #: ... and the run is cut into at most this many windows
+    max_windows: int = 2000
+    #: a window's sample further than this (or 8 robust deviations) from its neighbours'
+    #: running median is set aside (its fastest messages one way were all received late)
+    outlier_us: float = 20.0
+    #: rounds of the estimate (each re-centres on the last round's map)
+    rounds: int = 4
+    #: folds of the cross-validation that chooses how smooth a node's curve is
+    folds: int = 5
+    #: a simpler curve (constant, line, smoother) is taken while its cross-validated error
+    #: stays within this factor of the best one's
+    simpler_within: float = 1.05
+    #: the curves a node may have ("constant", "line", "smooth")
+    models: tuple[str, ...] = ("constant", "line", "smooth")
+
+
+@dataclass(frozen=True)
+class LpOptions:
+    """The options of the fallback centring (``lp.py``)."""
+
     curve_points: int = 512  # node curves: windows hold about this many points per direction
     curve_window_s: tuple[float, float] = (0.5, 10.0)  # ... and are this long at least/most
     curve_windows: int = 64  # ... and are at most 1/64 of the run
@@ -47,6 +82,27 @@ class FitOptions:
     cv_floor_noise: float = 0.5
     cv_floor_min_us: float = 0.05
     window_s: float = 0.0  # windows of the bound; 0: t_window_s
+
+
+@dataclass
+class PiecewiseMap(NodeMap):
+    """A continuous piecewise-linear map; ``offset``/``rate`` are those at the run's midpoint;
+    ``piece_bounds`` the guaranteed bound of each piece (reference ticks)."""
+
+    #: ``syncloops.place`` computes ``to_reference`` in C from the knots
+    piecewise_linear: ClassVar[bool] = True
+
+    knots_node: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    knots_ref: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    piece_bounds: np.ndarray | None = None
+
+    def to_reference(self, x: np.ndarray | float) -> np.ndarray:
+        """Reference ticks of node timebase ``x`` (the end segments extend beyond the knots)."""
+        x = np.asarray(x, dtype=np.float64)
+        kn, kr = self.knots_node, self.knots_ref
+        k = np.clip(np.searchsorted(kn, x, side="right") - 1, 0, kn.size - 2)
+        slope = (kr[k + 1] - kr[k]) / (kn[k + 1] - kn[k])
+        return kr[k] + (x - kn[k]) * slope
 
 
 def map_to_reference(m: NodeMap, x: np.ndarray | float) -> np.ndarray:

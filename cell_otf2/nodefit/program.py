@@ -11,7 +11,8 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import dijkstra
 
-from .points import FitOptions, by_node
+from .points import LpOptions as FitOptions
+from .points import by_node
 
 _LP_METHOD = "highs-ipm"
 
