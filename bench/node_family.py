@@ -4,7 +4,8 @@ back (``cellbench.nodetruth``).
 
 Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - linear: drift up to 50 ppm, no wander, exchanges every 2-5 s, 10-20 min, 2-16 nodes, ring
-  and chain; with the foreign run ``hybrid-linear-b``;
+  and chain, ranks 1 % or 15 % uneven, the one-way shift faster or slower than the halo; with
+  the foreign run ``hybrid-linear-b``;
 - wander: a sine of 5-15 us over 1-5 min on top, exchanges every 2 s; with ``hybrid-wander-a``;
 - dense: exchanges every 0.2 s with 15 us of wander;
 - short: runs of 10 ms to under a second.
@@ -72,10 +73,12 @@ class Regime:
 
 def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
        wander_us: float = 0.0, period_s: float = 240.0, topology: str = "ring",
-       spes: int = 2) -> Case:
+       spes: int = 2, imbalance: float = 0.01, shift_bytes: int = 4096) -> Case:
+    """A cluster run of 2 ranks per node, drift up to 50 ppm."""
     return Case(name, dict(nodes=nodes, ranks=2 * nodes, spes=spes, exchange_s=exchange_s,
                            duration_s=duration_s, wander_us=wander_us,
-                           wander_period_s=period_s, topology=topology, max_ppm=50.0), seed)
+                           wander_period_s=period_s, topology=topology, max_ppm=50.0,
+                           imbalance=imbalance, shift_bytes=shift_bytes), seed)
 
 
 REGIMES: dict[str, Regime] = {
@@ -83,23 +86,27 @@ REGIMES: dict[str, Regime] = {
         "linear drift, exchanges every 2-5 s", Targets(0.2, 0.5),
         cases=[_c("4 nodes, 2 s, 10 min", 1, 4, 2.0, 600.0),
                _c("4 nodes, 5 s, 20 min", 2, 4, 5.0, 1200.0),
-               _c("2 nodes, 3 s, 10 min", 3, 2, 3.0, 600.0),
+               _c("2 nodes, 3 s, 10 min, 15 % imbalance", 3, 2, 3.0, 600.0, imbalance=0.15),
                _c("8 nodes chain, 2 s, 10 min", 4, 8, 2.0, 600.0, topology="chain"),
-               _c("16 nodes, 4 s, 5 min", 5, 16, 4.0, 300.0, spes=1),
+               _c("16 nodes, 4 s, 5 min, 16 KiB shift", 5, 16, 4.0, 300.0, spes=1,
+                  shift_bytes=16384),
                Case("foreign hybrid-linear-b", {}, foreign="hybrid-linear-b")],
         quick=[_c("4 nodes, 2 s, 1 min", 1, 4, 2.0, 60.0),
                _c("8 nodes chain, 3 s, 1 min", 4, 8, 3.0, 60.0, topology="chain"),
                Case("foreign hybrid-linear-b", {}, foreign="hybrid-linear-b")]),
     "wander": Regime(
         "wander 5-15 us, exchanges every 2 s", Targets(0.5, 3.0, 2.0),
-        cases=[_c("4 nodes, 15 us / 4 min, 10 min", 11, 4, 2.0, 600.0, 15.0, 240.0),
+        cases=[_c("4 nodes, 15 us / 4 min, 10 min, 15 % imbalance", 11, 4, 2.0, 600.0, 15.0,
+                  240.0, imbalance=0.15),
                _c("4 nodes, 5 us / 1 min, 10 min", 12, 4, 2.0, 600.0, 5.0, 60.0),
                _c("2 nodes, 10 us / 3 min, 20 min", 13, 2, 2.0, 1200.0, 10.0, 180.0),
                _c("8 nodes chain, 10 us / 2 min, 10 min", 14, 8, 2.0, 600.0, 10.0, 120.0,
                   topology="chain"),
-               _c("16 nodes, 15 us / 5 min, 10 min", 15, 16, 2.0, 600.0, 15.0, 300.0, spes=1),
+               _c("16 nodes, 15 us / 5 min, 10 min, 16 KiB shift", 15, 16, 2.0, 600.0, 15.0,
+                  300.0, spes=1, shift_bytes=16384),
                Case("foreign hybrid-wander-a", {}, foreign="hybrid-wander-a")],
-        quick=[_c("4 nodes, 15 us / 1 min, 2 min", 11, 4, 2.0, 120.0, 15.0, 60.0),
+        quick=[_c("4 nodes, 15 us / 1 min, 2 min, 15 % imbalance", 11, 4, 2.0, 120.0, 15.0,
+                  60.0, imbalance=0.15),
                _c("8 nodes chain, 10 us / 1 min, 1 min", 14, 8, 2.0, 60.0, 10.0, 60.0,
                   topology="chain"),
                Case("foreign hybrid-wander-a", {}, foreign="hybrid-wander-a")]),
@@ -109,7 +116,8 @@ REGIMES: dict[str, Regime] = {
                _c("2 nodes, 15 us / 1 min, 10 min", 22, 2, 0.2, 600.0, 15.0, 60.0),
                _c("8 nodes chain, 15 us / 4 min, 2 min", 23, 8, 0.2, 120.0, 15.0, 240.0,
                   topology="chain"),
-               _c("16 nodes, 15 us / 2 min, 1 min", 24, 16, 0.2, 60.0, 15.0, 120.0, spes=1)],
+               _c("16 nodes, 15 us / 2 min, 1 min, 16 KiB shift", 24, 16, 0.2, 60.0, 15.0,
+                  120.0, spes=1, shift_bytes=16384)],
         quick=[_c("4 nodes, 15 us / 1 min, 1 min", 21, 4, 0.2, 60.0, 15.0, 60.0),
                _c("16 nodes, 15 us / 1 min, 20 s", 24, 16, 0.2, 20.0, 15.0, 60.0, spes=1)]),
     "short": Regime(
