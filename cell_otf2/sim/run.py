@@ -177,10 +177,14 @@ def _resolve_cluster(o: SimOptions) -> None:
             raise ValueError(msg)
 
 
+#: the options only the cluster workload takes
+CLUSTER_OPTIONS = ("exchange_s", "topology", "halo_bytes", "shift_bytes", "imbalance")
+
+
 def _cluster_only(o: SimOptions) -> None:
     """Options of the cluster workload given to another one."""
-    if o.exchange_s is not None or o.topology != "ring" or o.halo_bytes != 8192 \
-            or o.shift_bytes != 4096 or o.imbalance != 0.01:
+    defaults = SimOptions()
+    if any(getattr(o, k) != getattr(defaults, k) for k in CLUSTER_OPTIONS):
         raise ValueError("--exchange-s, --topology, --halo-bytes, --shift-bytes and "
                          "--imbalance apply to the cluster workload only")
 
@@ -337,6 +341,9 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
                          o.ranks, total_bytes, sum(pr.sched.switches for pr in procs),
                          sum(pr.sched.preemptions for pr in procs), o.phases, per_rank_slots)
     opts_dict = asdict(o)
+    if not w.cluster:  # other workloads' truth.json stays as it was before the cluster one
+        for key in CLUSTER_OPTIONS:
+            del opts_dict[key]
     truth = Truth(
         options=opts_dict, timebase_hz=hz, slot_time=slot_time, slot_reserve=slot_res,
         slot_interval=slot_int, damaged_slots=damaged,
