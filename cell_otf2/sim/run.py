@@ -205,7 +205,8 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     node_of = [r * o.nodes // o.ranks for r in range(o.ranks)]
     t0 = float(rng.integers(50_000_000_000, 500_000_000_000))
     if w.cluster:
-        est = o.phases * (o.exchange_s * hz * (1.0 + o.imbalance) + 200.0 * us) + 1e3 * us
+        # each exchange waits for the slower neighbour: up to speed and jitter both high
+        est = o.phases * (o.exchange_s * hz * (1.0 + 2.0 * o.imbalance) + 200.0 * us) + 1e3 * us
     else:
         est = (o.phases * phase_estimate_us(w, o.chunks) * us * max(1.0, o.spes / o.spus)
                + 1e3 * us)
