@@ -112,6 +112,12 @@ RUNS = {
                                                   spus=4, decrementer_restore="restored")),
     "ps3_timebase": ("fft", 20, dict(spes=6, phases=2, chunks=5, timebase_hz=79_800_000,
                                      spe_buffer_records=4, spus=6)),
+    # the cluster workload (more in tests/test_simulate_cluster.py)
+    "cluster": ("cluster", 21, dict(nodes=2, ranks=4, spes=2, phases=9, exchange_s=0.01,
+                                    wander_us=5.0, wander_period_s=0.05)),
+    "cluster_chain": ("cluster", 22, dict(nodes=3, ranks=3, spes=1, phases=6, chunks=2,
+                                          exchange_s=0.005, topology="chain",
+                                          spe_buffer_records=64)),
 }
 
 

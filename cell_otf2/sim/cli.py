@@ -27,6 +27,12 @@ class WorkloadName(StrEnum):
     blackscholes = "blackscholes"
     julia = "julia"
     hybrid = "hybrid"
+    cluster = "cluster"
+
+
+class Topology(StrEnum):
+    ring = "ring"
+    chain = "chain"
 
 
 class RestoreMode(StrEnum):
@@ -89,6 +95,20 @@ def simulate_command(
         "--compute-s", help="Mean seconds of one SPE compute step (default: the workload's; "
         "hybrid with --chunks 1: MPI exchanges this far apart).")
     ] = None,
+    exchange_s: Annotated[float | None, typer.Option(
+        "--exchange-s", help="cluster: seconds between halo exchanges, filled by the SPE "
+        "compute of one iteration (default 2).")] = None,
+    topology: Annotated[str, typer.Option(
+        callback=choice(Topology), metavar="ring|chain",
+        help="cluster: ring (periodic halo and shift, collectives) or chain (messages only "
+             "between neighbouring nodes, no collectives).")] = Topology.ring.value,
+    halo_bytes: Annotated[int, typer.Option(
+        min=1, help="cluster: bytes of each halo message.")] = 8192,
+    shift_bytes: Annotated[int, typer.Option(
+        min=1, help="cluster: bytes of each message of the one-way shift.")] = 4096,
+    imbalance: Annotated[float, typer.Option(
+        help="cluster: ranks compute at speeds within +-this share, plus as much jitter "
+             "per iteration.")] = 0.01,
     spe_buffer_records: Annotated[int, typer.Option(
         help="Records per SPE Local Store buffer (1 = flush every record).")] = 16,
     spe_buffers: Annotated[int, typer.Option(help="1 or 2 (double buffering).")] = 2,
@@ -133,6 +153,8 @@ def simulate_command(
             drift_segments=drift_segments, wander_us=wander_us,
             wander_period_s=wander_period_s,
             damage=[d.value for d in (damage or [])],
+            exchange_s=exchange_s, topology=topology, halo_bytes=halo_bytes,
+            shift_bytes=shift_bytes, imbalance=imbalance,
         )
         _move_into_place(staging, out_dir, replace)
     except ValueError as exc:

@@ -16,6 +16,7 @@ from .. import format as fmt
 from . import damage as dmg
 from .buffer import KIND_BLOCK, KIND_PPE, KIND_SPE, build_slots
 from .clocks import make_node_clock
+from .cluster import EAGER_LIMIT, TOPOLOGIES, ClusterOptions, ClusterWorld
 from .driver import ProcessOptions, ProcessSim
 from .manifest import build_manifest, node_hardware, node_name
 from .mpi import MpiWorld
@@ -59,6 +60,14 @@ class SimOptions:
     wander_us: float = 0.0  # oscillator wander: a sine of this amplitude on each node's offset
     wander_period_s: float = 240.0  # ... and about this period (+-20 % per node)
     damage: list[str] = field(default_factory=list)
+    # the cluster workload (sim/cluster.py): seconds between halo exchanges (the SPE compute
+    # of one iteration; None: 2), ring or chain topology, message sizes of the halo and of the
+    # one-way shift, and how unevenly ranks compute (per-rank speed and per-iteration jitter)
+    exchange_s: float | None = None
+    topology: str = "ring"
+    halo_bytes: int = 8192
+    shift_bytes: int = 4096
+    imbalance: float = 0.01
 
 
 @dataclass
@@ -89,14 +98,20 @@ def _resolve(o: SimOptions) -> SimOptions:
     if o.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {o.workload!r}; choose one of {sorted(WORKLOADS)}")
     w = _workload(o)
+    if not w.cluster:
+        _cluster_only(o)
     o.spes = o.spes or w.default_spes
     if o.nodes is None:
-        o.nodes = 2 if w.mpi else 1
+        o.nodes = (4 if w.cluster else 2) if w.mpi else 1
     if o.ranks is None:
         o.ranks = 2 * o.nodes if w.mpi else o.nodes
     o.chunks = o.chunks or w.chunks
+    if w.cluster:
+        _resolve_cluster(o)
     if o.phases is None:
-        if o.duration_s is not None:
+        if o.duration_s is not None and w.cluster:
+            o.phases = max(1, int(round(o.duration_s / o.exchange_s)))
+        elif o.duration_s is not None:
             est = phase_estimate_us(w, o.chunks) * 1e-6
             o.phases = max(1, int(round(o.duration_s / est)))
         else:
@@ -134,6 +149,46 @@ def _resolve(o: SimOptions) -> SimOptions:
     return o
 
 
+def _resolve_cluster(o: SimOptions) -> None:
+    """The cluster workload's defaults and checks (before the common ones)."""
+    if o.compute_s is not None:
+        raise ValueError("the cluster workload takes --exchange-s (seconds between halo "
+                         "exchanges) instead of --compute-s")
+    if o.exchange_s is None:
+        o.exchange_s = 2.0
+    if o.drift_segments is None:
+        o.drift_segments = 1  # linear drift (plus any wander)
+    per_node = -(-o.ranks // o.nodes)
+    spus = o.spus or node_hardware(o.timebase_hz)[0] * node_hardware(o.timebase_hz)[1]
+    checks = [
+        (1e-4 <= o.exchange_s <= 3600, "exchange_s must be within 0.0001..3600 seconds"),
+        (o.topology in TOPOLOGIES, f"topology must be one of {', '.join(TOPOLOGIES)}"),
+        (1 <= o.halo_bytes <= 0xFFFFFFFF and 1 <= o.shift_bytes <= EAGER_LIMIT,
+         f"halo_bytes must be within 1..2^32-1 and shift_bytes within 1..{EAGER_LIMIT} "
+         "(the blocking shift is eager)"),
+        (0 <= o.imbalance < 0.5, "imbalance must be within 0..0.5"),
+        (not o.decr_writes, "the cluster workload does not rewrite decrementers"),
+        (spus // per_node >= o.spes,
+         f"the cluster workload gives every context an SPU of its own: {per_node} ranks of "
+         f"{o.spes} contexts need {per_node * o.spes} SPUs on a node, it has {spus}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(msg)
+
+
+#: the options only the cluster workload takes
+CLUSTER_OPTIONS = ("exchange_s", "topology", "halo_bytes", "shift_bytes", "imbalance")
+
+
+def _cluster_only(o: SimOptions) -> None:
+    """Options of the cluster workload given to another one."""
+    defaults = SimOptions()
+    if any(getattr(o, k) != getattr(defaults, k) for k in CLUSTER_OPTIONS):
+        raise ValueError("--exchange-s, --topology, --halo-bytes, --shift-bytes and "
+                         "--imbalance apply to the cluster workload only")
+
+
 def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0,
                  **options: object) -> SimSummary:
     """Write one synthetic run with its truth into ``out_dir`` (created if missing)."""
@@ -149,7 +204,12 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     layout = fmt.BIG if o.byte_order == "B" else fmt.LITTLE
     node_of = [r * o.nodes // o.ranks for r in range(o.ranks)]
     t0 = float(rng.integers(50_000_000_000, 500_000_000_000))
-    est = o.phases * phase_estimate_us(w, o.chunks) * us * max(1.0, o.spes / o.spus) + 1e3 * us
+    if w.cluster:
+        # each exchange waits for the slower neighbour: up to speed and jitter both high
+        est = o.phases * (o.exchange_s * hz * (1.0 + 2.0 * o.imbalance) + 200.0 * us) + 1e3 * us
+    else:
+        est = (o.phases * phase_estimate_us(w, o.chunks) * us * max(1.0, o.spes / o.spus)
+               + 1e3 * us)
     clocks = []
     for i in range(o.nodes):
         start_tb = t0 if i == 0 else int(rng.integers(50_000_000_000, 500_000_000_000))
@@ -174,12 +234,19 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
         pr.start(ts)
         t_start.append(ts)
         procs.append(pr)
-    world = MpiWorld(procs, node_of, np.random.default_rng([o.seed, 2])) if w.mpi else None
-    for p in range(o.phases):
-        for pr in procs:
-            pr.phase(p)
-        if world is not None:
-            world.phase(p)
+    world: MpiWorld | ClusterWorld | None = None
+    if w.cluster:
+        world = ClusterWorld(procs, node_of, np.random.default_rng([o.seed, 2]), ClusterOptions(
+            o.phases, o.exchange_s * hz, o.chunks, o.topology, o.halo_bytes, o.shift_bytes,
+            o.imbalance), w.loop)
+        world.run()
+    else:
+        world = MpiWorld(procs, node_of, np.random.default_rng([o.seed, 2])) if w.mpi else None
+        for p in range(o.phases):
+            for pr in procs:
+                pr.phase(p)
+            if world is not None:
+                world.phase(p)
     for pr in procs:
         pr.finish()
         if o.poll_s > 0:
@@ -275,6 +342,9 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
                          o.ranks, total_bytes, sum(pr.sched.switches for pr in procs),
                          sum(pr.sched.preemptions for pr in procs), o.phases, per_rank_slots)
     opts_dict = asdict(o)
+    if not w.cluster:  # other workloads' truth.json stays as it was before the cluster one
+        for key in CLUSTER_OPTIONS:
+            del opts_dict[key]
     truth = Truth(
         options=opts_dict, timebase_hz=hz, slot_time=slot_time, slot_reserve=slot_res,
         slot_interval=slot_int, damaged_slots=damaged,
@@ -308,22 +378,38 @@ def _collect_intervals(rank: int, node: int, pr: ProcessSim, meta: np.ndarray,
         out.append(rows)
 
 
-def _messages(world: MpiWorld | None, recs_by_rank: dict[int, np.ndarray],
+def _messages(world: MpiWorld | ClusterWorld | None, recs_by_rank: dict[int, np.ndarray],
               uid_slot: dict[int, np.ndarray]) -> np.ndarray:
-    if world is None:
+    """The truth's message rows, in the order the world matched them; a message whose send
+    or receive record is gone (damage) or has no slot is left out."""
+    if world is None or not world.messages:
         return np.zeros(0, MESSAGE_DTYPE)
-    rows = []
-    for sr, su, rr, ru in world.messages:
-        srecs = recs_by_rank[sr]
-        i = int(np.searchsorted(srecs["uid"], su))
-        if i >= len(srecs) or srecs["uid"][i] != su:
-            continue
-        ss = uid_slot[sr][su] if su < len(uid_slot[sr]) else -1
-        rs = uid_slot[rr][ru] if ru < len(uid_slot[rr]) else -1
-        if ss < 0 or rs < 0:
-            continue
-        rows.append((sr, ss, rr, rs, float(srecs["t"][i]), float(srecs["done"][i])))
-    return np.array(rows, MESSAGE_DTYPE)
+    m = np.array(world.messages, dtype=np.int64).reshape(-1, 4)
+    keep = np.ones(len(m), bool)
+    t_send = np.full(len(m), np.nan)
+    t_arrive = np.full(len(m), np.nan)
+    slots = np.full((len(m), 2), -1, np.int64)
+    for side, (rank_col, uid_col) in enumerate(((0, 1), (2, 3))):
+        for r in np.unique(m[:, rank_col]).tolist():
+            sel = np.flatnonzero(m[:, rank_col] == r)
+            uid = m[sel, uid_col]
+            if side == 0:  # the send record must still exist (damage may remove records)
+                recs = recs_by_rank[r]
+                i = np.searchsorted(recs["uid"], uid)
+                found = i < len(recs)
+                found[found] = recs["uid"][i[found]] == uid[found]
+                keep[sel[~found]] = False
+                t_send[sel[found]] = recs["t"][i[found]]
+                t_arrive[sel[found]] = recs["done"][i[found]]
+            table = uid_slot[r]
+            inside = uid < len(table)
+            slots[sel[inside], side] = table[uid[inside]]
+    keep &= (slots[:, 0] >= 0) & (slots[:, 1] >= 0)
+    rows = np.zeros(int(keep.sum()), MESSAGE_DTYPE)
+    rows["send_rank"], rows["send_slot"] = m[keep, 0], slots[keep, 0]
+    rows["recv_rank"], rows["recv_slot"] = m[keep, 2], slots[keep, 1]
+    rows["t_send"], rows["t_arrive"] = t_send[keep], t_arrive[keep]
+    return rows
 
 
 __all__ = ["SimOptions", "SimSummary", "simulate_run"]

@@ -1,7 +1,7 @@
 """Workload shapes (Cell SDK benchmark-like) and the manifest ids they use: a ``Workload`` fixes the
 SPE loop (``bodies.LoopSpec``), chunks per phase, the values the PPE writes into each inbound
-mailbox at a release and which extras run (PPE signals, SPE-to-SPE DMA and SNDSIG, MPI). This
-module holds data only."""
+mailbox at a release and which extras run (PPE signals, SPE-to-SPE DMA and SNDSIG, MPI), or marks
+the iteration-synchronous ``cluster`` program (``cluster.py``). This module holds data only."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ class Workload:
     mpi: bool
     default_phases: int
     default_spes: int
+    #: iterations of the cluster program (``cluster.py``) instead of mailbox-barrier phases
+    cluster: bool = False
 
 
 def _loop(get_op, put_op, nbytes, elems, compute, get_lat, put_lat, flops):
@@ -63,6 +65,10 @@ WORKLOADS: dict[str, Workload] = {
                                      (2.0, 5.0), 4 * 10**6), 16, 2, False, True, False, 6, 8),
     "hybrid": Workload("hybrid", _loop(M.GET, M.PUT, 16384, (0, 0), (20.0, 0.2), (1.0, 3.0),
                                        (1.0, 3.0), 81920), 16, 2, False, False, True, 6, 4),
+    # compute_us is set from --exchange-s; one DMA-get / compute / DMA-put round by default
+    "cluster": Workload("cluster", _loop(M.GET, M.PUT, 16384, (0, 0), (2e6, 0.0), (1.0, 3.0),
+                                         (1.0, 3.0), 81920), 1, 1, False, False, True, 16, 2,
+                        cluster=True),
 }
 
 

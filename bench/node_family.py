@@ -1,0 +1,285 @@
+"""Node clocks on cluster runs (issue 26): a sweep of the simulator's ``cluster`` family plus the
+foreign runs, each converted by this checkout's ``cell2otf2`` and judged from the archive read
+back (``cellbench.nodetruth``).
+
+Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
+- linear: drift up to 50 ppm, no wander, exchanges every 2-5 s, 10-20 min, 2-16 nodes, ring
+  and chain, ranks 1 % or 15 % uneven, the one-way shift faster or slower than the halo; with
+  the foreign run ``hybrid-linear-b``;
+- wander: a sine of 5-15 us over 1-5 min on top, exchanges every 2 s; with ``hybrid-wander-a``;
+- dense: exchanges every 0.2 s with 15 us of wander;
+- short: runs of 10 ms to under a second.
+
+Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
+this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
+terminal, gives the stage times, and the "mpi" stage holds the node fit), then the evaluator.
+Per regime it prints the worst case of each number against the issue's targets: no reversed
+pair read back and the summary's count equal to the archive's, the bound containing the truth
+at every event, RMS / max error (linear <= 0.2 / 0.5 us; wander <= 0.5 / 3 us, <= 2 us away
+from the first and last 20 s; dense <= 0.15 / 1 us), and for short runs no node rate at the
++-200 ppm limit and finite bounds. It prints numbers and PASS/FAIL; it asserts nothing.
+
+    python bench/node_family.py [--quick] [--regimes linear,short] [--keep DIR]
+        [--foreign DIR] [--no-foreign]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the converter and simulator of this checkout
+sys.path.insert(0, str(ROOT / "bench"))
+
+from cellbench.nodetruth import evaluate  # noqa: E402
+
+FOREIGN = ROOT.parent / "shared" / "foreign-runs"
+RATE_LIMIT_PPM = 200.0
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    options: dict  # simulate_run options (workload cluster); empty for a foreign run
+    seed: int = 1
+    foreign: str = ""  # a foreign run's folder name
+
+
+@dataclass(frozen=True)
+class Targets:
+    rms_us: float | None = None
+    max_us: float | None = None
+    max_away_us: float | None = None
+    short: bool = False  # rates off the limit, bounds finite
+
+
+@dataclass
+class Regime:
+    what: str
+    targets: Targets
+    cases: list[Case] = field(default_factory=list)
+    quick: list[Case] = field(default_factory=list)
+
+
+def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
+       wander_us: float = 0.0, period_s: float = 240.0, topology: str = "ring",
+       spes: int = 2, imbalance: float = 0.01, shift_bytes: int = 4096) -> Case:
+    """A cluster run of 2 ranks per node, drift up to 50 ppm."""
+    return Case(name, dict(nodes=nodes, ranks=2 * nodes, spes=spes, exchange_s=exchange_s,
+                           duration_s=duration_s, wander_us=wander_us,
+                           wander_period_s=period_s, topology=topology, max_ppm=50.0,
+                           imbalance=imbalance, shift_bytes=shift_bytes), seed)
+
+
+REGIMES: dict[str, Regime] = {
+    "linear": Regime(
+        "linear drift, exchanges every 2-5 s", Targets(0.2, 0.5),
+        cases=[_c("4 nodes, 2 s, 10 min", 1, 4, 2.0, 600.0),
+               _c("4 nodes, 5 s, 20 min", 2, 4, 5.0, 1200.0),
+               _c("2 nodes, 3 s, 10 min, 15 % imbalance", 3, 2, 3.0, 600.0, imbalance=0.15),
+               _c("8 nodes chain, 2 s, 10 min", 4, 8, 2.0, 600.0, topology="chain"),
+               _c("16 nodes, 4 s, 5 min, 16 KiB shift", 5, 16, 4.0, 300.0, spes=1,
+                  shift_bytes=16384),
+               Case("foreign hybrid-linear-b", {}, foreign="hybrid-linear-b")],
+        quick=[_c("4 nodes, 2 s, 1 min", 1, 4, 2.0, 60.0),
+               _c("8 nodes chain, 3 s, 1 min", 4, 8, 3.0, 60.0, topology="chain"),
+               Case("foreign hybrid-linear-b", {}, foreign="hybrid-linear-b")]),
+    "wander": Regime(
+        "wander 5-15 us, exchanges every 2 s", Targets(0.5, 3.0, 2.0),
+        cases=[_c("4 nodes, 15 us / 4 min, 10 min, 15 % imbalance", 11, 4, 2.0, 600.0, 15.0,
+                  240.0, imbalance=0.15),
+               _c("4 nodes, 5 us / 1 min, 10 min", 12, 4, 2.0, 600.0, 5.0, 60.0),
+               _c("2 nodes, 10 us / 3 min, 20 min", 13, 2, 2.0, 1200.0, 10.0, 180.0),
+               _c("8 nodes chain, 10 us / 2 min, 10 min", 14, 8, 2.0, 600.0, 10.0, 120.0,
+                  topology="chain"),
+               _c("16 nodes, 15 us / 5 min, 10 min, 16 KiB shift", 15, 16, 2.0, 600.0, 15.0,
+                  300.0, spes=1, shift_bytes=16384),
+               Case("foreign hybrid-wander-a", {}, foreign="hybrid-wander-a")],
+        quick=[_c("4 nodes, 15 us / 1 min, 2 min, 15 % imbalance", 11, 4, 2.0, 120.0, 15.0,
+                  60.0, imbalance=0.15),
+               _c("8 nodes chain, 10 us / 1 min, 1 min", 14, 8, 2.0, 60.0, 10.0, 60.0,
+                  topology="chain"),
+               Case("foreign hybrid-wander-a", {}, foreign="hybrid-wander-a")]),
+    "dense": Regime(
+        "exchanges every 0.2 s, 15 us wander", Targets(0.15, 1.0),
+        cases=[_c("4 nodes, 15 us / 2 min, 5 min", 21, 4, 0.2, 300.0, 15.0, 120.0),
+               _c("2 nodes, 15 us / 1 min, 10 min", 22, 2, 0.2, 600.0, 15.0, 60.0),
+               _c("8 nodes chain, 15 us / 4 min, 2 min", 23, 8, 0.2, 120.0, 15.0, 240.0,
+                  topology="chain"),
+               _c("16 nodes, 15 us / 2 min, 1 min, 16 KiB shift", 24, 16, 0.2, 60.0, 15.0,
+                  120.0, spes=1, shift_bytes=16384)],
+        quick=[_c("4 nodes, 15 us / 1 min, 1 min", 21, 4, 0.2, 60.0, 15.0, 60.0),
+               _c("16 nodes, 15 us / 1 min, 20 s", 24, 16, 0.2, 20.0, 15.0, 60.0, spes=1)]),
+    "short": Regime(
+        "runs shorter than a second", Targets(short=True),
+        cases=[_c("4 nodes, 0.5 s, every 20 ms", 31, 4, 0.02, 0.5),
+               _c("2 nodes, 0.1 s, every 10 ms", 32, 2, 0.01, 0.1),
+               _c("2 nodes, 10 ms, one exchange", 33, 2, 0.01, 0.01),
+               _c("8 nodes chain, 0.8 s, every 50 ms, 10 us wander", 34, 8, 0.05, 0.8, 10.0,
+                  60.0, topology="chain"),
+               _c("16 nodes, 0.3 s, every 30 ms", 35, 16, 0.03, 0.3, spes=1)],
+        quick=[_c("4 nodes, 0.5 s, every 20 ms", 31, 4, 0.02, 0.5),
+               _c("2 nodes, 10 ms, one exchange", 33, 2, 0.01, 0.01),
+               _c("8 nodes chain, 0.3 s, every 30 ms", 34, 8, 0.03, 0.3, topology="chain")]),
+}
+
+_STAGES = re.compile(r"wall time ([\d.]+)s \((.*) s\)")
+
+
+def convert(run: Path, out: Path) -> tuple[Path, Path, dict[str, float], int]:
+    """This checkout's cell2otf2 on ``run``: (archive, report, stage seconds, exit status)."""
+    out.mkdir(parents=True, exist_ok=True)
+    anchor, report = out / "trace.otf2", out / "sync.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.run([sys.executable, "-m", "cell_otf2", str(run), "-o", str(anchor),
+                           "--report", str(report), "--force"], capture_output=True, text=True,
+                          env=env)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"cell2otf2 {run} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    stages: dict[str, float] = {}
+    m = _STAGES.search(proc.stdout)
+    if m:
+        stages["wall"] = float(m.group(1))
+        for part in m.group(2).split(","):
+            name, _, secs = part.strip().rpartition(" ")
+            stages[name] = float(secs)
+    return anchor, report, stages, proc.returncode
+
+
+def fit_seconds(stages: dict[str, float]) -> float:
+    """The node fit's seconds as the summary exposes them: a stage named after the fit if
+    there is one, else the "mpi" stage (MPI matching and the node fit)."""
+    for name, secs in stages.items():
+        if "fit" in name:
+            return secs
+    return stages.get("mpi", math.nan)
+
+
+def measure(case: Case, work: Path, foreign: Path) -> dict:
+    from cell_otf2.sim.run import simulate_run
+
+    slug = re.sub(r"[^a-z0-9]+", "-", case.name.lower()).strip("-")
+    if case.foreign:
+        run = foreign / case.foreign
+    else:
+        run = work / f"{slug}-seed{case.seed}"
+        if not (run / "run.json").exists():
+            simulate_run(run, "cluster", case.seed, **case.options)
+    t0 = time.perf_counter()
+    anchor, report, stages, status = convert(run, work / "archives" / slug)
+    res = evaluate(run, anchor, report)
+    res.update(case=case.name, fit_s=fit_seconds(stages), stages=stages, exit_status=status,
+               convert_s=time.perf_counter() - t0,
+               max_rate_ppm=max((abs(n["rate_ppm"]) for n in res["nodes"]), default=0.0))
+    print(f"  {case.name}: {res['seconds']:.1f} s, {res['events']} events; RMS "
+          f"{res['rms_us']:.3f} / max {res['max_us']:.3f} us (away {res['max_away_us']:.3f}); "
+          f"{res['outside_bound']} outside the bound; reversed {res['reversed_mpi']} MPI "
+          f"{res['reversed_mailbox']} mailbox {res['reversed_dma']} DMA, summary "
+          f"{res['order_violations']}; {res['mpi_under_1_tick']} MPI < 1 tick; max |rate| "
+          f"{res['max_rate_ppm']:.1f} ppm; mpi+fit {res['fit_s']:.2f} s", flush=True)
+    if res["reversed_mpi_by_nodes"]:
+        print("    reversed MPI by nodes: " + ", ".join(
+            f"{k} {v}" for k, v in res["reversed_mpi_by_nodes"].items()), flush=True)
+    return res
+
+
+def _worst(rows: list[dict], key: str) -> tuple[float, str]:
+    vals = [(r[key], r["case"]) for r in rows if not (isinstance(r[key], float)
+                                                      and math.isnan(r[key]))]
+    return max(vals) if vals else (math.nan, "-")
+
+
+def regime_report(name: str, regime: Regime, rows: list[dict]) -> list[str]:
+    """The worst case of each number over the regime's runs, against its targets."""
+    t = regime.targets
+    out = [f"{name}: {regime.what} ({len(rows)} runs)"]
+
+    def line(ok: bool, text: str) -> None:
+        out.append(f"  {'PASS' if ok else 'FAIL'}: {text}")
+
+    rev, rev_case = _worst(rows, "reversed_total")
+    line(rev == 0, f"reversed pairs read back: worst {rev:g} ({rev_case}); MPI "
+                   f"{_worst(rows, 'reversed_mpi')[0]:g}, mailbox "
+                   f"{_worst(rows, 'reversed_mailbox')[0]:g}, DMA "
+                   f"{_worst(rows, 'reversed_dma')[0]:g}")
+    off = [r for r in rows if not r["counts_agree"]]
+    line(not off, "summary count == archive count" + (": " + "; ".join(
+        f"{r['case']}: summary {r['order_violations']}, archive {r['reversed_total']}"
+        for r in off) if off else " in every run"))
+    outside, o_case = _worst(rows, "outside_bound")
+    line(outside == 0, f"bound contains the truth at every event: worst {outside:g} events "
+                       f"outside ({o_case}); "
+                       f"{sum(r['outside_bound'] for r in rows)} in all")
+    rms, rms_case = _worst(rows, "rms_us")
+    mx, mx_case = _worst(rows, "max_us")
+    mxa, mxa_case = _worst(rows, "max_away_us")
+    if t.rms_us is not None:
+        line(rms <= t.rms_us, f"RMS {rms:.3f} us <= {t.rms_us} ({rms_case})")
+        line(mx <= t.max_us, f"max {mx:.3f} us <= {t.max_us} ({mx_case})")
+        if t.max_away_us is not None:
+            line(mxa <= t.max_away_us,
+                 f"max away from the first/last 20 s {mxa:.3f} us <= {t.max_away_us} "
+                 f"({mxa_case})")
+        else:
+            out.append(f"  info: max away from the first/last 20 s {mxa:.3f} us ({mxa_case})")
+    else:
+        out.append(f"  info: RMS {rms:.3f} us ({rms_case}), max {mx:.3f} us ({mx_case})")
+    if t.short:
+        at_limit = [r["case"] for r in rows
+                    if r["max_rate_ppm"] >= RATE_LIMIT_PPM * (1 - 1e-6)]
+        line(not at_limit, f"no node rate at +-{RATE_LIMIT_PPM:g} ppm: worst "
+                           f"{_worst(rows, 'max_rate_ppm')[0]:.1f} ppm"
+                           + (f" ({', '.join(at_limit)})" if at_limit else ""))
+        infinite = [r["case"] for r in rows if not r["bounds_finite"]]
+        line(not infinite, "bounds finite" + (f": not in {', '.join(infinite)}"
+                                               if infinite else ""))
+    fit, fit_case = _worst(rows, "fit_s")
+    out.append(f"  info: MPI matching + node fit at most {fit:.2f} s ({fit_case}); MPI "
+               f"messages under 1 tick at most {_worst(rows, 'mpi_under_1_tick')[0]:g}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the short variants (10 s - 2 min)")
+    ap.add_argument("--regimes", default="", help="comma list of regime names (default all)")
+    ap.add_argument("--keep", type=Path, help="keep runs and archives here (runs reused)")
+    ap.add_argument("--foreign", type=Path, default=FOREIGN, help="the foreign runs' folder")
+    ap.add_argument("--no-foreign", action="store_true", help="skip the foreign runs")
+    args = ap.parse_args()
+    want = [w for w in args.regimes.split(",") if w]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="node-family-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report: list[str] = []
+    t0 = time.perf_counter()
+    try:
+        for name, regime in REGIMES.items():
+            if want and name not in want:
+                continue
+            cases = regime.quick if args.quick else regime.cases
+            cases = [c for c in cases if not c.foreign or (
+                not args.no_foreign and (args.foreign / c.foreign / "run.json").is_file())]
+            print(f"{name}: {regime.what}", flush=True)
+            rows = [measure(c, work, args.foreign) for c in cases]
+            report += regime_report(name, regime, rows)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print("\n".join(report))
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
