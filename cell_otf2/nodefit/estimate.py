@@ -1,12 +1,12 @@
-"""The node fit's estimate: every node's offset curve to the reference, centred on the
-near-fastest messages of symmetric kinds. Messages of one kind (the same communicator and size)
-between two nodes are taken to have the same least latency both ways, so per window the
-fastest message of each direction leaves the two nodes' offset difference at the middle of
-their two delays; a least-squares solve over the node pairs of each window gives every node's
-offset (nodes reached through others included), and a smoother across the windows (a
-constant, a line, or a penalized piecewise-linear curve, whichever cross-validates best while
-simplest) makes the curve. Rounds re-centre on the last round's curves. It keeps no message
-ordered (``hard.py`` does) and reads no files."""
+"""The node fit's estimate: every node's offset curve to the reference, centred on the timely
+messages of symmetric kinds (messages of one kind, the same communicator and size, between two
+nodes are taken to have the same least latency both ways). First a straight line per node
+from each kind's lower support lines of the delays both ways over the whole run (or, for a
+node they do not pin, from the middle of its guaranteed envelope; coarse windows if neither
+reaches it); then rounds of one least-squares problem over every timely message of every node
+pair at once, each node's correction piecewise linear on a grid of windows with a penalty on
+its second differences chosen by cross-validation (a line where a line is as good). It keeps
+no message ordered (``hard.py`` does) and reads no files."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from scipy.sparse.linalg import spsolve
 from .points import ORDER_ONLY, FitOptions, by_node
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
-_LAMBDAS = tuple(10.0 ** k for k in range(8, -2, -1))
+_LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
 
 
 @dataclass
@@ -61,9 +61,11 @@ def offsets_at(curves_knots: list[np.ndarray | None], curves_values: list[np.nda
 
 
 def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
-             o: FitOptions) -> Curves:
+             o: FitOptions, prior: list[tuple[np.ndarray, np.ndarray] | None] | None = None
+             ) -> Curves:
     """Every node's curve from the symmetric kinds among ``pts`` (POINT_DTYPE; ``c`` the rough
-    offsets: reference ~ timebase + c; ``hz`` ticks per second)."""
+    offsets: reference ~ timebase + c; ``hz`` ticks per second). ``prior``: per node a first
+    curve (knots, offsets beyond ``x + c``) for the nodes the support lines do not pin."""
     a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     fwd = a == lo
@@ -86,48 +88,50 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     ta, tb = pts["ta"][keep], pts["tb"][keep]
     u0, u1 = float(u.min()), float(u.max())
     span = max(u1 - u0, 1.0)
-    n_target = max(1, int(np.ceil(span / _window_width(group * 2 + (~fwd), u, span, o))))
-    # coarse to fine: few long windows first (their fastest messages are never all late, and
-    # the rate they give lets the finer windows' fastest messages be told from late ones)
-    schedule = [k for k in (4 ** np.arange(1, 12)).tolist() if k < n_target] + [n_target] * 2
     knots: list[np.ndarray | None] = [None] * n_nodes
     values: list[np.ndarray | None] = [None] * n_nodes
     reached = np.zeros(n_nodes, dtype=bool)
     late_ticks = o.outlier_us * 1e-6 * hz
-    for n_win in schedule:
-        width = span / n_win
-        centers = u0 + (np.arange(n_win) + 0.5) * width
-        win = np.clip(((u - u0) // width).astype(np.int64), 0, n_win - 1)
-        key = (group * n_win + win) * 2 + (~fwd)
-        r = (tb + c[b] + offsets_at(knots, values, b, tb)) - (
-            ta + c[a] + offsets_at(knots, values, a, ta))
-        order = np.lexsort((r, key))
-        ks, rs = key[order], r[order]
-        first = np.r_[True, ks[1:] != ks[:-1]]
-        ks, rs, at = ks[first], rs[first], order[first]  # per (group, window, direction)
-        # the coarse windows hold many messages each way; once the map is near, a window
-        # whose fastest message one way is far behind its neighbours' came late
-        fast = (_near_fastest(ks, rs, n_win, late_ticks) if n_win == n_target
-                else np.ones(ks.size, dtype=bool))
-        pair = np.flatnonzero((ks[:-1] % 2 == 0) & (ks[1:] == ks[:-1] + 1) & fast[:-1]
-                              & fast[1:])
-        gw = ks[pair] // 2
-        delta = 0.5 * (rs[pair] - rs[pair + 1])  # error of (hi - lo) under the curves
-        e, linked = _window_offsets(gw % n_win, lo[at[pair]], hi[at[pair]], delta, n_win,
-                                    n_nodes, ref)
-        curves.samples = int(gw.size)
+    # first a straight line per node from the lower support lines of every kind's delays in
+    # each direction over the whole run: late receives lie above them, and a drift that a
+    # window's fastest messages would turn into a bias is taken out before any window
+    r = (tb + c[b]) - (ta + c[a])
+    tbar = 0.5 * (u0 + u1)
+    gk, d0, beta, support = _support_lines(group, fwd, u - tbar, r, late_ticks)
+    # a line is pinned by three messages on it each way at least (two make any line)
+    pinned = np.where(support >= 3, support, 0.0)
+    if gk.size:
+        ends = np.array([u0, u1])
+        gw = np.repeat([0, 1], gk.size)  # window 0: the run's start, 1: its end
+        delta = np.r_[d0 + beta * (u0 - tbar), d0 + beta * (u1 - tbar)]
+        pair = np.r_[gk, gk] // kinds.size
+        e, linked = _window_offsets(gw, pair // n_nodes, pair % n_nodes, delta, 2, n_nodes,
+                                    ref, np.r_[pinned, pinned])
         for n in range(n_nodes):
-            if n == ref or not linked[:, n].any():
-                continue
-            reached[n] = True
-            x = centers - c[n]
-            cur = (curve_at(knots[n], values[n], x) if knots[n] is not None
-                   else np.zeros(n_win))
-            y = cur - np.where(linked[:, n], e[:, n], 0.0)
-            knots[n] = x
-            values[n], curves.model[n], curves.error[n] = smooth(
-                y, linked[:, n].astype(float), o, late_ticks)
-    curves.windows, curves.window_ticks = schedule[-1], span / schedule[-1]
+            if n != ref and linked[:, n].all():
+                knots[n], values[n] = ends - c[n], -e[:, n]
+                curves.model[n] = "line"
+    for n in range(n_nodes):
+        if knots[n] is None and prior is not None and prior[n] is not None and n != ref:
+            knots[n], values[n] = prior[n]
+            curves.model[n] = "line"
+    # with every node on a line, a window's fastest message is told from a late one from
+    # the first window on; else only once the rounds have reached the final windows
+    lines = all(knots[n] is not None for n in np.unique(np.r_[lo, hi]).tolist() if n != ref)
+    if not lines:
+        # coarse to fine: few long windows first (their fastest messages are never all late,
+        # and the rate they give lets the finer windows' fastest messages be told from late
+        # ones)
+        n_target = max(1, int(np.ceil(span / _window_width(group * 2 + (~fwd), u, span, o))))
+        schedule = [k for k in (2 ** np.arange(0, 24)).tolist() if k < n_target] + [n_target]
+        for n_win in schedule:
+            _window_round(n_win, span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots,
+                          values, reached, curves, n_nodes, ref, o, late_ticks)
+    for n in range(n_nodes):
+        reached[n] |= knots[n] is not None and n != ref
+    if all(reached[n] for n in np.unique(np.r_[lo, hi]).tolist() if n != ref):
+        _joint_rounds(span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots, values,
+                      curves, n_nodes, ref, o, late_ticks, hz)
     for n in range(n_nodes):
         if not reached[n]:
             knots[n] = values[n] = None
@@ -135,29 +139,241 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     return curves
 
 
-def _near_fastest(ks: np.ndarray, rs: np.ndarray, n_win: int, late: float,
-                  half: int = 2) -> np.ndarray:
-    """Per (group, window, direction) fastest delay ``rs`` (keys ``ks`` ascending): whether
-    it is within ``late`` of the fastest of the same group and direction over the ``half``
-    windows on either side (else every message of that window and direction came late)."""
-    gd = (ks // 2 // n_win) * 2 + ks % 2
-    w = (ks // 2) % n_win
-    ugd, inv = np.unique(gd, return_inverse=True)
-    grid = np.full((ugd.size, n_win + 2 * half), np.inf)
-    grid[inv, w + half] = rs
-    lows = np.lib.stride_tricks.sliding_window_view(grid, 2 * half + 1, axis=1).min(axis=2)
-    return rs <= lows[inv, w] + late
+def _window_round(n_win: int, span: float, u0: float, u: np.ndarray, group: np.ndarray,
+                  fwd: np.ndarray, lo: np.ndarray, hi: np.ndarray, ta: np.ndarray,
+                  tb: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                  knots: list, values: list, reached: np.ndarray, curves: Curves,
+                  n_nodes: int, ref: int, o: FitOptions, late_ticks: float) -> None:
+    """One coarse round: per window the fastest message each way of every kind centres the
+    node pair; the curves gain the smoothed correction (for nodes no support line pins)."""
+    width = span / n_win
+    centers = u0 + (np.arange(n_win) + 0.5) * width
+    win = np.clip(((u - u0) // width).astype(np.int64), 0, n_win - 1)
+    key = (group * n_win + win) * 2 + (~fwd)
+    r = (tb + c[b] + offsets_at(knots, values, b, tb)) - (
+        ta + c[a] + offsets_at(knots, values, a, ta))
+    order = np.lexsort((r, key))
+    ks, rs = key[order], r[order]
+    first = np.r_[True, ks[1:] != ks[:-1]]
+    ks, rs, at = ks[first], rs[first], order[first]  # per (group, window, direction)
+    pair = np.flatnonzero((ks[:-1] % 2 == 0) & (ks[1:] == ks[:-1] + 1))
+    gw = ks[pair] // 2
+    delta = 0.5 * (rs[pair] - rs[pair + 1])  # error of (hi - lo) under the curves
+    e, linked = _window_offsets(gw % n_win, lo[at[pair]], hi[at[pair]], delta, n_win,
+                                n_nodes, ref)
+    curves.samples = int(gw.size)
+    for n in range(n_nodes):
+        if n == ref or not linked[:, n].any():
+            continue
+        reached[n] = True
+        x = centers - c[n]
+        # the correction is smoothed, not the curve: a coarse round's constant keeps
+        # the rate the rounds before found
+        step, model, curves.error[n] = smooth(-np.where(linked[:, n], e[:, n], 0.0),
+                                              linked[:, n].astype(float), o, late_ticks)
+        # the curve so far plus the step (piecewise linear on this round's windows)
+        kn = x if knots[n] is None else np.union1d(knots[n], x)
+        base = (curve_at(knots[n], values[n], kn) if knots[n] is not None
+                else np.zeros(kn.size))
+        knots[n], values[n] = kn, base + curve_at(x, step, kn)
+        if curves.model[n] != "smooth":
+            curves.model[n] = "line" if model in ("constant", "line") else model
 
 
-def _both_ways(kind: np.ndarray, lo: np.ndarray, hi: np.ndarray, fwd: np.ndarray,
-               n_nodes: int) -> np.ndarray:
-    """Per point: its node pair has messages of its kind both ways."""
-    key = ((lo * n_nodes + hi) * 2 + fwd).astype(np.int64)
-    kinds, kid = np.unique(kind, return_inverse=True)
-    full = key * kinds.size + kid.ravel()
-    seen = np.unique(full)
-    other = ((lo * n_nodes + hi) * 2 + ~fwd).astype(np.int64) * kinds.size + kid.ravel()
-    return (kind != ORDER_ONLY) & np.isin(other, seen)
+def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd: np.ndarray,
+                  lo: np.ndarray, hi: np.ndarray, ta: np.ndarray, tb: np.ndarray,
+                  a: np.ndarray, b: np.ndarray, c: np.ndarray, knots: list, values: list,
+                  curves: Curves, n_nodes: int, ref: int, o: FitOptions, late_ticks: float,
+                  hz: float) -> None:
+    """The final rounds: every timely message (within ``timely_us`` of its direction's
+    fastest in its window, and the window not one whose messages that way all came late)
+    is an equation ``delay = least latency of its kind and node pair +- (E_hi - E_lo)(t)``,
+    E each node's correction, piecewise linear on a grid of windows with a penalty on its
+    second differences; least squares over all of them at once (nodes reached through
+    others included, no need for both directions in one window). The penalty is chosen by
+    cross-validation over interleaved windows, the straightest within ``simpler_within`` of
+    the best; a robust refit drops messages far off."""
+    d_key = group * 2 + (~fwd)
+    r = _residuals(ta, tb, a, b, c, knots, values)
+    gmin = np.full(int(d_key.max()) + 1, np.inf)
+    np.minimum.at(gmin, d_key, r)
+    timely = r <= gmin[d_key] + 4.0 * late_ticks
+    width = _window_width(d_key[timely], u[timely], span, o)
+    n_k = int(min(max(1, np.ceil(span / width)), o.max_knots))
+    width = span / n_k
+    nodes = [n for n in range(n_nodes) if n != ref and knots[n] is not None]
+    col_of = np.full(n_nodes, -1)
+    col_of[nodes] = np.arange(len(nodes))
+    _, g_inv = np.unique(group, return_inverse=True)
+    g_inv = g_inv.ravel()
+    n_e = len(nodes) * n_k
+    n_x = n_e + int(g_inv.max()) + 1
+    pos = np.clip((u - u0) / width - 0.5, 0.0, max(n_k - 1.0, 0.0))
+    j0 = np.minimum(pos.astype(np.int64), max(n_k - 2, 0))
+    frac = pos - j0 if n_k > 1 else np.zeros(u.size)
+    sign = np.where(fwd, 1.0, -1.0)
+    pen = _penalty(len(nodes), n_k, n_x)
+    win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
+    timely_ticks = o.timely_us * 1e-6 * hz
+    key = d_key * n_k + win
+    strength: float | None = None
+    for _ in range(max(1, o.rounds)):
+        r = _residuals(ta, tb, a, b, c, knots, values)
+        floor = np.full(int(key.max()) + 1, np.inf)
+        np.minimum.at(floor, key, r)
+        gmin = np.full(int(d_key.max()) + 1, np.inf)
+        np.minimum.at(gmin, d_key, r)
+        use = (r <= floor[key] + timely_ticks) & (floor[key] <= gmin[d_key] + 4 * late_ticks)
+        rows = np.flatnonzero(use)
+        if rows.size == 0:
+            return
+        mat = _design(rows, lo, hi, sign, j0, frac, g_inv, col_of, n_k, n_x)
+        rhs = r[rows]
+        if strength is None:  # chosen once: later rounds only refine the centring
+            strength = _choose(mat, rhs, pen, win[rows], o)
+        x = _solve(mat, rhs, pen, strength)
+        res = mat @ x - rhs
+        scale = 1.4826 * float(np.median(np.abs(res)))
+        keep = np.abs(res) <= max(5.0 * scale, 1.0)
+        if not keep.all() and keep.sum() > n_x:
+            x = _solve(mat[keep], rhs[keep], pen, strength)
+            res = mat[keep] @ x - rhs[keep]
+        e = x[:n_e].reshape(len(nodes), n_k)
+        sigma = float(np.sqrt(np.mean(res ** 2)))
+        model = "line" if strength >= _LAMBDAS[0] else "smooth"
+        for i, n in enumerate(nodes):
+            grid = u0 + (np.arange(n_k) + 0.5) * width - c[n]
+            kn = np.union1d(knots[n], grid)
+            step = curve_at(grid, -e[i], kn)
+            values[n] = curve_at(knots[n], values[n], kn) + step
+            knots[n] = kn
+            n_rows = int(np.count_nonzero((lo[rows] == n) | (hi[rows] == n)))
+            dof = 2.0 if model == "line" else max(2.0, n_k * 0.25)
+            curves.error[n] = sigma * np.sqrt(min(dof, n_rows) / max(n_rows, 1))
+            if curves.model[n] != "smooth":
+                curves.model[n] = model
+        curves.samples = int(rows.size)
+    curves.windows, curves.window_ticks = n_k, width
+
+
+def _residuals(ta: np.ndarray, tb: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+               knots: list, values: list) -> np.ndarray:
+    """Every message's delay under the curves (reference ticks)."""
+    return (tb + c[b] + offsets_at(knots, values, b, tb)) - (
+        ta + c[a] + offsets_at(knots, values, a, ta))
+
+
+def _design(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: np.ndarray,
+            j0: np.ndarray, frac: np.ndarray, g_inv: np.ndarray, col_of: np.ndarray,
+            n_k: int, n_x: int) -> sparse.csr_matrix:
+    """The equations of ``rows``: +-(E_hi - E_lo) on the hat basis, plus the group's least
+    latency."""
+    n = rows.size
+    n_g = int(g_inv.max()) + 1
+    ri, ci, vi = [np.arange(n)], [(n_x - n_g) + g_inv[rows]], [np.ones(n)]
+    for node, s in ((hi, 1.0), (lo, -1.0)):
+        cn = col_of[node[rows]]
+        ok = cn >= 0
+        for dj, wgt in ((0, 1.0 - frac[rows]), (1, frac[rows])):
+            if n_k == 1 and dj == 1:
+                continue
+            ri.append(np.arange(n)[ok])
+            ci.append(cn[ok] * n_k + j0[rows][ok] + dj)
+            vi.append((s * sign[rows] * wgt)[ok])
+    return sparse.csr_matrix((np.concatenate(vi), (np.concatenate(ri), np.concatenate(ci))),
+                             shape=(n, n_x))
+
+
+def _penalty(n_nodes: int, n_k: int, n_x: int) -> sparse.csr_matrix:
+    """Second differences of every node's grid values (zero on the latency columns)."""
+    if n_k < 3 or n_nodes == 0:
+        return sparse.csr_matrix((n_x, n_x))
+    d = sparse.diags([1.0, -2.0, 1.0], [0, 1, 2], shape=(n_k - 2, n_k))
+    blocks = sparse.block_diag([d] * n_nodes)
+    full = sparse.hstack([blocks, sparse.csr_matrix((blocks.shape[0], n_x - blocks.shape[1]))])
+    return (full.T @ full).tocsr()
+
+
+def _solve(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
+           strength: float) -> np.ndarray:
+    normal = (mat.T @ mat + strength * pen
+              + 1e-9 * sparse.identity(mat.shape[1])).tocsc()
+    return np.atleast_1d(spsolve(normal, mat.T @ rhs))
+
+
+def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
+            win: np.ndarray, o: FitOptions, folds: int = 3) -> float:
+    """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
+    the strongest (straightest) within ``simpler_within`` of the best."""
+    fold = win % folds
+    scores = []
+    for strength in _LAMBDAS:
+        err = 0.0
+        for f in range(folds):
+            test = fold == f
+            if not test.any() or test.all():
+                continue
+            x = _solve(mat[~test], rhs[~test], pen, strength)
+            err += float(np.sum((mat[test] @ x - rhs[test]) ** 2))
+        scores.append(err)
+    scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
+    best = min(scores)
+    if not np.isfinite(best):
+        return _LAMBDAS[0]
+    return next(lam for lam, sc in zip(_LAMBDAS, scores, strict=True)
+                if sc <= o.simpler_within * best + 1e-9)
+
+
+def _support_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndarray,
+                   near: float = 0.0, bracket: float = 1e-3, iters: int = 60
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per group with delays ``r`` at times ``t`` both ways, the offset difference
+    ``d0 + beta * t`` midway between the two directions' lower support lines, the lines
+    sloped alike and opposite (a clock difference that drifts lengthens one direction's
+    delays as it shortens the other's) and as high as they go together at t = 0: late
+    receives lie above them. Returns (groups, d0, beta, support): ``support`` the fewer, of
+    the two directions, of the messages within ``near`` of their line (what pins it); the
+    slope by golden section (the lines' summed height at 0 is concave in it)."""
+    key = group * 2 + (~fwd)
+    order = np.lexsort((t, key))
+    k, rs = key[order], r[order]
+    ts = np.where(k % 2 == 0, t[order], -t[order])  # backward: the opposite slope
+    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    sk = k[start]
+    both = np.flatnonzero((sk[:-1] % 2 == 0) & (sk[1:] == sk[:-1] + 1))
+    if both.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0)
+    seg = np.repeat(np.arange(start.size), np.diff(np.r_[start, k.size]))
+    pair_of = np.full(start.size, -1)
+    pair_of[both], pair_of[both + 1] = np.arange(both.size), np.arange(both.size)
+    keep = pair_of[seg] >= 0
+    seg, ts, rs = pair_of[seg][keep] * 2 + (k[keep] % 2), ts[keep], rs[keep]
+    first = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+
+    def heights(beta: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(rs - beta[seg // 2] * ts, first).reshape(-1, 2)
+
+    def total(beta: np.ndarray) -> np.ndarray:
+        return heights(beta).sum(axis=1)
+
+    lo = np.full(both.size, -bracket)
+    hi = np.full(both.size, bracket)
+    gold = (np.sqrt(5.0) - 1.0) / 2.0
+    x1, x2 = hi - gold * (hi - lo), lo + gold * (hi - lo)
+    h1, h2 = total(x1), total(x2)
+    for _ in range(iters):
+        right = h1 < h2
+        lo, hi = np.where(right, x1, lo), np.where(right, hi, x2)
+        new = np.where(right, lo + gold * (hi - lo), hi - gold * (hi - lo))
+        hn = total(new)
+        x1, h1, x2, h2 = (np.where(right, x2, new), np.where(right, h2, hn),
+                          np.where(right, new, x1), np.where(right, hn, h1))
+    beta = 0.5 * (lo + hi)
+    h = heights(beta)
+    gap = rs - beta[seg // 2] * ts - h.ravel()[seg]
+    count = np.bincount(seg, weights=(gap <= near).astype(float),
+                        minlength=2 * both.size).reshape(-1, 2)
+    return sk[both] // 2, 0.5 * (h[:, 0] - h[:, 1]), beta, count.min(axis=1)
 
 
 def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions) -> float:
@@ -177,10 +393,15 @@ def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions) 
 
 
 def _window_offsets(w: np.ndarray, lo: np.ndarray, hi: np.ndarray, delta: np.ndarray,
-                    n_win: int, n_nodes: int, ref: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per window, least squares over its samples ``E[w, hi] - E[w, lo] = delta`` with the
-    reference at 0. Returns (E [window, node], linked [window, node]: the node has a path of
+                    n_win: int, n_nodes: int, ref: int, weight: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, least squares over its samples ``E[w, hi] - E[w, lo] = delta`` (each
+    with its ``weight``, 1 by default; 0: not a sample) with the reference at 0. Returns
+    (E [window, node], linked [window, node]: the node has a path of
     samples to the reference in that window)."""
+    if weight is not None:
+        use = weight > 0
+        w, lo, hi, delta, weight = w[use], lo[use], hi[use], delta[use], weight[use]
     size = n_win * n_nodes
     va, vb = w * n_nodes + lo, w * n_nodes + hi
     g = sparse.coo_matrix((np.ones(w.size), (va, vb)), shape=(size, size)).tocsr()
@@ -197,9 +418,11 @@ def _window_offsets(w: np.ndarray, lo: np.ndarray, hi: np.ndarray, delta: np.nda
     col[unknown] = np.arange(int(unknown.sum()))
     ok = linked.ravel()[va]
     ca, cb, d = col[va[ok]], col[vb[ok]], delta[ok]
+    sw = np.sqrt(weight[ok]) if weight is not None else np.ones(d.size)
+    d = d * sw
     rows = np.arange(d.size)
-    m = [(rows[cb >= 0], cb[cb >= 0], 1.0), (rows[ca >= 0], ca[ca >= 0], -1.0)]
-    mat = sparse.csr_matrix((np.concatenate([np.full(r.size, s) for r, _, s in m]),
+    m = [(rows[cb >= 0], cb[cb >= 0], sw[cb >= 0]), (rows[ca >= 0], ca[ca >= 0], -sw[ca >= 0])]
+    mat = sparse.csr_matrix((np.concatenate([s for _, _, s in m]),
                              (np.concatenate([r for r, _, _ in m]),
                               np.concatenate([cc for _, cc, _ in m]))),
                             shape=(d.size, int(unknown.sum())))
@@ -225,7 +448,7 @@ def smooth(y: np.ndarray, w: np.ndarray, o: FitOptions, outlier: float = np.inf
     if ok.size == 0:
         return np.zeros(n), "none", np.nan
     cands: list[tuple[str, float]] = [("constant", 0.0)]
-    if ok.size >= 3:
+    if ok.size >= 2:
         cands.append(("line", 0.0))
     if ok.size >= 2 * max(o.folds, 2) and n >= 4:
         cands += [("smooth", lam) for lam in _LAMBDAS]

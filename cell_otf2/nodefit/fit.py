@@ -163,7 +163,10 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     c = rough_offsets(pts, n_nodes, ref)
     secs["prepare"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    curves = estimate(pts, n_nodes, ref, c, hz, o)
+    hard = undominated(pts, n_nodes)
+    curves = estimate(pts, n_nodes, ref, c, hz, o,
+                      prior=_envelope_lines(build_graph(pts[hard], n_nodes, ref, c), n_nodes,
+                                            ref, o.max_ppm * 1e-6))
     lonely = [n for n in np.flatnonzero(fitted).tolist()
               if n != ref and curves.knots[n] is None]
     if lonely:  # no symmetric kind links them: centred between all messages instead
@@ -175,10 +178,16 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
                 curves.knots[n] = kn
                 curves.values[n] = np.asarray(m.knots_ref) - kn - c[n]
                 curves.model[n] = "all kinds"
+    if method == "constant":  # the baseline: one offset per node, the curve's middle
+        for n, kn in enumerate(curves.knots):
+            if kn is not None:
+                mid = curve_at(kn, curves.values[n], np.array([0.5 * (kn[0] + kn[-1])]))
+                curves.knots[n] = np.r_[kn[0], max(kn[-1], kn[0] + 1.0)]
+                curves.values[n] = np.r_[mid, mid]
+                curves.model[n] = "constant"
     fit.models = list(curves.model)
     secs["estimate"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    hard = undominated(pts, n_nodes)
     eps = o.max_ppm * 1e-6
     lat = o.min_latency_ticks if method == "fit" else 0.0
     dropped = np.zeros(0, np.int64)
@@ -223,6 +232,8 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         span = np.array([np.nanmin(np.r_[xs, kn, ext]), np.nanmax(np.r_[xs, kn, ext])])
         mid = 0.5 * float(span[0] + span[1])
         m = midpoint_map(kn, kn + c[n] + kz, mid, label)
+        if method == "constant":
+            m.rate, m.offset = 1.0, float(c[n] + kz[0])
         if method == "fit":
             m.piece_bounds, m.bound = _bounds(m, c[n], xs, lower[v], upper[v], eps, span)
         m.estimate_error = (float(curves.error[n]) if np.isfinite(curves.error[n])
@@ -238,6 +249,32 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     return fit
 
 
+def _envelope_lines(g, n_nodes: int, ref: int, eps: float
+                    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Per node a straight line through the middle of the envelope the messages leave it
+    (every map within the rate limit that keeps every message ordered), each vertex weighted
+    by how narrow the envelope is there: a first curve that needs no assumption on latencies,
+    for nodes no symmetric kind pins. None where the envelope is open."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_nodes
+    try:
+        lower, upper = envelope(g, 0.0, eps, np.zeros(g.size))
+    except Infeasible:
+        return out
+    for n in range(n_nodes):
+        v = np.flatnonzero((g.node == n) & np.isfinite(lower) & np.isfinite(upper))
+        if n == ref or v.size == 0:
+            continue
+        x, mid = g.x[v], 0.5 * (lower[v] + upper[v])
+        w = 1.0 / (upper[v] - lower[v] + 1.0) ** 2
+        xm = float(np.sum(w * x) / w.sum())
+        ym = float(np.sum(w * mid) / w.sum())
+        var = float(np.sum(w * (x - xm) ** 2))
+        slope = float(np.sum(w * (x - xm) * (mid - ym)) / var) if var > 0 else 0.0
+        ends = np.array([x.min(), max(x.max(), x.min() + 1.0)])
+        out[n] = (ends, ym + slope * (ends - xm))
+    return out
+
+
 def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """A node's knots (node timebase) and offsets beyond ``x + c`` there: the estimate's
@@ -247,7 +284,7 @@ def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray
     if kc is None:  # no estimate: the offsets the constraints leave, vertex by vertex
         kn, kz = xs, zv
     else:
-        est = kc[[0, -1]] if curves.model[n] in ("constant", "line") and kc.size > 1 else kc
+        est = _bends(kc, curves.values[n])
         move = zv - hv
         moved = np.abs(move) > 1e-6
         near = moved.copy()
@@ -260,6 +297,16 @@ def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray
     if kn.size == 1:
         kn, kz = np.r_[kn, kn + 1.0], np.r_[kz, kz]
     return kn, kz
+
+
+def _bends(kn: np.ndarray, kz: np.ndarray, tol: float = 1e-3) -> np.ndarray:
+    """The knots of a piecewise-linear curve where it bends by more than ``tol`` ticks (a
+    straight curve keeps its two ends)."""
+    if kn.size <= 2:
+        return kn
+    mid = kz[:-2] + (kz[2:] - kz[:-2]) * (kn[1:-1] - kn[:-2]) / (kn[2:] - kn[:-2])
+    bend = np.abs(kz[1:-1] - mid) > tol
+    return np.r_[kn[0], kn[1:-1][bend], kn[-1]]
 
 
 def _bounds(m: PiecewiseMap, c: float, xs: np.ndarray, lower: np.ndarray, upper: np.ndarray,

@@ -42,13 +42,17 @@ class FitOptions:
     #: a window's sample further than this (or 8 robust deviations) from its neighbours'
     #: running median is set aside (its fastest messages one way were all received late)
     outlier_us: float = 20.0
+    #: a message is timely when within this of its direction's fastest in its window
+    timely_us: float = 4.0
+    #: the joint rounds' grid has at most this many knots per node
+    max_knots: int = 400
     #: rounds of the estimate (each re-centres on the last round's map)
     rounds: int = 4
     #: folds of the cross-validation that chooses how smooth a node's curve is
     folds: int = 5
     #: a simpler curve (constant, line, smoother) is taken while its cross-validated error
     #: stays within this factor of the best one's
-    simpler_within: float = 1.05
+    simpler_within: float = 1.02
     #: the curves a node may have ("constant", "line", "smooth")
     models: tuple[str, ...] = ("constant", "line", "smooth")
 
