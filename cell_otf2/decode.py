@@ -266,6 +266,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart (a
         # pass over every SPE record, made only if some step is a candidate without it)
         trusted = functools.cache(lambda spe=spe: bool((spe["code"] == S.HEARTBEAT).any()))
+        # every context's CTX_RUN_BEGIN slots, grouped once (slot order within a context)
+        run_begins = _by_context(ppe, P.CTX_RUN_BEGIN)
         for ctx, blk_idx in blk_groups:
             loc = ctx_loc[(r, int(ctx))]
             first, end = int(spe_ctx_bounds[ctx]), int(spe_ctx_bounds[ctx + 1])
@@ -283,7 +285,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 spe, rec_idx, blocks, blk_idx, S.DECR_WRITE)
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
-            run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
+            run_begin = run_begins(ctx)
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
@@ -385,6 +387,22 @@ def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.n
         keys = np.asarray(keys, dtype=np.uint16)
     order, bounds = group_u16(keys, field)
     return order.astype(np.int64), bounds
+
+
+def _by_context(ppe: np.ndarray, code: int) -> Callable[[int], np.ndarray]:
+    """The slots of ``ppe``'s records of ``code``, grouped once by the context they name
+    (``a``): the function gives one context's, in slot order (a pass over the PPE records
+    for all contexts, not one per context)."""
+    idx = np.flatnonzero(ppe["code"] == code)
+    ctx = ppe["a"][idx].astype(np.uint64)
+    order = np.argsort(ctx, kind="stable")
+    ctx, slots = ctx[order], ppe["slot"][idx[order]]
+
+    def of(c: int) -> np.ndarray:
+        key = np.uint64(c)
+        return slots[np.searchsorted(ctx, key):np.searchsorted(ctx, key, side="right")]
+
+    return of
 
 
 #: no loss in a process: a cut beyond every slot
