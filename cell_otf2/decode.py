@@ -164,9 +164,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         dump_names, buffer_records = layout.dump_names, layout.spe_buffer_records
     loc_key = {(int(r), int(k), int(i)): n for n, (r, k, i) in enumerate(locations.tolist())}
     n_nodes = len(manifest.nodes)
-    domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
-                            for i in range(n_nodes)]
-    anchor_parts, link_rows = [], []
+    domains: list[np.ndarray] = [np.array([(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
+                                           for i in range(n_nodes)], dtype=DOMAIN_DTYPE)]
+    n_domains = n_nodes
+    anchor_parts: list[np.ndarray] = []
+    link_parts: list[np.ndarray] = []
     # per rank of the run with ``layout`` (the others keep NO_LOSS), else per dump given
     cuts = np.full(manifest.n_ranks if layout is not None else len(dumps), NO_LOSS)
     anchor_base = 0
@@ -194,7 +196,6 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         slots_lost += int(dump.gaps["lost"].sum()) if dump.gaps.size else 0
         records_total += dump.ppe.size + dump.spe.size
         ppe, blocks, spe = dump.ppe, dump.blocks, dump.spe
-        rank_links: list[dict] = []
 
         # ---- PPE records: location, node domain, raw timebase
         prec = np.zeros(ppe.size, RECORD_DTYPE)
@@ -299,16 +300,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             split = (split_intervals(*args, split_big_steps=split_ambiguous_wraps,
                                      force_split=force, certain_before=before)
                      if force.any() else plain)
-            dom0 = len(domains)
-            counts = np.bincount(split.interval, minlength=split.n_intervals)
-            contract_k = segment = -1
-            for k in range(split.n_intervals):
-                if split.starts[k][0] == "wrap":
-                    segment += 1
-                else:
-                    contract_k, segment = contract_k + 1, 0
-                domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
-                                segment, loc, int(counts[k])))
+            dom0 = n_domains
+            domains.append(_interval_domains(split, node, r, int(ctx), loc))
+            n_domains += split.n_intervals
             # records in program order are the context's records in slot order: their rows
             # written in one pass (every field but ``time``, zero until synchronized), the
             # headers' readings to their anchors
@@ -326,16 +320,21 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 bsel = which[~is_rec]
                 anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
                 anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
-            for row in _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start,
-                              sw_recs, rec_offset=0):
-                if row["kind"] == LinkKind.SWITCH:
-                    stop_slot, start_slot = row.pop("slots")
-                    row["stop_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], stop_slot)])
-                    row["start_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], start_slot)])
-                elif row["write_rec"] >= 0:  # an SPE record's index in ``spe``
-                    row["write_rec"] = (spe_base + row["write_rec"] if spe_final is None
-                                        else int(spe_final[row["write_rec"]]))
-                rank_links.append(row)
+            links, stop_slot, start_slot = _links(split, raw, dom0, which, is_rec, write_new,
+                                                  sw_stop, sw_start, sw_recs)
+            if links.size:
+                # STOP and START slots to record indexes; a DECR_WRITE's SPE record (its index
+                # in ``spe``) to its row
+                switch = links["kind"] == LinkKind.SWITCH
+                at = np.searchsorted(ppe["slot"], stop_slot[switch])
+                links["stop_rec"][switch] = ppe_final[at]
+                at = np.searchsorted(ppe["slot"], start_slot[switch])
+                links["start_rec"][switch] = ppe_final[at]
+                write = ~switch & (links["write_rec"] >= 0)
+                links["write_rec"][write] = (spe_base + links["write_rec"][write]
+                                             if spe_final is None
+                                             else spe_final[links["write_rec"][write]])
+                link_parts.append(links)
         anchors["domain"] = anchor_dom
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
@@ -350,12 +349,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
             del ppe, blocks, spe, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
         anchor_parts.append(anchors)
-        link_rows.extend(rank_links)
         anchor_base += n_anchor
 
-    links = np.zeros(len(link_rows), LINK_DTYPE)
-    for key in LINK_DTYPE.names:
-        links[key] = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
+    links = np.concatenate(link_parts) if link_parts else np.zeros(0, LINK_DTYPE)
     dec = Decoded(
         manifest=manifest,
         dump_names=dump_names,
@@ -364,7 +360,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         contexts=contexts,
         records=records,
         anchors=np.concatenate(anchor_parts) if anchor_parts else np.zeros(0, ANCHOR_DTYPE),
-        domains=np.array(domains, dtype=DOMAIN_DTYPE),
+        domains=np.concatenate(domains),
         links=links,
         n_nodes=n_nodes,
         slots_lost=slots_lost,
@@ -707,45 +703,84 @@ def _switch_pairs(sw: np.ndarray, ctx: int, name: str, damage: DamageLog):
     return stop, start, recs
 
 
-def _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start, sw_recs,
-           rec_offset) -> list[dict]:
-    """Link rows for every interval start that follows a non-empty interval."""
-    rows = []
+def _interval_domains(split, node: int, rank: int, ctx: int, loc: int) -> np.ndarray:
+    """The domain rows of one context's intervals (``DOMAIN_DTYPE``): the contract's interval
+    number counts the intervals not started by an undecidable wrap, the segment the wraps
+    since (0 for an interval of its own)."""
+    n = split.n_intervals
+    wrap = np.array([start[0] == "wrap" for start in split.starts], dtype=bool)
+    own = ~wrap
+    contract_k = np.cumsum(own) - 1
+    last_own = np.maximum.accumulate(np.where(own, np.arange(n), 0))
+    rows = np.zeros(n, DOMAIN_DTYPE)
+    rows["kind"] = int(DomainKind.SPE_INTERVAL)
+    rows["node"], rows["rank"], rows["ctx"], rows["loc"] = node, rank, ctx, loc
+    rows["interval"] = contract_k
+    rows["segment"] = np.arange(n) - last_own
+    rows["readings"] = np.bincount(split.interval, minlength=n)
+    return rows
+
+
+def _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start, sw_recs
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Link rows (``LINK_DTYPE``) for every interval start that follows a non-empty interval,
+    with the slots of each switch link's STOP and START records (-1 for other links; the
+    caller turns them into record indexes, and a write link's ``write_rec``, an index of
+    ``spe``, into its record's)."""
     interval = split.interval
     n = raw.size
-    if n == 0:
-        return rows
+    n_iv = split.n_intervals
+    none = np.zeros(0, dtype=np.int64)
+    if n == 0 or n_iv < 2:
+        return np.zeros(0, LINK_DTYPE), none, none
+    raw = np.asarray(raw, dtype=np.int64)
+    local = np.asarray(split.local, dtype=np.int64)
     # first and last reading index of each interval (or -1)
-    first = np.full(split.n_intervals, -1, dtype=np.int64)
-    last = np.full(split.n_intervals, -1, dtype=np.int64)
+    first = np.full(n_iv, -1, dtype=np.int64)
+    last = np.full(n_iv, -1, dtype=np.int64)
     idx = np.arange(n)
     first[interval[::-1]] = idx[::-1]
     last[interval] = idx
-    for k in range(1, split.n_intervals):
-        kind, ref = split.starts[k]
-        if last[k - 1] < 0 or first[k] < 0:
-            continue  # an empty interval on either side: nothing to link
-        lp, fn = last[k - 1], first[k]
-        local_last = split.local[lp]
-        local_first = split.local[fn]
-        row = dict(prev=dom0 + k - 1, next=dom0 + k, start_value=-1, stop_rec=-1,
-                   start_rec=-1, write_rec=-1, last_local_prev=local_last,
-                   first_local_next=local_first)
-        if kind == "switch":
-            stop_v, start_v = int(sw_stop[ref, 0]), int(sw_start[ref, 0])
-            row.update(kind=LinkKind.SWITCH, value=stop_v, start_value=start_v,
-                       local_prev=local_last + (int(raw[lp]) - stop_v) % MOD,
-                       local_next=local_first - (start_v - int(raw[fn])) % MOD)
-            # slots of the STOP/START records; turned into record indexes by the caller
-            row["slots"] = sw_recs[ref]
-        elif kind == "write":
-            v = int(write_new[ref])
-            row.update(kind=LinkKind.WRITE, value=v, local_prev=int(split.local[ref]),
-                       local_next=local_first - (v - int(raw[fn])) % MOD,
-                       write_rec=rec_offset + int(which[ref]) if is_rec[ref] else -1)
-        else:
-            # unwrapped continuously, local_next would be local_last + step + m * 2^32
-            row.update(kind=LinkKind.WRAP, value=(int(raw[lp]) - int(raw[fn])) % MOD,
-                       local_prev=local_last, local_next=local_first)
-        rows.append(row)
-    return rows
+    kinds = {"switch": 0, "write": 1, "wrap": 2, "first": 3}
+    kind = np.array([kinds[start[0]] for start in split.starts[1:]], dtype=np.int8)
+    ref = np.array([start[1] for start in split.starts[1:]], dtype=np.int64)
+    k = np.arange(1, n_iv)
+    keep = (last[k - 1] >= 0) & (first[k] >= 0)  # an empty interval on either side: no link
+    k, kind, ref = k[keep], kind[keep], ref[keep]
+    lp, fn = last[k - 1], first[k]
+    rows = np.zeros(k.size, LINK_DTYPE)
+    rows["prev"], rows["next"] = dom0 + k - 1, dom0 + k
+    rows["start_value"] = rows["stop_rec"] = rows["start_rec"] = rows["write_rec"] = -1
+    rows["last_local_prev"] = local_last = local[lp]
+    rows["first_local_next"] = local_first = local[fn]
+    stop_slot = np.full(k.size, -1, dtype=np.int64)
+    start_slot = np.full(k.size, -1, dtype=np.int64)
+    # a switch: the STOP's saved value and the START's restored one
+    sw = np.flatnonzero(kind == 0)
+    if sw.size:
+        stop_v = np.asarray(sw_stop, dtype=np.int64)[ref[sw], 0]
+        start_v = np.asarray(sw_start, dtype=np.int64)[ref[sw], 0]
+        rows["kind"][sw] = LinkKind.SWITCH
+        rows["value"][sw], rows["start_value"][sw] = stop_v, start_v
+        rows["local_prev"][sw] = local_last[sw] + (raw[lp[sw]] - stop_v) % MOD
+        rows["local_next"][sw] = local_first[sw] - (start_v - raw[fn[sw]]) % MOD
+        slots = np.asarray(sw_recs, dtype=np.int64).reshape(-1, 2)[ref[sw]]
+        stop_slot[sw], start_slot[sw] = slots[:, 0], slots[:, 1]
+    # a DECR_WRITE: the value written, at its own reading
+    wr = np.flatnonzero(kind == 1)
+    if wr.size:
+        v = np.asarray(write_new, dtype=np.int64)[ref[wr]]
+        rows["kind"][wr] = LinkKind.WRITE
+        rows["value"][wr] = v
+        rows["local_prev"][wr] = local[ref[wr]]
+        rows["local_next"][wr] = local_first[wr] - (v - raw[fn[wr]]) % MOD
+        rec = np.asarray(is_rec, dtype=bool)[ref[wr]]
+        rows["write_rec"][wr] = np.where(rec, np.asarray(which, dtype=np.int64)[ref[wr]], -1)
+    # a wrap: unwrapped continuously, local_next would be local_last + step + m * 2^32
+    wp = np.flatnonzero(kind == 2)
+    if wp.size:
+        rows["kind"][wp] = LinkKind.WRAP
+        rows["value"][wp] = (raw[lp[wp]] - raw[fn[wp]]) % MOD
+        rows["local_prev"][wp] = local_last[wp]
+        rows["local_next"][wp] = local_first[wp]
+    return rows, stop_slot, start_slot
