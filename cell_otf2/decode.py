@@ -290,7 +290,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
-            stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
+            stop_slots = sw_recs[:, 0]
             before = (np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
                       if stop_slots.size else stop_slots)
             args = (raw, write_new, sw_stop[:, 0], sw_start[:, 0])
@@ -677,30 +677,31 @@ def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog,
 
 def _switch_pairs(sw: np.ndarray, ctx: int, name: str, damage: DamageLog):
     """STOP/START pairs of one context (its CTX_SWITCH records ``sw``, in slot order) ->
-    (stop, start, record rows)."""
-    stops, starts, recs = [], [], []
-    pending = None
-    bad = 0
-    kinds = sw["b"].tolist()
-    values = (sw["c"] & np.uint64(0xFFFFFFFF)).tolist()
-    for i, (kind, value) in enumerate(zip(kinds, values, strict=True)):
-        if kind == fmt.SwitchType.STOP and pending is None:
-            pending = (value, i)
-        elif kind == fmt.SwitchType.START and pending is not None:
-            stops.append((pending[0],))
-            starts.append((value,))
-            recs.append((int(sw["slot"][pending[1]]), int(sw["slot"][i])))
-            pending = None
-        else:
-            bad += 1
-    if pending is not None:
-        bad += 1
+    (stop values, start values: int64 columns; the pairs' (STOP slot, START slot) rows).
+
+    A STOP opens a pair when none is open, a START closes the open one; every other record
+    (a STOP while one is open, a START while none is, another kind, a STOP left open) is
+    unusable. So the pairs are the first STOP of each run of STOPs (among the STOP and START
+    records) with the first START of the run after it: found in one pass over the records,
+    not a Python step per record."""
+    kind = sw["b"]
+    is_stop = kind == fmt.SwitchType.STOP
+    st = np.flatnonzero(is_stop | (kind == fmt.SwitchType.START))
+    stop_sym = is_stop[st]
+    head = np.ones(st.size, dtype=bool)
+    head[1:] = stop_sym[1:] != stop_sym[:-1]
+    heads = np.flatnonzero(head)
+    opened = np.flatnonzero(stop_sym[heads])  # heads of STOP runs ...
+    opened = opened[opened + 1 < heads.size]  # ... that a START run follows
+    stop_i, start_i = st[heads[opened]], st[heads[opened + 1]]
+    bad = sw.size - 2 * stop_i.size
     if bad:
         damage.add(DamageKind.unusable_time, name, int(sw["slot"][0]), bad,
                    f"CTX_SWITCH records of SPE context {ctx} that do not form STOP/START pairs")
-    stop = np.array(stops, dtype=np.int64).reshape(-1, 1)
-    start = np.array(starts, dtype=np.int64).reshape(-1, 1)
-    return stop, start, recs
+    value = (sw["c"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    slot = sw["slot"].astype(np.int64)
+    recs = np.stack([slot[stop_i], slot[start_i]], axis=1).reshape(-1, 2)
+    return value[stop_i].reshape(-1, 1), value[start_i].reshape(-1, 1), recs
 
 
 def _interval_domains(split, node: int, rank: int, ctx: int, loc: int) -> np.ndarray:
