@@ -499,14 +499,39 @@ def _mpi(b: _Builder) -> tuple[int, int]:
 
 def _channels(s_key: np.ndarray, r_key: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Channel labels of sends and receives (keys: one column per record, rows compared
-    lexicographically): the index of the key among the distinct send keys in sorted order,
-    -1 for a receive whose key no send has; and the number of channels."""
-    if not s_key.shape[1]:
+    lexicographically; the sends sorted by key): the index of the key among the distinct send
+    keys in sorted order, -1 for a receive whose key no send has; and the number of channels.
+    Each key row is coded as one int64 that keeps the order (each column's values numbered
+    densely, the numbers combined in mixed radix), so that one searchsorted finds them; keys
+    too varied for 63 bits take np.unique over rows instead."""
+    ns = s_key.shape[1]
+    if not ns:
         return (np.zeros(0, np.int64), np.full(r_key.shape[1], -1, np.int64), 0)
+    both = np.concatenate([s_key, r_key], axis=1)
+    code = np.zeros(both.shape[1], dtype=np.int64)
+    room = np.iinfo(np.int64).max
+    for col in both:
+        values, number = np.unique(col, return_inverse=True)
+        if values.size > room:
+            return _channels_by_rows(s_key, r_key)
+        room //= max(1, values.size)
+        code = code * values.size + number.reshape(-1)
+    s_code, r_code = code[:ns], code[ns:]
+    head = np.ones(ns, dtype=bool)
+    head[1:] = s_code[1:] != s_code[:-1]
+    distinct = s_code[head]
+    at = np.minimum(np.searchsorted(distinct, r_code), distinct.size - 1)
+    return (np.cumsum(head) - 1, np.where(distinct[at] == r_code, at, -1).astype(np.int64),
+            int(distinct.size))
+
+
+def _channels_by_rows(s_key: np.ndarray, r_key: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, int]:
+    """``_channels`` by np.unique over the key rows (any keys)."""
+    ns = s_key.shape[1]
     both = np.concatenate([s_key, r_key], axis=1).T
     uniq, inverse = np.unique(both, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    ns = s_key.shape[1]
     # which distinct keys are send keys, and their number among them
     is_send = np.zeros(uniq.shape[0], dtype=bool)
     is_send[inverse[:ns]] = True

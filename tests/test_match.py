@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from cell_otf2 import format as fmt
-from cell_otf2.match import _channels, _collective_pairs, _pair_search, _position_in_group
+from cell_otf2.match import (
+    _channels,
+    _channels_by_rows,
+    _collective_pairs,
+    _pair_search,
+    _position_in_group,
+)
 
 
 def _collective_pairs_loop(bg, e, op, root):
@@ -62,6 +68,8 @@ def test_channels_as_the_dict_gave_them(seed):
     assert n == len(chans)
     assert s_lab.tolist() == [chans[tuple(k)] for k in s_key.T.tolist()]
     assert r_lab.tolist() == [chans.get(tuple(k), -1) for k in r_key.T.tolist()]
+    assert all(np.array_equal(a, b) for a, b in
+               zip((s_lab, r_lab), _channels_by_rows(s_key, r_key)[:2], strict=True))
     pos = _position_in_group(s_lab)
     assert all(pos[i] == (s_lab[:i] == s_lab[i]).sum() for i in range(s_lab.size))
 
@@ -73,3 +81,16 @@ def test_pair_search_finds_the_last_row_of_a_pair():
     q2 = np.array([5, 5, -3, 5, 6, 5, 7])
     assert _pair_search(k1, k2, q1, q2).tolist() == [3, 5, 4, -1, 1, -1, -1]
     assert _pair_search(k1[:0], k2[:0], q1, q2).tolist() == [-1] * 7
+
+
+def test_channels_of_keys_too_varied_for_one_code():
+    """Keys whose columns together have more distinct values than 63 bits can number (60 k
+    records of random keys): labelled by rows, as the sorted-code path labels them."""
+    rng = np.random.default_rng(1)
+    s_key = rng.integers(0, 1 << 40, (4, 60_000))
+    s_key = s_key[:, np.lexsort(s_key[::-1])]
+    r_key = np.concatenate([s_key[:, ::3], rng.integers(0, 1 << 40, (4, 100))], axis=1)
+    got = _channels(s_key, r_key)
+    want = _channels_by_rows(s_key, r_key)
+    assert got[2] == want[2] == 60_000
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
