@@ -39,6 +39,9 @@ P = fmt.PpeCode
 S = fmt.SpeCode
 
 
+#: the fields of a PPE record that its record row takes (its timebase as its local time)
+_PPE_FIELDS = (("code", "code"), ("slot", "slot"), ("a", "a"), ("b", "b"), ("c", "c"),
+               ("local", "timebase"))
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
 _PPE_CTX_CODES = np.array(
@@ -197,16 +200,16 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         records_total += dump.ppe.size + dump.spe.size
         ppe, blocks, spe = dump.ppe, dump.blocks, dump.spe
 
-        # ---- PPE records: location, node domain, raw timebase
+        # ---- PPE records: location, node domain, raw timebase, in one pass over the rows
+        # (the records grouped by thread once, a stable radix sort: slot order kept)
+        by_thread, thread_bounds = _group(ppe["thread"])
+        threads = np.flatnonzero(np.diff(thread_bounds))
+        thread_loc = np.zeros(thread_bounds.size - 1, dtype=np.uint32)
+        thread_loc[threads] = [loc_key[(r, int(LocKind.PPE_THREAD), t)]
+                               for t in threads.tolist()]
         prec = np.zeros(ppe.size, RECORD_DTYPE)
-        thread_loc = np.array([loc_key[(r, int(LocKind.PPE_THREAD), int(t))]
-                               for t in np.unique(ppe["thread"])], dtype=np.int64)
-        uniq_threads = np.unique(ppe["thread"])
-        prec["loc"] = thread_loc[np.searchsorted(uniq_threads, ppe["thread"])] if ppe.size else 0
-        for name in ("code", "slot", "a", "b", "c"):
-            prec[name] = ppe[name]
-        prec["local"] = ppe["timebase"].astype(np.int64)
-        prec["domain"] = node
+        gather_fields(prec, ppe, np.arange(ppe.size), _PPE_FIELDS,
+                      {"loc": thread_loc[ppe["thread"]], "domain": node})
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
         # every context's blocks, grouped once (a stable radix sort of the 16-bit context
@@ -218,8 +221,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         cuts[r if layout is not None else dump_index] = cut
         # final place of each PPE record: its thread's range, in slot order
         ppe_final = np.empty(ppe.size, dtype=np.int64)
-        by_thread, thread_bounds = _group(ppe["thread"])
-        for t in np.unique(ppe["thread"]).tolist():
+        for t in threads.tolist():
             idx = by_thread[thread_bounds[t]:thread_bounds[t + 1]]
             lo = loc_start[loc_key[(r, int(LocKind.PPE_THREAD), t)]]
             ppe_final[idx] = lo + np.arange(idx.size)
