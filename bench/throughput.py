@@ -4,6 +4,7 @@ One command::
 
     .venv/bin/python bench/throughput.py [--records N] [--ranks R --nodes K] [--reuse DIR]
                                          [--conversions C] [--repeat R] [--keep]
+    .venv/bin/python bench/throughput.py --family [--quick] [--conversions C]
 
 Simulates (once, cached under ``bench/out/throughput/``) a hybrid run of at least N records
 (4 MPI processes on 2 nodes; ``--ranks 1 --nodes 1`` makes a one-process run; ``--reuse DIR``
@@ -18,8 +19,9 @@ tuning, and through the old ctypes path, and the OTF2 library's own rate for the
 from ``bench/otf2_rate.c``, compiled with gcc into a temporary folder and run on the library
 the bindings load, with and without the same malloc tuning; R rounds interleaved (``--repeat
 0``: none, the conversions only), medians printed, and the writer's share of the library's
-rate. Wall-clock figures on a shared machine vary; CPU seconds are printed beside them. It
-measures; it asserts nothing.
+rate. Wall-clock figures on a shared machine vary; CPU seconds are printed beside them.
+``--family`` instead converts a family of run shapes by the command as a user runs it
+(``bench/family.py`` says which, and what it prints). It measures; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -265,10 +267,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds of the writer and library measurements (default 3; 0: "
                     "the conversions only)")
+    ap.add_argument("--family", action="store_true",
+                    help="convert a family of run shapes instead (bench/family.py: run length, "
+                    "nodes, contexts, MPI rate, context switches, the foreign runs), each "
+                    "--conversions times, and print rates, memory, stages and their growth")
+    ap.add_argument("--quick", action="store_true",
+                    help="with --family: fewer and smaller shapes (a few minutes)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.repeat < 0 or args.conversions < 1:
         ap.error("--repeat must be 0 or more and --conversions 1 or more")
+    if args.quick and not args.family:
+        ap.error("--quick goes with --family")
+    if args.family:
+        import family  # bench/family.py, beside this file
+
+        family.main(args.quick, args.conversions)
+        return
     if args.child:
         kind, *rest = args.child
         if kind == "convert":

@@ -5,8 +5,8 @@
  * the way (byte swap, zero or sign extension, or truncation), as numpy's field assignment
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
  * wait in one sweep (match.py's per-tag search); `unwrap` and `run_locals` the vector steps
- * of intervals.split_intervals; `wrap_room` decode._wrap_candidates' per-reading rule;
- * `place_readings` writes a context's decoded readings to their rows and anchors.
+ * of intervals.split_intervals and `split_live` its walk over switches and DECR_WRITEs;
+ * `wrap_room` decode._wrap_candidates' per-reading rule; `place_readings` writes a context's decoded readings to their rows and anchors.
  *
  * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
  * keep their numpy path, cell_otf2/loops.py, which gives the same results).
@@ -919,6 +919,132 @@ done:
     return result;
 }
 
+/* split_live(raw, cum, write_new, stop, start, before, has_before, interval, kind, ref):
+ * intervals.split_intervals' walk over one context's readings in program order (the Python
+ * loop there is its twin and says what it does): readings up to each DECR_WRITE and each
+ * switch's STOP (the first pass of the STOP value after the last reading certainly before
+ * it, `before`, when `has_before`; else after the interval's start value) share an interval.
+ * In: `raw`, `cum` (unwrap's), `write_new` (int64 per reading, -1: no DECR_WRITE), `stop`,
+ * `start` (int64 per switch), `before` (int64 per switch). Out: `interval` (int32 per
+ * reading), and per interval after the first what started it: `kind` (int8: 1 switch,
+ * 2 write) and `ref` (int64: the switch's index, the write's reading), room for one per
+ * switch and write. Returns the number of intervals. Values are below 2^32, sums of steps
+ * below 2^63: the same integers as Python's. */
+static inline int64_t mod32(int64_t v)
+{
+    int64_t m = v % ((int64_t)1 << 32);
+    return m < 0 ? m + ((int64_t)1 << 32) : m;
+}
+
+/* the first index in [lo, hi) whose cum exceeds `limit` (cum is non-decreasing) */
+static inline Py_ssize_t upper(const int64_t *cum, Py_ssize_t lo, Py_ssize_t hi, int64_t limit)
+{
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (cum[mid] <= limit)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static PyObject *split_live(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, cum, wnew, stop, start, before, interval, kind, ref;
+    int has_before;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*pw*w*w*", &raw, &cum, &wnew, &stop, &start,
+                          &before, &has_before, &interval, &kind, &ref))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = raw.len / 8, n_sw = stop.len / 8;
+    Py_ssize_t room = ref.len / 8;
+    if (raw.len % 8 || cum.len != raw.len || wnew.len != raw.len || start.len != stop.len
+        || (has_before && before.len != stop.len) || interval.len != n * 4
+        || kind.len != room) {
+        PyErr_SetString(PyExc_ValueError, "split_live: arrays of different lengths");
+        goto done;
+    }
+    {
+        const int64_t *r = raw.buf, *c = cum.buf, *w = wnew.buf, *sv = stop.buf, *st = start.buf;
+        const int64_t *bf = before.buf;
+        int32_t *iv = interval.buf;
+        int8_t *kd = kind.buf;
+        int64_t *rf = ref.buf;
+        int64_t k = 0, p = n ? r[0] : 0;
+        Py_ssize_t s = 0, i0 = 0, wp = 0, m = 0;
+        /* the next DECR_WRITE at or after a reading: scanned forward as i0 only grows */
+        while (i0 < n) {
+            while (wp < n && (w[wp] < 0 || wp < i0))
+                wp++;
+            Py_ssize_t seg_end = wp < n ? wp : n - 1;
+            Py_ssize_t j = seg_end + 1;
+            if (s < n_sw) {
+                int64_t stp = sv[s];
+                int64_t known = has_before ? bf[s] : 0;
+                int64_t rr = (known < (int64_t)seg_end + 1 ? known : (int64_t)seg_end + 1) - 1;
+                if (rr >= i0) {
+                    int64_t limit = c[rr] + mod32(r[rr] - stp);
+                    j = upper(c, i0, seg_end + 1, limit);
+                } else {
+                    int64_t d_stop = mod32(p - stp), base = mod32(p - r[i0]);
+                    int64_t limit = d_stop - base + c[i0];
+                    j = upper(c, i0, seg_end + 1, limit);
+                    if (base > d_stop)
+                        j = i0;
+                }
+            }
+            if (j <= seg_end) {
+                for (Py_ssize_t i = i0; i < j; i++)
+                    iv[i] = (int32_t)k;
+                k++;
+                if (m >= room)
+                    goto full;
+                kd[m] = 1;
+                rf[m++] = s;
+                p = st[s];
+                s++;
+                i0 = j;
+                continue;
+            }
+            for (Py_ssize_t i = i0; i <= seg_end; i++)
+                iv[i] = (int32_t)k;
+            i0 = seg_end + 1;
+            if (w[seg_end] >= 0) {
+                k++;
+                if (m >= room)
+                    goto full;
+                kd[m] = 2;
+                rf[m++] = seg_end;
+                p = w[seg_end];
+            }
+        }
+        while (s < n_sw) { /* switches after the last reading: empty intervals */
+            k++;
+            if (m >= room)
+                goto full;
+            kd[m] = 1;
+            rf[m++] = s++;
+        }
+        result = PyLong_FromLongLong(k + 1);
+        goto done;
+    full:
+        PyErr_SetString(PyExc_ValueError, "split_live: kind and ref have too little room");
+    }
+done:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&cum);
+    PyBuffer_Release(&wnew);
+    PyBuffer_Release(&stop);
+    PyBuffer_Release(&start);
+    PyBuffer_Release(&before);
+    PyBuffer_Release(&interval);
+    PyBuffer_Release(&kind);
+    PyBuffer_Release(&ref);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"place_readings", place_readings, METH_VARARGS,
      "place_readings(rows, item, offsets, loc, ..., anchor_local): one context's decoded "
@@ -926,6 +1052,9 @@ static PyMethodDef methods[] = {
     {"wrap_room", wrap_room, METH_VARARGS,
      "wrap_room(raw, interval, block, pos, span, slack, trusted, broken, lost_before, out): "
      "may the step before each reading hide a wrap"},
+    {"split_live", split_live, METH_VARARGS,
+     "split_live(raw, cum, write_new, stop, start, before, has_before, interval, kind, ref): "
+     "one context's readings into live intervals; the number of intervals"},
     {"unwrap", unwrap, METH_VARARGS,
      "unwrap(raw, cum): decrementer readings unwrapped; the count of steps of 2^31 or more"},
     {"run_locals", run_locals, METH_VARARGS,

@@ -39,6 +39,9 @@ P = fmt.PpeCode
 S = fmt.SpeCode
 
 
+#: the fields of a PPE record that its record row takes (its timebase as its local time)
+_PPE_FIELDS = (("code", "code"), ("slot", "slot"), ("a", "a"), ("b", "b"), ("c", "c"),
+               ("local", "timebase"))
 #: the fields of an SPE record that its record row takes as they are
 _SPE_FIELDS = tuple((f, f) for f in ("code", "slot", "a", "b", "c", "d"))
 _PPE_CTX_CODES = np.array(
@@ -164,9 +167,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         dump_names, buffer_records = layout.dump_names, layout.spe_buffer_records
     loc_key = {(int(r), int(k), int(i)): n for n, (r, k, i) in enumerate(locations.tolist())}
     n_nodes = len(manifest.nodes)
-    domains: list[tuple] = [(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
-                            for i in range(n_nodes)]
-    anchor_parts, link_rows = [], []
+    domains: list[np.ndarray] = [np.array([(int(DomainKind.NODE), i, -1, -1, -1, 0, -1, 0)
+                                           for i in range(n_nodes)], dtype=DOMAIN_DTYPE)]
+    n_domains = n_nodes
+    anchor_parts: list[np.ndarray] = []
+    link_parts: list[np.ndarray] = []
     # per rank of the run with ``layout`` (the others keep NO_LOSS), else per dump given
     cuts = np.full(manifest.n_ranks if layout is not None else len(dumps), NO_LOSS)
     anchor_base = 0
@@ -194,18 +199,17 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         slots_lost += int(dump.gaps["lost"].sum()) if dump.gaps.size else 0
         records_total += dump.ppe.size + dump.spe.size
         ppe, blocks, spe = dump.ppe, dump.blocks, dump.spe
-        rank_links: list[dict] = []
 
-        # ---- PPE records: location, node domain, raw timebase
+        # ---- PPE records: location, node domain, raw timebase, in one pass over the rows
+        # (the records grouped by thread once, a stable radix sort: slot order kept)
+        by_thread, thread_bounds = _group(ppe["thread"])
+        threads = np.flatnonzero(np.diff(thread_bounds))
+        thread_loc = np.zeros(thread_bounds.size - 1, dtype=np.uint32)
+        thread_loc[threads] = [loc_key[(r, int(LocKind.PPE_THREAD), t)]
+                               for t in threads.tolist()]
         prec = np.zeros(ppe.size, RECORD_DTYPE)
-        thread_loc = np.array([loc_key[(r, int(LocKind.PPE_THREAD), int(t))]
-                               for t in np.unique(ppe["thread"])], dtype=np.int64)
-        uniq_threads = np.unique(ppe["thread"])
-        prec["loc"] = thread_loc[np.searchsorted(uniq_threads, ppe["thread"])] if ppe.size else 0
-        for name in ("code", "slot", "a", "b", "c"):
-            prec[name] = ppe[name]
-        prec["local"] = ppe["timebase"].astype(np.int64)
-        prec["domain"] = node
+        gather_fields(prec, ppe, np.arange(ppe.size), _PPE_FIELDS,
+                      {"loc": thread_loc[ppe["thread"]], "domain": node})
         _check_backwards(prec, dump.name, damage)
         _check_ctx_refs(prec, ppe, r, ctx_loc, dump.name, damage)
         # every context's blocks, grouped once (a stable radix sort of the 16-bit context
@@ -217,8 +221,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         cuts[r if layout is not None else dump_index] = cut
         # final place of each PPE record: its thread's range, in slot order
         ppe_final = np.empty(ppe.size, dtype=np.int64)
-        by_thread, thread_bounds = _group(ppe["thread"])
-        for t in np.unique(ppe["thread"]).tolist():
+        for t in threads.tolist():
             idx = by_thread[thread_bounds[t]:thread_bounds[t + 1]]
             lo = loc_start[loc_key[(r, int(LocKind.PPE_THREAD), t)]]
             ppe_final[idx] = lo + np.arange(idx.size)
@@ -266,6 +269,8 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         # a HEARTBEAT anywhere in the dump: its SPE library keeps readings < 2^31 apart (a
         # pass over every SPE record, made only if some step is a candidate without it)
         trusted = functools.cache(lambda spe=spe: bool((spe["code"] == S.HEARTBEAT).any()))
+        # every context's CTX_RUN_BEGIN slots, grouped once (slot order within a context)
+        run_begins = _by_context(ppe, P.CTX_RUN_BEGIN)
         for ctx, blk_idx in blk_groups:
             loc = ctx_loc[(r, int(ctx))]
             first, end = int(spe_ctx_bounds[ctx]), int(spe_ctx_bounds[ctx + 1])
@@ -283,11 +288,11 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 spe, rec_idx, blocks, blk_idx, S.DECR_WRITE)
             sw_stop, sw_start, sw_recs = _switch_pairs(
                 ppe[switches[sw_ctx_bounds[ctx]:sw_ctx_bounds[ctx + 1]]], ctx, dump.name, damage)
-            run_begin = ppe["slot"][(ppe["code"] == P.CTX_RUN_BEGIN) & (ppe["a"] == ctx)]
+            run_begin = run_begins(ctx)
             # readings of blocks whose header precedes a STOP in slot order were certainly
             # made before it: the STOP value is the first pass after them (an interval can
             # span several wraps before its STOP)
-            stop_slots = np.array([r[0] for r in sw_recs], dtype=np.int64)
+            stop_slots = sw_recs[:, 0]
             before = (np.searchsorted(np.maximum.accumulate(head_slot), stop_slots)
                       if stop_slots.size else stop_slots)
             args = (raw, write_new, sw_stop[:, 0], sw_start[:, 0])
@@ -297,16 +302,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             split = (split_intervals(*args, split_big_steps=split_ambiguous_wraps,
                                      force_split=force, certain_before=before)
                      if force.any() else plain)
-            dom0 = len(domains)
-            counts = np.bincount(split.interval, minlength=split.n_intervals)
-            contract_k = segment = -1
-            for k in range(split.n_intervals):
-                if split.starts[k][0] == "wrap":
-                    segment += 1
-                else:
-                    contract_k, segment = contract_k + 1, 0
-                domains.append((int(DomainKind.SPE_INTERVAL), node, r, int(ctx), contract_k,
-                                segment, loc, int(counts[k])))
+            dom0 = n_domains
+            domains.append(_interval_domains(split, node, r, int(ctx), loc))
+            n_domains += split.n_intervals
             # records in program order are the context's records in slot order: their rows
             # written in one pass (every field but ``time``, zero until synchronized), the
             # headers' readings to their anchors
@@ -324,16 +322,21 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
                 bsel = which[~is_rec]
                 anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
                 anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
-            for row in _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start,
-                              sw_recs, rec_offset=0):
-                if row["kind"] == LinkKind.SWITCH:
-                    stop_slot, start_slot = row.pop("slots")
-                    row["stop_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], stop_slot)])
-                    row["start_rec"] = int(ppe_final[np.searchsorted(ppe["slot"], start_slot)])
-                elif row["write_rec"] >= 0:  # an SPE record's index in ``spe``
-                    row["write_rec"] = (spe_base + row["write_rec"] if spe_final is None
-                                        else int(spe_final[row["write_rec"]]))
-                rank_links.append(row)
+            links, stop_slot, start_slot = _links(split, raw, dom0, which, is_rec, write_new,
+                                                  sw_stop, sw_start, sw_recs)
+            if links.size:
+                # STOP and START slots to record indexes; a DECR_WRITE's SPE record (its index
+                # in ``spe``) to its row
+                switch = links["kind"] == LinkKind.SWITCH
+                at = np.searchsorted(ppe["slot"], stop_slot[switch])
+                links["stop_rec"][switch] = ppe_final[at]
+                at = np.searchsorted(ppe["slot"], start_slot[switch])
+                links["start_rec"][switch] = ppe_final[at]
+                write = ~switch & (links["write_rec"] >= 0)
+                links["write_rec"][write] = (spe_base + links["write_rec"][write]
+                                             if spe_final is None
+                                             else spe_final[links["write_rec"][write]])
+                link_parts.append(links)
         anchors["domain"] = anchor_dom
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
@@ -348,12 +351,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             dump.ppe, dump.blocks, dump.spe = dump.ppe[:0], dump.blocks[:0], dump.spe[:0]
             del ppe, blocks, spe, ppe_slot, ppe_tb, spe_by_ctx, blk_by_ctx
         anchor_parts.append(anchors)
-        link_rows.extend(rank_links)
         anchor_base += n_anchor
 
-    links = np.zeros(len(link_rows), LINK_DTYPE)
-    for key in LINK_DTYPE.names:
-        links[key] = np.array([row[key] for row in link_rows], dtype=LINK_DTYPE[key])
+    links = np.concatenate(link_parts) if link_parts else np.zeros(0, LINK_DTYPE)
     dec = Decoded(
         manifest=manifest,
         dump_names=dump_names,
@@ -362,7 +362,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         contexts=contexts,
         records=records,
         anchors=np.concatenate(anchor_parts) if anchor_parts else np.zeros(0, ANCHOR_DTYPE),
-        domains=np.array(domains, dtype=DOMAIN_DTYPE),
+        domains=np.concatenate(domains),
         links=links,
         n_nodes=n_nodes,
         slots_lost=slots_lost,
@@ -385,6 +385,22 @@ def _group(keys: np.ndarray, field: str | None = None) -> tuple[np.ndarray, np.n
         keys = np.asarray(keys, dtype=np.uint16)
     order, bounds = group_u16(keys, field)
     return order.astype(np.int64), bounds
+
+
+def _by_context(ppe: np.ndarray, code: int) -> Callable[[int], np.ndarray]:
+    """The slots of ``ppe``'s records of ``code``, grouped once by the context they name
+    (``a``): the function gives one context's, in slot order (a pass over the PPE records
+    for all contexts, not one per context)."""
+    idx = np.flatnonzero(ppe["code"] == code)
+    ctx = ppe["a"][idx].astype(np.uint64)
+    order = np.argsort(ctx, kind="stable")
+    ctx, slots = ctx[order], ppe["slot"][idx[order]]
+
+    def of(c: int) -> np.ndarray:
+        key = np.uint64(c)
+        return slots[np.searchsorted(ctx, key):np.searchsorted(ctx, key, side="right")]
+
+    return of
 
 
 #: no loss in a process: a cut beyond every slot
@@ -663,71 +679,111 @@ def _check_seq(blocks: np.ndarray, name: str, damage: DamageLog,
 
 def _switch_pairs(sw: np.ndarray, ctx: int, name: str, damage: DamageLog):
     """STOP/START pairs of one context (its CTX_SWITCH records ``sw``, in slot order) ->
-    (stop, start, record rows)."""
-    stops, starts, recs = [], [], []
-    pending = None
-    bad = 0
-    kinds = sw["b"].tolist()
-    values = (sw["c"] & np.uint64(0xFFFFFFFF)).tolist()
-    for i, (kind, value) in enumerate(zip(kinds, values, strict=True)):
-        if kind == fmt.SwitchType.STOP and pending is None:
-            pending = (value, i)
-        elif kind == fmt.SwitchType.START and pending is not None:
-            stops.append((pending[0],))
-            starts.append((value,))
-            recs.append((int(sw["slot"][pending[1]]), int(sw["slot"][i])))
-            pending = None
-        else:
-            bad += 1
-    if pending is not None:
-        bad += 1
+    (stop values, start values: int64 columns; the pairs' (STOP slot, START slot) rows).
+
+    A STOP opens a pair when none is open, a START closes the open one; every other record
+    (a STOP while one is open, a START while none is, another kind, a STOP left open) is
+    unusable. So the pairs are the first STOP of each run of STOPs (among the STOP and START
+    records) with the first START of the run after it: found in one pass over the records,
+    not a Python step per record."""
+    kind = sw["b"]
+    is_stop = kind == fmt.SwitchType.STOP
+    st = np.flatnonzero(is_stop | (kind == fmt.SwitchType.START))
+    stop_sym = is_stop[st]
+    head = np.ones(st.size, dtype=bool)
+    head[1:] = stop_sym[1:] != stop_sym[:-1]
+    heads = np.flatnonzero(head)
+    opened = np.flatnonzero(stop_sym[heads])  # heads of STOP runs ...
+    opened = opened[opened + 1 < heads.size]  # ... that a START run follows
+    stop_i, start_i = st[heads[opened]], st[heads[opened + 1]]
+    bad = sw.size - 2 * stop_i.size
     if bad:
         damage.add(DamageKind.unusable_time, name, int(sw["slot"][0]), bad,
                    f"CTX_SWITCH records of SPE context {ctx} that do not form STOP/START pairs")
-    stop = np.array(stops, dtype=np.int64).reshape(-1, 1)
-    start = np.array(starts, dtype=np.int64).reshape(-1, 1)
-    return stop, start, recs
+    value = (sw["c"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    slot = sw["slot"].astype(np.int64)
+    recs = np.stack([slot[stop_i], slot[start_i]], axis=1).reshape(-1, 2)
+    return value[stop_i].reshape(-1, 1), value[start_i].reshape(-1, 1), recs
 
 
-def _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start, sw_recs,
-           rec_offset) -> list[dict]:
-    """Link rows for every interval start that follows a non-empty interval."""
-    rows = []
+def _interval_domains(split, node: int, rank: int, ctx: int, loc: int) -> np.ndarray:
+    """The domain rows of one context's intervals (``DOMAIN_DTYPE``): the contract's interval
+    number counts the intervals not started by an undecidable wrap, the segment the wraps
+    since (0 for an interval of its own)."""
+    n = split.n_intervals
+    wrap = np.array([start[0] == "wrap" for start in split.starts], dtype=bool)
+    own = ~wrap
+    contract_k = np.cumsum(own) - 1
+    last_own = np.maximum.accumulate(np.where(own, np.arange(n), 0))
+    rows = np.zeros(n, DOMAIN_DTYPE)
+    rows["kind"] = int(DomainKind.SPE_INTERVAL)
+    rows["node"], rows["rank"], rows["ctx"], rows["loc"] = node, rank, ctx, loc
+    rows["interval"] = contract_k
+    rows["segment"] = np.arange(n) - last_own
+    rows["readings"] = np.bincount(split.interval, minlength=n)
+    return rows
+
+
+def _links(split, raw, dom0, which, is_rec, write_new, sw_stop, sw_start, sw_recs
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Link rows (``LINK_DTYPE``) for every interval start that follows a non-empty interval,
+    with the slots of each switch link's STOP and START records (-1 for other links; the
+    caller turns them into record indexes, and a write link's ``write_rec``, an index of
+    ``spe``, into its record's)."""
     interval = split.interval
     n = raw.size
-    if n == 0:
-        return rows
+    n_iv = split.n_intervals
+    none = np.zeros(0, dtype=np.int64)
+    if n == 0 or n_iv < 2:
+        return np.zeros(0, LINK_DTYPE), none, none
+    raw = np.asarray(raw, dtype=np.int64)
+    local = np.asarray(split.local, dtype=np.int64)
     # first and last reading index of each interval (or -1)
-    first = np.full(split.n_intervals, -1, dtype=np.int64)
-    last = np.full(split.n_intervals, -1, dtype=np.int64)
+    first = np.full(n_iv, -1, dtype=np.int64)
+    last = np.full(n_iv, -1, dtype=np.int64)
     idx = np.arange(n)
     first[interval[::-1]] = idx[::-1]
     last[interval] = idx
-    for k in range(1, split.n_intervals):
-        kind, ref = split.starts[k]
-        if last[k - 1] < 0 or first[k] < 0:
-            continue  # an empty interval on either side: nothing to link
-        lp, fn = last[k - 1], first[k]
-        local_last = split.local[lp]
-        local_first = split.local[fn]
-        row = dict(prev=dom0 + k - 1, next=dom0 + k, start_value=-1, stop_rec=-1,
-                   start_rec=-1, write_rec=-1, last_local_prev=local_last,
-                   first_local_next=local_first)
-        if kind == "switch":
-            stop_v, start_v = int(sw_stop[ref, 0]), int(sw_start[ref, 0])
-            row.update(kind=LinkKind.SWITCH, value=stop_v, start_value=start_v,
-                       local_prev=local_last + (int(raw[lp]) - stop_v) % MOD,
-                       local_next=local_first - (start_v - int(raw[fn])) % MOD)
-            # slots of the STOP/START records; turned into record indexes by the caller
-            row["slots"] = sw_recs[ref]
-        elif kind == "write":
-            v = int(write_new[ref])
-            row.update(kind=LinkKind.WRITE, value=v, local_prev=int(split.local[ref]),
-                       local_next=local_first - (v - int(raw[fn])) % MOD,
-                       write_rec=rec_offset + int(which[ref]) if is_rec[ref] else -1)
-        else:
-            # unwrapped continuously, local_next would be local_last + step + m * 2^32
-            row.update(kind=LinkKind.WRAP, value=(int(raw[lp]) - int(raw[fn])) % MOD,
-                       local_prev=local_last, local_next=local_first)
-        rows.append(row)
-    return rows
+    kinds = {"switch": 0, "write": 1, "wrap": 2, "first": 3}
+    kind = np.array([kinds[start[0]] for start in split.starts[1:]], dtype=np.int8)
+    ref = np.array([start[1] for start in split.starts[1:]], dtype=np.int64)
+    k = np.arange(1, n_iv)
+    keep = (last[k - 1] >= 0) & (first[k] >= 0)  # an empty interval on either side: no link
+    k, kind, ref = k[keep], kind[keep], ref[keep]
+    lp, fn = last[k - 1], first[k]
+    rows = np.zeros(k.size, LINK_DTYPE)
+    rows["prev"], rows["next"] = dom0 + k - 1, dom0 + k
+    rows["start_value"] = rows["stop_rec"] = rows["start_rec"] = rows["write_rec"] = -1
+    rows["last_local_prev"] = local_last = local[lp]
+    rows["first_local_next"] = local_first = local[fn]
+    stop_slot = np.full(k.size, -1, dtype=np.int64)
+    start_slot = np.full(k.size, -1, dtype=np.int64)
+    # a switch: the STOP's saved value and the START's restored one
+    sw = np.flatnonzero(kind == 0)
+    if sw.size:
+        stop_v = np.asarray(sw_stop, dtype=np.int64)[ref[sw], 0]
+        start_v = np.asarray(sw_start, dtype=np.int64)[ref[sw], 0]
+        rows["kind"][sw] = LinkKind.SWITCH
+        rows["value"][sw], rows["start_value"][sw] = stop_v, start_v
+        rows["local_prev"][sw] = local_last[sw] + (raw[lp[sw]] - stop_v) % MOD
+        rows["local_next"][sw] = local_first[sw] - (start_v - raw[fn[sw]]) % MOD
+        slots = np.asarray(sw_recs, dtype=np.int64).reshape(-1, 2)[ref[sw]]
+        stop_slot[sw], start_slot[sw] = slots[:, 0], slots[:, 1]
+    # a DECR_WRITE: the value written, at its own reading
+    wr = np.flatnonzero(kind == 1)
+    if wr.size:
+        v = np.asarray(write_new, dtype=np.int64)[ref[wr]]
+        rows["kind"][wr] = LinkKind.WRITE
+        rows["value"][wr] = v
+        rows["local_prev"][wr] = local[ref[wr]]
+        rows["local_next"][wr] = local_first[wr] - (v - raw[fn[wr]]) % MOD
+        rec = np.asarray(is_rec, dtype=bool)[ref[wr]]
+        rows["write_rec"][wr] = np.where(rec, np.asarray(which, dtype=np.int64)[ref[wr]], -1)
+    # a wrap: unwrapped continuously, local_next would be local_last + step + m * 2^32
+    wp = np.flatnonzero(kind == 2)
+    if wp.size:
+        rows["kind"][wp] = LinkKind.WRAP
+        rows["value"][wp] = (raw[lp[wp]] - raw[fn[wp]]) % MOD
+        rows["local_prev"][wp] = local_last[wp]
+        rows["local_next"][wp] = local_first[wp]
+    return rows, stop_slot, start_slot

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .loops import run_locals, unwrap
+from .loops import run_locals, split_live, unwrap
 
 MOD = 1 << 32
 HALF = 1 << 31
@@ -48,11 +48,33 @@ def split_intervals(
     """
     raw = np.asarray(raw, dtype=np.int64)
     write_new = np.asarray(write_new, dtype=np.int64)
-    n = raw.size
     cum, n_big = unwrap(raw)
+    stop_values = np.asarray(stop_values, dtype=np.int64).reshape(-1)
+    start_values = np.asarray(start_values, dtype=np.int64).reshape(-1)
+    before = (None if certain_before is None
+              else np.asarray(certain_before, dtype=np.int64).reshape(-1))
+    compiled = split_live(raw, cum, write_new, stop_values, start_values, before)
+    if compiled is not None:
+        interval, kinds, refs, n_intervals = compiled
+        names = ("first", "switch", "write")
+        starts = [("first", -1)] + [(names[c], r) for c, r in
+                                    zip(kinds.tolist(), refs.tolist(), strict=True)]
+    else:
+        interval, starts, n_intervals = _walk(raw, cum, write_new, stop_values,
+                                              start_values, before)
+    return _finish(raw, cum, n_big, interval, starts, n_intervals, split_big_steps,
+                   force_split)
+
+
+def _walk(raw: np.ndarray, cum: np.ndarray, write_new: np.ndarray, stop_values: np.ndarray,
+          start_values: np.ndarray, certain_before: np.ndarray | None
+          ) -> tuple[np.ndarray, list[tuple[str, int]], int]:
+    """``split_intervals``' walk over the readings, switch by switch and write by write (the
+    twin of the compiled ``loops.split_live``): each reading's interval, what started each
+    interval and their number."""
+    n = raw.size
     writes = np.flatnonzero(write_new >= 0)
     n_switch = len(stop_values)
-
     interval = np.empty(n, dtype=np.int32)
     starts: list[tuple[str, int]] = [("first", -1)]
     k = 0  # current interval
@@ -100,8 +122,15 @@ def split_intervals(
         k += 1
         starts.append(("switch", s))
         s += 1
-    n_intervals = k + 1
+    return interval, starts, k + 1
 
+
+def _finish(raw: np.ndarray, cum: np.ndarray, n_big: int, interval: np.ndarray,
+            starts: list[tuple[str, int]], n_intervals: int, split_big_steps: bool,
+            force_split: np.ndarray | None) -> IntervalSplit:
+    """The wraps that may be hidden (split into intervals of their own when asked) and every
+    reading's local time, after the walk."""
+    n = raw.size
     big = np.zeros(0, dtype=np.int64)
     if n and (force_split is not None or n_big != 0):
         first = np.ones(n, dtype=bool)

@@ -3,6 +3,7 @@ slots into the reader's tables (the reader's own numpy framer is its fallback),
 ``gather_fields`` copies chosen fields of chosen rows of one structured table into another,
 ``readings`` puts an SPE context's clock readings in program order, ``unwrap`` and
 ``run_locals`` unwrap them and give each its local time in its live interval,
+``split_live`` assigns them to live intervals,
 ``wrap_room`` says which steps may hide a wrap, ``place_readings`` writes them to their
 record rows and anchors,
 ``dma_completions`` finds each DMA command's completing tag wait; all through the compiled
@@ -173,6 +174,29 @@ def unwrap(raw: np.ndarray) -> tuple[np.ndarray, int]:
     if raw.size > 1:
         steps[1:] = (raw[:-1] - raw[1:]) & 0xFFFFFFFF
     return np.cumsum(steps), int((steps >= 1 << 31).sum())
+
+
+def split_live(raw: np.ndarray, cum: np.ndarray, write_new: np.ndarray, stop: np.ndarray,
+               start: np.ndarray, before: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """``intervals.split_intervals``' walk in one compiled pass: per reading its interval
+    (int32), per interval after the first what started it (kind: 1 a switch, 2 a DECR_WRITE;
+    ref: the switch's index or the write's reading) and the number of intervals; None where
+    not compiled (the caller's Python loop does it). All arrays int64 (``before``: None or one
+    per switch)."""
+    if not COMPILED:
+        return None
+    n = raw.size
+    room = stop.size + int((write_new >= 0).sum())
+    interval = np.empty(n, dtype=np.int32)
+    kind = np.empty(room, dtype=np.int8)
+    ref = np.empty(room, dtype=np.int64)
+    c = np.ascontiguousarray
+    n_iv = _decodeloops.split_live(
+        c(raw, np.int64), c(cum, np.int64), c(write_new, np.int64), c(stop, np.int64),
+        c(start, np.int64), c(before if before is not None else stop[:0], np.int64),
+        before is not None, interval, kind, ref)
+    return interval, kind[:n_iv - 1], ref[:n_iv - 1], int(n_iv)
 
 
 def run_locals(raw: np.ndarray, cum: np.ndarray, interval: np.ndarray) -> np.ndarray:

@@ -50,12 +50,10 @@ class _Builder:
         self.loc_rank = np.repeat(dec.locations["rank"], np.diff(self.loc_start))
         # record indexes grouped by code, ascending
         self.by_code, self.code_start = dec.code_index()
-        # PPE records that name a context, grouped by code, in slot order
-        ctx_codes = [c for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE]
-        sel = self.code_records(*ctx_codes)
-        sel = sel[np.lexsort((self.rec["slot"][sel], self.rec["code"][sel]))]
-        codes = self.rec["code"][sel]
-        self.ppe_by_code = {int(c): sel[codes == c] for c in np.unique(codes).tolist()}
+        # PPE records that name a context, grouped once by (code, context) in slot order:
+        # ``ppe_ctx_records`` looks a group up instead of scanning every record of its code
+        # once per context
+        self.ppe_index, self.ppe_keys, self.ppe_bounds = self._ppe_groups(dec)
         self.epoch = (dec.loss_epoch if dec.loss_epoch is not None
                       else np.zeros(self.rec.size, dtype=np.int32))
         self._dma: tuple[np.ndarray, np.ndarray] | None = None
@@ -110,15 +108,64 @@ class _Builder:
             self._dma = idx, fields
         return self._dma
 
+    def held(self, ranks: np.ndarray) -> np.ndarray:
+        """Per rank of ``ranks``: has any location of that rank a record here? A group of
+        nodes holds some ranks' records, but its contexts table is the whole run's: the
+        contexts of the other ranks pair nothing and are skipped, not scanned."""
+        n = int(max(self.dec.locations["rank"].max(initial=-1), np.max(ranks, initial=-1))) + 1
+        present = np.zeros(n, dtype=bool)
+        present[self.dec.locations["rank"][np.diff(self.loc_start) > 0]] = True
+        return present[np.asarray(ranks, dtype=np.int64)]
+
     def loc_range(self, loc: int) -> tuple[int, int]:
         return int(self.loc_start[loc]), int(self.loc_start[loc + 1])
 
+    def _ppe_groups(self, dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The PPE records naming a context (codes CTX_CREATE .. SIGNAL_WRITE) of one of
+        ``dec``'s contexts, sorted by (code, context, slot); the distinct (code, context)
+        keys, ascending, and where each key's records start and end in that order. A
+        record's context is its (rank, ``a``); one naming no context of the table is in no
+        group (no query asks for it)."""
+        ctx_key = np.unique(_ctx_key(dec.contexts["rank"], dec.contexts["ctx"]))
+        codes = np.array(_PPE_CTX_CODES, dtype=np.int64)
+        sel = self.code_records(*_PPE_CTX_CODES)
+        a = self.rec["a"][sel]
+        short = a <= np.uint64(0xFFFFFFFF)
+        key = _ctx_key(self.loc_rank[sel], np.where(short, a, 0))
+        g = np.minimum(np.searchsorted(ctx_key, key), max(ctx_key.size - 1, 0))
+        named = short & (ctx_key[g] == key) if ctx_key.size else np.zeros(sel.size, bool)
+        sel, g = sel[named], g[named]
+        group = (np.searchsorted(codes, self.rec["code"][sel].astype(np.int64)) * ctx_key.size
+                 + g)
+        order = np.lexsort((self.rec["slot"][sel], group))
+        sel, group = sel[order], group[order]
+        keys, first = np.unique(group, return_index=True)
+        bounds = np.append(first, group.size)
+        self._ctx_keys, self._codes = ctx_key, codes
+        return sel, keys, bounds
+
     def ppe_ctx_records(self, rank: int, ctx: int, code: int) -> np.ndarray:
         """PPE records of ``code`` naming ``ctx`` in ``rank``, in slot order."""
-        idx = self.ppe_by_code.get(int(code))
-        if idx is None:
-            return np.zeros(0, dtype=np.int64)
-        return idx[(self.rec["a"][idx] == ctx) & (self.loc_rank[idx] == rank)]
+        empty = np.zeros(0, dtype=np.int64)
+        ck = _ctx_key(np.array([rank]), np.array([ctx]))[0]
+        c = int(np.searchsorted(self._codes, int(code)))
+        g = int(np.searchsorted(self._ctx_keys, ck))
+        if (c >= self._codes.size or self._codes[c] != int(code) or g >= self._ctx_keys.size
+                or self._ctx_keys[g] != ck):
+            return empty
+        at = int(np.searchsorted(self.ppe_keys, c * self._ctx_keys.size + g))
+        if at >= self.ppe_keys.size or self.ppe_keys[at] != c * self._ctx_keys.size + g:
+            return empty
+        return self.ppe_index[self.ppe_bounds[at]:self.ppe_bounds[at + 1]]
+
+
+#: the PPE codes that name a context in ``a``
+_PPE_CTX_CODES = [int(c) for c in P if P.CTX_CREATE <= c <= P.SIGNAL_WRITE]
+
+
+def _ctx_key(rank: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """(rank, context id below 2^32) as one int64, ordered as the pairs are."""
+    return (np.asarray(rank).astype(np.int64) << 32) | np.asarray(ctx).astype(np.int64)
 
 
 def _pair_begin_end(begins: np.ndarray, ends: np.ndarray):
@@ -133,7 +180,7 @@ def match(dec: Decoded, damage: DamageLog, mpi: bool = True) -> Matches:
     ``mpi=False`` leaves MPI records unpaired (a parallel conversion holds only some processes'
     records and pairs MPI over every process's MPI records, ``team_mpi.py``)."""
     b = _Builder(dec, damage)
-    for c in dec.contexts.tolist():
+    for c in dec.contexts[b.held(dec.contexts["rank"])].tolist():
         rank, ctx, loc = int(c[0]), int(c[1]), int(c[2])
         _mailboxes(b, rank, ctx, loc)
         _runs(b, rank, ctx, loc)
@@ -218,27 +265,25 @@ def _signals(b: _Builder) -> None:
     dma, fields = b.dma_records()
     sig = np.isin(fields["a"], _SNDSIG)
     dma = dma[sig]
-    snd_target = np.full(dma.size, -1, dtype=np.int64)
-    snd_reg = np.zeros(dma.size, dtype=np.int64)
     ea = fields["b"][sig].astype(np.int64)
-    for i, c in enumerate(ctxs.tolist()):
-        ps = int(c[5])
-        if ps == 0:
-            continue
-        same_rank = b.loc_rank[dma] == c[0]
-        for reg, off in ((1, fmt.SIGNAL1_PS_OFFSET), (2, fmt.SIGNAL2_PS_OFFSET)):
-            hit = same_rank & (ea == ps + off)
-            snd_target[hit] = i
-            snd_reg[hit] = reg
+    snd_target, snd_reg = _signal_targets(ctxs, b.loc_rank[dma].astype(np.int64), ea)
     unknown = dma[snd_target < 0]
     b.lost(DamageKind.undefined_id, unknown,
            "SNDSIG whose EA is no signal register of a known context")
+    # each (context, register)'s SNDSIG writes, ascending, found once
+    known = np.flatnonzero(snd_target >= 0)
+    known = known[np.lexsort((known, snd_reg[known], snd_target[known]))]
+    w_key = snd_target[known] * 3 + snd_reg[known]
+    held = b.held(ctxs["rank"])
     for i, c in enumerate(ctxs.tolist()):
+        if not held[i]:
+            continue
         rank, ctx, loc = int(c[0]), int(c[1]), int(c[2])
         for reg in (1, 2):
             ppe_w = b.ppe_ctx_records(rank, ctx, P.SIGNAL_WRITE)
             ppe_w = ppe_w[rec["b"][ppe_w] == reg]
-            spe_w = dma[(snd_target == i) & (snd_reg == reg)]
+            spe_w = dma[known[np.searchsorted(w_key, i * 3 + reg):
+                              np.searchsorted(w_key, i * 3 + reg, side="right")]]
             writes = np.concatenate([ppe_w, spe_w])
             reads = b.spe_ctx_records(loc, S.SIGNAL_READ_END)
             reads = reads[rec["a"][reads] == reg]
@@ -264,6 +309,52 @@ def _signals(b: _Builder) -> None:
             b.add_msgs(MsgKind.SIGNAL, writes[:n], reads[:n])
             if np.unique(rec["loc"][writes]).size <= 1:
                 b.add_pairs(writes[:n], reads[:n])
+
+
+def _signal_targets(ctxs: np.ndarray, rank: np.ndarray, ea: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per SNDSIG (its process's ``rank``, its ``ea`` as int64): the index in ``ctxs`` of the
+    context whose signal register it writes (-1: none) and the register (1, 2; 0: none). The
+    register's EA is the context's problem-state EA plus the register's offset; where two
+    (context, register) share an EA in one process the later, in table then register order,
+    is the target. One lookup in a sorted table instead of a pass per context."""
+    rows = [(int(c[0]), int(c[5]) + off, i, reg) for i, c in enumerate(ctxs.tolist())
+            if int(c[5]) != 0
+            for reg, off in ((1, fmt.SIGNAL1_PS_OFFSET), (2, fmt.SIGNAL2_PS_OFFSET))
+            if int(c[5]) + off < 1 << 63]
+    target = np.full(ea.size, -1, dtype=np.int64)
+    reg = np.zeros(ea.size, dtype=np.int64)
+    if not rows or not ea.size:
+        return target, reg
+    # the last row of each (rank, EA) wins
+    table = np.array(rows, dtype=np.int64)
+    at = _pair_search(table[:, 0], table[:, 1], rank, ea)
+    hit = at >= 0
+    target[hit], reg[hit] = table[at[hit], 2], table[at[hit], 3]
+    return target, reg
+
+
+def _pair_search(k1: np.ndarray, k2: np.ndarray, q1: np.ndarray, q2: np.ndarray
+                 ) -> np.ndarray:
+    """Per query pair (``q1``, ``q2``): the index of the last row of the table (``k1``,
+    ``k2``) that holds that pair, or -1. One sort of table and queries together."""
+    n = k1.size
+    order = np.lexsort((np.arange(n + q1.size), np.concatenate([k2, q2]),
+                        np.concatenate([k1, q1])))
+    is_row = order < n
+    pos = np.arange(order.size)
+    # per sorted position: the last table row at or before it (rows of one pair come
+    # before its queries, in table order)
+    last = np.maximum.accumulate(np.where(is_row, pos, -1))
+    q_pos = np.flatnonzero(~is_row)
+    out = np.full(q1.size, -1, dtype=np.int64)
+    prev = last[q_pos]
+    found = prev >= 0
+    row = np.where(found, order[np.maximum(prev, 0)], 0)
+    qi = order[q_pos] - n
+    same = found & (k1[row] == q1[qi]) & (k2[row] == q2[qi]) if n else found
+    out[qi[same]] = row[same]
+    return out
 
 
 def _dma(b: _Builder) -> np.ndarray:
@@ -370,25 +461,32 @@ def _mpi(b: _Builder) -> tuple[int, int]:
     r_ord = np.lexsort((rec["slot"][r_idx], *r_key[::-1]))
     s_idx, s_key = s_idx[s_ord], s_key[:, s_ord]
     r_idx, r_key = r_idx[r_ord], r_key[:, r_ord]
-    # k-th within each channel
-    sends, recvs = [], []
-    s_ch = {tuple(k): i for i, k in enumerate(np.unique(s_key.T, axis=0).tolist())}
-    s_lab = np.array([s_ch[tuple(k)] for k in s_key.T.tolist()], dtype=np.int64)
-    r_lab = np.array([s_ch.get(tuple(k), -1) for k in r_key.T.tolist()], dtype=np.int64)
-    unmatched = [r_idx[r_lab < 0]]
-    for ch in range(len(s_ch)):
-        ss = s_idx[s_lab == ch]
-        rr = r_idx[r_lab == ch]
-        late = np.flatnonzero(np.concatenate([mpi_epoch[ss] != 0, [True]]))[0], np.flatnonzero(
-            np.concatenate([mpi_epoch[rr] != 0, [True]]))[0]
-        n = min(ss.size, rr.size, *late)
-        sends.append(ss[:n])
-        recvs.append(rr[:n])
-        unmatched += [ss[n:], rr[n:]]
-    sends_a = np.concatenate(sends) if sends else np.zeros(0, np.int64)
-    recvs_a = np.concatenate(recvs) if recvs else np.zeros(0, np.int64)
-    b.lost(DamageKind.unmatched_mpi, np.concatenate(unmatched),
-           "MPI message without partner")
+    # k-th within each channel: the channels are the distinct send keys (in their sorted
+    # order, as the sends are); a receive whose key no send has is unmatched
+    s_lab, r_lab, n_ch = _channels(s_key, r_key)
+    s_pos = _position_in_group(s_lab)
+    r_pos = _position_in_group(r_lab)
+    # per channel: how many pair up (before the first record of a possible loss on either
+    # side, and no more than either side has)
+    n_pair = np.bincount(s_lab, minlength=n_ch)
+    r_has = r_lab >= 0
+    np.minimum(n_pair, np.bincount(r_lab[r_has], minlength=n_ch), out=n_pair)
+    for lab, pos, idx in ((s_lab, s_pos, s_idx), (r_lab, r_pos, r_idx)):
+        late = (lab >= 0) & (mpi_epoch[idx] != 0)
+        np.minimum.at(n_pair, lab[late], pos[late])
+    s_paired = s_pos < n_pair[s_lab]
+    r_paired = r_has & (r_pos < n_pair[np.maximum(r_lab, 0)])
+    sends_a = s_idx[s_paired].astype(np.int64)
+    recvs_a = r_idx[r_paired].astype(np.int64)
+    # the unmatched: receives of no channel, then per channel its sends and its receives
+    late_s, late_r = np.flatnonzero(~s_paired), np.flatnonzero(r_has & ~r_paired)
+    unmatched = np.concatenate([r_idx[~r_has], s_idx[late_s], r_idx[late_r]])
+    ch = np.concatenate([s_lab[late_s], r_lab[late_r]])
+    side = np.concatenate([np.zeros(late_s.size, np.int8), np.ones(late_r.size, np.int8)])
+    tail = np.lexsort((side, ch))  # stable: each side keeps its order within a channel
+    n_none = int((~r_has).sum())
+    unmatched[n_none:] = unmatched[n_none:][tail]
+    b.lost(DamageKind.unmatched_mpi, unmatched, "MPI message without partner")
     n_msgs = sends_a.size
     if n_msgs:
         b.add_msgs(MsgKind.MPI, sends_a, recvs_a)
@@ -397,6 +495,59 @@ def _mpi(b: _Builder) -> tuple[int, int]:
         b.add_pairs(sends_a[cross], recvs_a[cross], cross_node=True)
     n_coll = _collectives(b, node_of, mpi_epoch)
     return n_msgs, n_coll
+
+
+def _channels(s_key: np.ndarray, r_key: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Channel labels of sends and receives (keys: one column per record, rows compared
+    lexicographically; the sends sorted by key): the index of the key among the distinct send
+    keys in sorted order, -1 for a receive whose key no send has; and the number of channels.
+    Each key row is coded as one int64 that keeps the order (each column's values numbered
+    densely, the numbers combined in mixed radix), so that one searchsorted finds them; keys
+    too varied for 63 bits take np.unique over rows instead."""
+    ns = s_key.shape[1]
+    if not ns:
+        return (np.zeros(0, np.int64), np.full(r_key.shape[1], -1, np.int64), 0)
+    both = np.concatenate([s_key, r_key], axis=1)
+    code = np.zeros(both.shape[1], dtype=np.int64)
+    room = np.iinfo(np.int64).max
+    for col in both:
+        values, number = np.unique(col, return_inverse=True)
+        if values.size > room:
+            return _channels_by_rows(s_key, r_key)
+        room //= max(1, values.size)
+        code = code * values.size + number.reshape(-1)
+    s_code, r_code = code[:ns], code[ns:]
+    head = np.ones(ns, dtype=bool)
+    head[1:] = s_code[1:] != s_code[:-1]
+    distinct = s_code[head]
+    at = np.minimum(np.searchsorted(distinct, r_code), distinct.size - 1)
+    return (np.cumsum(head) - 1, np.where(distinct[at] == r_code, at, -1).astype(np.int64),
+            int(distinct.size))
+
+
+def _channels_by_rows(s_key: np.ndarray, r_key: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, int]:
+    """``_channels`` by np.unique over the key rows (any keys)."""
+    ns = s_key.shape[1]
+    both = np.concatenate([s_key, r_key], axis=1).T
+    uniq, inverse = np.unique(both, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    # which distinct keys are send keys, and their number among them
+    is_send = np.zeros(uniq.shape[0], dtype=bool)
+    is_send[inverse[:ns]] = True
+    label = np.where(is_send, np.cumsum(is_send) - 1, -1)
+    return label[inverse[:ns]], label[inverse[ns:]], int(is_send.sum())
+
+
+def _position_in_group(label: np.ndarray) -> np.ndarray:
+    """Per entry of ``label`` (grouped: equal labels adjacent): its place in its group."""
+    n = label.size
+    if not n:
+        return np.zeros(0, np.int64)
+    start = np.ones(n, dtype=bool)
+    start[1:] = label[1:] != label[:-1]
+    first = np.flatnonzero(start)
+    return np.arange(n) - np.repeat(first, np.diff(np.append(first, n)))
 
 
 def _collectives(b: _Builder, node_of: np.ndarray, epoch: np.ndarray) -> int:
@@ -415,7 +566,15 @@ def _collectives(b: _Builder, node_of: np.ndarray, epoch: np.ndarray) -> int:
         sel = ends[(rec["a"][ends] == cid)]
         if not sel.size:
             continue
-        per_rank = {r: sel[b.loc_rank[sel] == r] for r in comm.ranks}
+        # each member's ENDs on this communicator, in record order (grouped once)
+        members_of = np.unique(np.asarray(comm.ranks, dtype=np.int64))
+        sel_rank = b.loc_rank[sel].astype(np.int64)
+        by_rank = np.argsort(sel_rank, kind="stable")
+        lo = np.searchsorted(sel_rank[by_rank], members_of)
+        hi = np.searchsorted(sel_rank[by_rank], members_of, side="right")
+        per_rank = {int(r): sel[by_rank[a:z]] for r, a, z in
+                    zip(members_of.tolist(), lo.tolist(), hi.tolist(), strict=True)}
+        per_rank = {r: per_rank[r] for r in comm.ranks}
         n = min(v.size for v in per_rank.values())
         # the k-th END of every member is one instance only before a possible loss, and only
         # while the members agree on what the instance was (operation and root)
@@ -439,27 +598,53 @@ def _collectives(b: _Builder, node_of: np.ndarray, epoch: np.ndarray) -> int:
         bg = begin_of_end[np.searchsorted(ends, e)]
         op = (rec["b"][e[0]] >> np.uint64(32)).astype(np.int64)
         root = (rec["b"][e[0]] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        members = len(comm.ranks)
-        for j in range(n):
-            o = int(op[j])
-            if o in (fmt.CollOp.BCAST, fmt.CollOp.SCATTER):
-                src, dst = [int(root[j])], range(members)
-            elif o in (fmt.CollOp.GATHER, fmt.CollOp.REDUCE):
-                src, dst = range(members), [int(root[j])]
-            elif o == fmt.CollOp.SCAN:
-                src = dst = None
-            else:  # barrier and all-to-all kinds
-                src, dst = range(members), range(members)
-            if src is None:
-                bb = [(bg[i, j], e[k, j]) for k in range(members) for i in range(k + 1)]
-            else:
-                bb = [(bg[i, j], e[k, j]) for i in src for k in dst
-                      if i < members and k < members]  # a root outside: emit counts it
-            bb = [(x, y) for x, y in bb if x >= 0 and x != y]
-            if not bb:
-                continue
-            arr = np.array(bb, dtype=np.int64)
-            cross = node_of[b.loc_rank[arr[:, 0]]] != node_of[b.loc_rank[arr[:, 1]]]
-            b.add_pairs(arr[~cross, 0], arr[~cross, 1])
-            b.add_pairs(arr[cross, 0], arr[cross, 1], cross_node=True)
+        before, after = _collective_pairs(bg, e, op, root)
+        cross = node_of[b.loc_rank[before]] != node_of[b.loc_rank[after]]
+        b.add_pairs(before[~cross], after[~cross])
+        b.add_pairs(before[cross], after[cross], cross_node=True)
     return instances
+
+
+def _collective_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The happened-before pairs (BEGIN record, END record) of a communicator's instances,
+    instance by instance: ``bg`` and ``e`` are [member, instance] BEGIN and END record
+    indexes (BEGIN -1: none), ``op`` and ``root`` each instance's operation and root. One-to-all
+    kinds (BCAST, SCATTER): the root's BEGIN before every END; all-to-one (GATHER, REDUCE):
+    every BEGIN before the root's END; SCAN: member i's BEGIN before the END of every member
+    k >= i; the rest (barrier, all-to-all kinds): every BEGIN before every END. Within an
+    instance the pairs come BEGIN member by BEGIN member (SCAN: END member by END member);
+    a root outside the communicator gives none (emit counts it); a missing BEGIN or a
+    BEGIN that is its END gives no pair."""
+    m, n = e.shape
+    every = np.arange(m)
+    src_all, dst_all = np.repeat(every, m), np.tile(every, m)
+    k_scan = np.repeat(every, every + 1)
+    i_scan = np.concatenate([np.arange(k + 1) for k in range(m)]) if m else every
+    one_to_all = np.isin(op, [fmt.CollOp.BCAST, fmt.CollOp.SCATTER])
+    all_to_one = np.isin(op, [fmt.CollOp.GATHER, fmt.CollOp.REDUCE])
+    scan = op == fmt.CollOp.SCAN
+    parts = []  # (instance, place within it, BEGIN member, END member), per kind
+    for kind, src, dst in ((~(one_to_all | all_to_one | scan), src_all, dst_all),
+                           (scan, i_scan, k_scan)):
+        j = np.flatnonzero(kind)
+        if j.size and src.size:
+            parts.append((np.repeat(j, src.size), np.tile(src, j.size),
+                          np.tile(dst, j.size)))
+    for kind, rooted_src in ((one_to_all, True), (all_to_one, False)):
+        j = np.flatnonzero(kind & (root < m))
+        if j.size and m:
+            r = np.repeat(root[j], m)
+            other = np.tile(every, j.size)
+            parts.append((np.repeat(j, m), r if rooted_src else other,
+                          other if rooted_src else r))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    inst = np.concatenate([p[0] for p in parts])
+    i = np.concatenate([p[1] for p in parts])
+    k = np.concatenate([p[2] for p in parts])
+    order = np.argsort(inst, kind="stable")  # each instance's pairs, in their own order
+    inst, i, k = inst[order], i[order], k[order]
+    before, after = bg[i, inst], e[k, inst]
+    keep = (before >= 0) & (before != after)
+    return before[keep].astype(np.int64), after[keep].astype(np.int64)

@@ -390,3 +390,27 @@ def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted
         assert np.array_equal(lazy, got[0])
         assert bool(asked) == bool(_candidates(*args, False).any())
     assert some[True] and some[False]  # the rule said yes and no
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_split_live_agrees_with_the_python_walk(monkeypatch, seed):
+    """intervals.split_intervals' walk over switches and DECR_WRITEs, compiled and in Python,
+    on random readings (wrapping decrementers, writes, switches with and without readings
+    certainly before their STOP, switches after the last reading): the same intervals and
+    starts."""
+    from cell_otf2.intervals import split_intervals
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    raw = (rng.integers(0, 1 << 32) - np.cumsum(rng.integers(0, 1 << 28, n))) % (1 << 32)
+    write_new = np.where(rng.random(n) < 0.03, rng.integers(0, 1 << 32, n), -1)
+    n_sw = int(rng.integers(0, 30))
+    stop = rng.integers(0, 1 << 32, n_sw)
+    start = rng.integers(0, 1 << 32, n_sw)
+    before = np.sort(rng.integers(0, n + 2, n_sw)) if seed % 2 else None
+    got = []
+    for compiled in (True, False):
+        monkeypatch.setattr(loops, "COMPILED", compiled)
+        res = split_intervals(raw, write_new, stop, start, certain_before=before)
+        got.append((res.interval.tolist(), res.local.tolist(), res.n_intervals, res.starts))
+    assert got[0] == got[1]

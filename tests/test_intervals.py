@@ -1,6 +1,8 @@
-"""intervals.split_intervals against hand-made decrementer histories with known truth."""
+"""intervals.split_intervals against hand-made decrementer histories with known truth;
+decode's CTX_SWITCH pairing against the record-by-record loop it replaced."""
 
 import numpy as np
+import pytest
 
 from cell_otf2.intervals import MOD, split_intervals
 
@@ -83,3 +85,44 @@ def test_missing_heartbeat_split():
     assert list(res.interval) == [0, 0, 1, 1]
     assert res.starts == [("first", -1), ("wrap", 2)]
     assert res.local[3] - res.local[2] == 45
+
+
+def _switch_pairs_loop(sw):
+    """decode._switch_pairs as it was: one step per record."""
+    from cell_otf2 import format as fmt
+
+    stops, starts, recs, pending, bad = [], [], [], None, 0
+    for i, (kind, value) in enumerate(zip(sw["b"].tolist(),
+                                          (sw["c"] & np.uint64(0xFFFFFFFF)).tolist(),
+                                          strict=True)):
+        if kind == fmt.SwitchType.STOP and pending is None:
+            pending = (value, i)
+        elif kind == fmt.SwitchType.START and pending is not None:
+            stops.append(pending[0])
+            starts.append(value)
+            recs.append((int(sw["slot"][pending[1]]), int(sw["slot"][i])))
+            pending = None
+        else:
+            bad += 1
+    return stops, starts, recs, bad + (pending is not None)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_switch_pairs_as_the_record_loop_paired_them(seed):
+    from cell_otf2 import format as fmt
+    from cell_otf2.damage import DamageLog
+    from cell_otf2.decode import _switch_pairs
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 40))
+    sw = np.zeros(n, [("slot", "<i8"), ("b", "<u8"), ("c", "<u8")])
+    sw["slot"] = np.sort(rng.choice(1000, n, replace=False))
+    kinds = [int(fmt.SwitchType.STOP), int(fmt.SwitchType.START), 7]
+    sw["b"] = rng.choice(kinds, n, p=[0.45, 0.45, 0.1])
+    sw["c"] = rng.integers(0, 1 << 40, n)
+    damage = DamageLog()
+    stop, start, recs = _switch_pairs(sw, 3, "r.cbt", damage)
+    want = _switch_pairs_loop(sw)
+    assert stop[:, 0].tolist() == want[0] and start[:, 0].tolist() == want[1]
+    assert [tuple(r) for r in recs.tolist()] == want[2]
+    assert sum(e.count for e in damage.entries()) == want[3]

@@ -194,3 +194,68 @@ def test_a_full_disk_says_how_much_the_conversion_needs(tmp_path, spilled):
     assert "the archive needs about 8.5 MB" in text
     assert ("and about 25 MB more while converting" in text) is spilled
     assert os.listdir(tmp_path) == []
+
+
+def _count_fsyncs(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def fsync(fd):
+        calls.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(output.os, "fsync", fsync)
+    return calls
+
+
+def test_commit_syncs_the_file_system_once(tmp_path, monkeypatch):
+    """Where libc has syncfs, the commit makes the staged files durable with one call on the
+    staging directory's file system, not one fsync per file (the output folder's own entry
+    is still synced after the moves)."""
+    if output._libc_syncfs() is None:
+        pytest.skip("no syncfs in this C library")
+    synced = []
+    real = output._libc_syncfs()
+    monkeypatch.setattr(output, "_libc_syncfs", lambda: lambda fd: synced.append(fd) or real(fd))
+    fsyncs = _count_fsyncs(monkeypatch)
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=False)
+    with target.staged() as tmp:
+        fake_archive(tmp, "run", "new")
+    assert len(synced) == 1
+    assert len(fsyncs) == 1  # the output directory, after the moves
+    assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]
+
+
+def test_commit_without_syncfs_syncs_every_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(output, "_libc_syncfs", lambda: None)
+    fsyncs = _count_fsyncs(monkeypatch)
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=False)
+    with target.staged() as tmp:
+        fake_archive(tmp, "run", "new")
+    # three files, the two staging directories, the output directory
+    assert len(fsyncs) == 6
+    assert (tmp_path / "run.otf2").read_bytes() == ANCHOR_MARK + b" anchor new"
+
+
+def test_a_failed_sync_replaces_nothing(tmp_path, monkeypatch):
+    """syncfs reporting a write the device did not take: an OutputError, the old archive kept,
+    the staging directory gone."""
+    import ctypes
+    import errno
+
+    def failing(fd):
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(output, "_libc_syncfs", lambda: failing)
+    monkeypatch.setattr(output.ctypes, "get_errno", lambda: errno.EIO)
+    fake_archive(tmp_path, "run", "old")
+    target = ArchiveTarget(tmp_path / "run.otf2")
+    target.prepare(force=True)
+    with pytest.raises(OutputError, match="cannot write the archive: .*nothing was replaced"):
+        with target.staged() as tmp:
+            fake_archive(tmp, "run", "new")
+    assert (tmp_path / "run.otf2").read_bytes() == ANCHOR_MARK + b" anchor old"
+    assert sorted(os.listdir(tmp_path)) == ["run", "run.def", "run.otf2"]

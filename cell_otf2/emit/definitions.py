@@ -237,19 +237,27 @@ def sync_intervals_property(dec: Decoded, result: SyncResult,
     none = np.iinfo(np.int64).max
     width = result.upper - result.lower
     iv = np.flatnonzero((doms["kind"] == DomainKind.SPE_INTERVAL) & (doms["loc"] >= 0))
-    # one entry per (location, interval): the segments after undecidable wraps are merged
-    per: dict[tuple[int, int], list[int]] = {}
-    for k in iv.tolist():
-        per.setdefault((int(doms["loc"][k]), int(doms["interval"][k])), []).append(k)
+    # one entry per (location, interval): the segments after undecidable wraps are merged;
+    # grouped by one sort, each group's first and last time and widest finite bound by one
+    # reduction each (the strings are made per interval: the value has one part each)
+    loc, interval = doms["loc"][iv].astype(np.int64), doms["interval"][iv].astype(np.int64)
+    order = np.lexsort((iv, interval, loc))
+    iv, loc, interval = iv[order], loc[order], interval[order]
+    if not iv.size:
+        return {}
+    head = np.ones(iv.size, dtype=bool)
+    head[1:] = (loc[1:] != loc[:-1]) | (interval[1:] != interval[:-1])
+    at = np.flatnonzero(head)
+    t0 = np.minimum.reduceat(np.asarray(first)[iv], at).tolist()
+    t1 = np.maximum.reduceat(np.asarray(last)[iv], at).tolist()
+    w = np.asarray(width, dtype=np.float64)[iv]
+    w_max = np.maximum.reduceat(np.where(np.isfinite(w), w, -np.inf), at).tolist()
     out: dict[int, list[str]] = {}
-    for (loc, _), ks in sorted(per.items()):
-        t0, t1 = int(first[ks].min()), int(last[ks].max())
-        w = width[ks]
-        w = w[np.isfinite(w)]
-        out.setdefault(loc, []).append(
-            (f"{t0}:{t1}:" if t0 != none else "-:-:")
-            + (f"{float(w.max()):.1f}" if w.size else "unbounded"))
-    return {loc: ";".join(parts) for loc, parts in out.items()}
+    for g_loc, a, z, m in zip(loc[at].tolist(), t0, t1, w_max, strict=True):
+        out.setdefault(g_loc, []).append(
+            (f"{a}:{z}:" if a != none else "-:-:")
+            + (f"{m:.1f}" if m != -np.inf else "unbounded"))
+    return {g_loc: ";".join(parts) for g_loc, parts in out.items()}
 
 
 def first_spus(dec: Decoded) -> dict[int, int]:

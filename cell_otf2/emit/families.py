@@ -189,9 +189,7 @@ def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> 
     dec, rec, t, written = ledger.dec, ledger.records, ledger.records["time"], ledger.written
     sel, rank_of = ledger.select, ledger.rank_of
     sw = sel(P.CTX_SWITCH)
-    spe_loc = np.array([dec.loc_of(int(r), int(c)) for r, c in
-                        zip(rank_of(sw).tolist(), rec["a"][sw].tolist(), strict=True)],
-                       dtype=np.int64)
+    spe_loc = _context_locations(dec, rank_of(sw), rec["a"][sw])
     stop = rec["b"][sw] == fmt.SwitchType.STOP
     ok = spe_loc >= 0
     i = sw[stop & ok]
@@ -200,6 +198,24 @@ def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> 
     i = sw[~stop & ok]
     ev.add(spe_loc[~stop & ok], Ev.LEAVE, off_spu_ref, t[i], event_seq(i))
     written[sw[ok]] = True
+
+
+def _context_locations(dec, rank: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """Per (rank, context id) pair: the context's location (``dec.loc_of``), -1 where the
+    run has no such context; one sorted lookup, not a dict lookup per record."""
+    items = sorted(dec.ctx_loc.items())
+    keys = np.array([(r << 32) | c for (r, c), _ in items], dtype=np.int64)
+    locs = np.array([v for _, v in items], dtype=np.int64)
+    out = np.full(rank.size, -1, dtype=np.int64)
+    if not keys.size:
+        return out
+    ctx = np.asarray(ctx)
+    short = ctx <= 0xFFFFFFFF
+    q = (np.asarray(rank).astype(np.int64) << 32) | np.where(short, ctx, 0).astype(np.int64)
+    at = np.minimum(np.searchsorted(keys, q), keys.size - 1)
+    hit = short & (keys[at] == q)
+    out[hit] = locs[at[hit]]
+    return out
 
 
 def counters(ev: EventTable, ledger: RecordLedger, metric_ref: dict[int, int]) -> None:
