@@ -36,7 +36,7 @@ class FitOptions:
     #: a received message is written at least this many ticks after its send
     min_latency_ticks: float = 1.05
     #: estimate windows hold about this many messages per direction of a kind, at least ...
-    window_messages: int = 4
+    window_messages: int = 2
     #: ... and the run is cut into at most this many windows
     max_windows: int = 2000
     #: a window's sample further than this (or 8 robust deviations) from its neighbours'
