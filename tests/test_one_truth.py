@@ -92,3 +92,17 @@ def test_every_reason_in_words():
 def test_context_ranges():
     assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
     assert _ranges([3]) == "3"
+
+
+def test_dma_peak_is_labelled_by_the_chips_and_nodes_used(simulated, tmp_path):
+    """A 4-node run's aggregate was drawn against "1 chip x 25.6 GB/s" (no context switch
+    names a chip, so the archive's system tree holds none): each node's contexts used a chip."""
+    pytest.importorskip("matplotlib")
+    from cell_otf2.report.dma import chips_used, peak_label
+    from cell_otf2.report.load import load_archive
+
+    cell_otf2.convert(simulated("four-nodes"), tmp_path / "a.otf2", progress=None)
+    loaded = load_archive(tmp_path / "a.otf2", max_events=1000)
+    assert chips_used(loaded) == (4, 4)
+    assert peak_label(4, 4) == "memory peak, 4 chips on 4 nodes: 4 x 25.6 GB/s"
+    assert peak_label(1, 1) == "memory peak, 1 chip: 1 x 25.6 GB/s"

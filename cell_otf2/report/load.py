@@ -157,6 +157,7 @@ class Loaded:
     loc_node: list[str] = field(default_factory=list)  # system tree node per location ref
     node_names: list[str] = field(default_factory=list)  # system tree nodes, in order
     chips: int = 0  # system tree nodes of class "spe complex" (one per Cell chip)
+    chip_nodes: list[str] = field(default_factory=list)  # the node of each "spe complex"
     extra: dict = field(default_factory=dict)
 
     def seconds(self, ticks: np.ndarray | float) -> np.ndarray | float:
@@ -375,6 +376,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         loc_node=[_node_of(loc.group.system_tree_parent) for loc in locs],
         node_names=[n.name for n in d.system_tree_nodes if n.class_name == "node"],
         chips=sum(1 for n in d.system_tree_nodes if n.class_name == "spe complex"),
+        chip_nodes=[_node_of(n) for n in d.system_tree_nodes if n.class_name == "spe complex"],
     )
 
 
