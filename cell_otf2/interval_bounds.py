@@ -88,8 +88,6 @@ _WHY_WORDS = {
 def why_lines(b: IntervalBounds) -> list[str]:
     """One line per reason some intervals are not synchronized, e.g. "16 intervals cut at
     2176 unresolved decrementer wraps in rank 0, contexts 0-15: ..."."""
-    from .summary import plural
-
     out = []
     for why, words in _WHY_WORDS.items():
         sel = b.why == why
@@ -97,12 +95,17 @@ def why_lines(b: IntervalBounds) -> list[str]:
         if not n:
             continue
         text = words.format(
-            wraps=plural(int(b.unresolved[sel].sum()), "unresolved decrementer wrap"),
+            wraps=_count(int(b.unresolved[sel].sum()), "unresolved decrementer wrap"),
             where=_where(b.rank[sel], b.ctx[sel]))
         if n == 1:
             text = text.replace("bound them", "bound it").replace("their records", "its records")
-        out.append(f"{plural(n, 'interval')} {text}")
+        out.append(f"{_count(n, 'interval')} {text}")
     return out
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 interval``, ``16 intervals`` (the nouns here take an s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _where(rank: np.ndarray, ctx: np.ndarray, shown: int = 3) -> str:

@@ -559,3 +559,17 @@ def _remove(path: Path) -> None:
             pass
     else:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- shared with the report's folder (``report/target.py``) and reader (``report/load.py``) --
+
+#: why an OSError happened, in words (``_why``)
+reason = _why
+#: the missing directories of a path, deepest first (``_missing_dirs``)
+missing_dirs = _missing_dirs
+#: fsync a directory where the file system can (``_fsync_dir``)
+fsync_dir = _fsync_dir
+#: an exclusive lock on a directory (``_locked``)
+locked = _locked
+#: why a path is not recognizably an entry of an OTF2 archive (``_not_archive_entry``)
+not_archive_entry = _not_archive_entry

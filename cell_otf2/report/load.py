@@ -225,7 +225,7 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
 def _check_anchor(anchor: Path) -> None:
     """Refuse, in our words, what is not an archive's anchor file before the library sees it
     (it would print its own error lines): a folder, the ``.def`` file, anything else."""
-    from ..output import SUFFIX, _not_archive_entry
+    from ..output import SUFFIX, not_archive_entry
 
     if anchor.is_dir():
         raise FormatError(anchor, "is a folder; name the archive's anchor file, e.g. "
@@ -237,7 +237,7 @@ def _check_anchor(anchor: Path) -> None:
                 if anchor.with_suffix(SUFFIX).is_file() else "")
         raise FormatError(anchor, f"is not an OTF2 anchor file (its name ends in "
                           f"{SUFFIX}{hint})")
-    why = _not_archive_entry(anchor, "anchor")
+    why = not_archive_entry(anchor, "anchor")
     if why is not None:
         raise FormatError(anchor, why)
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import OutputError
-from ..output import _fsync_dir, _locked, _missing_dirs, _why, cannot_create
+from ..output import cannot_create, fsync_dir, locked, missing_dirs, reason
 
 #: the figures a report may hold (``report.FIGURES``, kept here to import no matplotlib)
 _FIGURES = frozenset({"timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
@@ -58,7 +58,7 @@ class ReportTarget:
             try:
                 names = sorted(os.listdir(d))
             except OSError as exc:
-                raise OutputError(f"-o {d}: cannot be examined: {_why(exc)}") from None
+                raise OutputError(f"-o {d}: cannot be examined: {reason(exc)}") from None
             if names:
                 for name in names:
                     why = _not_report_file(d / name)
@@ -73,13 +73,13 @@ class ReportTarget:
             self.replace = True
         if self.parent.exists() and not self.parent.is_dir():
             raise OutputError(f"-o {d}: {self.parent} is not a folder")
-        self.made = _missing_dirs(self.parent)
+        self.made = missing_dirs(self.parent)
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             self.remove_made()
             raise OutputError(f"-o {d}: cannot create the folder {self.parent}: "
-                              f"{_why(exc)}") from None
+                              f"{reason(exc)}") from None
         if not os.access(self.parent, os.W_OK | os.X_OK):
             self.remove_made()
             raise OutputError(f"-o {d}: the folder {self.parent} is not writable")
@@ -131,9 +131,9 @@ class ReportTarget:
                 finally:
                     os.close(fd)
             except OSError as exc:
-                raise OutputError(f"-o {d}: cannot write the report: {_why(exc)}; nothing "
+                raise OutputError(f"-o {d}: cannot write the report: {reason(exc)}; nothing "
                                   "was replaced") from None
-        with _locked(self.parent):
+        with locked(self.parent):
             aside = None
             if os.path.lexists(d):
                 if not self.replace:
@@ -148,18 +148,18 @@ class ReportTarget:
                     os.rename(d, aside / "report")
                 except OSError as exc:
                     shutil.rmtree(aside, ignore_errors=True)
-                    raise OutputError(f"-o {d}: cannot replace it: {_why(exc)}") from None
+                    raise OutputError(f"-o {d}: cannot replace it: {reason(exc)}") from None
             try:
                 os.rename(tmp, d)
             except OSError as exc:
                 if aside is not None:
                     os.rename(aside / "report", d)  # put back; only then is ``aside`` empty
                     shutil.rmtree(aside, ignore_errors=True)
-                raise OutputError(f"-o {d}: cannot move the report into place: {_why(exc)}; "
+                raise OutputError(f"-o {d}: cannot move the report into place: {reason(exc)}; "
                                   "nothing was replaced") from None
             if aside is not None:
                 shutil.rmtree(aside, ignore_errors=True)
-            _fsync_dir(self.parent)
+            fsync_dir(self.parent)
 
 
 def _not_report_file(path: Path) -> str | None:
@@ -171,7 +171,7 @@ def _not_report_file(path: Path) -> str | None:
         with open(path, "rb") as f:
             head = f.read(512)
     except OSError as exc:
-        return f"cannot be examined ({_why(exc)})"
+        return f"cannot be examined ({reason(exc)})"
     name = path.name
     if name == "index.html":
         return None if _INDEX_MARK in head else "is not a page cell2otf2 report wrote"

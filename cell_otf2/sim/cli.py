@@ -159,10 +159,13 @@ def simulate_command(
     line = _Progress(enabled=not quiet)
 
     def announce(records: int, size: int) -> None:
-        if not quiet:
-            line.clear()
-            typer.echo(f"cell2otf2 simulate: writing {_size(size)} of dumps ({records:,} "
-                       f"records) into {out_dir}", err=True)
+        """Before the first dump is written: on stdout (on a terminal's stderr with --json,
+        whose stdout is the JSON alone)."""
+        if quiet or (as_json and not line.enabled):
+            return
+        line.clear()
+        typer.echo(f"cell2otf2 simulate: writing {_size(size)} of dumps ({records:,} "
+                   f"records) into {out_dir}", err=as_json)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
