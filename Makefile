@@ -28,7 +28,7 @@ DEMO_RUN ?= sample_traces/fft-16spe
 demo: $(STAMP)
 	$(VENV)/bin/cell2otf2 $(DEMO_RUN) -o $(DEMO_OUT)/fft-16spe.otf2 --force \
 		--report $(DEMO_OUT)/fft-16spe.sync.json
-	$(VENV)/bin/cell2otf2 report $(DEMO_OUT)/fft-16spe.otf2 -o $(DEMO_OUT)/report \
+	$(VENV)/bin/cell2otf2 report $(DEMO_OUT)/fft-16spe.otf2 -o $(DEMO_OUT)/report --force \
 		--sync-report $(DEMO_OUT)/fft-16spe.sync.json
 	@echo "archive: $(DEMO_OUT)/fft-16spe.otf2 (open it in Vampir, or: otf2-print $(DEMO_OUT)/fft-16spe.otf2)"
 	@echo "report:  $(DEMO_OUT)/report/index.html"

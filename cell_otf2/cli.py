@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from . import signals
-from .cli_common import choice
+from .cli_common import choice, complete
 from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
 from .model import DmaStyle
 from .progress import TerminalProgress
@@ -115,17 +115,15 @@ def _interruptible(func: Callable[..., None]) -> Callable[..., None]:
 
 
 def _register() -> None:
-    from .check import check_command
-
-    if any(c.name == "check" for c in app.registered_commands):
+    if any(c.name == "simulate" for c in app.registered_commands):
         return
-    app.command("check", help="Report every problem of RUN_DIR without converting it "
-                "(exit 0 clean, 1 contained damage, 3 refused).")(_interruptible(check_command))
     try:
         from .sim import cli as sim_cli
     except ImportError:  # the simulator is optional for conversion
         return
-    app.command("simulate", help="Write a synthetic CBT 1 run with its ground truth.")(
+    app.command("simulate", help="Write a synthetic CBT 1 run with its ground truth into "
+                "OUT_DIR (a new or empty folder, or a previous simulated run with --force).",
+                short_help="Write a synthetic CBT 1 run with its ground truth.")(
         _interruptible(sim_cli.simulate_command)
     )
 
@@ -147,13 +145,20 @@ def _read_delay(value: float) -> float:
         raise typer.BadParameter(str(exc)) from None
 
 
+#: every command's argument, named the same way in every command's help
+RUN_DIR_HELP = "CBT 1 run directory (holds run.json)"
+QUIET_HELP = "print nothing (the exit status says how it went)"
+JSON_HELP = "print the summary as one JSON object instead of lines"
+
+
 @app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command: "
-             "cell2otf2 RUN_DIR -o ARCHIVE.otf2).", epilog=EXIT_HELP)
+             "cell2otf2 RUN_DIR -o ARCHIVE.otf2).", epilog=EXIT_HELP,
+             short_help="Convert RUN_DIR to an OTF2 archive (the default command).")
 @_interruptible
 def convert_command(
     run_dir: Annotated[Path, typer.Argument(
         readable=False, metavar="RUN_DIR",  # readable=False: our own message, exit 3
-        help="CBT 1 run directory (holds run.json)")],
+        help=RUN_DIR_HELP)],
     output: Annotated[
         str, typer.Option("-o", "--output", metavar="ARCHIVE.otf2",
                           help="archive anchor, e.g. out/run.otf2 (also writes out/run.def "
@@ -163,13 +168,16 @@ def convert_command(
         bool, typer.Option("-f", "--force",
                            help="replace a previous archive or report (never anything else)")
     ] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="print nothing")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help=QUIET_HELP)] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP + " (cell_otf2.Summary's "
+                                          "fields, plus lossy)")] = False,
     report: Annotated[
         Path | None, typer.Option("--report", metavar="FILE.json",
                                   help="write the synchronization report (JSON) here")
     ] = None,
     dma_style: Annotated[
         str, typer.Option("--dma-style", metavar="rma|messages", callback=choice(DmaStyle),
+                          autocompletion=complete(DmaStyle),
                           help="DMA as RMA records or as messages")
     ] = DmaStyle.RMA.value,
     alpha: Annotated[
@@ -179,8 +187,8 @@ def convert_command(
     read_delay_ticks: Annotated[
         float, typer.Option("--read-delay-ticks", callback=_read_delay, metavar="D",
                             help="guaranteed mode: bounds hold for any delay up to D ticks "
-                                 "between a slot's reservation and its clock reading; 0 "
-                                 "(default): slot order exact, least uniform relaxation")
+                                 "between a slot's reservation and its clock reading; 0: "
+                                 "slot order exact, least uniform relaxation")
     ] = 0.0,
     accept_unsynchronized_nodes: Annotated[
         bool, typer.Option("--accept-unsynchronized-nodes",
@@ -199,17 +207,63 @@ def convert_command(
     finally:
         progress.close()
     if not quiet and summary.rank == 0:  # a parallel conversion prints once
-        typer.echo("\n".join(summary.lines()))
+        typer.echo(json.dumps(summary.to_dict(), indent=1) if as_json
+                   else "\n".join(summary.lines()))
     raise SystemExit(EXIT_LOSSY if summary.lossy else 0)
+
+
+@app.command("check", help="Report every problem of RUN_DIR without converting it; writes "
+             "nothing (exit 0 clean, 1 contained damage, 3 refused).",
+             short_help="Report every problem of RUN_DIR without converting it.")
+@_interruptible
+def check_command(
+    run_dir: Annotated[Path, typer.Argument(readable=False, metavar="RUN_DIR",
+                                             help=RUN_DIR_HELP)],
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help=QUIET_HELP)] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help=JSON_HELP + " (run_dir, processes, records, events, damage, "
+        "damage_total, lossy)")] = False,
+) -> None:
+    from .check import check_run
+    from .errors import FormatError
+    from .summary import plural
+
+    try:
+        result = check_run(run_dir)  # any other CellOtf2Error: one message, exit 3 (main)
+    except FormatError as exc:
+        if not exc.more:
+            raise  # one problem: one message, as conversion prints it (main)
+        if not quiet:
+            problems = [exc, *exc.more]
+            typer.echo(f"cell2otf2 check: {run_dir}: refused, "
+                       f"{plural(len(problems), 'problem')}:", err=True)
+            for p in problems:
+                typer.echo(f"  {p}", err=True)
+        raise SystemExit(exc.exit_status) from None
+    if quiet:
+        raise SystemExit(result.status)
+    if as_json:
+        typer.echo(json.dumps({"run_dir": result.run_dir, "processes": result.processes,
+                               "records": result.records, "events": result.events,
+                               "damage": result.lines, "damage_total": result.damage_total,
+                               "lossy": bool(result.lines)}, indent=1))
+    else:
+        head = (f"cell2otf2 check: {result.run_dir}: {plural(result.processes, 'process')}, "
+                f"{plural(result.records, 'record')}, "
+                f"{plural(result.events, 'event')} to write")
+        lines = result.report()
+        typer.echo("\n".join([head, *lines[1:]]))
+    raise SystemExit(result.status)
 
 
 @app.command("inspect", help="Show what RUN_DIR holds: processes, nodes, SPE contexts, "
              "records per kind, blocks, lost slots, clock spans, context switches, "
-             "decrementer writes and wraps (exit 0 inspected, 3 refused).")
+             "decrementer writes and wraps (exit 0 inspected, 3 refused).",
+             short_help="Show what RUN_DIR holds, without converting it.")
 @_interruptible
 def inspect_command(
-    run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
-                                             help="CBT 1 run directory (holds run.json)")],
+    run_dir: Annotated[Path, typer.Argument(readable=False, metavar="RUN_DIR",  # exit 3
+                                             help=RUN_DIR_HELP)],
     as_json: Annotated[
         bool, typer.Option("--json", help="print one JSON object (keys: see cell_otf2.run_info)")
     ] = False,
@@ -224,24 +278,35 @@ def inspect_command(
     raise SystemExit(EXIT_OK)
 
 
-@app.command("report", help="Draw figures and an index.html from a converted ARCHIVE "
-             "(needs matplotlib, the optional 'report' extra).")
+@app.command("report", help="Draw figures, contexts.csv and an index.html from a converted "
+             "ARCHIVE into DIR: a new or empty folder, or a previous report with --force "
+             "(needs matplotlib, the optional 'report' extra).",
+             short_help="Draw figures and an index.html from a converted ARCHIVE.")
 @_interruptible
 def report_command(
-    archive: Annotated[Path, typer.Argument(help="OTF2 anchor file written by cell2otf2")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="directory for the report")],
+    archive: Annotated[Path, typer.Argument(metavar="ARCHIVE",
+                                            help="OTF2 anchor file written by cell2otf2, "
+                                                 "e.g. out/run.otf2")],
+    output: Annotated[Path, typer.Option("-o", "--output", metavar="DIR",
+                                         help="folder for the report: new or empty, or a "
+                                              "previous report (with --force)")],
+    force: Annotated[
+        bool, typer.Option("-f", "--force",
+                           help="replace a previous report in DIR (never anything else)")
+    ] = False,
     max_events: Annotated[
         int, typer.Option("--max-events", min=1,
                           help="draw the timeline from at most this many events (a sample "
                           "beyond it; every other figure and table counts all events)")
     ] = 200_000,
     sync_report: Annotated[
-        Path | None, typer.Option("--sync-report",
+        Path | None, typer.Option("--sync-report", metavar="FILE.json",
                                   help="the conversion's --report JSON, for its headline numbers")
     ] = None,
-    quiet: Annotated[
-        bool, typer.Option("-q", "--quiet", help="no progress line on the terminal")
-    ] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help=QUIET_HELP)] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="print what was written as one JSON object (index_html, figures, csv, "
+        "skipped, events, sampled)")] = False,
 ) -> None:
     import importlib.util
 
@@ -260,9 +325,17 @@ def report_command(
     progress = ProgressLine(enabled=not quiet)
     try:
         result = render_report(archive, output, max_events=max_events,
-                               sync_report=sync_report, progress=progress)
+                               sync_report=sync_report, progress=progress, force=force)
     finally:
         progress.close()
+    if quiet:
+        raise SystemExit(EXIT_OK)
+    if as_json:
+        typer.echo(json.dumps({
+            "index_html": str(result.index_html), "figures": [str(f) for f in result.figures],
+            "csv": None if result.csv is None else str(result.csv), "skipped": result.skipped,
+            "events": result.total_events, "sampled": result.sampled}, indent=1))
+        raise SystemExit(EXIT_OK)
     typer.echo(f"cell2otf2 report: {result.index_html}")
     for fig in result.figures:
         typer.echo(f"  {fig}")

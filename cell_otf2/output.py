@@ -166,6 +166,11 @@ class ArchiveTarget:
             if not os.access(directory, os.W_OK | os.X_OK):
                 self.remove_made()
                 raise OutputError(f"{what}{directory}: output directory is not writable")
+            try:  # before any work: a folder that takes no new entries (/proc) says so now
+                os.rmdir(tempfile.mkdtemp(prefix=".cell2otf2-probe-", dir=directory))
+            except OSError as exc:
+                self.remove_made()
+                raise OutputError(f"{what}{cannot_create(directory, exc)}") from None
         self._remove_stale_staging()
 
     def remove_made(self) -> None:
@@ -248,8 +253,7 @@ class ArchiveTarget:
         try:
             tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=self.parent))
         except OSError as exc:
-            raise OutputError(f"{self.parent}: cannot create a temporary directory: "
-                              f"{_why(exc)}") from exc
+            raise OutputError(cannot_create(self.parent, exc)) from exc
         # opened now, so that a write-back error of the file system after this point is
         # reported to the one sync of the commit (``_sync_tree``)
         try:
@@ -420,6 +424,19 @@ def _not_report(path: Path) -> str | None:
 
 # ---- file system helpers --------------------------------------------------------------------
 
+def cannot_create(directory: Path, exc: OSError) -> str:
+    """Why nothing can be created in ``directory``, in words a user can act on: a virtual file
+    system (``/proc``, ``/sys``: no blocks to hold files) is named as such."""
+    try:
+        virtual = os.statvfs(directory).f_blocks == 0
+    except OSError:
+        virtual = False
+    if virtual:
+        return (f"{directory}: is on a virtual file system (like /proc or /sys) where no files "
+                "can be created; write the output into a folder on a disk")
+    return f"{directory}: cannot create files there ({_why(exc)}); choose a writable folder"
+
+
 def _why(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "no space left on the device"
@@ -542,3 +559,17 @@ def _remove(path: Path) -> None:
             pass
     else:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- shared with the report's folder (``report/target.py``) and reader (``report/load.py``) --
+
+#: why an OSError happened, in words (``_why``)
+reason = _why
+#: the missing directories of a path, deepest first (``_missing_dirs``)
+missing_dirs = _missing_dirs
+#: fsync a directory where the file system can (``_fsync_dir``)
+fsync_dir = _fsync_dir
+#: an exclusive lock on a directory (``_locked``)
+locked = _locked
+#: why a path is not recognizably an entry of an OTF2 archive (``_not_archive_entry``)
+not_archive_entry = _not_archive_entry

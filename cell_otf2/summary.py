@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .interval_bounds import interval_bounds, why_lines
 from .model import Decoded, DomainKind, Pipeline, SyncResult
 from .synchronize import pair_table
 
@@ -29,7 +30,10 @@ class Summary:
     dma_transfers: int = 0
     dma_completed: int = 0
     intervals: int = 0
-    intervals_bounded: int = 0
+    intervals_bounded: int = 0  # synchronized: every segment bounded on both sides
+    #: why the other intervals are not synchronized, one line per reason
+    #: (``interval_bounds.why_lines``: cut at unresolved wraps, bounded on one side, ...)
+    intervals_not_synchronized: list[str] = field(default_factory=list)
     bound_worst_ticks: float = 0.0
     bound_mean_ticks: float = 0.0
     bound_worst_us: float = 0.0
@@ -84,8 +88,14 @@ class Summary:
             f"relaxation {self.relaxation_ticks:.2f} ticks; "
             f"{plural(self.order_violations, 'order violation')}",
             f"  bound worst {self.bound_worst_ticks:.1f} ticks ({self.bound_worst_us:.3f} us), "
-            f"mean {self.bound_mean_ticks:.1f} ticks ({self.bound_mean_us:.3f} us)",
+            f"mean {self.bound_mean_ticks:.1f} ticks ({self.bound_mean_us:.3f} us)"
+            if self.intervals_bounded or not self.intervals
+            else "  bound worst -, mean - (no interval synchronized)",
         ]
+        if self.intervals_not_synchronized:
+            n_open = self.intervals - self.intervals_bounded
+            out.append(f"  not synchronized ({plural(n_open, 'interval')}):")
+            out.extend(f"    {line}" for line in self.intervals_not_synchronized)
         accepted = " (accepted)" if self.accept_unsynchronized_nodes else ""
         out.extend(_node_line(n) + (accepted if n["method"] == "start-times" else "")
                    for n in self.nodes)
@@ -154,11 +164,9 @@ def build_summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, est
              timings: dict[str, float]) -> Summary:
     dec, res = pipe.decoded, pipe.sync
     hz = dec.manifest.timebase_hz
-    w = res.upper - res.lower
-    width = interval_widths(dec.domains, w)  # inf: some segment of the interval unbounded
-    # the bounds stated: per live interval, its widest bounded segment
-    part = interval_widths(dec.domains, np.where(np.isfinite(w), w, -np.inf))
-    finite = part[np.isfinite(part)]
+    # per live interval, its widest segment: inf unless every segment is bounded
+    ib = interval_bounds(dec.domains, res.lower, res.upper)
+    finite = ib.width[np.isfinite(ib.width)]
     s = Summary(run_dir=run_dir, archive=archive)
     s.processes = dec.manifest.n_ranks
     s.locations = int(dec.locations.size)
@@ -166,8 +174,9 @@ def build_summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, est
     s.events_written = int(n_events)
     s.messages_matched = int(pipe.matches.messages.size)
     s.dma_transfers, s.dma_completed = estats.dma, estats.dma_completed
-    s.intervals = int(width.size)
-    s.intervals_bounded = int(np.isfinite(width).sum())
+    s.intervals = int(ib.width.size)
+    s.intervals_bounded = int(ib.synchronized.sum())
+    s.intervals_not_synchronized = why_lines(ib)
     if finite.size:
         s.bound_worst_ticks = float(finite.max())
         s.bound_mean_ticks = float(finite.mean())
@@ -287,6 +296,11 @@ def sync_report(pipe: Pipeline) -> dict:
             "lower_ticks": num(res.lower[k]), "upper_ticks": num(res.upper[k]),
             "segments": 1,
         })
+    ib = interval_bounds(d, res.lower, res.upper)
+    for entry, sync, wraps in zip(intervals, ib.synchronized.tolist(), ib.unresolved.tolist(),
+                                  strict=True):
+        entry["synchronized"] = sync
+        entry["unresolved_wraps"] = wraps
     return {
         "reference": {"rank": 0, "node": man.processes[0].node},
         "timebase_hz": man.timebase_hz,
@@ -294,6 +308,7 @@ def sync_report(pipe: Pipeline) -> dict:
         "nodes": nodes,
         "unsynchronized_nodes": [n["node"] for n in nodes if n["method"] == "start-times"],
         "intervals": intervals,
+        "not_synchronized": why_lines(ib),
         "order_violations": res.order_violations,
         "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
                  "records": int(sum(e.count for e in pipe.damage.entries()

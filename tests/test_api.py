@@ -168,7 +168,7 @@ def test_report_calls_the_renderer_and_prints_what_it_wrote(tmp_path, capsys, mo
     import cell_otf2.report.progress as progress
 
     def render_report(archive, out_dir, *, max_events=200_000, sync_report=None,
-                      progress=None):
+                      progress=None, force=False):
         calls.append((archive, out_dir, max_events, sync_report))
         assert progress is not None and not progress.enabled  # stderr is not a terminal
         return types.SimpleNamespace(index_html=out_dir / "index.html",

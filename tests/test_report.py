@@ -207,7 +207,7 @@ def test_unreadable_archive_is_a_format_error(tmp_path):
         load_archive(tmp_path / "missing.otf2")
     bad = tmp_path / "bad.otf2"
     bad.write_text("not an archive\n")
-    with pytest.raises(FormatError, match="otf2 reader cannot open it"):
+    with pytest.raises(FormatError, match="is not an OTF2 anchor file"):
         load_archive(bad)
 
 

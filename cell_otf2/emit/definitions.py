@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import __version__
 from .. import format as fmt
+from ..interval_bounds import interval_bounds
 from ..loops import time_bounds
 from ..manifest import RegionKind
 from ..model import (
@@ -160,11 +161,13 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
             defs.locations.append(Location(f"SPE ctx {idx} (rank {r})",
                                            LocationType.ACCELERATOR_STREAM,
                                            accel_group[len(defs.locations)]))
-    # worst sync bound per SPE location
+    # worst sync bound per SPE location: its widest synchronized interval (every segment
+    # bounded: ``interval_bounds``, as the summary counts them)
     doms = dec.domains
-    width = result.upper - result.lower
+    ib = interval_bounds(doms, result.lower, result.upper)
+    iv_loc = doms["loc"][ib.heads]
     for loc in np.unique(doms["loc"][doms["loc"] >= 0]).tolist():
-        w = width[doms["loc"] == loc]
+        w = ib.width[iv_loc == loc]
         w = w[np.isfinite(w)]
         # a number (OTF2 DOUBLE): ticks, or +inf when no interval is bounded on both sides
         value = round(float(w.max()), 1) if w.size else float("inf")
@@ -238,7 +241,7 @@ def sync_intervals_property(dec: Decoded, result: SyncResult,
     width = result.upper - result.lower
     iv = np.flatnonzero((doms["kind"] == DomainKind.SPE_INTERVAL) & (doms["loc"] >= 0))
     # one entry per (location, interval): the segments after undecidable wraps are merged;
-    # grouped by one sort, each group's first and last time and widest finite bound by one
+    # grouped by one sort, each group's first and last time and widest bound by one
     # reduction each (the strings are made per interval: the value has one part each)
     loc, interval = doms["loc"][iv].astype(np.int64), doms["interval"][iv].astype(np.int64)
     order = np.lexsort((iv, interval, loc))
@@ -251,12 +254,13 @@ def sync_intervals_property(dec: Decoded, result: SyncResult,
     t0 = np.minimum.reduceat(np.asarray(first)[iv], at).tolist()
     t1 = np.maximum.reduceat(np.asarray(last)[iv], at).tolist()
     w = np.asarray(width, dtype=np.float64)[iv]
-    w_max = np.maximum.reduceat(np.where(np.isfinite(w), w, -np.inf), at).tolist()
+    # the widest segment, unbounded unless every segment is bounded (``interval_bounds``)
+    w_max = np.maximum.reduceat(np.where(np.isfinite(w), w, np.inf), at).tolist()
     out: dict[int, list[str]] = {}
     for g_loc, a, z, m in zip(loc[at].tolist(), t0, t1, w_max, strict=True):
         out.setdefault(g_loc, []).append(
             (f"{a}:{z}:" if a != none else "-:-:")
-            + (f"{m:.1f}" if m != -np.inf else "unbounded"))
+            + (f"{m:.1f}" if m != np.inf else "unbounded"))
     return {g_loc: ";".join(parts) for g_loc, parts in out.items()}
 
 

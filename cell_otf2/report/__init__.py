@@ -28,13 +28,18 @@ class ReportResult:
 
 
 def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
-                  sync_report: Path | None = None, progress=None) -> ReportResult:
-    """Write the figures and index.html into ``out_dir`` (created when missing).
+                  sync_report: Path | None = None, progress=None,
+                  force: bool = False) -> ReportResult:
+    """Write the figures, contexts.csv and index.html into ``out_dir``: a new or empty folder,
+    or a previous report replaced with ``force`` (``target.ReportTarget``: drawn into a
+    staging folder beside it and moved into place whole; never a folder holding anything
+    else).
 
     Raises UsageError without matplotlib or with ``max_events`` < 1, FormatError when the
     archive or the sync report cannot be read or the sync report belongs to another run,
-    OutputError when ``out_dir`` is not writable. ``progress`` (a ``progress.ProgressLine``)
-    is told how many events were read and which figure is being drawn.
+    OutputError when ``out_dir`` may not be written (checked before any work) or cannot be.
+    ``progress`` (a ``progress.ProgressLine``) is told how many events were read and which
+    figure is being drawn.
     """
     try:
         import matplotlib  # noqa: F401  (the figure modules import its parts)
@@ -43,13 +48,13 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                          ) from None
     if max_events < 1:
         raise UsageError(f"--max-events must be at least 1 (found {max_events})")
-    from . import bounds, contexts, dma, dmahist, nodeclock, ppempi, syncfile, timeline, waits
-    from .axis import make_axis
-    from .derive import segments
-    from .html import sync_summary, write_index
+    from . import syncfile
+    from .html import sync_summary
     from .load import load_archive
+    from .target import ReportTarget
 
-    archive, out_dir = Path(archive), Path(out_dir)
+    archive, final_dir = Path(archive), Path(out_dir)
+    target = ReportTarget(final_dir)
     report = None
     if sync_report is not None:
         report = syncfile.read_for(Path(sync_report), archive)
@@ -58,13 +63,31 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise FormatError(sync_report, "not a cell2otf2 synchronization report "
                               f"(docs/sync-report.md): {exc}") from None
-    loaded = load_archive(archive, max_events=max_events,
-                          progress=progress.reading if progress is not None else None)
+    target.prepare(force, archive)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot create the report directory: {exc.strerror}"
-                          ) from None
+        loaded = load_archive(archive, max_events=max_events,
+                              progress=progress.reading if progress is not None else None)
+    except BaseException:
+        target.remove_made()
+        raise
+    with target.staged() as out_dir:
+        result = _draw(loaded, out_dir, report, sync_report, progress)
+    # the paths where the report now is
+    result.index_html = final_dir / result.index_html.name
+    result.figures = [final_dir / p.name for p in result.figures]
+    if result.csv is not None:
+        result.csv = final_dir / result.csv.name
+    return result
+
+
+def _draw(loaded, out_dir: Path, report: dict | None, sync_report: Path | None, progress
+          ) -> ReportResult:
+    """Every figure, the CSV and index.html into ``out_dir``."""
+    from . import bounds, contexts, dma, dmahist, nodeclock, ppempi, timeline, waits
+    from .axis import make_axis
+    from .derive import segments
+    from .html import write_index
+
     seg = segments(loaded)
     result = ReportResult(index_html=out_dir / "index.html", sampled=loaded.sampled,
                           total_events=loaded.total_events)
@@ -97,5 +120,8 @@ def render_report(archive: Path, out_dir: Path, *, max_events: int = 200_000,
                     Path(sync_report).name if sync_report is not None else "", result.skipped,
                     ctx_rows, result.csv.name)
     except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot write the report: {exc}") from None
+        from ..output import reason
+
+        raise OutputError(f"{out_dir.parent}: cannot write the report: {reason(exc)}"
+                          ) from None
     return result

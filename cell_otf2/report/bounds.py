@@ -81,7 +81,7 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
             if flat.size else "no bounded interval")
     extra = []
     if unbounded:
-        extra.append(f"{unbounded} unbounded (hatched red)")
+        extra.append(f"{unbounded} not synchronized (hatched red)")
     if unplaced:
         extra.append(f"{unplaced} without a written record (not drawn)")
     ax.set_title(f"Synchronization bound of every live interval ({placed} drawn)\n{head}"

@@ -36,10 +36,12 @@ def rows(loaded: Loaded, report: dict | None) -> list[tuple[str, int, str]]:
             out.append(("records held at their predecessor's time (order violations)",
                         int(report["order_violations"]), "sync report"))
         iv = report.get("intervals", [])
-        open_iv = [x for x in iv if x.get("lower_ticks") is None or x.get("upper_ticks") is None]
+        open_iv = [x for x in iv if x.get("lower_ticks") is None or x.get("upper_ticks") is None
+                   or not x.get("synchronized", True)]
         if open_iv:
-            out.append(("live intervals not bounded on both sides", len(open_iv),
-                        "sync report: intervals"))
+            why = "; ".join(str(w) for w in report.get("not_synchronized") or [])
+            out.append(("live intervals not synchronized (not bounded on both sides)",
+                        len(open_iv), "sync report: intervals" + (f" ({why})" if why else "")))
         unplaced = [n.get("node") for n in report.get("nodes", [])
                     if n.get("bound_ticks") is None and n.get("method") != "unused"]
         if unplaced:

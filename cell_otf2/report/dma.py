@@ -15,7 +15,7 @@ from . import style, units
 from .bars import hbars
 from .derive import SHOWN_CATS, spe_locations
 from .exact import category_ticks, transfers
-from .load import Loaded
+from .load import Loaded, LocClass
 
 try:  # the column spreading in C (setup.py), else numpy
     from .. import _evtread
@@ -138,9 +138,8 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                             fine - loaded.global_offset)[0] / ((fine[1] - fine[0]) / hz))
     tx = (fine[:-1] - loaded.global_offset) / hz * scale
     agg.fill_between(tx, agg_rate / 1e9, step="post", color="#1f77b4", alpha=0.6, lw=0)
-    chips = max(loaded.chips, 1)
-    agg.axhline(chips * PEAK / 1e9, color="#d62728", lw=1, ls="--",
-                label=f"memory peak, {chips} chip{'s' if chips > 1 else ''} x 25.6 GB/s")
+    chips, nodes = chips_used(loaded)
+    agg.axhline(chips * PEAK / 1e9, color="#d62728", lw=1, ls="--", label=peak_label(chips, nodes))
     mean = total / span if span > 0 else 0.0
     agg.axhline(mean / 1e9, color="#2ca02c", lw=1, label=f"run mean {units.rate(mean)}")
     agg.set_xlim(0, span * scale)
@@ -173,3 +172,27 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
     bars.set_title(f"per SPE: mean {units.percent(share)} of the peak", fontsize=9, pad=48)
     style.save(fig, path)
     return int(spes.size), int(with_spe.sum())
+
+
+#: SPEs of one Cell chip
+SPES_PER_CHIP = 8
+
+
+def chips_used(loaded: Loaded) -> tuple[int, int]:
+    """(Cell chips, nodes) the run's SPE contexts used: per node with SPE contexts, the chips
+    the archive places contexts on (a context switch names the SPU), else as many chips as
+    its contexts need at 8 SPEs each; at least one of each."""
+    from collections import Counter
+
+    spe = np.flatnonzero(loaded.loc_class == LocClass.SPE).tolist()
+    per_node = Counter(loaded.loc_node[i] if i < len(loaded.loc_node) else "" for i in spe)
+    known = Counter(loaded.chip_nodes)
+    chips = sum(known[n] or -(-count // SPES_PER_CHIP) for n, count in per_node.items())
+    return max(chips, 1), max(len(per_node), 1)
+
+
+def peak_label(chips: int, nodes: int) -> str:
+    """``memory peak, 4 chips on 4 nodes: 4 x 25.6 GB/s``."""
+    where = (f"{chips} chip{'s' if chips > 1 else ''} on {nodes} node{'s' if nodes > 1 else ''}"
+             if nodes > 1 else f"{chips} chip{'s' if chips > 1 else ''}")
+    return f"memory peak, {where}: {chips} x 25.6 GB/s"

@@ -157,6 +157,7 @@ class Loaded:
     loc_node: list[str] = field(default_factory=list)  # system tree node per location ref
     node_names: list[str] = field(default_factory=list)  # system tree nodes, in order
     chips: int = 0  # system tree nodes of class "spe complex" (one per Cell chip)
+    chip_nodes: list[str] = field(default_factory=list)  # the node of each "spe complex"
     extra: dict = field(default_factory=dict)
 
     def seconds(self, ticks: np.ndarray | float) -> np.ndarray | float:
@@ -201,22 +202,64 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
     import otf2
 
     anchor = Path(anchor)
-    if not anchor.is_file():
-        raise FormatError(anchor, "no OTF2 anchor file there")
+    _check_anchor(anchor)
     # the bindings read the definitions through Python callbacks: a signal raised inside one
     # would be lost in the library (or printed by ctypes), so it is noted and raised after
     with Deferred() as signals:
         try:
-            reader = otf2.reader.Reader(str(anchor))
-        except Exception as exc:  # the library raises several kinds; all mean "unreadable"
+            with _library_messages_held():
+                reader = otf2.reader.Reader(str(anchor))
+        except Exception:  # the library raises several kinds; all mean "unreadable"
             if signals.noted is not None:
                 signals.check()  # the library failed because of the interruption
-            raise FormatError(anchor, f"the otf2 reader cannot open it: {exc}") from None
+            raise FormatError(anchor, "the OTF2 library cannot read this archive: its anchor "
+                              "file, definitions or event files are damaged or incomplete "
+                              "(otf2-print shows where)") from None
         try:
             signals.check()
             return _load(reader, anchor, max_events, n_windows, _otf2, progress, compiled)
         finally:
             reader.close()
+
+
+def _check_anchor(anchor: Path) -> None:
+    """Refuse, in our words, what is not an archive's anchor file before the library sees it
+    (it would print its own error lines): a folder, the ``.def`` file, anything else."""
+    from ..output import SUFFIX, not_archive_entry
+
+    if anchor.is_dir():
+        raise FormatError(anchor, "is a folder; name the archive's anchor file, e.g. "
+                          f"{anchor.with_name(anchor.name + SUFFIX)}")
+    if not anchor.exists():
+        raise FormatError(anchor, "no OTF2 anchor file there")
+    if anchor.suffix != SUFFIX:
+        hint = (f": the anchor is {anchor.with_suffix(SUFFIX)}"
+                if anchor.with_suffix(SUFFIX).is_file() else "")
+        raise FormatError(anchor, f"is not an OTF2 anchor file (its name ends in "
+                          f"{SUFFIX}{hint})")
+    why = not_archive_entry(anchor, "anchor")
+    if why is not None:
+        raise FormatError(anchor, why)
+
+
+class _library_messages_held:
+    """Standard error (the file descriptor) set aside while the OTF2 library opens an archive:
+    its own error lines ("[OTF2] src/...: error: ...") never reach the user; the command
+    says what failed in its own words."""
+
+    def __enter__(self) -> None:
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._sink = tempfile.TemporaryFile()
+        os.dup2(self._sink.fileno(), 2)
+
+    def __exit__(self, *exc: object) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._sink.close()
 
 
 def _node_of(tree_node) -> str:
@@ -333,6 +376,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
         loc_node=[_node_of(loc.group.system_tree_parent) for loc in locs],
         node_names=[n.name for n in d.system_tree_nodes if n.class_name == "node"],
         chips=sum(1 for n in d.system_tree_nodes if n.class_name == "spe complex"),
+        chip_nodes=[_node_of(n) for n in d.system_tree_nodes if n.class_name == "spe complex"],
     )
 
 

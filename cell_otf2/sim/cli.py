@@ -10,14 +10,16 @@ import errno
 import os
 import re
 import shutil
+import sys
 import tempfile
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
-from ..cli_common import choice
+from ..cli_common import choice, choices, complete
 from ..errors import EXIT_OUTPUT, EXIT_USAGE
 
 
@@ -45,6 +47,10 @@ class ByteOrder(StrEnum):
     L = "L"
 
 
+#: what an option left unset takes (shown in the help as its default)
+WORKLOADS_OWN = "the workload's"
+
+
 class DamageKind(StrEnum):
     truncate = "truncate"
     gap = "gap"
@@ -61,25 +67,34 @@ class DamageKind(StrEnum):
 def simulate_command(
     out_dir: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="Run directory to write.")],
     workload: Annotated[str, typer.Option(
-        callback=choice(WorkloadName), metavar="|".join(WorkloadName),
+        callback=choice(WorkloadName), autocompletion=complete(WorkloadName),
+        metavar="|".join(WorkloadName),
         help="Benchmark shape.")] = WorkloadName.fft.value,
     seed: Annotated[int, typer.Option(help="Random seed; same seed, same bytes.")] = 1,
-    spes: Annotated[int | None, typer.Option(min=1, help="SPE contexts per rank.")] = None,
-    ranks: Annotated[int | None, typer.Option(min=1, help="MPI processes.")] = None,
-    nodes: Annotated[int | None, typer.Option(min=1, help="Nodes (one timebase each).")] = None,
-    phases: Annotated[int | None, typer.Option(min=1, help="Barrier phases.")] = None,
+    spes: Annotated[int | None, typer.Option(
+        min=1, help="SPE contexts per rank.", show_default=WORKLOADS_OWN)] = None,
+    ranks: Annotated[int | None, typer.Option(
+        min=1, help="MPI processes.", show_default=WORKLOADS_OWN)] = None,
+    nodes: Annotated[int | None, typer.Option(
+        min=1, help="Nodes (one timebase each).", show_default=WORKLOADS_OWN)] = None,
+    phases: Annotated[int | None, typer.Option(
+        min=1, help="Barrier phases.", show_default=WORKLOADS_OWN)] = None,
     duration_s: Annotated[float | None, typer.Option(
-        "--duration-s", help="Approximate run length; picks the number of phases.")] = None,
+        "--duration-s", help="Approximate run length; picks the number of phases.",
+        show_default=WORKLOADS_OWN)] = None,
     chunks: Annotated[int | None, typer.Option(
-        min=1, help="Loop iterations per phase per SPE.")] = None,
+        min=1, help="Loop iterations per phase per SPE.",
+        show_default=WORKLOADS_OWN)] = None,
     timebase_hz: Annotated[int, typer.Option(min=1, help="Nominal timebase frequency.")
                            ] = 14_318_000,
     spus: Annotated[int | None, typer.Option(
-        help="Physical SPUs per node; fewer than contexts forces context switches.")] = None,
+        help="Physical SPUs per node; fewer than contexts forces context switches.",
+        show_default=WORKLOADS_OWN)] = None,
     slice_ms: Annotated[float, typer.Option(
         help="SPU time slice in ms; a waiting context preempts after it (<= 0: never).")] = 100.0,
     decrementer_restore: Annotated[str, typer.Option(
-        callback=choice(RestoreMode), metavar="compensated|restored",
+        callback=choice(RestoreMode), autocompletion=complete(RestoreMode),
+        metavar="compensated|restored",
         help="How the kernel restores a decrementer.")] = RestoreMode.compensated.value,
     decr_writes: Annotated[bool, typer.Option(
         "--decr-writes/--no-decr-writes", help="SPE programs rewrite their decrementer.")] = False,
@@ -99,7 +114,7 @@ def simulate_command(
         "--exchange-s", help="cluster: seconds between halo exchanges, filled by the SPE "
         "compute of one iteration (default 2).")] = None,
     topology: Annotated[str, typer.Option(
-        callback=choice(Topology), metavar="ring|chain",
+        callback=choice(Topology), autocompletion=complete(Topology), metavar="ring|chain",
         help="cluster: ring (periodic halo and shift, collectives) or chain (messages only "
              "between neighbouring nodes, no collectives).")] = Topology.ring.value,
     halo_bytes: Annotated[int, typer.Option(
@@ -112,8 +127,9 @@ def simulate_command(
     spe_buffer_records: Annotated[int, typer.Option(
         help="Records per SPE Local Store buffer (1 = flush every record).")] = 16,
     spe_buffers: Annotated[int, typer.Option(help="1 or 2 (double buffering).")] = 2,
-    byte_order: Annotated[str, typer.Option(callback=choice(ByteOrder), metavar="B|L",
-                                            help="B (big-endian) or L.")] = ByteOrder.B.value,
+    byte_order: Annotated[str, typer.Option(
+        callback=choice(ByteOrder), autocompletion=complete(ByteOrder), metavar="B|L",
+        help="B (big-endian) or L.")] = ByteOrder.B.value,
     max_ppm: Annotated[float, typer.Option(help="Largest node drift, ppm (<= 100).")] = 50.0,
     drift_segments: Annotated[int | None, typer.Option(
         help="Node rates change at this many even knots over the run (1: linear drift; "
@@ -122,17 +138,34 @@ def simulate_command(
         help="Oscillator wander: a sine of this amplitude on each node's offset.")] = 0.0,
     wander_period_s: Annotated[float, typer.Option(
         help="Period of the wander (+-20 % per node).")] = 240.0,
-    damage: Annotated[list[DamageKind] | None, typer.Option(
-        metavar="KIND", help="Damage to inject (repeatable): " + ", ".join(DamageKind)
-        + "; see docs/damage.md.")] = None,
+    damage: Annotated[list[str] | None, typer.Option(
+        metavar="KIND", callback=choices(DamageKind), autocompletion=complete(DamageKind),
+        help="Damage to inject (repeatable): " + ", ".join(DamageKind)
+        + "; see docs/damage.md.", show_default="none")] = None,
     force: Annotated[bool, typer.Option(
         "-f", "--force", help="Replace a previous simulated run in OUT_DIR (nothing else).")
+    ] = False,
+    quiet: Annotated[bool, typer.Option(
+        "-q", "--quiet", help="Print nothing (no size, no progress line, no summary).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the summary as one JSON object (the fields of SimSummary).")
     ] = False,
 ) -> None:
     """Write a synthetic CBT 1 run with its ground truth."""
     from .run import simulate_run
 
     replace = _check_out_dir(out_dir, force)
+    line = _Progress(enabled=not quiet)
+
+    def announce(records: int, size: int) -> None:
+        """Before the first dump is written: on stdout (on a terminal's stderr with --json,
+        whose stdout is the JSON alone)."""
+        if quiet or (as_json and not line.enabled):
+            return
+        line.clear()
+        typer.echo(f"cell2otf2 simulate: writing {_size(size)} of dumps ({records:,} "
+                   f"records) into {out_dir}", err=as_json)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -140,7 +173,10 @@ def simulate_command(
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would otherwise stay with the run
     except OSError as exc:
-        _fail_output(f"{out_dir}: cannot create the run directory: {_why(exc)}")
+        from ..output import cannot_create
+
+        _fail_output(cannot_create(out_dir.parent, exc) if out_dir.parent.is_dir()
+                     else f"{out_dir}: cannot create the run directory: {_why(exc)}")
     try:
         summary = simulate_run(
             staging, workload, seed, spes=spes, ranks=ranks, nodes=nodes, phases=phases,
@@ -152,9 +188,9 @@ def simulate_command(
             spe_buffers=spe_buffers, byte_order=byte_order, max_ppm=max_ppm,
             drift_segments=drift_segments, wander_us=wander_us,
             wander_period_s=wander_period_s,
-            damage=[d.value for d in (damage or [])],
+            damage=list(damage or []),
             exchange_s=exchange_s, topology=topology, halo_bytes=halo_bytes,
-            shift_bytes=shift_bytes, imbalance=imbalance,
+            shift_bytes=shift_bytes, imbalance=imbalance, progress=line, announce=announce,
         )
         _move_into_place(staging, out_dir, replace)
     except ValueError as exc:
@@ -163,9 +199,20 @@ def simulate_command(
     except OSError as exc:
         _fail_output(f"{out_dir}: cannot write the run: {_why(exc)}; nothing was written")
     finally:
+        line.clear()
         shutil.rmtree(staging, ignore_errors=True)
     from ..summary import plural
 
+    if quiet:
+        return
+    if as_json:
+        import json
+        from dataclasses import asdict
+
+        typer.echo(json.dumps({"run_dir": str(out_dir), "workload": workload, "seed": seed,
+                               **{k: v for k, v in asdict(summary).items() if k != "out_dir"}},
+                              indent=1))
+        return
     typer.echo(
         f"simulated {workload} (seed {seed}) into {out_dir}: "
         f"{plural(summary.records, 'record')} in {plural(summary.slots, 'slot')}, "
@@ -174,6 +221,40 @@ def simulate_command(
         f"({plural(summary.preemptions, 'preemption')}), "
         f"{plural(summary.bytes_written, 'byte')} of dumps"
     )
+
+
+def _size(n: int) -> str:
+    """``1.1 MB``, ``755 MB``, ``2.3 GB``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.{1 if n < 10 * scale else 0}f} {unit}"
+    return f"{n} bytes"
+
+
+class _Progress:
+    """``progress(stage, fraction)`` of ``simulate_run``: one self-overwriting line on stderr
+    when it is a terminal, nothing otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.shown = ""
+        self.last = 0.0
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < 0.2 and fraction < 1.0):
+            return
+        word = "simulating" if stage == "simulate" else "writing"
+        text = f"cell2otf2 simulate: {word} {100 * fraction:3.0f}%"
+        sys.stderr.write("\r" + text.ljust(len(self.shown)))
+        sys.stderr.flush()
+        self.shown, self.last = text, now
+
+    def clear(self) -> None:
+        if self.enabled and self.shown:
+            sys.stderr.write("\r" + " " * len(self.shown) + "\r")
+            sys.stderr.flush()
+            self.shown = ""
 
 
 #: what ``simulate`` writes into a run directory, and all it writes

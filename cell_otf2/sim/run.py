@@ -7,6 +7,7 @@ the contracts leave room: docs/simulator.md); it does not check the run (tests d
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -189,14 +190,19 @@ def _cluster_only(o: SimOptions) -> None:
                          "--imbalance apply to the cluster workload only")
 
 
-def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0,
+def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0, *,
+                 progress: Callable[[str, float], None] | None = None,
+                 announce: Callable[[int, int], None] | None = None,
                  **options: object) -> SimSummary:
-    """Write one synthetic run with its truth into ``out_dir`` (created if missing)."""
+    """Write one synthetic run with its truth into ``out_dir`` (created if missing).
+    ``progress(stage, fraction)`` is told how far simulating and writing are; ``announce(
+    records, bytes)`` the size of the dumps about to be written, before any is."""
     opts = _resolve(SimOptions(workload=workload, seed=seed, **options))  # type: ignore[arg-type]
-    return _run(Path(out_dir), opts)
+    return _run(Path(out_dir), opts, progress or (lambda _s, _f: None), announce)
 
 
-def _run(out_dir: Path, o: SimOptions) -> SimSummary:
+def _run(out_dir: Path, o: SimOptions, progress: Callable[[str, float], None],
+         announce: Callable[[int, int], None] | None) -> SimSummary:
     w = _workload(o)
     hz = int(o.timebase_hz)
     us = hz / 1e6
@@ -243,10 +249,12 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
     else:
         world = MpiWorld(procs, node_of, np.random.default_rng([o.seed, 2])) if w.mpi else None
         for p in range(o.phases):
+            progress("simulate", p / o.phases)
             for pr in procs:
                 pr.phase(p)
             if world is not None:
                 world.phase(p)
+    progress("simulate", 1.0)
     for pr in procs:
         pr.finish()
         if o.poll_s > 0:
@@ -272,12 +280,18 @@ def _run(out_dir: Path, o: SimOptions) -> SimSummary:
                 raise ValueError(f"--damage {kind} cannot apply to this {o.workload} run: "
                                  f"{exc}") from None
 
+    if announce is not None:  # every record a slot, one header per block: the dumps' size
+        n_rec = sum(len(v) for v in recs_by_rank.values())
+        n_blk = sum(int((v["core"] == 1).sum()) for v in recs_by_rank.values()) \
+            // max(1, o.spe_buffer_records)
+        announce(n_rec, fmt.HEADER_SIZE * o.ranks + fmt.SLOT_SIZE * (n_rec + n_blk))
     processes, slot_time, slot_res, slot_int, damaged = [], {}, {}, {}, {}
     intervals, dma_rows = [], []
     uid_slot: dict[int, np.ndarray] = {}
     total_bytes, total_records, per_rank_slots = 0, 0, []
     for pr in procs:
         r = pr.rank
+        progress("write", r / o.ranks)
         recs = recs_by_rank[r]
         slots = build_slots(recs, pr.node, pr.clocks, layout, o.spe_buffer_records,
                             o.spe_buffers, np.random.default_rng([o.seed, 4, r]))
