@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from .cli_common import print_result
 from .errors import EXIT_LOSSY, EXIT_OK, FormatError
 from .model import DmaStyle
 
@@ -144,6 +145,7 @@ def check_command(
             for p in problems:
                 typer.echo(f"  {p}", err=True)
         raise SystemExit(exc.exit_status) from None
-    if not quiet:
-        typer.echo("\n".join(result.report()))
+    if not quiet:  # the exit status is the verdict: stdout that cannot take it changes none
+        print_result("\n".join(result.report()), "the check's report",
+                     f"exit status {result.status} is its verdict")
     raise SystemExit(result.status)

@@ -18,8 +18,8 @@ from typing import Annotated
 import typer
 
 from . import signals
-from .cli_common import choice
-from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
+from .cli_common import choice, print_result
+from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, CellOtf2Error
 from .model import DmaStyle
 from .progress import TerminalProgress
 
@@ -199,7 +199,9 @@ def convert_command(
     finally:
         progress.close()
     if not quiet and summary.rank == 0:  # a parallel conversion prints once
-        typer.echo("\n".join(summary.lines()))
+        # the archive is in place: a summary stdout cannot take changes nothing (README)
+        print_result("\n".join(summary.lines()), "the summary",
+                     f"the archive {output} is in place")
     raise SystemExit(EXIT_LOSSY if summary.lossy else 0)
 
 
@@ -217,11 +219,9 @@ def inspect_command(
     from .run_info import inspect
 
     info = inspect(run_dir)  # a CellOtf2Error becomes one message and exit 3 in main
-    if as_json:
-        typer.echo(json.dumps(info.to_dict(), indent=1))
-    else:
-        typer.echo("\n".join(info.lines()))
-    raise SystemExit(EXIT_OK)
+    text = json.dumps(info.to_dict(), indent=1) if as_json else "\n".join(info.lines())
+    # what inspect prints is all it makes: stdout that cannot take it is an output problem
+    raise SystemExit(EXIT_OK if print_result(text, "the inspection") else EXIT_OUTPUT)
 
 
 @app.command("report", help="Draw figures and an index.html from a converted ARCHIVE "

@@ -4,6 +4,8 @@ that answer in our own words. No command and no pipeline logic here.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from enum import Enum
 
@@ -23,3 +25,34 @@ def choice(enum: type[Enum]) -> Callable[[str | None], str | None]:
         return value
 
     return check
+
+
+def print_result(text: str, what: str, done: str = "") -> bool:
+    """Write a command's result (``text`` and a newline) to stdout; True when it was taken.
+
+    A stdout that cannot take it (a full device, a pipe whose reader has gone: EPIPE, as
+    Python ignores SIGPIPE) gives one line on stderr naming ``what`` and ``done`` (what is
+    true regardless) and False; stdout is then pointed at the null device, so that nothing
+    fails again when the interpreter flushes it at exit. The caller decides the exit status.
+    """
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return True
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+    except (OSError, ValueError):
+        pass
+    try:
+        sys.stderr.write(f"cell2otf2: {what} could not be written to stdout ({why})"
+                         + (f"; {done}" if done else "") + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+    return False
