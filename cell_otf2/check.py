@@ -17,9 +17,9 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from .cli_common import print_result
+from .cli_common import choice, finite, print_result, read_delay
 from .errors import EXIT_LOSSY, EXIT_OK, FormatError
-from .model import DmaStyle
+from .model import DmaStyle, OrderOptions
 
 
 @dataclass
@@ -73,8 +73,13 @@ def check_only(defs: Any, groups: Iterator, _tmp: Path, _name: str,
     return Checked(counts)
 
 
-def check_run(run_dir: str | Path) -> CheckResult:
-    """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
+def check_run(run_dir: str | Path, *, dma_style: DmaStyle | str = DmaStyle.RMA,
+              alpha: float = 0.5, order_options: OrderOptions | None = None,
+              accept_unsynchronized_nodes: bool = False) -> CheckResult:
+    """Find every problem of ``run_dir`` without writing; raises what conversion would raise.
+    The options are ``convert``'s: the same phases run with them, so the damage lines (the
+    summary's ``unusable``, nodes placed only by their start readings included) and the exit
+    status are the conversion's."""
     # imported here, not with the module: the command line registers ``check_command`` for
     # every command it runs, and the driver brings scipy (0.17 s of every ``report``'s start)
     from .driver import StageClock, run_phases
@@ -85,8 +90,8 @@ def check_run(run_dir: str | Path) -> CheckResult:
                   / f".cell2otf2-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         summary, whole = run_phases(SerialTeam(sink=check_only), Path(run_dir), spill.directory,
-                                    "check", StageClock(), spill, DmaStyle.RMA, 0.5, None,
-                                    None, None, report_pairs=False)
+                                    "check", StageClock(), spill, DmaStyle(dma_style),
+                                    alpha, order_options, None, None, report_pairs=False)
     except FormatError as first:
         first.more += [e for e in _other_dump_refusals(Path(run_dir), first)
                        if str(e) not in {str(m) for m in first.more}]
@@ -98,9 +103,15 @@ def check_run(run_dir: str | Path) -> CheckResult:
         processes=summary.processes,
         records=summary.records_in,
         events=summary.events_written,
-        lines=summary.damage,
+        lines=_unusable(summary, accept_unsynchronized_nodes),
         damage_total=whole.damage.total(),
     )
+
+
+def _unusable(summary: Any, accept_unsynchronized_nodes: bool) -> list[str]:
+    """The conversion summary's lost or unusable input, as ``convert`` would list it."""
+    summary.accept_unsynchronized_nodes = accept_unsynchronized_nodes
+    return summary.unusable()
 
 
 def _other_dump_refusals(run_dir: Path, first: FormatError) -> list[FormatError]:
@@ -131,10 +142,30 @@ def check_command(
                                              help="CBT 1 run directory (holds run.json)")],
     quiet: Annotated[bool, typer.Option("--quiet", help="print nothing, exit status only")]
     = False,
+    dma_style: Annotated[
+        str, typer.Option("--dma-style", metavar="rma|messages", callback=choice(DmaStyle),
+                          help="as convert's (the events checked are those it would write)")
+    ] = DmaStyle.RMA.value,
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0, callback=finite, metavar="A",
+                            help="as convert's (no damage depends on it)")
+    ] = 0.5,
+    read_delay_ticks: Annotated[
+        float, typer.Option("--read-delay-ticks", callback=read_delay, metavar="D",
+                            help="as convert's (no damage depends on it)")
+    ] = 0.0,
+    accept_unsynchronized_nodes: Annotated[
+        bool, typer.Option("--accept-unsynchronized-nodes",
+                           help="as convert's: a node placed only by its start readings is "
+                                "not unusable input")
+    ] = False,
 ) -> None:
     """Report every problem of RUN_DIR without converting it (writes nothing)."""
     try:
-        result = check_run(run_dir)  # any other CellOtf2Error: one message, exit 3 (cli.main)
+        # any other CellOtf2Error: one message, exit 3 (cli.main)
+        result = check_run(run_dir, dma_style=dma_style, alpha=alpha,
+                           order_options=OrderOptions(read_delay_ticks=read_delay_ticks),
+                           accept_unsynchronized_nodes=accept_unsynchronized_nodes)
     except FormatError as exc:
         if not exc.more:
             raise  # one problem: one message, as conversion prints it (cli.main)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Annotated
 import typer
 
 from . import signals
-from .cli_common import choice, print_result
+from .cli_common import choice, finite, print_result, read_delay
 from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, CellOtf2Error
 from .model import DmaStyle
 from .progress import TerminalProgress
@@ -130,23 +129,6 @@ def _register() -> None:
     )
 
 
-def _finite(value: float) -> float:
-    """Refuse nan (which passes any min/max check) and infinities as usage errors."""
-    if not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a finite number")
-    return value
-
-
-def _read_delay(value: float) -> float:
-    """``--read-delay-ticks``: finite, 0 .. 2^31 ticks (``order.MAX_READ_DELAY_TICKS``)."""
-    from .order import check_read_delay
-
-    try:
-        return check_read_delay(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
 @app.command("convert", help="Convert RUN_DIR to an OTF2 archive (the default command: "
              "cell2otf2 RUN_DIR -o ARCHIVE.otf2).", epilog=EXIT_HELP)
 @_interruptible
@@ -173,11 +155,11 @@ def convert_command(
                           help="DMA as RMA records or as messages")
     ] = DmaStyle.RMA.value,
     alpha: Annotated[
-        float, typer.Option("--alpha", min=0.0, max=1.0, callback=_finite, metavar="A",
+        float, typer.Option("--alpha", min=0.0, max=1.0, callback=finite, metavar="A",
                             help="where offsets sit between their bounds (0 lower, 1 upper)")
     ] = 0.5,
     read_delay_ticks: Annotated[
-        float, typer.Option("--read-delay-ticks", callback=_read_delay, metavar="D",
+        float, typer.Option("--read-delay-ticks", callback=read_delay, metavar="D",
                             help="guaranteed mode: bounds hold for any delay up to D ticks "
                                  "between a slot's reservation and its clock reading; 0 "
                                  "(default): slot order exact, least uniform relaxation")

@@ -1,9 +1,10 @@
-"""Small helpers the typer commands share (``cli.py``, ``sim/cli.py``): option checks
-that answer in our own words. No command and no pipeline logic here.
-"""
+"""Small helpers the typer commands share (``cli.py``, ``check.py``, ``sim/cli.py``): option
+checks that answer in our own words, and the writing of a command's result to a stdout that
+may be full or closed. No command and no pipeline logic here."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -56,3 +57,20 @@ def print_result(text: str, what: str, done: str = "") -> bool:
     except OSError:
         pass
     return False
+
+
+def finite(value: float) -> float:
+    """Refuse nan (which passes any min/max check) and infinities as usage errors."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+def read_delay(value: float) -> float:
+    """``--read-delay-ticks``: finite, 0 .. 2^31 ticks (``order.MAX_READ_DELAY_TICKS``)."""
+    from .order import check_read_delay
+
+    try:
+        return check_read_delay(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
