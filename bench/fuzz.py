@@ -69,7 +69,13 @@ BASES: dict[str, dict] = {
     "hybrid-2-nodes": dict(workload="hybrid", spes=1, ranks=2, nodes=2, phases=1, chunks=2),
     "matmul-no-heartbeats": dict(workload="matmul", spes=2, phases=1, chunks=2,
                                  heartbeats=False, byte_order="L"),
+    # nodes no MPI message links both ways: convert and check both say unsynchronized_node
+    "matmul-3-nodes": dict(workload="matmul", spes=1, ranks=3, nodes=3, phases=1, chunks=2),
 }
+#: the options a case converts and checks with (``pick_options``): where offsets sit, the
+#: guaranteed mode, the DMA style and the acceptance of unsynchronized nodes
+ALPHAS = (0.0, 0.143, 0.5, 0.857, 1.0)
+READ_DELAYS = (0.0, 1.0, 8.0, 1000.0, float(1 << 31))
 
 EDGE_U = ("zero", "one", "max", "random", "plus", "minus", "high-bit")
 PPE_FIELDS = ((0, 2), (2, 2), (4, 4), (8, 8), (16, 8), (24, 8))
@@ -372,8 +378,9 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
         (run / name).write_bytes(bytes(data))
     if klass is not None:
         return {"case": case, "base": base, "env": klass,
-                **run_env_case(klass, case, seed, run, work, disk)}
-    out: dict = {"case": case, "base": base, "mutations": muts}
+                **run_env_case(klass, case, seed, run, work, disk, base)}
+    opts = pick_options(case, seed)
+    out: dict = {"case": case, "base": base, "mutations": muts + [_show_options(opts)]}
 
     def outcome(fn) -> tuple[str, int | None, str, list[str]]:
         try:
@@ -387,8 +394,12 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kind, status, msg, lines = outcome(
-            lambda: convert(run, work / "out" / "a.otf2", force=True).damage)
-        ckind, cstatus, cmsg, clines = outcome(lambda: check_run(run).lines)
+            lambda: convert(run, work / "out" / "a.otf2", force=True, **opts).unusable())
+        ckind, cstatus, cmsg, clines = outcome(lambda: check_run(run, **opts).lines)
+        dkind = dstatus = dlines = None
+        if kind == "ok" and _moves_offsets(opts):  # damage must not depend on the offsets
+            dkind, dstatus, _dmsg, dlines = outcome(lambda: check_run(run, **{
+                k: v for k, v in opts.items() if k == "accept_unsynchronized_nodes"}).lines)
     if caught:
         w = caught[0]
         out["warning"] = f"{w.category.__name__}: {w.message} @ {Path(w.filename).name}:{w.lineno}"
@@ -405,7 +416,49 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
     elif kind != "internal" and (status, lines) != (cstatus, clines):
         out.update(kind="mismatch", message=f"convert {status} {lines[:3]} / check {cstatus} "
                                             f"{clines[:3]} {cmsg}")
+    elif dkind is not None and (dkind, dstatus, _kinds(dlines)) != (kind, status, _kinds(lines)):
+        out.update(kind="mismatch", message=f"damage moves with the offsets: "
+                   f"{_show_options(opts)} {status} {_kinds(lines)} / default options "
+                   f"{dstatus} {_kinds(dlines)}")
     return out
+
+
+def pick_options(case: int, seed: int) -> dict:
+    """The conversion options of ``case`` (``convert``'s and ``check_run``'s keywords): the
+    defaults for half the cases, else a draw of every option."""
+    from cell_otf2.model import DmaStyle, OrderOptions
+
+    rng = random.Random(f"{seed}:{case}:options")
+    if rng.random() < 0.5:
+        return {}
+    opts: dict = {"alpha": rng.choice(ALPHAS + (rng.random(),))}
+    if rng.random() < 0.5:
+        opts["order_options"] = OrderOptions(read_delay_ticks=rng.choice(READ_DELAYS))
+    if rng.random() < 0.3:
+        opts["dma_style"] = DmaStyle.MESSAGES
+    if rng.random() < 0.3:
+        opts["accept_unsynchronized_nodes"] = True
+    return opts
+
+
+def _moves_offsets(opts: dict) -> bool:
+    return opts.get("alpha", 0.5) != 0.5 or "order_options" in opts
+
+
+def _show_options(opts: dict) -> str:
+    parts = [f"alpha {opts['alpha']:.3g}"] if "alpha" in opts else []
+    if "order_options" in opts:
+        parts.append(f"read-delay {opts['order_options'].read_delay_ticks:g}")
+    if "dma_style" in opts:
+        parts.append("dma messages")
+    if opts.get("accept_unsynchronized_nodes"):
+        parts.append("accept-unsynchronized")
+    return "options: " + (", ".join(parts) or "default")
+
+
+def _kinds(lines: list[str] | None) -> list[str]:
+    """The damage kinds of summary lines ("kind: ..."), in order."""
+    return [line.split(":", 1)[0] for line in lines or []]
 
 
 def _worker(conn, seed: int, bases: dict, work: str, mem_gb: float, verify_every: int,
@@ -525,7 +578,7 @@ def report(results: list[dict], seconds: float) -> int:
     statuses = Counter(r.get("status") for r in results if r["kind"] in ("ok", "refused"))
     bugs = [r for r in results if r["kind"] in ("internal", "hang", "crash", "output",
                                                 "mismatch", "invalid", "leftover",
-                                                "input-changed")]
+                                                "input-changed", "memory")]
     envs = Counter(r["env"] for r in results if r.get("env"))
     print(f"runs {len(results)} in {seconds:.0f} s ({len(results) / max(seconds, 1e-9):.1f}/s)")
     print(f"  converted clean (exit 0) {statuses.get(0, 0)}, converted with contained damage "
@@ -534,6 +587,10 @@ def report(results: list[dict], seconds: float) -> int:
     print(f"  internal errors (tracebacks) {kinds.get('internal', 0)}, hangs "
           f"{kinds.get('hang', 0)}, worker crashes {kinds.get('crash', 0)}, output errors "
           f"{kinds.get('output', 0)}, check/convert mismatches {kinds.get('mismatch', 0)}")
+    grown = [g for r in results for g in r.get("vm_growth", [])]
+    print(f"  allocations above 2x the run's size {kinds.get('memory', 0)} (sparse and huge "
+          f"dumps: {len(grown)} commands measured, largest growth of peak virtual memory over "
+          f"the base run's {max(grown, default=0) / 2**20:.0f} MiB)")
     print(f"  leftovers (staging, spill, half-written) {kinds.get('leftover', 0)}, inputs "
           f"changed {kinds.get('input-changed', 0)}, environment cases skipped "
           f"{kinds.get('skipped', 0)}")
