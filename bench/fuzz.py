@@ -56,7 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_env import Disk, pick_class, run_env_case  # noqa: E402  (beside this script)
 
 #: the share of cases that vary the environment (fuzz_env) instead of the run's bytes
-ENV_SHARE = 0.2
+ENV_SHARE = 0.35
+#: a case (or, in fuzz_env, one command) that takes longer is a hang
+HANG_SECONDS = 60
 
 #: the valid runs mutations start from: name -> simulate_run options (all tiny)
 BASES: dict[str, dict] = {
@@ -358,7 +360,20 @@ def _otf2_print_fails(anchor: Path) -> str:
 def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False,
              disk: Disk | None = None, env_share: float = ENV_SHARE) -> dict:
     """Convert and check one mutated run (or one environment case, ``fuzz_env``); never
-    raises. ``verify``: otf2-print the archive."""
+    raises. ``verify``: otf2-print the archive. A case that takes over ``HANG_SECONDS`` is
+    a hang even when it ends."""
+    t0 = time.monotonic()
+    out = _run_case(case, seed, bases, work, verify, disk, env_share)
+    took = time.monotonic() - t0
+    if out.get("env") != "sparse" and took > HANG_SECONDS and out["kind"] not in (
+            "internal", "crash", "output", "mismatch", "memory"):
+        # sparse cases run several commands, each under its own 60 s limit
+        out.update(kind="hang", message=f"took {took:.0f} s (over {HANG_SECONDS} s)")
+    return out
+
+
+def _run_case(case: int, seed: int, bases: dict, work: Path, verify: bool,
+              disk: Disk | None, env_share: float) -> dict:
     from cell_otf2.check import check_run
     from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
@@ -652,7 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--timeout", type=float, default=20.0, help="seconds per run before a hang")
+    ap.add_argument("--timeout", type=float, default=200.0,
+                    help="seconds per case before its worker is killed (a case over "
+                    f"{HANG_SECONDS} s counts as a hang in any case)")
     ap.add_argument("--mem-gb", type=float, default=4.0, help="address-space limit per worker")
     ap.add_argument("--verify-every", type=int, default=25,
                     help="otf2-print -Werror every N-th converted archive (0: never)")
