@@ -118,8 +118,9 @@ def _register() -> None:
 
     if any(c.name == "check" for c in app.registered_commands):
         return
-    app.command("check", help="Report every problem of RUN_DIR without converting it "
-                "(exit 0 clean, 1 contained damage, 3 refused).")(_interruptible(check_command))
+    app.command("check", help="Report every problem of RUN_DIR without converting it, as "
+                "convert with the same options would (exit 0 clean, 1 contained damage, 3 "
+                "refused).")(_interruptible(check_command))
     try:
         from .sim import cli as sim_cli
     except ImportError:  # the simulator is optional for conversion
