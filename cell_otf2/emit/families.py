@@ -231,7 +231,11 @@ def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> 
     first = dec.location_starts()
     for L in np.unique(loc).tolist():
         mine = np.flatnonzero(loc == L)
-        times = t[int(first[L]):int(first[L + 1])]
+        lo, hi = int(first[L]), int(first[L + 1])
+        times = t[lo:hi][ledger.good[lo:hi]]  # the records that can have events
+        if not times.size:  # no own record: nothing to keep the Leave before
+            continue
+        times = np.maximum.accumulate(times)  # (non-decreasing already: never a wrong place)
         before = stop[mine] < int(first[L])  # the layout's tie rule for foreign events
         at = np.where(before, np.searchsorted(times, t_stop[mine], side="left"),
                       np.searchsorted(times, t_stop[mine], side="right"))
