@@ -269,3 +269,25 @@ def test_inspect_of_a_dump_cut_inside_its_first_blocks(tmp_path, cut):
     info = inspect(run)
     assert info.to_dict()
     assert any("records" in line for line in info.lines())
+
+
+# ---- found by the fuzzer ------------------------------------------------------------------------
+
+def test_mpi_receive_in_a_run_without_any_send(tmp_path):
+    """A slot turned into an MPI_IRECV in a run with no MPI send at all: no channel exists,
+    the receive is unmatched damage (was an IndexError in MPI pairing)."""
+    run = copy_run(SAMPLES / "fft-16spe", tmp_path / "run")
+    dump = run / "rank00000.cbt"
+    data = bytearray(dump.read_bytes())
+    order = "little" if data[4] == ord("L") else "big"
+    for at in range(64, len(data), 32):
+        if int.from_bytes(data[at:at + 2], order) == 0x0114:  # a CTX_DESTROY
+            data[at:at + 2] = (0x0135).to_bytes(2, order)  # MPI_IRECV
+            data[at + 4:at + 8] = (0).to_bytes(4, order)  # MPI_COMM_WORLD
+            break
+    else:
+        pytest.fail("no CTX_DESTROY in the sample")
+    dump.write_bytes(bytes(data))
+    summary = convert(run, tmp_path / "a.otf2")
+    assert "unmatched_mpi" in kinds(summary.unusable())
+    assert check_run(run).lines == summary.unusable()
