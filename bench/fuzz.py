@@ -10,9 +10,17 @@ signals, MPI over two nodes). Each case takes one of them and applies 1 to 3 mut
 - manifest: a JSON value deleted, replaced (wrong type, negative, huge, string), a list
   element duplicated or deleted, the text cut short, or garbage bytes.
 
-A fifth of the cases (``--env-share``) instead vary what surrounds a valid run
-(``fuzz_env.py``: manifest JSON that breaks parsers, special files, output paths that clash
-with the input, a full disk, missing permissions, concurrent conversions, signals).
+35 % of the cases (``--env-share``) instead vary what surrounds a valid run (``fuzz_env.py``:
+manifest JSON that breaks parsers, manifest numbers at and past their ranges, manifest strings
+with NULs, surrogates and paths that name no file in the run, special files, dumps extended by
+holes to gigabytes with their peak memory measured, output paths that clash with the input,
+a full disk, a full or closed stdout, missing permissions, concurrent conversions, signals,
+and check against convert as commands over drawn options).
+
+Half the mutated runs are converted and checked with drawn options (``--alpha``,
+``--read-delay-ticks``, ``--dma-style``, ``--accept-unsynchronized-nodes``); their damage
+kinds are also compared with a check under the default options: what is damaged must not
+depend on where offsets sit within their bounds.
 
 Then it runs ``convert`` (archive written into a scratch directory, ``--force``) and
 ``check.check_run`` in a worker process and sorts the outcome: converted (exit 0), converted
@@ -21,10 +29,12 @@ with contained damage (1), refused with a ``CellOtf2Error`` (its exit status, no
 **output error** (exit 4 from an input problem, a bug), **check mismatch** (``check`` and
 conversion disagree on the status or the damage lines, a bug), **invalid archive** (every
 ``--verify-every``-th converted archive goes through ``otf2-print --silent -Werror``), and
-**hang** (no answer within ``--timeout`` seconds; the worker is killed and replaced). Bugs are
+**memory** (a command's peak virtual memory grew by more than 2x the run's size over the base
+run's), **hang** (a case over 60 s, or no answer within ``--timeout`` seconds: the worker is
+killed and replaced). Bugs are
 printed grouped by where they were raised, with the case numbers to replay.
 
-    .venv/bin/python bench/fuzz.py [--runs 10000] [--seed 0] [--workers 2] [--timeout 20]
+    .venv/bin/python bench/fuzz.py [--runs 10000] [--seed 0] [--workers 2] [--timeout 200]
     .venv/bin/python bench/fuzz.py --replay CASE [--keep DIR]   # one case, with its traceback
 
 Same seed, same cases. Not part of CI (minutes, not seconds); tests/test_damage.py holds the
