@@ -10,9 +10,17 @@ signals, MPI over two nodes). Each case takes one of them and applies 1 to 3 mut
 - manifest: a JSON value deleted, replaced (wrong type, negative, huge, string), a list
   element duplicated or deleted, the text cut short, or garbage bytes.
 
-A fifth of the cases (``--env-share``) instead vary what surrounds a valid run
-(``fuzz_env.py``: manifest JSON that breaks parsers, special files, output paths that clash
-with the input, a full disk, missing permissions, concurrent conversions, signals).
+35 % of the cases (``--env-share``) instead vary what surrounds a valid run (``fuzz_env.py``:
+manifest JSON that breaks parsers, manifest numbers at and past their ranges, manifest strings
+with NULs, surrogates and paths that name no file in the run, special files, dumps extended by
+holes to gigabytes with their peak memory measured, output paths that clash with the input,
+a full disk, a full or closed stdout, missing permissions, concurrent conversions, signals,
+and check against convert as commands over drawn options).
+
+Half the mutated runs are converted and checked with drawn options (``--alpha``,
+``--read-delay-ticks``, ``--dma-style``, ``--accept-unsynchronized-nodes``); their damage
+kinds are also compared with a check under the default options: what is damaged must not
+depend on where offsets sit within their bounds.
 
 Then it runs ``convert`` (archive written into a scratch directory, ``--force``) and
 ``check.check_run`` in a worker process and sorts the outcome: converted (exit 0), converted
@@ -21,10 +29,12 @@ with contained damage (1), refused with a ``CellOtf2Error`` (its exit status, no
 **output error** (exit 4 from an input problem, a bug), **check mismatch** (``check`` and
 conversion disagree on the status or the damage lines, a bug), **invalid archive** (every
 ``--verify-every``-th converted archive goes through ``otf2-print --silent -Werror``), and
-**hang** (no answer within ``--timeout`` seconds; the worker is killed and replaced). Bugs are
+**memory** (a command's peak virtual memory grew by more than 2x the run's size over the base
+run's), **hang** (a case over 60 s, or no answer within ``--timeout`` seconds: the worker is
+killed and replaced). Bugs are
 printed grouped by where they were raised, with the case numbers to replay.
 
-    .venv/bin/python bench/fuzz.py [--runs 10000] [--seed 0] [--workers 2] [--timeout 20]
+    .venv/bin/python bench/fuzz.py [--runs 10000] [--seed 0] [--workers 2] [--timeout 200]
     .venv/bin/python bench/fuzz.py --replay CASE [--keep DIR]   # one case, with its traceback
 
 Same seed, same cases. Not part of CI (minutes, not seconds); tests/test_damage.py holds the
@@ -56,7 +66,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_env import Disk, pick_class, run_env_case  # noqa: E402  (beside this script)
 
 #: the share of cases that vary the environment (fuzz_env) instead of the run's bytes
-ENV_SHARE = 0.2
+ENV_SHARE = 0.35
+#: a case (or, in fuzz_env, one command) that takes longer is a hang
+HANG_SECONDS = 60
 
 #: the valid runs mutations start from: name -> simulate_run options (all tiny)
 BASES: dict[str, dict] = {
@@ -69,7 +81,13 @@ BASES: dict[str, dict] = {
     "hybrid-2-nodes": dict(workload="hybrid", spes=1, ranks=2, nodes=2, phases=1, chunks=2),
     "matmul-no-heartbeats": dict(workload="matmul", spes=2, phases=1, chunks=2,
                                  heartbeats=False, byte_order="L"),
+    # nodes no MPI message links both ways: convert and check both say unsynchronized_node
+    "matmul-3-nodes": dict(workload="matmul", spes=1, ranks=3, nodes=3, phases=1, chunks=2),
 }
+#: the options a case converts and checks with (``pick_options``): where offsets sit, the
+#: guaranteed mode, the DMA style and the acceptance of unsynchronized nodes
+ALPHAS = (0.0, 0.143, 0.5, 0.857, 1.0)
+READ_DELAYS = (0.0, 1.0, 8.0, 1000.0, float(1 << 31))
 
 EDGE_U = ("zero", "one", "max", "random", "plus", "minus", "high-bit")
 PPE_FIELDS = ((0, 2), (2, 2), (4, 4), (8, 8), (16, 8), (24, 8))
@@ -352,7 +370,20 @@ def _otf2_print_fails(anchor: Path) -> str:
 def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False,
              disk: Disk | None = None, env_share: float = ENV_SHARE) -> dict:
     """Convert and check one mutated run (or one environment case, ``fuzz_env``); never
-    raises. ``verify``: otf2-print the archive."""
+    raises. ``verify``: otf2-print the archive. A case that takes over ``HANG_SECONDS`` is
+    a hang even when it ends."""
+    t0 = time.monotonic()
+    out = _run_case(case, seed, bases, work, verify, disk, env_share)
+    took = time.monotonic() - t0
+    if out.get("env") != "sparse" and took > HANG_SECONDS and out["kind"] not in (
+            "internal", "crash", "output", "mismatch", "memory"):
+        # sparse cases run several commands, each under its own 60 s limit
+        out.update(kind="hang", message=f"took {took:.0f} s (over {HANG_SECONDS} s)")
+    return out
+
+
+def _run_case(case: int, seed: int, bases: dict, work: Path, verify: bool,
+              disk: Disk | None, env_share: float) -> dict:
     from cell_otf2.check import check_run
     from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
@@ -372,8 +403,9 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
         (run / name).write_bytes(bytes(data))
     if klass is not None:
         return {"case": case, "base": base, "env": klass,
-                **run_env_case(klass, case, seed, run, work, disk)}
-    out: dict = {"case": case, "base": base, "mutations": muts}
+                **run_env_case(klass, case, seed, run, work, disk, base)}
+    opts = pick_options(case, seed)
+    out: dict = {"case": case, "base": base, "mutations": muts + [_show_options(opts)]}
 
     def outcome(fn) -> tuple[str, int | None, str, list[str]]:
         try:
@@ -387,8 +419,12 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kind, status, msg, lines = outcome(
-            lambda: convert(run, work / "out" / "a.otf2", force=True).damage)
-        ckind, cstatus, cmsg, clines = outcome(lambda: check_run(run).lines)
+            lambda: convert(run, work / "out" / "a.otf2", force=True, **opts).unusable())
+        ckind, cstatus, cmsg, clines = outcome(lambda: check_run(run, **opts).lines)
+        dkind = dstatus = dlines = None
+        if kind == "ok" and _moves_offsets(opts):  # damage must not depend on the offsets
+            dkind, dstatus, _dmsg, dlines = outcome(lambda: check_run(run, **{
+                k: v for k, v in opts.items() if k == "accept_unsynchronized_nodes"}).lines)
     if caught:
         w = caught[0]
         out["warning"] = f"{w.category.__name__}: {w.message} @ {Path(w.filename).name}:{w.lineno}"
@@ -405,7 +441,49 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
     elif kind != "internal" and (status, lines) != (cstatus, clines):
         out.update(kind="mismatch", message=f"convert {status} {lines[:3]} / check {cstatus} "
                                             f"{clines[:3]} {cmsg}")
+    elif dkind is not None and (dkind, dstatus, _kinds(dlines)) != (kind, status, _kinds(lines)):
+        out.update(kind="mismatch", message=f"damage moves with the offsets: "
+                   f"{_show_options(opts)} {status} {_kinds(lines)} / default options "
+                   f"{dstatus} {_kinds(dlines)}")
     return out
+
+
+def pick_options(case: int, seed: int) -> dict:
+    """The conversion options of ``case`` (``convert``'s and ``check_run``'s keywords): the
+    defaults for half the cases, else a draw of every option."""
+    from cell_otf2.model import DmaStyle, OrderOptions
+
+    rng = random.Random(f"{seed}:{case}:options")
+    if rng.random() < 0.5:
+        return {}
+    opts: dict = {"alpha": rng.choice(ALPHAS + (rng.random(),))}
+    if rng.random() < 0.5:
+        opts["order_options"] = OrderOptions(read_delay_ticks=rng.choice(READ_DELAYS))
+    if rng.random() < 0.3:
+        opts["dma_style"] = DmaStyle.MESSAGES
+    if rng.random() < 0.3:
+        opts["accept_unsynchronized_nodes"] = True
+    return opts
+
+
+def _moves_offsets(opts: dict) -> bool:
+    return opts.get("alpha", 0.5) != 0.5 or "order_options" in opts
+
+
+def _show_options(opts: dict) -> str:
+    parts = [f"alpha {opts['alpha']:.3g}"] if "alpha" in opts else []
+    if "order_options" in opts:
+        parts.append(f"read-delay {opts['order_options'].read_delay_ticks:g}")
+    if "dma_style" in opts:
+        parts.append("dma messages")
+    if opts.get("accept_unsynchronized_nodes"):
+        parts.append("accept-unsynchronized")
+    return "options: " + (", ".join(parts) or "default")
+
+
+def _kinds(lines: list[str] | None) -> list[str]:
+    """The damage kinds of summary lines ("kind: ..."), in order."""
+    return [line.split(":", 1)[0] for line in lines or []]
 
 
 def _worker(conn, seed: int, bases: dict, work: str, mem_gb: float, verify_every: int,
@@ -525,7 +603,7 @@ def report(results: list[dict], seconds: float) -> int:
     statuses = Counter(r.get("status") for r in results if r["kind"] in ("ok", "refused"))
     bugs = [r for r in results if r["kind"] in ("internal", "hang", "crash", "output",
                                                 "mismatch", "invalid", "leftover",
-                                                "input-changed")]
+                                                "input-changed", "memory")]
     envs = Counter(r["env"] for r in results if r.get("env"))
     print(f"runs {len(results)} in {seconds:.0f} s ({len(results) / max(seconds, 1e-9):.1f}/s)")
     print(f"  converted clean (exit 0) {statuses.get(0, 0)}, converted with contained damage "
@@ -534,6 +612,10 @@ def report(results: list[dict], seconds: float) -> int:
     print(f"  internal errors (tracebacks) {kinds.get('internal', 0)}, hangs "
           f"{kinds.get('hang', 0)}, worker crashes {kinds.get('crash', 0)}, output errors "
           f"{kinds.get('output', 0)}, check/convert mismatches {kinds.get('mismatch', 0)}")
+    grown = [g for r in results for g in r.get("vm_growth", [])]
+    print(f"  allocations above 2x the run's size {kinds.get('memory', 0)} (sparse and huge "
+          f"dumps: {len(grown)} commands measured, largest growth of peak virtual memory over "
+          f"the base run's {max(grown, default=0) / 2**20:.0f} MiB)")
     print(f"  leftovers (staging, spill, half-written) {kinds.get('leftover', 0)}, inputs "
           f"changed {kinds.get('input-changed', 0)}, environment cases skipped "
           f"{kinds.get('skipped', 0)}")
@@ -595,7 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--timeout", type=float, default=20.0, help="seconds per run before a hang")
+    ap.add_argument("--timeout", type=float, default=200.0,
+                    help="seconds per case before its worker is killed (a case over "
+                    f"{HANG_SECONDS} s counts as a hang in any case)")
     ap.add_argument("--mem-gb", type=float, default=4.0, help="address-space limit per worker")
     ap.add_argument("--verify-every", type=int, default=25,
                     help="otf2-print -Werror every N-th converted archive (0: never)")

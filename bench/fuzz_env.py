@@ -11,7 +11,21 @@ Classes (each case draws one, after ``fuzz.make_case`` has built the run's files
 - ``perm``: a dump, the manifest, the run folder or the output folder without permission,
   converted by root without the capabilities that ignore permissions (``setpriv``);
 - ``concurrent``: two conversions into one archive at once, both ``--force``;
-- ``signal``: SIGTERM, SIGINT or SIGHUP at a random moment of a conversion.
+- ``signal``: SIGTERM, SIGINT or SIGHUP at a random moment of a conversion;
+- ``manifest-range``: a number of the manifest at an edge of or past its range (0, -1, the
+  bound and one past it, 2^31, 2^32, 2^63, 2^64 - 1, 2^64), for every numeric key;
+- ``manifest-string``: a string of the manifest with a NUL, a lone surrogate, a separator at
+  the end, ``..``, nothing, ``null``, a number, 5000 characters or control characters;
+- ``sparse``: a dump extended by a hole (``truncate``) to 64 MiB .. 5 GiB, or a valid dump
+  followed by one; ``convert`` and ``check`` run as commands and their peak virtual memory
+  (``VmPeak``) is compared with the base run's: more than 2x the run's size is an
+  allocation from a claimed size;
+- ``stdout``: the summary (or check's report, inspect's listing) written to /dev/full or to
+  a pipe whose reader has gone: convert and check keep their status with the archive in
+  place and say it on stderr, inspect exits 4;
+- ``options``: check and convert of one run with the same drawn options (``--alpha``,
+  ``--read-delay-ticks``, ``--dma-style``, ``--accept-unsynchronized-nodes``) as commands:
+  the same exit status and damage kinds, and the same kinds as with the default options.
 The in-process classes call ``convert``; the others run ``python -m cell_otf2``. Every case
 checks: no traceback and no "internal error", the exit status allowed for the class, the input
 unchanged, no staging or spill folder left, and an archive that otf2-print accepts whenever one
@@ -32,7 +46,22 @@ import time
 from pathlib import Path
 
 CLASSES = {"manifest-json": 10, "special": 5, "clash": 8, "disk": 6, "perm": 4,
-           "concurrent": 2, "signal": 3}
+           "concurrent": 2, "signal": 3, "manifest-range": 16, "manifest-string": 16,
+           "sparse": 2, "stdout": 6, "options": 6}
+#: every numeric key of the manifest: (list or None, key, lowest allowed, highest allowed)
+NUMBERS = ((None, "timebase_hz", 1, (1 << 64) - 1), (None, "version", 1, 1),
+           ("nodes", "cell_chips", 1, 64), ("nodes", "spes_per_chip", 1, 8),
+           ("processes", "rank", 0, 0), ("processes", "start_timebase", 0, (1 << 64) - 1),
+           ("processes", "start_realtime_ns", 0, (1 << 64) - 1),
+           ("processes", "pid", 0, (1 << 64) - 1), ("regions", "id", 1, 65535),
+           ("programs", "id", 0, (1 << 64) - 1), ("counters", "id", 0, (1 << 32) - 1),
+           ("communicators", "id", 0, (1 << 32) - 1))
+#: every string key of the manifest
+STRINGS = ((None, "application"), ("nodes", "name"), ("processes", "node"),
+           ("processes", "path"), ("regions", "name"), ("programs", "name"),
+           ("counters", "name"), ("counters", "unit"), ("communicators", "name"))
+#: sizes a dump is extended to by a hole
+SPARSE_SIZES = ((64 << 20, 4), (256 << 20, 3), (1 << 30, 2), (2 << 30, 2), (5 << 30, 1))
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -202,11 +231,195 @@ class Disk:
             subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
 
 
+def mutate_manifest_range(rng: random.Random, run: Path) -> str:
+    doc = json.loads((run / "run.json").read_bytes())
+    where, key, lo, hi = rng.choice(NUMBERS)
+    value = rng.choice([lo - 1, lo, hi, hi + 1, 1 << 31, 1 << 32, 1 << 63, (1 << 64) - 1,
+                        1 << 64, -1, 0])
+    items = [doc] if where is None else doc.get(where) or []
+    if not items:
+        return f"manifest-range {where}[].{key}: empty list"
+    i = rng.randrange(len(items))
+    items[i][key] = value
+    (run / "run.json").write_text(json.dumps(doc))
+    return f"manifest-range {where or ''}[{i}].{key} = {value}"
+
+
+def mutate_manifest_string(rng: random.Random, run: Path) -> str:
+    doc = json.loads((run / "run.json").read_bytes())
+    where, key = rng.choice(STRINGS)
+    items = [doc] if where is None else doc.get(where) or []
+    if not items:
+        return f"manifest-string {where}[].{key}: empty list"
+    i = rng.randrange(len(items))
+    old = items[i].get(key, "x")
+    old = old if isinstance(old, str) else "x"
+    how = rng.choice(["nul", "surrogate", "slash", "dotdot", "dot", "empty", "null", "number",
+                      "long", "control", "dot-slash"])
+    value = {"nul": old + "\0x", "surrogate": old[:1] + "\udc80" + old[1:], "slash": old + "/",
+             "dotdot": "../" + old, "dot": ".", "empty": "", "null": None, "number": 7,
+             "long": "n" * 5000, "control": old + "\x01\n\t", "dot-slash": "./" + old}[how]
+    items[i][key] = value
+    (run / "run.json").write_text(json.dumps(doc))
+    return f"manifest-string {where or ''}[{i}].{key} {how}"
+
+
+def vm_command(args: list[str], work: Path, stdout=subprocess.DEVNULL, timeout: float = 60
+               ) -> tuple[int, str, dict[str, int]]:
+    """``python -m cell_otf2 ARGS`` with its peak virtual and resident memory (kB, from
+    /proc/self/status read at its exit): (status, stderr, {"VmPeak": .., "VmHWM": ..})."""
+    status_file = work / "vm.status"
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: open({str(status_file)!r}, 'w').write("
+            "open('/proc/self/status').read()))\n"
+            "sys.argv[0] = 'cell2otf2'\nfrom cell_otf2.cli import main\nmain()\n")
+    p = subprocess.run([sys.executable, "-c", code, *args], stdout=stdout,
+                       stderr=subprocess.PIPE, text=True, env=ENV, timeout=timeout)
+    mem = {}
+    try:
+        for line in status_file.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmPeak", "VmHWM"):
+                mem[name] = int(value.split()[0])
+        status_file.unlink()
+    except OSError:
+        pass
+    return p.returncode, p.stderr, mem
+
+
+_BASE_VM: dict[str, int] = {}
+
+
+def _damage_kinds(text: str) -> list[str]:
+    """The damage kinds a summary or check report lists (lines "    kind: ...")."""
+    return [line.strip().split(":", 1)[0] for line in text.splitlines()
+            if line.startswith("    ") and not line.startswith("     ")
+            and ":" in line]
+
+
+def run_sparse_case(rng: random.Random, run: Path, work: Path, base: str) -> dict:
+    """A dump extended by a hole; convert and check as commands, their memory measured."""
+    dumps = sorted(run.glob("*.cbt"))
+    target = rng.choice(dumps)
+    size = rng.choices([s for s, _ in SPARSE_SIZES], weights=[w for _, w in SPARSE_SIZES])[0]
+    how = rng.choice(["hole", "hole-then-copy"])
+    data = target.read_bytes()
+    with open(target, "r+b") as f:
+        f.truncate(size)
+        if how == "hole-then-copy":  # the valid slots again after the hole
+            f.seek(size)
+            f.write(data[64:])
+    apparent = sum(p.stat().st_size for p in run.iterdir() if p.is_file())
+    what = f"sparse {target.name} {how} to {size >> 20} MiB"
+    out = work / "out" / "a.otf2"
+    key = f"{base}"
+    if key not in _BASE_VM:  # the unmodified base run's peak, once per worker
+        pristine = work / "pristine"
+        shutil.rmtree(pristine, ignore_errors=True)
+        shutil.copytree(run, pristine)
+        (pristine / target.name).write_bytes(data)
+        _, _, mem = vm_command([str(pristine), "-o", str(work / "out" / "p.otf2"), "--force",
+                                "-q"], work)
+        _BASE_VM[key] = mem.get("VmPeak", 0)
+        shutil.rmtree(pristine, ignore_errors=True)
+    result: dict = {"mutations": [what]}
+    statuses = []
+    for args in ([str(run), "-o", str(out), "--force"], ["check", str(run)]):
+        status, err, mem = vm_command(args, work)
+        statuses.append(status)
+        if "Traceback" in err or "internal error" in err:
+            return {**result, "kind": "internal", "message": err.strip()[-300:]}
+        grown = (mem.get("VmPeak", 0) - _BASE_VM[key]) * 1024
+        result.setdefault("vm_growth", []).append(grown)
+        if grown > 2 * apparent:
+            return {**result, "kind": "memory", "message": f"{args[0]}: VmPeak grew by "
+                    f"{grown >> 20} MiB over the base run's, more than 2x the run's "
+                    f"{apparent >> 20} MiB"}
+    if statuses[0] != statuses[1] or statuses[0] not in (1, 3):
+        return {**result, "kind": "mismatch", "message": f"convert {statuses[0]}, check "
+                f"{statuses[1]} (expected 1 or 3, the same)"}
+    return {**result, "kind": "ok" if statuses[0] == 1 else "refused", "status": statuses[0],
+            "message": "", "lines": []}
+
+
+def run_stdout_case(rng: random.Random, run: Path, work: Path) -> dict:
+    """The command's stdout full or closed: the status is the one with a working stdout."""
+    how = rng.choice(["full", "closed-pipe"])
+    command = rng.choice(["convert", "check", "inspect"])
+    out = work / "out" / "a.otf2"
+    args = {"convert": [str(run), "-o", str(out), "--force"], "check": ["check", str(run)],
+            "inspect": ["inspect", str(run)]}[command]
+    what = f"stdout {how} {command}"
+    result: dict = {"mutations": [what]}
+    normal, _ = cli(args)
+    shutil.rmtree(out.parent, ignore_errors=True)
+    out.parent.mkdir()
+    if how == "full":
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([sys.executable, "-m", "cell_otf2", *args], stdout=full,
+                               stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+    else:
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([sys.executable, "-m", "cell_otf2", *args], stdout=w,
+                               stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        finally:
+            os.close(w)
+    err = p.stderr
+    if "Traceback" in err or "internal error" in err:
+        return {**result, "kind": "internal", "message": err.strip()[-300:]}
+    expected = 4 if command == "inspect" and normal == 0 else normal
+    if p.returncode != expected:
+        return {**result, "kind": "output", "status": p.returncode,
+                "message": f"exit {p.returncode}, expected {expected}: {err.strip()[-200:]}"}
+    placed = out.exists()
+    if command == "convert" and placed != (p.returncode in (0, 1)):
+        return {**result, "kind": "output", "message": f"exit {p.returncode} with the archive "
+                f"{'in place' if placed else 'missing'}"}
+    if p.returncode in (0, 1, 4) and "could not be written to stdout" not in err:
+        return {**result, "kind": "output", "message": "nothing said on stderr: " + err[-200:]}
+    return {**result, "kind": "ok" if p.returncode in (0, 1) else "refused",
+            "status": p.returncode, "message": "", "lines": []}
+
+
+def run_options_case(rng: random.Random, run: Path, work: Path) -> dict:
+    """check and convert as commands with the same drawn options, and check with the
+    defaults: one exit status, one list of damage kinds."""
+    opts: list[str] = []
+    alpha = rng.choice(["0", "0.143", "0.857", "1", f"{rng.random():.4f}"])
+    opts += ["--alpha", alpha]
+    if rng.random() < 0.5:
+        opts += ["--read-delay-ticks", rng.choice(["1", "8", "1000", str(1 << 31)])]
+    if rng.random() < 0.3:
+        opts += ["--dma-style", "messages"]
+    accept = rng.random() < 0.3
+    if accept:
+        opts.append("--accept-unsynchronized-nodes")
+    out = work / "out" / "a.otf2"
+    res = []
+    for args in ([str(run), "-o", str(out), "--force", *opts], ["check", str(run), *opts],
+                 ["check", str(run), *(["--accept-unsynchronized-nodes"] * accept)]):
+        p = subprocess.run([sys.executable, "-m", "cell_otf2", *args], capture_output=True,
+                           text=True, env=ENV, timeout=120)
+        if "Traceback" in p.stderr or "internal error" in p.stderr:
+            return {"mutations": [f"options {' '.join(opts)}"], "kind": "internal",
+                    "message": p.stderr.strip()[-300:]}
+        res.append((p.returncode, _damage_kinds(p.stdout)))
+    result: dict = {"mutations": [f"options {' '.join(opts)}"]}
+    if not res[0] == res[1] == res[2]:
+        return {**result, "kind": "mismatch", "message": f"convert {res[0]}, check {res[1]}, "
+                f"check with default options {res[2]}"}
+    return {**result, "kind": "ok" if res[0][0] in (0, 1) else "refused", "status": res[0][0],
+            "message": "", "lines": []}
+
+
 # ---- running one environment case -------------------------------------------------------------
 
 def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
-                 disk: Disk | None) -> dict:
+                 disk: Disk | None, base: str = "") -> dict:
     """One case of ``klass`` on the run at ``run`` (already written); never raises."""
+    from cell_otf2.check import check_run
     from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
 
@@ -218,8 +431,20 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
     what = klass
     archive = out_dir / "a.otf2"
     args = [str(run), "-o", str(archive), "--force"]
+    if klass in ("sparse", "stdout", "options"):
+        try:
+            if klass == "sparse":
+                return run_sparse_case(rng, run, work, base)
+            return (run_stdout_case if klass == "stdout" else run_options_case)(rng, run, work)
+        except subprocess.TimeoutExpired:
+            return {"mutations": [klass], "kind": "hang",
+                    "message": "a command gave no answer in 60-120 s"}
     if klass == "manifest-json":
         what = mutate_manifest_json(rng, run)
+    elif klass == "manifest-range":
+        what = mutate_manifest_range(rng, run)
+    elif klass == "manifest-string":
+        what = mutate_manifest_string(rng, run)
     elif klass == "special":
         what = make_special(rng, run)
         allowed = {3}
@@ -261,7 +486,7 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
     before = digest(run) if klass not in ("perm",) else None
     result: dict = {"mutations": [what]}
     try:
-        if klass in ("manifest-json", "special"):
+        if klass in ("manifest-json", "special", "manifest-range", "manifest-string"):
             try:
                 s = convert(run, archive, force=True)
                 status, message = (1 if s.lossy else 0), ""
@@ -269,6 +494,17 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
                 status, message = exc.exit_status, str(exc)
             except Exception as exc:  # noqa: BLE001 - what the fuzzer looks for
                 return {**result, "kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
+            try:
+                c = check_run(run)
+                c_status = c.status
+            except CellOtf2Error as exc:
+                c_status = exc.exit_status
+            except Exception as exc:  # noqa: BLE001 - what the fuzzer looks for
+                return {**result, "kind": "internal",
+                        "message": f"check: {type(exc).__name__}: {exc}"}
+            if c_status != status:
+                return {**result, "kind": "mismatch",
+                        "message": f"convert {status}, check {c_status}: {message[:200]}"}
         elif klass == "concurrent":
             cmd = [sys.executable, "-m", "cell_otf2", *args]
             procs = [subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL,
@@ -315,7 +551,8 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
                     "lines": []}
         if "Traceback" in message or "internal error" in message:
             return {**result, "kind": "internal", "message": message.strip()[-300:]}
-        if klass not in ("manifest-json", "special", "concurrent", "signal") \
+        if klass not in ("manifest-json", "special", "concurrent", "signal", "manifest-range",
+                         "manifest-string") \
                 and message.strip().count("\n") > 0 and status not in (0, 1):
             return {**result, "kind": "output", "message": "more than one line: " + message}
         if status not in allowed:

@@ -12,13 +12,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-import typer
 
 from .errors import EXIT_LOSSY, EXIT_OK, FormatError
-from .model import DmaStyle
+from .model import DmaStyle, OrderOptions
 
 
 @dataclass
@@ -72,9 +71,14 @@ def check_only(defs: Any, groups: Iterator, _tmp: Path, _name: str,
     return Checked(counts)
 
 
-def check_run(run_dir: str | Path) -> CheckResult:
-    """Find every problem of ``run_dir`` without writing; raises what conversion would raise."""
-    # imported here, not with the module: the command line registers ``check_command`` for
+def check_run(run_dir: str | Path, *, dma_style: DmaStyle | str = DmaStyle.RMA,
+              alpha: float = 0.5, order_options: OrderOptions | None = None,
+              accept_unsynchronized_nodes: bool = False) -> CheckResult:
+    """Find every problem of ``run_dir`` without writing; raises what conversion would raise.
+    The options are ``convert``'s: the same phases run with them, so the damage lines (the
+    summary's ``unusable``, nodes placed only by their start readings included) and the exit
+    status are the conversion's."""
+    # imported here, not with the module: the command line imports this module for
     # every command it runs, and the driver brings scipy (0.17 s of every ``report``'s start)
     from .driver import StageClock, run_phases
     from .spill import Spill
@@ -84,8 +88,8 @@ def check_run(run_dir: str | Path) -> CheckResult:
                   / f".cell2otf2-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         summary, whole = run_phases(SerialTeam(sink=check_only), Path(run_dir), spill.directory,
-                                    "check", StageClock(), spill, DmaStyle.RMA, 0.5, None,
-                                    None, None, report_pairs=False)
+                                    "check", StageClock(), spill, DmaStyle(dma_style),
+                                    alpha, order_options, None, None, report_pairs=False)
     except FormatError as first:
         first.more += [e for e in _other_dump_refusals(Path(run_dir), first)
                        if str(e) not in {str(m) for m in first.more}]
@@ -97,9 +101,15 @@ def check_run(run_dir: str | Path) -> CheckResult:
         processes=summary.processes,
         records=summary.records_in,
         events=summary.events_written,
-        lines=summary.damage,
+        lines=_unusable(summary, accept_unsynchronized_nodes),
         damage_total=whole.damage.total(),
     )
+
+
+def _unusable(summary: Any, accept_unsynchronized_nodes: bool) -> list[str]:
+    """The conversion summary's lost or unusable input, as ``convert`` would list it."""
+    summary.accept_unsynchronized_nodes = accept_unsynchronized_nodes
+    return summary.unusable()
 
 
 def _other_dump_refusals(run_dir: Path, first: FormatError) -> list[FormatError]:
@@ -123,27 +133,3 @@ def _other_dump_refusals(run_dir: Path, first: FormatError) -> list[FormatError]
         except FormatError as exc:
             found.append(exc)
     return found
-
-
-def check_command(
-    run_dir: Annotated[Path, typer.Argument(readable=False,  # our own message, exit 3
-                                             help="CBT 1 run directory (holds run.json)")],
-    quiet: Annotated[bool, typer.Option("--quiet", help="print nothing, exit status only")]
-    = False,
-) -> None:
-    """Report every problem of RUN_DIR without converting it (writes nothing)."""
-    try:
-        result = check_run(run_dir)  # any other CellOtf2Error: one message, exit 3 (cli.main)
-    except FormatError as exc:
-        if not exc.more:
-            raise  # one problem: one message, as conversion prints it (cli.main)
-        if not quiet:
-            problems = [exc, *exc.more]
-            typer.echo(f"cell2otf2 check: {run_dir}: refused, {len(problems)} "
-                       f"problem{'s' if len(problems) > 1 else ''}:", err=True)
-            for p in problems:
-                typer.echo(f"  {p}", err=True)
-        raise SystemExit(exc.exit_status) from None
-    if not quiet:
-        typer.echo("\n".join(result.report()))
-    raise SystemExit(result.status)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Annotated
 import typer
 
 from . import signals
-from .cli_common import choice, complete
-from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_USAGE, CellOtf2Error
+from .cli_common import choice, complete, finite, print_result, read_delay
+from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, CellOtf2Error
 from .model import DmaStyle
 from .progress import TerminalProgress
 
@@ -128,23 +127,6 @@ def _register() -> None:
     )
 
 
-def _finite(value: float) -> float:
-    """Refuse nan (which passes any min/max check) and infinities as usage errors."""
-    if not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a finite number")
-    return value
-
-
-def _read_delay(value: float) -> float:
-    """``--read-delay-ticks``: finite, 0 .. 2^31 ticks (``order.MAX_READ_DELAY_TICKS``)."""
-    from .order import check_read_delay
-
-    try:
-        return check_read_delay(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
 #: every command's argument, named the same way in every command's help
 RUN_DIR_HELP = "CBT 1 run directory (holds run.json)"
 QUIET_HELP = "print nothing (the exit status says how it went)"
@@ -181,11 +163,11 @@ def convert_command(
                           help="DMA as RMA records or as messages")
     ] = DmaStyle.RMA.value,
     alpha: Annotated[
-        float, typer.Option("--alpha", min=0.0, max=1.0, callback=_finite, metavar="A",
+        float, typer.Option("--alpha", min=0.0, max=1.0, callback=finite, metavar="A",
                             help="where offsets sit between their bounds (0 lower, 1 upper)")
     ] = 0.5,
     read_delay_ticks: Annotated[
-        float, typer.Option("--read-delay-ticks", callback=_read_delay, metavar="D",
+        float, typer.Option("--read-delay-ticks", callback=read_delay, metavar="D",
                             help="guaranteed mode: bounds hold for any delay up to D ticks "
                                  "between a slot's reservation and its clock reading; 0: "
                                  "slot order exact, least uniform relaxation")
@@ -207,8 +189,10 @@ def convert_command(
     finally:
         progress.close()
     if not quiet and summary.rank == 0:  # a parallel conversion prints once
-        typer.echo(json.dumps(summary.to_dict(), indent=1) if as_json
-                   else "\n".join(summary.lines()))
+        text = (json.dumps(summary.to_dict(), indent=1) if as_json
+                else "\n".join(summary.lines()))
+        # the archive is in place: a summary stdout cannot take changes nothing (README)
+        print_result(text, "the summary", f"the archive {output} is in place")
     raise SystemExit(EXIT_LOSSY if summary.lossy else 0)
 
 
@@ -223,13 +207,35 @@ def check_command(
     as_json: Annotated[bool, typer.Option(
         "--json", help=JSON_HELP + " (run_dir, processes, records, events, damage, "
         "damage_total, lossy)")] = False,
+    dma_style: Annotated[
+        str, typer.Option("--dma-style", metavar="rma|messages", callback=choice(DmaStyle),
+                          autocompletion=complete(DmaStyle),
+                          help="as convert's (the events checked are those it would write)")
+    ] = DmaStyle.RMA.value,
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0, callback=finite, metavar="A",
+                            help="as convert's (no damage depends on it)")
+    ] = 0.5,
+    read_delay_ticks: Annotated[
+        float, typer.Option("--read-delay-ticks", callback=read_delay, metavar="D",
+                            help="as convert's (no damage depends on it)")
+    ] = 0.0,
+    accept_unsynchronized_nodes: Annotated[
+        bool, typer.Option("--accept-unsynchronized-nodes",
+                           help="as convert's: a node placed only by its start readings is "
+                                "not unusable input")
+    ] = False,
 ) -> None:
     from .check import check_run
     from .errors import FormatError
+    from .model import OrderOptions
     from .summary import plural
 
     try:
-        result = check_run(run_dir)  # any other CellOtf2Error: one message, exit 3 (main)
+        # any other CellOtf2Error: one message, exit 3 (main)
+        result = check_run(run_dir, dma_style=dma_style, alpha=alpha,
+                           order_options=OrderOptions(read_delay_ticks=read_delay_ticks),
+                           accept_unsynchronized_nodes=accept_unsynchronized_nodes)
     except FormatError as exc:
         if not exc.more:
             raise  # one problem: one message, as conversion prints it (main)
@@ -243,16 +249,17 @@ def check_command(
     if quiet:
         raise SystemExit(result.status)
     if as_json:
-        typer.echo(json.dumps({"run_dir": result.run_dir, "processes": result.processes,
-                               "records": result.records, "events": result.events,
-                               "damage": result.lines, "damage_total": result.damage_total,
-                               "lossy": bool(result.lines)}, indent=1))
+        text = json.dumps({"run_dir": result.run_dir, "processes": result.processes,
+                           "records": result.records, "events": result.events,
+                           "damage": result.lines, "damage_total": result.damage_total,
+                           "lossy": bool(result.lines)}, indent=1)
     else:
         head = (f"cell2otf2 check: {result.run_dir}: {plural(result.processes, 'process')}, "
                 f"{plural(result.records, 'record')}, "
                 f"{plural(result.events, 'event')} to write")
-        lines = result.report()
-        typer.echo("\n".join([head, *lines[1:]]))
+        text = "\n".join([head, *result.report()[1:]])
+    # the exit status is the verdict: a stdout that cannot take the report changes none
+    print_result(text, "the check's report", f"exit status {result.status} is its verdict")
     raise SystemExit(result.status)
 
 
@@ -271,11 +278,9 @@ def inspect_command(
     from .run_info import inspect
 
     info = inspect(run_dir)  # a CellOtf2Error becomes one message and exit 3 in main
-    if as_json:
-        typer.echo(json.dumps(info.to_dict(), indent=1))
-    else:
-        typer.echo("\n".join(info.lines()))
-    raise SystemExit(EXIT_OK)
+    text = json.dumps(info.to_dict(), indent=1) if as_json else "\n".join(info.lines())
+    # what inspect prints is all it makes: stdout that cannot take it is an output problem
+    raise SystemExit(EXIT_OK if print_result(text, "the inspection") else EXIT_OUTPUT)
 
 
 @app.command("report", help="Draw figures, contexts.csv and an index.html from a converted "

@@ -28,6 +28,12 @@ NAME_MAX_CHARS = 4096
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
 REGION_ID_MAX = 65535
+#: Cell chips in one machine (one timebase): 2 on a QS20/QS21/QS22 blade, 1 on a PS3; the
+#: bound leaves room for any shared-memory machine while keeping the system tree, which has
+#: one definition per chip, small
+CELL_CHIPS_MAX = 64
+#: SPEs on one Cell chip: the chip has 8 (6 usable on a PS3)
+SPES_PER_CHIP_MAX = 8
 
 
 class Core(StrEnum):
@@ -168,6 +174,11 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _found(value: object) -> str:
+    """A found value for messages: its JSON type and a short rendering ("null" once)."""
+    return "null" if value is None else f"{_type_name(value)} {_show(value)}"
+
+
 def _type_name(value: object) -> str:
     if value is None:
         return "null"
@@ -197,7 +208,7 @@ class _Checker:
 
     def obj(self, value: object, path: str) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail(path, "wrong type", "object", f"{_type_name(value)} {_show(value)}")
+            raise self.fail(path, "wrong type", "object", _found(value))
         return value
 
     def key(self, obj: dict[str, Any], key: str, path: str) -> Any:
@@ -213,7 +224,7 @@ class _Checker:
         where = f"{path}.{key}" if path else key
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.fail(
-                where, "wrong type", "integer", f"{_type_name(value)} {_show(value)}"
+                where, "wrong type", "integer", _found(value)
             )
         if not lo <= value <= hi:
             raise self.fail(where, "out of range", f"integer {lo}..{hi}", value)
@@ -224,7 +235,7 @@ class _Checker:
         where = f"{path}.{key}" if path else key
         if not isinstance(value, str):
             raise self.fail(
-                where, "wrong type", "string", f"{_type_name(value)} {_show(value)}"
+                where, "wrong type", "string", _found(value)
             )
         if not value:
             raise self.fail(where, "empty string", "non-empty string", '""')
@@ -232,11 +243,15 @@ class _Checker:
         return value
 
     def text(self, value: str, where: str) -> None:
-        """Refuse a string that no UTF-8 file can hold (a lone surrogate such as \\ud800) or
+        """Refuse a string that no UTF-8 file can hold (a lone surrogate such as \\ud800),
+        that holds a NUL (OTF2 and the file system take C strings: it would cut the name) or
         that is too long for a name (OTF2 refuses definitions past its buffer chunk)."""
         if len(value) > NAME_MAX_CHARS:
             raise self.fail(where, "string too long for a name", f"<= {NAME_MAX_CHARS} "
                             "characters", f"{len(value)} characters")
+        if "\0" in value:
+            raise self.fail(where, f"NUL character at character {value.index(chr(0))}",
+                            "a string without NUL (\\u0000)", _show(value))
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -254,7 +269,7 @@ class _Checker:
     def items(self, obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
         value = self.key(obj, key, "")
         if not isinstance(value, list):
-            raise self.fail(key, "wrong type", "list", f"{_type_name(value)} {_show(value)}")
+            raise self.fail(key, "wrong type", "list", _found(value))
         return [self.obj(item, f"{key}[{i}]") for i, item in enumerate(value)]
 
     def unique(self, values: list[Any], list_name: str, key: str) -> None:
@@ -338,13 +353,13 @@ def load_manifest(run_dir: Path) -> Manifest:
     version = c.key(top, "version", "")
     if not isinstance(version, int) or isinstance(version, bool) or version != FORMAT_VERSION:
         raise c.fail("version", "unsupported version", FORMAT_VERSION, _show(version))
-    application = top.get("application")
-    if application is not None and not isinstance(application, str):
-        raise c.fail(
-            "application", "wrong type", "string", f"{_type_name(application)} "
-            f"{_show(application)}"
-        )
-    if application is not None:
+    application = None
+    if "application" in top:  # optional, but a string when given (null too is refused)
+        application = top["application"]
+        if not isinstance(application, str):
+            raise c.fail(
+                "application", "wrong type", "string", _found(application)
+            )
         c.text(application, "application")
     timebase_hz = c.integer(top, "timebase_hz", "", lo=1)
     restore = c.choice(top, "decrementer_restore", "", DecrementerRestore)
@@ -377,8 +392,8 @@ def _nodes(c: _Checker, top: dict[str, Any]) -> tuple[Node, ...]:
         out.append(
             Node(
                 name=c.string(item, "name", p),
-                cell_chips=c.integer(item, "cell_chips", p, lo=1, hi=U32_MAX),
-                spes_per_chip=c.integer(item, "spes_per_chip", p, lo=1, hi=U32_MAX),
+                cell_chips=c.integer(item, "cell_chips", p, lo=1, hi=CELL_CHIPS_MAX),
+                spes_per_chip=c.integer(item, "spes_per_chip", p, lo=1, hi=SPES_PER_CHIP_MAX),
             )
         )
     c.unique([n.name for n in out], "nodes", "name")
@@ -417,7 +432,6 @@ def _processes(
                 f"0..{n - 1}",
                 x.rank,
             )
-    c.unique([x.path for x in out], "processes", "path")
     for i, x in enumerate(out):
         if x.node not in node_names:
             raise c.fail(
@@ -433,6 +447,12 @@ def _processes(
                 "relative path",
                 _show(x.path),
             )
+        problem = _path_problem(x.path)
+        if problem is not None:
+            raise c.fail(f"processes[{i}].path", problem,
+                         "the relative path of a file inside the run directory", _show(x.path))
+    # one file under two spellings ("a.cbt", "./a.cbt") is one file
+    c.unique([os.path.normpath(x.path) for x in out], "processes", "path")
     missing = [c.fail(f"processes[{i}].path", problem, "an existing regular file",
                       _show(x.path))
                for i, x in enumerate(out)
@@ -441,6 +461,20 @@ def _processes(
         missing[0].more = missing[1:]
         raise missing[0]
     return tuple(sorted(out, key=lambda x: x.rank))
+
+
+def _path_problem(text: str) -> str | None:
+    """Why the manifest path ``text`` (relative, without NUL) cannot name a file inside the
+    run directory, or None: a trailing separator names a directory (``Path`` would drop it),
+    ``..`` leaves the run, and ``.`` or nothing names the run directory itself."""
+    if text.endswith("/") or (os.altsep is not None and text.endswith(os.altsep)):
+        return "path ends in a separator (it names a directory, a dump is a file)"
+    parts = text.split("/")
+    if ".." in parts:
+        return "path leaves the run directory ('..')"
+    if all(p in ("", ".") for p in parts):
+        return "path names the run directory itself"
+    return None
 
 
 def _dump_problem(path: Path) -> str | None:
@@ -491,7 +525,8 @@ def _counters(c: _Checker, top: dict[str, Any]) -> tuple[Counter, ...]:
         p = f"counters[{i}]"
         unit = c.key(item, "unit", p)
         if not isinstance(unit, str):  # an empty unit ("") is a unit-less counter
-            raise c.fail(f"{p}.unit", "wrong type", "string", f"{_type_name(unit)} {_show(unit)}")
+            raise c.fail(f"{p}.unit", "wrong type", "string", _found(unit))
+        c.text(unit, f"{p}.unit")
         out.append(
             Counter(
                 id=c.integer(item, "id", p, hi=U32_MAX),
@@ -513,15 +548,14 @@ def _communicators(c: _Checker, top: dict[str, Any], n_ranks: int) -> tuple[Comm
         name = c.string(item, "name", p)
         ranks = c.key(item, "ranks", p)
         if not isinstance(ranks, list):
-            raise c.fail(f"{p}.ranks", "wrong type", "list", f"{_type_name(ranks)} "
-                         f"{_show(ranks)}")
+            raise c.fail(f"{p}.ranks", "wrong type", "list", _found(ranks))
         if not ranks:
             raise c.fail(f"{p}.ranks", "empty communicator", "at least one rank", "[]")
         seen: dict[int, int] = {}
         for j, r in enumerate(ranks):
             where = f"{p}.ranks[{j}]"
             if not isinstance(r, int) or isinstance(r, bool):
-                raise c.fail(where, "wrong type", "integer", f"{_type_name(r)} {_show(r)}")
+                raise c.fail(where, "wrong type", "integer", _found(r))
             if not 0 <= r < n_ranks:
                 raise c.fail(where, "not a world rank", f"0..{n_ranks - 1}", r)
             if r in seen:

@@ -475,7 +475,8 @@ def _mpi(b: _Builder) -> tuple[int, int]:
         late = (lab >= 0) & (mpi_epoch[idx] != 0)
         np.minimum.at(n_pair, lab[late], pos[late])
     s_paired = s_pos < n_pair[s_lab]
-    r_paired = r_has & (r_pos < n_pair[np.maximum(r_lab, 0)])
+    # (a receive of no channel reads the 0 appended: a run may have receives and no send)
+    r_paired = r_has & (r_pos < np.append(n_pair, 0)[np.where(r_has, r_lab, n_ch)])
     sends_a = s_idx[s_paired].astype(np.int64)
     recvs_a = r_idx[r_paired].astype(np.int64)
     # the unmatched: receives of no channel, then per channel its sends and its receives

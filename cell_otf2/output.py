@@ -92,12 +92,21 @@ def _real(path: Path) -> Path:
 class ArchiveTarget:
     """The output archive named by ``-o`` (parent directory, three entries) and the report."""
 
-    def __init__(self, path: str | Path, report: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path, report: str | Path | None = None,
+                 run_dir: str | Path | None = None) -> None:
         text = str(path)
         p = Path(text)
+        if run_dir is not None:  # an input named as the output: exit 4 whatever its name
+            why = RunInputs.of(run_dir).clash(p)
+            if why is not None:
+                raise OutputError(f"-o {text}: {why}; the archive is never written over the "
+                                  "input, not even with --force")
         if not text.endswith(SUFFIX) or p.name == SUFFIX:
             raise UsageError(f"-o {text}: the archive path must name the anchor file and end in "
                              f"'{SUFFIX}', e.g. out/run.otf2")
+        _check_name(text, "-o")
+        if report is not None:
+            _check_name(str(report), "--report")
         self.anchor = p
         self.parent = p.parent
         self.name = p.name[: -len(SUFFIX)]
@@ -363,6 +372,22 @@ class ArchiveTarget:
             raise
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
+
+
+def _check_name(text: str, option: str) -> None:
+    """Refuse an output path that the OTF2 library (UTF-8 C strings) or the file system cannot
+    take, as an output problem, before any work: bytes that are not UTF-8 (Python holds them
+    as lone surrogates, ``os.fsdecode``) or a NUL. (A name too long for the file system fails
+    when the staging folder is made, also before any work.)"""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = os.fsencode(text[exc.start:exc.start + 1])
+        raise OutputError(f"{option} {text!r}: the path is not UTF-8 (byte 0x{byte[0]:02X} at "
+                          f"character {exc.start}); the OTF2 library and the summary take UTF-8 "
+                          "names only: choose a UTF-8 name") from None
+    if b"\0" in raw:
+        raise OutputError(f"{option} {text!r}: the path holds a NUL character")
 
 
 # ---- recognizing what may be replaced -------------------------------------------------------

@@ -299,6 +299,16 @@ class _Damage:
         ]
 
 
+def _room(table: np.ndarray, used: int, need: int, most: int) -> np.ndarray:
+    """``table`` with room for at least ``need`` rows (at most ``most``), its first ``used``
+    rows kept: itself when it has it, else a copy twice as large."""
+    if len(table) >= need:
+        return table
+    grown = np.empty(min(most, max(need, 2 * len(table))), table.dtype)
+    grown[:used] = table[:used]
+    return grown
+
+
 class _SlotSource:
     """The dump's slots, read chunk by chunk into one reused buffer with ``readinto``: no
     memory map, so no page fault per page of the file and the file's pages never count as
@@ -445,25 +455,26 @@ class _Framer:
 
     def _run_compiled(self, chunk_slots: int) -> None:
         """The same tables and damage as ``_allocate`` and ``_chunk``, framed in C
-        (``loops.frame_chunk``) in one reading of the file: the tables are made for every slot
-        (uninitialized, so the pages never written cost nothing) and cut to size after. With
-        ``expect``, the SPE table is grouped by context as it is written."""
+        (``loops.frame_chunk``) in one reading of the file. The tables grow with what the
+        chunks hold (before each chunk, room for one more chunk's slots, doubling), never to
+        the slot count the file's size claims: a sparse or mostly unknown dump of gigabytes
+        costs the memory of its records, not of its length. With ``expect``, the SPE table is
+        grouped by context as it is written (its size is then known: the expected counts)."""
         n = self.n
         spe_dtype = SPE_DTYPE if self.spe_records else SPE_CTX_DTYPE
-        ppe, blocks = np.empty(n, PPE_DTYPE), np.empty(n, BLOCK_DTYPE)
+        room = min(n, chunk_slots)
+        ppe, blocks = np.empty(room, PPE_DTYPE), np.empty(room, BLOCK_DTYPE)
         group = None
         if self.expect is not None:
             end = np.cumsum(self.expect)
             group = (end - self.expect, end)
             spe = self._spe_table(int(end[-1]), in_record=True)
         else:
-            spe = np.empty(n, spe_dtype)
-        gaps = np.empty(n, GAP_DTYPE)
+            spe = np.empty(room, spe_dtype)
+        gaps = np.empty(room, GAP_DTYPE)
         lay = self.layout
-        pairs = (tuple((f, f) for f in fields) for fields in (
+        pairs = tuple(tuple((f, f) for f in fields) for fields in (
             _PPE_FIELDS, _BLOCK_FIELDS, _GAP_FIELDS, _SPE_FIELDS if self.spe_records else ()))
-        outputs = tuple(zip((ppe, blocks, gaps, spe), (lay.ppe, lay.block, lay.gap, lay.spe),
-                            pairs, strict=True))
         fields = (PPE_DTYPE.fields, BLOCK_DTYPE.fields, GAP_DTYPE.fields, spe.dtype.fields)
         special = np.array(
             [fields[0]["slot"][1], fields[1]["slot"][1], fields[1]["ctx"][1],
@@ -476,6 +487,13 @@ class _Framer:
         stats = np.zeros(12, dtype=np.int64)
         for start in range(0, n, chunk_slots):
             stop = min(n, start + chunk_slots)
+            more = stop - start  # a slot adds at most one row to one table
+            ppe, blocks, gaps = (_room(t, int(state[k]), int(state[k]) + more, n)
+                                 for t, k in ((ppe, 2), (blocks, 3), (gaps, 5)))
+            if group is None:
+                spe = _room(spe, int(state[4]), int(state[4]) + more, n)
+            outputs = tuple(zip((ppe, blocks, gaps, spe),
+                                (lay.ppe, lay.block, lay.gap, lay.spe), pairs, strict=True))
             raw = self.source.read(start, stop)
             i_gap = int(state[5])
             loops.frame_chunk(raw, start, swap, _FRAME_TABLE, outputs, special, state, stats,

@@ -256,7 +256,8 @@ def _contexts(man, dec: Decoded, index: _Index, dump: Dump) -> list[ContextInfo]
     order = np.lexsort((np.arange(dom.size), dom))  # readings already in program order
     dom, local, raw = dom[order], local[order], raw[order]
     start = np.flatnonzero(np.concatenate([[True], dom[1:] != dom[:-1]])) if dom.size else dom
-    end = np.append(start[1:], dom.size) - 1
+    # no reading at all (a dump cut inside its first blocks): no group, not one ending at -1
+    end = np.append(start[1:], dom.size) - 1 if dom.size else start
     g_dom = dom[start]
     g_ctx = d["ctx"][g_dom].astype(np.int64)
     g_i = np.searchsorted(ctx_ids, g_ctx)

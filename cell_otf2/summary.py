@@ -75,6 +75,18 @@ class Summary:
         out["lossy"] = self.lossy
         return out
 
+    def unusable(self) -> list[str]:
+        """The lost or unusable input, one entry per kind (``damage``, then the nodes placed
+        only by their start readings unless accepted): what ``check`` lists too."""
+        unusable = list(self.damage)
+        if self.unsynchronized_nodes and not self.accept_unsynchronized_nodes:
+            names = self.unsynchronized_nodes
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
+                                            else "")
+            unusable.append(f"unsynchronized_node: {shown} by start readings only\n"
+                            "      (exit 1; --accept-unsynchronized-nodes accepts them)")
+        return unusable
+
     def lines(self) -> list[str]:
         out = [
             f"cell2otf2: {self.run_dir} -> {self.archive}",
@@ -99,13 +111,7 @@ class Summary:
         accepted = " (accepted)" if self.accept_unsynchronized_nodes else ""
         out.extend(_node_line(n) + (accepted if n["method"] == "start-times" else "")
                    for n in self.nodes)
-        unusable = list(self.damage)
-        if self.unsynchronized_nodes and not accepted:
-            names = self.unsynchronized_nodes
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
-                                            else "")
-            unusable.append(f"unsynchronized_node: {shown} by start readings only\n"
-                            "      (exit 1; --accept-unsynchronized-nodes accepts them)")
+        unusable = self.unusable()
         if unusable:
             out.append(f"  lost or unusable input ({plural(len(unusable), 'kind')}):")
             out.extend(f"    {part}" if i == 0 else part for line in unusable

@@ -287,7 +287,7 @@ class MpiTeam:
     def open_output(self, archive: str | Path, report: str | Path | None, force: bool,
                     run_dir: str | Path) -> ArchiveTarget:
         """The output target on every process, checked and prepared by the root."""
-        target = self.run("output", lambda: ArchiveTarget(archive, report))
+        target = self.run("output", lambda: ArchiveTarget(archive, report, run_dir))
         try:
             self.run("output", lambda: target.prepare(force, RunInputs.of(run_dir))
                      if self.rank == 0 else None)

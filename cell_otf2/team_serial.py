@@ -87,7 +87,7 @@ class SerialTeam:
     def open_output(self, archive: str | Path, report: str | Path | None, force: bool,
                     run_dir: str | Path) -> ArchiveTarget:
         """The output target, checked and prepared (missing folders are made)."""
-        target = ArchiveTarget(archive, report)
+        target = ArchiveTarget(archive, report, run_dir)
         target.prepare(force, RunInputs.of(run_dir))
         return target
 

@@ -184,20 +184,70 @@ def call_regions(ev: EventTable, ledger: RecordLedger, cell_ref: dict[str, int |
 
 
 def context_switches(ev: EventTable, ledger: RecordLedger, off_spu_ref: int) -> None:
-    """CTX_SWITCH records: STOP .. START as the region "off SPU" on the SPE location (with the
-    physical SPU on its Enter), nothing on the PPE thread."""
+    """CTX_SWITCH records: each STOP/START pair (paired per context in slot order as decoding
+    pairs them, ``decode._switch_pairs``) as the region "off SPU" on the SPE location (with the
+    physical SPU on its Enter), nothing on the PPE thread.
+
+    The pair's Enter and Leave are adjacent among the location's own events: inserted where the
+    STOP's time puts the Enter, the Leave at the START's time but no later than the location's
+    next own record (no earlier than the Enter). Whatever the synchronized SPE times (they move
+    with ``--alpha`` within their bounds), the region then never straddles an own Enter or
+    Leave, so the repair of Enter/Leave nesting, and the damage it counts, is the same for
+    every offset. Records outside a pair are counted by decoding (``unusable_time``) and not
+    written."""
     dec, rec, t, written = ledger.dec, ledger.records, ledger.records["time"], ledger.written
-    sel, rank_of = ledger.select, ledger.rank_of
-    sw = sel(P.CTX_SWITCH)
-    spe_loc = _context_locations(dec, rank_of(sw), rec["a"][sw])
-    stop = rec["b"][sw] == fmt.SwitchType.STOP
+    by_code, bounds = ledger.by_code, ledger.code_bounds
+    sw = by_code[bounds[P.CTX_SWITCH]:bounds[P.CTX_SWITCH + 1]].astype(np.int64)
+    spe_loc = _context_locations(dec, ledger.rank_of(sw), rec["a"][sw])
     ok = spe_loc >= 0
-    i = sw[stop & ok]
-    ev.add(spe_loc[stop & ok], Ev.ENTER_OFF_SPU, off_spu_ref, t[i], event_seq(i),
-           p1=rec["c"][i] >> np.uint64(32))
-    i = sw[~stop & ok]
-    ev.add(spe_loc[~stop & ok], Ev.LEAVE, off_spu_ref, t[i], event_seq(i))
-    written[sw[ok]] = True
+    written[sw[ok & ledger.good[sw]]] = True
+    sw, spe_loc = sw[ok], spe_loc[ok]
+    kind = rec["b"][sw]
+    keep = (kind == fmt.SwitchType.STOP) | (kind == fmt.SwitchType.START)
+    sw, spe_loc, kind = sw[keep], spe_loc[keep], kind[keep]
+    if not sw.size:
+        return
+    # per context in slot order: the first STOP of each run of STOPs with the first START of
+    # the run after it
+    order = np.lexsort((rec["slot"][sw], spe_loc))
+    sw, spe_loc, is_stop = sw[order], spe_loc[order], kind[order] == fmt.SwitchType.STOP
+    head = np.ones(sw.size, dtype=bool)
+    head[1:] = (is_stop[1:] != is_stop[:-1]) | (spe_loc[1:] != spe_loc[:-1])
+    heads = np.flatnonzero(head)
+    nxt = np.append(heads[1:], -1)
+    pair = is_stop[heads] & (nxt >= 0)
+    pair[pair] &= spe_loc[heads[pair]] == spe_loc[np.maximum(nxt[pair], 0)]
+    stop, start = sw[heads[pair]], sw[nxt[pair]]
+    loc = spe_loc[heads[pair]]
+    timed = ledger.good[stop] & ledger.good[start]
+    stop, start, loc = stop[timed], start[timed], loc[timed]
+    if not stop.size:
+        return
+    t_stop = t[stop].astype(np.int64)
+    t_leave = np.maximum(t[start].astype(np.int64), t_stop)
+    # the location's next own record after the Enter's place (records of a location are in
+    # program order with non-decreasing times, ``synchronize.apply_times``): the Leave goes
+    # no later, so that both are inserted at one place (``EventTable.layout``'s rule)
+    first = dec.location_starts()
+    for L in np.unique(loc).tolist():
+        mine = np.flatnonzero(loc == L)
+        lo, hi = int(first[L]), int(first[L + 1])
+        times = t[lo:hi][ledger.good[lo:hi]]  # the records that can have events
+        if not times.size:  # no own record: nothing to keep the Leave before
+            continue
+        times = np.maximum.accumulate(times)  # (non-decreasing already: never a wrong place)
+        before = stop[mine] < int(first[L])  # the layout's tie rule for foreign events
+        at = np.where(before, np.searchsorted(times, t_stop[mine], side="left"),
+                      np.searchsorted(times, t_stop[mine], side="right"))
+        inside = at < times.size
+        nxt_t = (times[np.minimum(at, max(times.size - 1, 0))].astype(np.int64)
+                 - (~before).astype(np.int64))
+        cap = np.where(inside, nxt_t, np.iinfo(np.int64).max)
+        t_leave[mine] = np.maximum(np.minimum(t_leave[mine], cap), t_stop[mine])
+    ev.add(loc, Ev.ENTER_OFF_SPU, off_spu_ref, t_stop, event_seq(stop),
+           p1=rec["c"][stop] >> np.uint64(32))
+    # the Leave's tie-break is its STOP's, one after it: an equal time keeps it after its Enter
+    ev.add(loc, Ev.LEAVE, off_spu_ref, t_leave, event_seq(stop, 1))
 
 
 def _context_locations(dec, rank: np.ndarray, ctx: np.ndarray) -> np.ndarray:
