@@ -16,7 +16,11 @@ def main() -> None:
     # and cost every command 0.16 CPU s (importing the converter: 0.41-0.43 -> 0.26-0.27
     # user s); the converter makes no BLAS call that threads would speed up
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from . import signals
+    try:
+        from . import signals
+    except KeyboardInterrupt:  # Ctrl-C before any handler is in place: nothing was done
+        sys.stderr.write("cell2otf2: interrupted\n")
+        raise SystemExit(130) from None
 
     signals.install()
     try:

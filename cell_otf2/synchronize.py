@@ -283,11 +283,21 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     unbounded_n = lost_n = clamped = violations = 0
     unbounded_first = lost_first = -1
     starts = dec.location_starts()
+    # the offsets at either bound: a record whose time leaves 0..2^63 at one of them is lost
+    # whatever offset is used (--alpha, --read-delay-ticks move offsets within the bounds)
+    # (a side with no bound: the offset used, as no other is ever used there)
+    dom_lower = np.where(np.isfinite(lower := np.concatenate([[np.nan], result.lower])),
+                         lower, dom_offset)
+    dom_upper = np.where(np.isfinite(upper := np.concatenate([[np.nan], result.upper])),
+                         upper, dom_offset)
+    width = np.nan_to_num(np.abs(dom_upper - dom_lower), nan=0.0)
     for s, e in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
         if s == e:
             continue
         v, c, n_unbounded, at_unbounded, n_lost, at_lost = place(
             rec[s:e], dom_offset, dom_node, maps, usable[s:e])
+        n_lost, at_lost = _lost_at_bounds(rec[s:e], usable[s:e], n_lost, at_lost, width,
+                                          (dom_lower, dom_upper), dom_node, maps)
         violations += v
         clamped += c
         if n_unbounded:
@@ -309,6 +319,34 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     result.usable = usable
     result.held_back = violations
     result.clamped = clamped
+
+
+def _lost_at_bounds(part: np.ndarray, usable: np.ndarray, n_lost: int, at_lost: int,
+                    width: np.ndarray, bounds: tuple[np.ndarray, np.ndarray],
+                    dom_node: np.ndarray, maps: NodeMaps) -> tuple[int, int]:
+    """One location's records placed (``usable``) that would fall outside 0..2^63 ticks
+    with their domains' offsets at their lower or upper bound: made unusable and added to
+    the lost (``n_lost``, first at ``at_lost``), so that what is lost does not depend on
+    where the offsets sit. Only a location whose times come within its widest bound of the
+    edges is placed again (twice, on copies)."""
+    if not usable.any():
+        return n_lost, at_lost
+    t = part["time"][usable]
+    w = float(width[part["domain"].astype(np.int64) + 1].max()) * 1.001 + 2.0
+    if float(t.min()) - w > 0 and float(t.max()) + w < 2.0**63:
+        return n_lost, at_lost
+    keep = usable.copy()
+    for offsets in bounds:
+        scratch = part.copy()
+        ok = np.zeros(len(part), dtype=bool)
+        place(scratch, offsets, dom_node, maps, ok)
+        keep &= ok
+    gone = np.flatnonzero(usable & ~keep)
+    if gone.size:
+        usable[gone] = False
+        n_lost += int(gone.size)
+        at_lost = int(gone[0]) if n_lost == gone.size else min(at_lost, int(gone[0]))
+    return n_lost, at_lost
 
 
 def reversed_pairs(times: np.ndarray, usable: np.ndarray, first: np.ndarray,

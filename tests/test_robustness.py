@@ -291,3 +291,20 @@ def test_mpi_receive_in_a_run_without_any_send(tmp_path):
     summary = convert(run, tmp_path / "a.otf2")
     assert "unmatched_mpi" in kinds(summary.unusable())
     assert check_run(run).lines == summary.unusable()
+
+
+@pytest.mark.parametrize("seed, case", [(203, 1815), (203, 44), (204, 880)])
+def test_lost_times_do_not_move_with_the_offsets(tmp_path, seed, case):
+    """Fuzzer cases whose records left 0..2^63 ticks at the default offsets only: lost at
+    either bound, so at every alpha (``unusable_time`` came and went with ``--alpha``)."""
+    import fuzz
+
+    bases = fuzz.make_bases(seed)
+    _base, files, _muts = fuzz.make_case(case, seed, bases)
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, data in files.items():
+        (run / name).write_bytes(bytes(data))
+    found = {alpha: kinds(convert(run, tmp_path / f"a{alpha}.otf2", alpha=alpha).unusable())
+             for alpha in (0.5, 1.0, 0.857, 0.0)}
+    assert len({tuple(k) for k in found.values()}) == 1, found
