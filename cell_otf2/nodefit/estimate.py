@@ -217,8 +217,9 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     timely_ticks = o.timely_us * 1e-6 * hz
     key = d_key * n_k + win
     strength: float | None = None
-    for _ in range(max(1, o.rounds)):
-        r = _residuals(ta, tb, a, b, c, knots, values)
+    for rnd in range(max(1, o.rounds)):
+        if rnd:  # the first round's residuals are those the grid was sized from
+            r = _residuals(ta, tb, a, b, c, knots, values)
         floor = np.full(int(key.max()) + 1, np.inf)
         np.minimum.at(floor, key, r)
         gmin = np.full(int(d_key.max()) + 1, np.inf)

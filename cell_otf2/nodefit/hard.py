@@ -124,10 +124,6 @@ def shortest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, init: np.n
     raise Infeasible(e_neg[better])
 
 
-def reverse(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return dst, src
-
-
 def envelope(g: Graph, latency: float, eps: float, pot: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper) offset of every vertex over the maps within the rate limit ``eps`` that
