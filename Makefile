@@ -7,12 +7,12 @@ DEMO_OUT ?= demo-out
 
 .PHONY: demo test lint tools clean bench
 
-# setup.py builds the C helpers (the writer's cell_otf2/_evtwrite.c, reading and decoding's
-# cell_otf2/_decodeloops.c, emit's cell_otf2/_emitloops.c, ordering and synchronization's
-# cell_otf2/_syncloops.c, the report's cell_otf2/_evtread.c) into the package: rebuilt when
+# setup.py builds the C helpers (the writer's cell_otf2/native/_evtwrite.c, reading and decoding's
+# cell_otf2/native/_decodeloops.c, emit's cell_otf2/native/_emitloops.c, ordering and synchronization's
+# cell_otf2/native/_syncloops.c, the report's cell_otf2/native/_evtread.c) into the package: rebuilt when
 # any of them changes
-$(STAMP): pyproject.toml setup.py cell_otf2/_evtwrite.c cell_otf2/_decodeloops.c \
-		cell_otf2/_emitloops.c cell_otf2/_syncloops.c cell_otf2/_evtread.c
+$(STAMP): pyproject.toml setup.py cell_otf2/native/_evtwrite.c cell_otf2/native/_decodeloops.c \
+		cell_otf2/native/_emitloops.c cell_otf2/native/_syncloops.c cell_otf2/native/_evtread.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,report]'

@@ -60,7 +60,7 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from cell_otf2 import format as fmt
+from cell_otf2.input import format as fmt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_env import Disk, pick_class, run_env_case  # noqa: E402  (beside this script)
@@ -384,9 +384,9 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
 
 def _run_case(case: int, seed: int, bases: dict, work: Path, verify: bool,
               disk: Disk | None, env_share: float) -> dict:
-    from cell_otf2.check import check_run
-    from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
+    from cell_otf2.run.check import check_run
+    from cell_otf2.run.conversion import convert
 
     base, files, muts = make_case(case, seed, bases)
     klass = pick_class(case, seed, env_share)
@@ -648,8 +648,8 @@ def report(results: list[dict], seconds: float) -> int:
 
 def replay(case: int, seed: int, keep: Path | None) -> int:
     """Run one case in this process and show everything, traceback included."""
-    from cell_otf2.check import check_run
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.check import check_run
+    from cell_otf2.run.conversion import convert
 
     bases = make_bases(seed)
     base, files, muts = make_case(case, seed, bases)

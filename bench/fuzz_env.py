@@ -419,9 +419,9 @@ def run_options_case(rng: random.Random, run: Path, work: Path) -> dict:
 def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
                  disk: Disk | None, base: str = "") -> dict:
     """One case of ``klass`` on the run at ``run`` (already written); never raises."""
-    from cell_otf2.check import check_run
-    from cell_otf2.conversion import convert
     from cell_otf2.errors import CellOtf2Error
+    from cell_otf2.run.check import check_run
+    from cell_otf2.run.conversion import convert
 
     rng = random.Random(f"{seed}:{case}:envcase")
     out_dir = work / "out"

@@ -1,4 +1,4 @@
-"""Benchmark of the node clock fit (cell_otf2.nodefit) against ground truth and its baselines.
+"""Benchmark of the node clock fit (cell_otf2.sync.nodefit) against ground truth and its baselines.
 
 Rows:
 - hybrid runs of the simulator over ``--duration-s`` seconds (default 600) on 2, 4 and 16 nodes
@@ -44,9 +44,9 @@ from pathlib import Path
 import numpy as np
 from cellbench.node_baselines import fit_linear_interpolation
 
-from cell_otf2.nodefit.fit import PiecewiseMap, fit_points, points_from_trace
-from cell_otf2.nodefit.points import POINT_DTYPE, map_to_reference, slacks
 from cell_otf2.sim.clocks import make_node_clock
+from cell_otf2.sync.nodefit.fit import PiecewiseMap, fit_points, points_from_trace
+from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference, slacks
 
 HZ = 14_318_000
 #: the issue's targets on the hybrid rows and the synthetic row
@@ -101,8 +101,8 @@ def measure_hybrid(run: Path, read_back_below: int) -> dict:
     """The numbers of one simulated run (printed as they come)."""
     from cellbench.analysis import analyze
 
-    from cell_otf2.conversion import convert
     from cell_otf2.model import MsgKind
+    from cell_otf2.run.conversion import convert
     from cell_otf2.sim.truth import load_truth
 
     truth = load_truth(run)
@@ -317,7 +317,7 @@ def measure_regime(name: str, run: Path) -> dict:
     written and read back."""
     from cellbench.analysis import analyze
 
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.conversion import convert
     from cell_otf2.sim.truth import load_truth
 
     params = REGIMES[name]

@@ -11,7 +11,7 @@
  * is opened as the writer opens it (1 MiB event chunks, 256 KiB definition chunks, POSIX, no
  * compression, serial collectives, a pre-flush callback answering FLUSH); each location gets
  * an empty local definition file and its events through the calls the writer makes, in the
- * same order (cell_otf2/_evtwrite.c); no global definitions. MALLOPT=1 first tells glibc to
+ * same order (cell_otf2/native/_evtwrite.c); no global definitions. MALLOPT=1 first tells glibc to
  * keep 1 MiB blocks in the heap (mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD), as the
  * writer does. Prints one JSON line: events, wall and CPU seconds from opening the archive
  * to closing it, the first non-zero error code.

@@ -250,7 +250,7 @@ def identical(a: Path, b: Path) -> tuple[bool, str]:
 
 def _dump_bytes(run: Path) -> int:
     """The run's dumps on disk, the size the converter decides grouping by."""
-    from cell_otf2.manifest import load_manifest
+    from cell_otf2.input.manifest import load_manifest
 
     man = load_manifest(run)
     return sum(man.dump_path(p.rank).stat().st_size for p in man.processes)
@@ -342,7 +342,7 @@ def main() -> None:
                   "--own-sessions gives each its own")
         serial_peak = max(r["rss_mb"][0] for r in serial)
         worst = max(max(r["rss_mb"]) for r in parallel)
-        from cell_otf2.node_groups import IN_MEMORY_BYTES
+        from cell_otf2.run.node_groups import IN_MEMORY_BYTES
 
         if _dump_bytes(run) > IN_MEMORY_BYTES:
             # converted group by group: every process holds one group (at least a node) at a

@@ -1,4 +1,4 @@
-"""Scale benchmark of the clock-synchronization solver (cell_otf2.solver.solve).
+"""Scale benchmark of the clock-synchronization solver (cell_otf2.sync.solver.solve).
 
 Builds a realistic constraint system from known true offsets and prints the time per step:
 a few node domains (raw timebase values of ~1e12 ticks), many SPE live-interval domains (8 SPE
@@ -23,7 +23,7 @@ from cellbench.sync_baselines import lamport_offsets, paper_solve
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import bellman_ford, johnson
 
-from cell_otf2 import solver
+from cell_otf2.sync import solver
 
 
 def make_instance(

@@ -14,7 +14,7 @@ median one, the spread of all, the peak RSS against the input's size on disk and
 largest node's dumps, the synchronization share); then,
 on the conversion's own events (captured once from a second conversion into a file), the
 writer (``write_archive`` on the whole table, input checks and definitions included) through
-its compiled loop (``cell_otf2/_evtwrite.c``), through the same loop without the malloc
+its compiled loop (``cell_otf2/native/_evtwrite.c``), through the same loop without the malloc
 tuning, and through the old ctypes path, and the OTF2 library's own rate for the same events
 from ``bench/otf2_rate.c``, compiled with gcc into a temporary folder and run on the library
 the bindings load, with and without the same malloc tuning; R rounds interleaved (``--repeat
@@ -89,7 +89,7 @@ def simulated_run(records: int, shape: dict = SHAPE) -> Path:
 
 
 def input_bytes(run: Path) -> int:
-    from cell_otf2.manifest import load_manifest
+    from cell_otf2.input.manifest import load_manifest
 
     man = load_manifest(run)
     return (run / "run.json").stat().st_size + sum(
@@ -98,8 +98,8 @@ def input_bytes(run: Path) -> int:
 
 def largest_node_bytes(run: Path) -> int:
     """The dumps of the node whose dumps are largest (the serial converter holds one group of
-    whole nodes at a time, ``cell_otf2/driver.py``)."""
-    from cell_otf2.manifest import load_manifest
+    whole nodes at a time, ``cell_otf2/run/driver.py``)."""
+    from cell_otf2.input.manifest import load_manifest
 
     man = load_manifest(run)
     per_node = [0] * len(man.nodes)
@@ -128,7 +128,7 @@ def _maxrss_bytes() -> int:
 
 
 def child_convert(run: str, archive: str) -> dict:
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.conversion import convert
 
     c0 = time.process_time()
     t0 = time.perf_counter()
@@ -142,7 +142,7 @@ def child_convert(run: str, archive: str) -> dict:
 
 
 def child_idle() -> dict:
-    import cell_otf2.conversion  # noqa: F401  the modules a conversion loads
+    import cell_otf2.run.conversion  # noqa: F401  the modules a conversion loads
     import cell_otf2.writer.archive  # noqa: F401
 
     return {"maxrss": _maxrss_bytes()}
@@ -153,8 +153,8 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
     by location afterwards: node groups may come in any order) and the definitions."""
     import numpy as np
 
-    from cell_otf2.conversion import convert
     from cell_otf2.model import EVENT_DTYPE, Ev
+    from cell_otf2.run.conversion import convert
     from cell_otf2.writer.events import EventStream
 
     original = EventStream.write
@@ -372,7 +372,8 @@ def writer_section(run: Path, repeat: int, conversion_wall: float,
                     library_rate(exe, events_file, cap["locations"], use_mallopt))
     n_ev = cap["events"]
     if not rounds["c"][0]["compiled"]:
-        print("NOTE: cell_otf2._evtwrite is not built: the compiled rows are the ctypes path")
+        print("NOTE: cell_otf2.native._evtwrite is not built: the compiled rows are the "
+              "ctypes path")
 
     def median(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in rounds[mode])

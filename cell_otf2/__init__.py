@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from .dumps import Progress
-    from .run_info import RunInfo
-    from .summary import Summary
+    from .input.dumps import Progress
+    from .run.run_info import RunInfo
+    from .run.summary import Summary
 
 
 def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
@@ -38,9 +38,9 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
     (a node placed only by its start readings is unusable input, ``lossy``, unless
     accepted), ``progress(stage, fraction)`` a callback.
     """
-    from .conversion import convert as run_conversion
     from .model import DmaStyle, OrderOptions
-    from .order import check_read_delay
+    from .run.conversion import convert as run_conversion
+    from .sync.order import check_read_delay
 
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
@@ -60,16 +60,16 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
 
 def inspect(run_dir: str | Path) -> RunInfo:
     """What ``cell2otf2 inspect RUN_DIR`` shows about ``run_dir``."""
-    from .run_info import inspect as run_inspect
+    from .run.run_info import inspect as run_inspect
 
     return run_inspect(run_dir)
 
 
 def __getattr__(name: str) -> Any:
     if name == "Summary":
-        return import_module(f"{__name__}.summary").Summary
+        return import_module(f"{__name__}.run.summary").Summary
     if name == "RunInfo":
-        return import_module(f"{__name__}.run_info").RunInfo
+        return import_module(f"{__name__}.run.run_info").RunInfo
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

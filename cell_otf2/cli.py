@@ -177,8 +177,8 @@ def convert_command(
                            help="exit 0 even if a node is placed only by its start readings")
     ] = False,
 ) -> None:
-    from .conversion import convert
     from .model import OrderOptions
+    from .run.conversion import convert
 
     progress = TerminalProgress(not quiet)
     try:
@@ -226,10 +226,10 @@ def check_command(
                                 "not unusable input")
     ] = False,
 ) -> None:
-    from .check import check_run
     from .errors import FormatError
     from .model import OrderOptions
-    from .summary import plural
+    from .run.check import check_run
+    from .run.summary import plural
 
     try:
         # any other CellOtf2Error: one message, exit 3 (main)
@@ -272,10 +272,10 @@ def inspect_command(
     run_dir: Annotated[Path, typer.Argument(readable=False, metavar="RUN_DIR",  # exit 3
                                              help=RUN_DIR_HELP)],
     as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON object (keys: see cell_otf2.run_info)")
+        bool, typer.Option("--json", help="print one JSON object (keys: README, inspect)")
     ] = False,
 ) -> None:
-    from .run_info import inspect
+    from .run.run_info import inspect
 
     info = inspect(run_dir)  # a CellOtf2Error becomes one message and exit 3 in main
     text = json.dumps(info.to_dict(), indent=1) if as_json else "\n".join(info.lines())

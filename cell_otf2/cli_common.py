@@ -99,7 +99,7 @@ def finite(value: float) -> float:
 
 def read_delay(value: float) -> float:
     """``--read-delay-ticks``: finite, 0 .. 2^31 ticks (``order.MAX_READ_DELAY_TICKS``)."""
-    from .order import check_read_delay
+    from .sync.order import check_read_delay
 
     try:
         return check_read_delay(value)

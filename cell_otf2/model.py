@@ -15,8 +15,8 @@ from enum import IntEnum, StrEnum
 import numpy as np
 
 from .damage import DamageLog
-from .loops import group_u16
-from .manifest import Manifest
+from .input.manifest import Manifest
+from .native.record_loops import group_u16
 
 # --------------------------------------------------------------------------------------------
 # 1. Decoded trace

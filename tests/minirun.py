@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cell_otf2 import format as fmt
+from cell_otf2.input import format as fmt
 
 P, S = fmt.PpeCode, fmt.SpeCode
 HZ = 14_318_000

@@ -35,9 +35,9 @@ import _otf2
 import numpy as np
 import otf2
 
-from cell_otf2 import format as fmt
-from cell_otf2.manifest import load_manifest
-from cell_otf2.reader import read_dump
+from cell_otf2.input import format as fmt
+from cell_otf2.input.manifest import load_manifest
+from cell_otf2.input.reader import read_dump
 
 #: location type values of OTF2 (the reader calls ACCELERATOR_STREAM by its old name, GPU)
 LOCATION_TYPE_NAMES = {0: "UNKNOWN", 1: "CPU_THREAD", 2: "ACCELERATOR_STREAM", 3: "METRIC"}

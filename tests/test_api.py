@@ -56,11 +56,11 @@ print(sorted(m for m in ("otf2", "matplotlib") if m in sys.modules))
 def test_convert_and_inspect_are_plain_functions_whichever_import_came_first(tmp_path):
     code = """
 import sys
-from cell_otf2.conversion import convert as run_conversion  # the modules first
-from cell_otf2.run_info import RunInfo
+from cell_otf2.run.conversion import convert as run_conversion  # the modules first
+from cell_otf2.run.run_info import RunInfo
 import cell_otf2
 from cell_otf2 import convert, inspect
-from cell_otf2.summary import Summary
+from cell_otf2.run.summary import Summary
 s = cell_otf2.convert(sys.argv[1], sys.argv[2])
 print(type(s).__name__, s.processes, callable(convert), callable(inspect),
       callable(run_conversion))
@@ -200,14 +200,14 @@ def test_report_calls_the_renderer_and_prints_what_it_wrote(tmp_path, capsys, mo
 
 @pytest.mark.parametrize("command", ["convert", "inspect", "check"])
 def test_ctrl_c_in_a_command(tmp_path, capsys, monkeypatch, command):
-    import cell_otf2.check
-    import cell_otf2.dumps
-    import cell_otf2.run_info
+    import cell_otf2.input.dumps
+    import cell_otf2.run.check
+    import cell_otf2.run.run_info
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    for module in (cell_otf2.dumps, cell_otf2.run_info):
+    for module in (cell_otf2.input.dumps, cell_otf2.run.run_info):
         monkeypatch.setattr(module, "read_dump", interrupt)
     run = str(SAMPLES / "wraps-heartbeats")
     args = {"convert": [run, "-o", str(tmp_path / "o" / "a.otf2")],
@@ -241,7 +241,7 @@ def test_real_sigint_during_conversion(tmp_path):
     """SIGINT to a running cell2otf2: message, status 130, the output path as it was."""
     code = """
 import sys, time
-import cell_otf2.dumps as dumps
+import cell_otf2.input.dumps as dumps
 def slow(*args, **kwargs):
     print("reading", flush=True)
     time.sleep(60)

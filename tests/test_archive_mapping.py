@@ -18,8 +18,8 @@ import otf2
 import pytest
 from otf2check import otf2_print_ok  # noqa: E402
 
-from cell_otf2 import format as fmt  # noqa: E402
-from cell_otf2.conversion import convert  # noqa: E402
+from cell_otf2.input import format as fmt  # noqa: E402
+from cell_otf2.run.conversion import convert  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -9,10 +9,10 @@ from pathlib import Path
 import minirun  # noqa: E402
 import pytest
 
-from cell_otf2.check import check_run  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
-from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.errors import FormatError  # noqa: E402
+from cell_otf2.run.check import check_run  # noqa: E402
+from cell_otf2.run.conversion import convert  # noqa: E402
 
 
 def cli(args: list[str]) -> int:
@@ -121,7 +121,7 @@ def test_the_checking_sink_lets_go_of_each_group_before_the_next():
 
     from writer_samples import sample_defs, sample_events
 
-    from cell_otf2.check import check_only
+    from cell_otf2.run.check import check_only
 
     class Pieces(list):
         pass

@@ -72,7 +72,7 @@ def test_simulate_refuses_impossible_shapes(tmp_path, args):
 
 
 def test_summary_counts_in_words_and_fits_100_columns():
-    from cell_otf2.summary import Summary, plural
+    from cell_otf2.run.summary import Summary, plural
 
     assert [plural(n, "process") for n in (0, 1, 2)] == ["0 processes", "1 process",
                                                          "2 processes"]

@@ -25,7 +25,7 @@ from cell_otf2.writer.archive import write_archive
 
 needs_compiled = pytest.mark.skipif(
     capi._evtwrite is None,
-    reason="cell_otf2._evtwrite is not built (pip install -e . with a C compiler)")
+    reason="cell_otf2.native._evtwrite is not built (pip install -e . with a C compiler)")
 
 
 def events_of_many_locations() -> np.ndarray:

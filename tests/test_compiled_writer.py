@@ -1,4 +1,4 @@
-"""The writer's compiled per-event loop (cell_otf2/_evtwrite.c) writes byte-identical archives.
+"""The writer's compiled per-event loop (native/_evtwrite.c) writes byte-identical archives.
 
 Every sample run and a simulated hybrid (MPI + SPEs) and context-switch run, each with DMA as
 RMA records and as messages, is converted twice: through the C loop and through the ctypes
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from writer_samples import sample_defs, sample_events
 
-from cell_otf2.conversion import convert
 from cell_otf2.errors import OutputError
 from cell_otf2.model import EVENT_DTYPE, Ev
+from cell_otf2.run.conversion import convert
 from cell_otf2.writer import capi, checks
 from cell_otf2.writer import events as writer_events
 from cell_otf2.writer.archive import write_archive
@@ -34,7 +34,7 @@ SIMULATED = {
 
 needs_compiled = pytest.mark.skipif(
     capi._evtwrite is None,
-    reason="cell_otf2._evtwrite is not built (pip install -e . with a C compiler)")
+    reason="cell_otf2.native._evtwrite is not built (pip install -e . with a C compiler)")
 
 
 def trace_id_masked(anchor: Path) -> bytes:

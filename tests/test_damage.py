@@ -20,14 +20,14 @@ import pytest
 from cellbench.analysis import analyze  # noqa: E402
 from otf2check import otf2_print_ok, read_events  # noqa: E402
 
-from cell_otf2 import format as fmt  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
-from cell_otf2.manifest import load_manifest  # noqa: E402
+from cell_otf2.input import format as fmt  # noqa: E402
+from cell_otf2.input.manifest import load_manifest  # noqa: E402
+from cell_otf2.input.reader import read_dump  # noqa: E402
 from cell_otf2.model import (
     LocKind,  # noqa: E402
     OrderOptions,  # noqa: E402
 )
-from cell_otf2.reader import read_dump  # noqa: E402
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
 #: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact
@@ -619,7 +619,7 @@ def test_interrupted_conversion_leaves_the_output_as_it_was(tmp_path, capsys, mo
                                                             when, existing):
     import minirun
 
-    from cell_otf2 import driver
+    from cell_otf2.run import driver
     from cell_otf2.writer import archive
 
     run = tmp_path / "run"

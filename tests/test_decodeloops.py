@@ -1,4 +1,4 @@
-"""The compiled per-record loops (cell_otf2/_decodeloops.c) and their numpy fallback give the
+"""The compiled per-record loops (cell_otf2/native/_decodeloops.c) and their numpy fallback give the
 same tables: field gathers across byte orders, widths and signs, and whole dumps read both
 ways."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cell_otf2 import loops
+from cell_otf2.native import record_loops as loops
 
 SRC = np.dtype([("x", ">u2"), ("y", "<i4"), ("z", ">u8"), ("w", "u1"), ("s", ">i2")])
 DST = np.dtype([("a", "<u8"), ("b", "<i8"), ("c", "<u8"), ("d", "<u2"), ("e", "<i8"),
@@ -25,7 +25,7 @@ def both(monkeypatch, dst_rows, src, idx, pairs):
     return out
 
 
-@pytest.mark.skipif(loops._decodeloops is None, reason="cell_otf2._decodeloops is not built "
+@pytest.mark.skipif(loops._decodeloops is None, reason="cell_otf2.native._decodeloops is not built "
                     "(pip install -e . with a C compiler)")
 def test_compiled_loops_are_used_where_built():
     assert loops.COMPILED
@@ -75,8 +75,8 @@ def test_gather_refuses_rows_out_of_range():
 
 
 def test_dumps_read_the_same_both_ways(monkeypatch, tmp_path):
-    from cell_otf2.manifest import load_manifest
-    from cell_otf2.reader import read_dump
+    from cell_otf2.input.manifest import load_manifest
+    from cell_otf2.input.reader import read_dump
     from cell_otf2.sim.run import simulate_run
 
     simulate_run(tmp_path / "run", "hybrid", 5, phases=2, ranks=2, nodes=1, spes=2, chunks=8)
@@ -146,9 +146,9 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
     dump's)."""
     from test_reader import Builder, manifest
 
-    from cell_otf2 import format as fmt
-    from cell_otf2.decode import summarize
-    from cell_otf2.reader import read_dump
+    from cell_otf2.decode.decoder import summarize
+    from cell_otf2.input import format as fmt
+    from cell_otf2.input.reader import read_dump
 
     layout = fmt.LAYOUTS[ord("B") if order == ">" else ord("L")]
     rng = np.random.default_rng(11 if order == ">" else 12)
@@ -214,7 +214,7 @@ def test_readings_agree_with_numpy(monkeypatch):
     through numpy (a stable sort), also for records of several contexts interleaved, blocks
     with unknown slots inside and a DECR_WRITE value past 2^63; keys that do not ascend (no
     reading gives them) take the sort in both."""
-    from cell_otf2.reader import BLOCK_DTYPE, SPE_DTYPE
+    from cell_otf2.input.reader import BLOCK_DTYPE, SPE_DTYPE
 
     rng = np.random.default_rng(8)
     blocks = np.zeros(60, BLOCK_DTYPE)
@@ -276,7 +276,7 @@ def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, shape):
 def _wrap_candidates_both_ways(monkeypatch, calls):
     """Wrap ``decode._wrap_candidates`` so that every call runs compiled and in numpy and
     the two must agree; ``calls`` counts the calls that had readings."""
-    from cell_otf2 import decode as decode_mod
+    from cell_otf2.decode import decoder as decode_mod
 
     original = decode_mod._wrap_candidates
 
@@ -308,9 +308,9 @@ def test_wrap_candidates_agree_with_numpy(monkeypatch, tmp_path, options):
     context of simulated runs with and without heartbeats, context switches, DECR_WRITEs,
     lost records and small blocks."""
     from cell_otf2.damage import DamageLog
-    from cell_otf2.decode import decode
-    from cell_otf2.manifest import load_manifest
-    from cell_otf2.reader import read_dump
+    from cell_otf2.decode.decoder import decode
+    from cell_otf2.input.manifest import load_manifest
+    from cell_otf2.input.reader import read_dump
     from cell_otf2.sim.run import simulate_run
 
     simulate_run(tmp_path / "run", seed=4, **options)
@@ -333,9 +333,9 @@ def test_decoding_agrees_with_numpy(monkeypatch, tmp_path, options):
     """A whole decode (reading, readings, intervals, wrap rule, the rows and anchors placed)
     both ways, over simulated runs of several shapes: the same tables."""
     from cell_otf2.damage import DamageLog
-    from cell_otf2.decode import decode
-    from cell_otf2.manifest import load_manifest
-    from cell_otf2.reader import read_dump
+    from cell_otf2.decode.decoder import decode
+    from cell_otf2.input.manifest import load_manifest
+    from cell_otf2.input.reader import read_dump
     from cell_otf2.sim.run import simulate_run
 
     simulate_run(tmp_path / "run", seed=6, **options)
@@ -356,8 +356,8 @@ def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted
     wrap), random intervals, blocks with skipped sequence numbers and missing records, and
     PPE readings that bound some windows and not others. Whether the dump holds heartbeats
     is asked only when some step is a candidate without them, and changes nothing else."""
-    from cell_otf2.decode import _candidates, _wrap_candidates
-    from cell_otf2.reader import BLOCK_DTYPE
+    from cell_otf2.decode.decoder import _candidates, _wrap_candidates
+    from cell_otf2.input.reader import BLOCK_DTYPE
 
     rng = np.random.default_rng(5)
     some = {True: 0, False: 0}
@@ -398,7 +398,7 @@ def test_split_live_agrees_with_the_python_walk(monkeypatch, seed):
     on random readings (wrapping decrementers, writes, switches with and without readings
     certainly before their STOP, switches after the last reading): the same intervals and
     starts."""
-    from cell_otf2.intervals import split_intervals
+    from cell_otf2.decode.intervals import split_intervals
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 300))

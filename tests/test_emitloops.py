@@ -1,4 +1,4 @@
-"""The compiled per-event loops of emit (cell_otf2/_emitloops.c) and their numpy fallback give
+"""The compiled per-event loops of emit (native/_emitloops.c) and their numpy fallback give
 the same tables: whole event tables of sample runs (with context switches, DMA as RMA and as
 messages, lost records whose regions are repaired) built both ways, byte for byte, and the
 kernels themselves on parameters of every integer width and sign."""
@@ -15,10 +15,10 @@ from paths import SAMPLES
 from cell_otf2.damage import DamageLog
 from cell_otf2.emit import kernels
 from cell_otf2.emit.events import emit
-from cell_otf2.loops import PYTHON_PATH_VARIABLE
 from cell_otf2.model import EVENT_DTYPE, RECORD_DTYPE, DmaStyle
+from cell_otf2.native.record_loops import PYTHON_PATH_VARIABLE
 
-built = pytest.mark.skipif(kernels._emitloops is None, reason="cell_otf2._emitloops is not "
+built = pytest.mark.skipif(kernels._emitloops is None, reason="cell_otf2.native._emitloops is not "
                            "built (pip install -e . with a C compiler)")
 
 

@@ -33,7 +33,7 @@ HAVE_MPI = MPIEXEC is not None and importlib.util.find_spec("mpi4py") is not Non
 def _script(work: Path, grouping: str) -> Path:
     """A converter entry that sets the grouping, then runs the command line."""
     path = work / "convert.py"
-    path.write_text("import sys\nimport cell_otf2.driver as driver\n" + GROUPINGS[grouping]
+    path.write_text("import sys\nimport cell_otf2.run.driver as driver\n" + GROUPINGS[grouping]
                     + "from cell_otf2.cli import main\nmain(sys.argv[1:])\n")
     return path
 

@@ -18,7 +18,7 @@ from cellbench import baselines as bt
 from cellbench import evaluate as ev
 from cellbench.analysis import analyze
 
-from cell_otf2 import format as fmt
+from cell_otf2.input import format as fmt
 from cell_otf2.model import (
     DMA_DTYPE,
     DOMAIN_DTYPE,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from otf2check import read_events
 
-from cell_otf2.conversion import convert
+from cell_otf2.run.conversion import convert
 
 FOREIGN = Path(__file__).resolve().parents[2] / "shared" / "foreign-runs"
 #: run -> (RMS us, max us) targets over the run for every non-reference node
@@ -88,8 +88,8 @@ def test_order_violations_are_counted_from_the_archive(tmp_path, monkeypatch):
     run = FOREIGN / "hybrid-wander-a"
     if not run.is_dir():
         pytest.skip(f"{run} is not here")
-    from cell_otf2.nodefit import fit
-    from cell_otf2.synchronize import start_time_maps
+    from cell_otf2.sync.nodefit import fit
+    from cell_otf2.sync.synchronize import start_time_maps
 
     monkeypatch.setattr(fit, "fitted_node_maps",
                         lambda dec, matches, options=None, damage=None: start_time_maps(dec))

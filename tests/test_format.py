@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cell_otf2 import format as fmt
+from cell_otf2.input import format as fmt
 
 
 def _hex(s: str) -> bytes:

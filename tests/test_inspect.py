@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2 import format as fmt
 from cell_otf2.cli import main as cli_main
-from cell_otf2.manifest import load_manifest
-from cell_otf2.run_info import _readings, inspect
+from cell_otf2.input import format as fmt
+from cell_otf2.input.manifest import load_manifest
+from cell_otf2.run.run_info import _readings, inspect
 
 ALL = sorted(p.name for p in SAMPLES.iterdir() if (p / "run.json").exists())
 UNDAMAGED = [s for s in ALL if s != "damaged-gap-truncate"]
@@ -158,8 +158,8 @@ def test_decrementer_first_last_span_and_wraps(infos, name):
 def test_readings_line_up_with_decode(name):
     """Every reading's raw value and its decoded local time differ by whole wraps."""
     from cell_otf2.damage import DamageLog
-    from cell_otf2.decode import decode
-    from cell_otf2.reader import read_dump
+    from cell_otf2.decode.decoder import decode
+    from cell_otf2.input.reader import read_dump
 
     man = load_manifest(SAMPLES / name)
     dumps = [read_dump(man.dump_path(p.rank), man, p.rank) for p in man.processes]
@@ -217,7 +217,7 @@ def test_damaged_run_lost_slots_missing_blocks_and_damage_lines(infos):
 
 def test_damage_lines_are_the_checks_for_reading_and_decoding(tmp_path):
     """inspect's damage lines are check's lines for the kinds reading and decoding find."""
-    from cell_otf2.check import check_run
+    from cell_otf2.run.check import check_run
 
     run = SAMPLES / "damaged-gap-truncate"
     mine = inspect(run).damage

@@ -4,7 +4,7 @@ decode's CTX_SWITCH pairing against the record-by-record loop it replaced."""
 import numpy as np
 import pytest
 
-from cell_otf2.intervals import MOD, split_intervals
+from cell_otf2.decode.intervals import MOD, split_intervals
 
 
 def _decr(start, node_tb, offset_shift=0):
@@ -89,7 +89,7 @@ def test_missing_heartbeat_split():
 
 def _switch_pairs_loop(sw):
     """decode._switch_pairs as it was: one step per record."""
-    from cell_otf2 import format as fmt
+    from cell_otf2.input import format as fmt
 
     stops, starts, recs, pending, bad = [], [], [], None, 0
     for i, (kind, value) in enumerate(zip(sw["b"].tolist(),
@@ -109,9 +109,9 @@ def _switch_pairs_loop(sw):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_switch_pairs_as_the_record_loop_paired_them(seed):
-    from cell_otf2 import format as fmt
     from cell_otf2.damage import DamageLog
-    from cell_otf2.decode import _switch_pairs
+    from cell_otf2.decode.decoder import _switch_pairs
+    from cell_otf2.input import format as fmt
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 40))

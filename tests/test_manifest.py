@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cell_otf2.errors import FormatError
-from cell_otf2.manifest import Core, DecrementerRestore, RegionKind, load_manifest
+from cell_otf2.input.manifest import Core, DecrementerRestore, RegionKind, load_manifest
 
 
 def base() -> dict:

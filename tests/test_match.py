@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cell_otf2 import format as fmt
-from cell_otf2.match import (
+from cell_otf2.decode.match import (
     _channels,
     _channels_by_rows,
     _collective_pairs,
     _pair_search,
     _position_in_group,
 )
+from cell_otf2.input import format as fmt
 
 
 def _collective_pairs_loop(bg, e, op, root):

@@ -1,4 +1,4 @@
-"""Node clock fit (cell_otf2.nodefit) against known clocks.
+"""Node clock fit (cell_otf2.sync.nodefit) against known clocks.
 
 Synthetic message points are made from exact node clocks (known offsets, drifts and wander);
 the fit must recover them, put its knots where the rates bend, keep the truth inside its
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from cellbench.node_baselines import fit_linear_interpolation
 
-from cell_otf2.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
-from cell_otf2.nodefit.points import POINT_DTYPE, map_to_reference, slacks, undominated
 from cell_otf2.sim.clocks import NodeClock, make_node_clock
+from cell_otf2.sync.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
+from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference, slacks, undominated
 
 HZ = 14_318_000
 T0 = 2.0e11
@@ -175,9 +175,9 @@ def test_converted_hybrid_run_receives_no_message_before_its_send(hybrid_run, tm
     from cellbench.analysis import analyze
     from otf2check import check_archive
 
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.conversion import convert
     from cell_otf2.sim.truth import load_truth
-    from cell_otf2.synchronize import start_time_maps
+    from cell_otf2.sync.synchronize import start_time_maps
 
     pipe = analyze(hybrid_run)
     pts = points_from_trace(pipe.decoded, pipe.matches)
@@ -329,7 +329,7 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
 
     from otf2check import check_archive
 
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.conversion import convert
 
     run, pts, rms, mx = fit_regime(tmp_path_factory, "archive",
                                    (2.0, 300.0, 3, 50.0, 15.0, 240.0, 11))

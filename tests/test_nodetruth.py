@@ -17,9 +17,9 @@ from cellbench import nodetruth as nt
 from cellbench.readback import read_archive
 from paths import ROOT
 
-from cell_otf2.conversion import convert
-from cell_otf2.manifest import load_manifest
-from cell_otf2.reader import read_dump
+from cell_otf2.input.manifest import load_manifest
+from cell_otf2.input.reader import read_dump
+from cell_otf2.run.conversion import convert
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
 

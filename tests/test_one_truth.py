@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import cell_otf2
-from cell_otf2.interval_bounds import Why, _ranges, interval_bounds, why_lines
 from cell_otf2.model import DOMAIN_DTYPE, DomainKind
+from cell_otf2.sync.interval_bounds import Why, _ranges, interval_bounds, why_lines
 
 
 def test_damaged_run_one_count_and_one_reason(sample, tmp_path):

@@ -14,10 +14,10 @@ from cellbench import evaluate as ev
 from cellbench.analysis import analyze
 
 from cell_otf2.model import Constraints, LinkKind, OrderOptions
-from cell_otf2.order import build_constraints
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
-from cell_otf2.synchronize import synchronize
+from cell_otf2.sync.order import build_constraints
+from cell_otf2.sync.synchronize import synchronize
 
 #: the guaranteed mode (``--read-delay-ticks 8``): bounds hold for every reading that trails
 #: its reservation by up to 8 ticks, so the truth lies inside them (the default's exact

@@ -27,7 +27,7 @@ import ctypes
 from mpi4py import MPI
 import _otf2
 from cell_otf2.errors import OutputError
-from cell_otf2.otf2_mpi import MpiCollectives
+from cell_otf2.writer.mpi_callbacks import MpiCollectives
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()

@@ -10,9 +10,9 @@ from otf2check import otf2_print_ok, read_events
 from paths import snapshot
 from writer_samples import sample_defs, sample_events
 
-from cell_otf2 import output
 from cell_otf2.errors import OutputError, UsageError
-from cell_otf2.output import ArchiveTarget
+from cell_otf2.run import output
+from cell_otf2.run.output import ArchiveTarget
 from cell_otf2.writer.archive import write_archive
 
 #: the first bytes of an OTF2 anchor and of any other OTF2 file (big-endian writer)

@@ -9,8 +9,8 @@ import gc
 import numpy as np
 import pytest
 
-from cell_otf2 import pages
 from cell_otf2.model import EVENT_DTYPE, RECORD_DTYPE
+from cell_otf2.native import pages
 
 
 @pytest.mark.parametrize("populate", [True, False])

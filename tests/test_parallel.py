@@ -21,8 +21,8 @@ import pytest
 from archive_compare import same_archive, summary_body
 
 from cell_otf2 import cli
-from cell_otf2.manifest import load_manifest
-from cell_otf2.team_mpi import (
+from cell_otf2.input.manifest import load_manifest
+from cell_otf2.run.team_mpi import (
     SERIAL_VAR,
     _single_host_transport,
     launched_size,
@@ -82,8 +82,8 @@ _RUN_CLI = "from cell_otf2.cli import main\nmain(sys.argv[1:])\n"
 _SLOW_PROCESS_0 = (
     "import sys, time\n"
     "from mpi4py import MPI\n"
-    "import cell_otf2.driver as driver\n"
-    "import cell_otf2.write_share as share\n"
+    "import cell_otf2.run.driver as driver\n"
+    "import cell_otf2.writer.share as share\n"
     "from cell_otf2.emit.table import EventChunks\n"
     "driver.CHUNK_EVENTS = 40\n"
     "share.GIVE_MIN = 1\n"
@@ -195,7 +195,7 @@ def test_unexpected_error_on_one_process_aborts_all(runs, tmp_path):
     """A bug on process 1 (injected) ends the whole job with one message; nobody hangs."""
     inject = (
         "import sys\n"
-        "import cell_otf2.team_mpi as par\n"
+        "import cell_otf2.run.team_mpi as par\n"
         "real = par._layout_part\n"
         "def broken(man, summaries, damage):\n"
         "    from mpi4py import MPI\n"

@@ -52,7 +52,7 @@ def test_nothing_off_a_terminal():
 
 
 def test_conversion_names_every_stage_it_runs(tmp_path):
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.conversion import convert
 
     calls = []
     samples = Path(__file__).resolve().parent.parent / "sample_traces"

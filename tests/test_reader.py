@@ -1,6 +1,6 @@
 """reader.py: every slot kind parsed in both byte orders, every refusal, every contained damage.
 
-Dumps are hand-built in ``tmp_path`` through the ``cell_otf2.format`` dtypes by ``Builder``.
+Dumps are hand-built in ``tmp_path`` through the ``cell_otf2.input.format`` dtypes by ``Builder``.
 """
 
 from __future__ import annotations
@@ -12,17 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cell_otf2 import format as fmt
 from cell_otf2.damage import DamageKind, DamageLog
 from cell_otf2.errors import FormatError
-from cell_otf2.manifest import (
-    Communicator,
-    DecrementerRestore,
-    Manifest,
-    Node,
-    Process,
-)
-from cell_otf2.reader import BLOCK_DTYPE, GAP_DTYPE, PPE_DTYPE, SPE_DTYPE, read_dump
+from cell_otf2.input import format as fmt
+from cell_otf2.input.manifest import Communicator, DecrementerRestore, Manifest, Node, Process
+from cell_otf2.input.reader import BLOCK_DTYPE, GAP_DTYPE, PPE_DTYPE, SPE_DTYPE, read_dump
 
 TB_HZ = 14318000
 NAME = "rank00000.cbt"

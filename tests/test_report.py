@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from otf2check import read_events  # noqa: E402
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
 from cell_otf2.report import load  # noqa: E402
 from cell_otf2.report.derive import (  # noqa: E402
@@ -34,6 +33,7 @@ from cell_otf2.report.derive import (  # noqa: E402
     sync_intervals,
 )
 from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
+from cell_otf2.run.conversion import convert  # noqa: E402
 
 FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
            "ppe_mpi.png", "sync_bounds.png", "node_clocks.png")
@@ -324,7 +324,7 @@ def test_bounds_parse_of_unplaced_and_unbounded_entries():
 def test_converter_and_report_package_do_not_import_matplotlib(tmp_path):
     import subprocess
 
-    code = ("import sys\nfrom cell_otf2.conversion import convert\nimport cell_otf2.report\n"
+    code = ("import sys\nfrom cell_otf2.run.conversion import convert\nimport cell_otf2.report\n"
             f"convert({str(SAMPLES / 'wraps-heartbeats')!r}, {str(tmp_path / 'a.otf2')!r})\n"
             "print('matplotlib' in sys.modules)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -568,7 +568,7 @@ def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
     assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)
 
 
-@pytest.mark.skipif(load._evtread is None, reason="cell_otf2._evtread is not built")
+@pytest.mark.skipif(load._evtread is None, reason="cell_otf2.native._evtread is not built")
 @pytest.mark.parametrize("edges", [np.linspace(-50, 1400, 301),
                                    np.array([0.0, 3, 3.5, 100, 101, 700, 1000.5]),
                                    np.array([10.0, 20.0])])

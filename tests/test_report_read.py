@@ -15,10 +15,10 @@ import pytest
 from otf2.events import Enter, Leave
 from paths import SAMPLES
 
-from cell_otf2.conversion import convert
 from cell_otf2.report import load
+from cell_otf2.run.conversion import convert
 
-compiled = pytest.mark.skipif(load._evtread is None, reason="cell_otf2._evtread is not built")
+compiled = pytest.mark.skipif(load._evtread is None, reason="_evtread is not built")
 
 
 def differences(a, b, path: str = "") -> list[str]:

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from paths import ENV, SAMPLES
 
-from cell_otf2.check import check_run
-from cell_otf2.conversion import convert
 from cell_otf2.errors import FormatError
-from cell_otf2.manifest import load_manifest
+from cell_otf2.input.manifest import load_manifest
+from cell_otf2.input.reader import read_dump
 from cell_otf2.model import OrderOptions
-from cell_otf2.reader import read_dump
+from cell_otf2.run.check import check_run
+from cell_otf2.run.conversion import convert
 
 SMALL = SAMPLES / "wraps-heartbeats"
 SWITCHES = SAMPLES / "context-switch-compensated"
@@ -262,7 +262,7 @@ def test_damage_does_not_move_with_the_offsets(appended, tmp_path, alpha, delay)
 
 @pytest.mark.parametrize("cut", [448, 1000])
 def test_inspect_of_a_dump_cut_inside_its_first_blocks(tmp_path, cut):
-    from cell_otf2.run_info import inspect
+    from cell_otf2.run.run_info import inspect
 
     run = copy_run(SAMPLES / "fft-16spe", tmp_path / "run")
     os.truncate(run / "rank00000.cbt", cut)

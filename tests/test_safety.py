@@ -207,9 +207,9 @@ def test_a_full_disk_after_groups_were_set_aside_says_their_space_too(small_disk
                                                                        monkeypatch):
     """A run converted node group by node group (forced here: a small run) onto a disk that
     holds the groups set aside but not the archive: the message adds the groups' space."""
-    from cell_otf2 import driver
-    from cell_otf2.conversion import convert
     from cell_otf2.errors import OutputError
+    from cell_otf2.run import driver
+    from cell_otf2.run.conversion import convert
 
     monkeypatch.setattr(driver, "IN_MEMORY_BYTES", 0)
     monkeypatch.setattr(driver, "GROUP_BYTES", 1)

@@ -1,7 +1,7 @@
 """The simulator's runs obey docs/format.md section 6 against their ground truth.
 
 Checked independently of the simulator's internals: the dumps are decoded here with the
-``cell_otf2.format`` dtypes only, order and semantics are rebuilt from the records as a reader
+``cell_otf2.input.format`` dtypes only, order and semantics are rebuilt from the records as a reader
 would, and only the truth files (true times, interval offsets, DMA completions, messages,
 node maps) are taken from the simulator. Runs are small (a few thousand records).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cell_otf2 import format as fmt
+from cell_otf2.input import format as fmt
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from test_simulate import TWO32, Dump, load
 
-from cell_otf2 import format as fmt
+from cell_otf2.input import format as fmt
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sim.truth import load_truth
 

@@ -17,7 +17,7 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import johnson
 
-from cell_otf2 import solver
+from cell_otf2.sync import solver
 
 
 def make_instance(rng, n, n_events, n_pairs, max_delay=0, scale=10**6, node_scale=None):

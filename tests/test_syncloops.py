@@ -1,4 +1,4 @@
-"""The compiled loops of ordering and synchronization (cell_otf2/_syncloops.c) and their numpy
+"""The compiled loops of ordering and synchronization (native/_syncloops.c) and their numpy
 fallback give the same constraints and times: random record tables (hypothesis) with every
 edge the numpy code handles (no domain, negative anchors, NaN, negative and too large times,
 ties at half a tick), and whole simulated runs converted both ways, damaged and with context
@@ -12,12 +12,12 @@ from archive_compare import same_archive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cell_otf2 import syncloops
 from cell_otf2.model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
-from cell_otf2.nodefit.fit import PiecewiseMap
+from cell_otf2.native import sync_loops as syncloops
+from cell_otf2.sync.nodefit.fit import PiecewiseMap
 
 BUILT = pytest.mark.skipif(syncloops._syncloops is None,
-                           reason="cell_otf2._syncloops is not built (pip install -e . with a "
+                           reason="native._syncloops is not built (pip install -e . with a "
                            "C compiler)")
 
 
@@ -193,7 +193,7 @@ def monkeypatch_module():
 @BUILT
 @pytest.mark.parametrize("scenario", ["damaged-hybrid", "switches-hybrid", "four-nodes"])
 def test_runs_convert_the_same_both_ways(monkeypatch, simulated, tmp_path, scenario):
-    from cell_otf2.conversion import convert
+    from cell_otf2.run.conversion import convert
 
     run = simulated(scenario)
     out = {}

@@ -14,14 +14,14 @@ import pytest
 from cellbench.analysis import analyze  # noqa: E402
 from paths import SAMPLES  # noqa: E402
 
-from cell_otf2 import dumps as dumps_mod  # noqa: E402
-from cell_otf2 import loops  # noqa: E402
-from cell_otf2.conversion import convert  # noqa: E402
 from cell_otf2.damage import DamageLog  # noqa: E402
-from cell_otf2.decode import decode  # noqa: E402
+from cell_otf2.decode.decoder import decode  # noqa: E402
 from cell_otf2.errors import FormatError  # noqa: E402
-from cell_otf2.manifest import load_manifest  # noqa: E402
-from cell_otf2.reader import read_dump  # noqa: E402
+from cell_otf2.input import dumps as dumps_mod  # noqa: E402
+from cell_otf2.input.manifest import load_manifest  # noqa: E402
+from cell_otf2.input.reader import read_dump  # noqa: E402
+from cell_otf2.native import record_loops as loops  # noqa: E402
+from cell_otf2.run.conversion import convert  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["two-nodes-hybrid", "damaged-gap-truncate"])
@@ -85,7 +85,7 @@ def test_spe_records_read_into_their_rows_decode_as_held_dumps(tmp_path, options
     shapes (context switches, both byte orders, small blocks, damage) the table, anchors,
     domains and links are those of decoding dumps held in memory, and the records did go
     into the table (a dump read elsewhere would still decode the same)."""
-    from cell_otf2.dumps import Dumps, read_summaries
+    from cell_otf2.input.dumps import Dumps, read_summaries
     from cell_otf2.model import SPE_IN_RECORD_DTYPE
     from cell_otf2.sim.run import simulate_run
 

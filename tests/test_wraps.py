@@ -21,13 +21,13 @@ from cellbench import evaluate as ev  # noqa: E402
 from cellbench.analysis import analyze  # noqa: E402
 from paths import ENV
 
-from cell_otf2 import decode  # noqa: E402
-from cell_otf2 import format as fmt  # noqa: E402
-from cell_otf2.intervals import MOD  # noqa: E402
+from cell_otf2.decode import decoder as decode  # noqa: E402
+from cell_otf2.decode.intervals import MOD  # noqa: E402
+from cell_otf2.input import format as fmt  # noqa: E402
 from cell_otf2.model import OrderOptions  # noqa: E402
+from cell_otf2.run.summary import interval_widths, sync_report  # noqa: E402
 from cell_otf2.sim.run import simulate_run  # noqa: E402
 from cell_otf2.sim.truth import load_truth  # noqa: E402
-from cell_otf2.summary import interval_widths, sync_report  # noqa: E402
 
 #: the bounds these tests compare with the truth are the guaranteed mode's (docs/sync-report.md
 #: 5.1: they hold for read delays up to 8 ticks; the default mode can miss by the delay)

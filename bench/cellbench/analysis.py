@@ -1,7 +1,7 @@
 """The stages up to the record times (read, decode, match, order, synchronize) on a whole
 run at once, in memory, returning every intermediate array: what the tests and benchmarks
 evaluate against the simulator's truth. Not a conversion: it writes nothing, spills nothing
-and runs in one process; ``cell_otf2.conversion.convert`` is the product's path."""
+and runs in one process; ``cell_otf2.run.conversion.convert`` is the product's path."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 from cell_otf2.damage import DamageLog
-from cell_otf2.decode import decode
-from cell_otf2.dumps import Dumps, Progress, read_summaries
-from cell_otf2.manifest import load_manifest
-from cell_otf2.match import match
+from cell_otf2.decode.decoder import decode
+from cell_otf2.decode.match import match
+from cell_otf2.input.dumps import Dumps, Progress, read_summaries
+from cell_otf2.input.manifest import load_manifest
 from cell_otf2.model import OrderOptions, Pipeline
-from cell_otf2.nodefit.fit import fitted_node_maps
-from cell_otf2.order import build_constraints
-from cell_otf2.synchronize import apply_times, synchronize, written_order_violations
+from cell_otf2.sync.nodefit.fit import fitted_node_maps
+from cell_otf2.sync.order import build_constraints
+from cell_otf2.sync.synchronize import apply_times, synchronize, written_order_violations
 
 
 def analyze(run_dir: Path, alpha: float = 0.5, order_options: OrderOptions | None = None,

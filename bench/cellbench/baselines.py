@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cell_otf2 import format as fmt
-from cell_otf2.intervals import MOD
+from cell_otf2.decode.intervals import MOD
+from cell_otf2.input import format as fmt
 from cell_otf2.model import (
     Constraints,
     Decoded,
@@ -43,8 +43,8 @@ from cell_otf2.model import (
     OrderOptions,
     Pipeline,
 )
-from cell_otf2.order import build_constraints
-from cell_otf2.solver import error_table
+from cell_otf2.sync.order import build_constraints
+from cell_otf2.sync.solver import error_table
 
 from .sync_baselines import lamport_offsets, paper_solve
 

@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-from cell_otf2 import format as fmt
 from cell_otf2.damage import DamageLog
+from cell_otf2.input import format as fmt
 from cell_otf2.model import (
     Constraints,
     Decoded,
@@ -49,8 +49,8 @@ from cell_otf2.model import (
     SyncResult,
 )
 from cell_otf2.sim.truth import Truth
-from cell_otf2.solver import pair_width_stats
-from cell_otf2.synchronize import apply_times
+from cell_otf2.sync.solver import pair_width_stats
+from cell_otf2.sync.synchronize import apply_times
 
 from .baselines import Estimate
 

@@ -1,5 +1,5 @@
 """Baselines of the node clock fit for the benchmark and the tests, beside the converter's fit
-(``cell_otf2.nodefit``): ``fit_linear_interpolation`` (offsets measured over the first and the
+(``cell_otf2.sync.nodefit``): ``fit_linear_interpolation`` (offsets measured over the first and the
 last second of messages, joined linearly per node, as Score-P and VampirTrace do); the other
 baseline, constant offsets (one offset per node, rate 1: the published algorithm's model), is
 ``fit_points(..., method="constant")`` of the package. Nothing here is used by the converter."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from cell_otf2.model import NodeMap
-from cell_otf2.nodefit.fit import NodeFit, fit_points, midpoint_map
-from cell_otf2.nodefit.points import (
+from cell_otf2.sync.nodefit.fit import NodeFit, fit_points, midpoint_map
+from cell_otf2.sync.nodefit.points import (
     FitOptions,
     map_to_reference,
     rough_offsets,

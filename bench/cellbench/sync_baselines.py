@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from cell_otf2.model import SyncSolution
-from cell_otf2.solver import BOTH, LOWER, NONE, UPPER, as_edges, reduced_graph
+from cell_otf2.sync.solver import BOTH, LOWER, NONE, UPPER, as_edges, reduced_graph
 
 #: the paper's relaxation stops when the most negative diagonal entry is above -this
 _PAPER_TOL = 1e-9

@@ -11,10 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import __version__
-from .. import format as fmt
-from ..interval_bounds import interval_bounds
-from ..loops import time_bounds
-from ..manifest import RegionKind
+from ..input import format as fmt
+from ..input.manifest import RegionKind
 from ..model import (
     ArchiveDefs,
     ClockProps,
@@ -36,6 +34,8 @@ from ..model import (
     SystemNode,
     SystemNodeDomain,
 )
+from ..native.record_loops import time_bounds
+from ..sync.interval_bounds import interval_bounds
 
 P = fmt.PpeCode
 

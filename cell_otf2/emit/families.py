@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import format as fmt
 from ..damage import DamageKind, DamageLog
+from ..input import format as fmt
 from ..model import Decoded, DmaStyle, Ev, MsgKind
 from .kernels import RecordBits, select_refs, take_field
 from .table import EventTable, SparseColumn, event_seq, lookup_refs

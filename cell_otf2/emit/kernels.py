@@ -3,7 +3,7 @@ span, ``take_field`` gathers a field of chosen records, ``select_refs`` maps the
 fields to definition refs, ``layout_own`` lays own events out by counting, ``fill_rows``
 writes the packed rows of a piece of the table's own events, ``region_flags`` finds the
 locations whose Enter and Leave do not balance and nest; each through the compiled helper
-``cell_otf2/_emitloops.c`` where it is built (setup.py, optional) and the arrays allow it,
+``cell_otf2/native/_emitloops.c`` where it is built (setup.py, optional) and the arrays allow it,
 else through numpy, with the same result either way (``tests/test_emitloops.py``).
 ``RecordBits`` is an event parameter made of bit fields of the event's record, which both
 paths compute without gathering whole record rows."""
@@ -15,11 +15,11 @@ import sys
 
 import numpy as np
 
-from ..loops import PYTHON_PATH_VARIABLE
 from ..model import EVENT_DTYPE
+from ..native.record_loops import PYTHON_PATH_VARIABLE
 
 try:
-    from .. import _emitloops
+    from ..native import _emitloops
 except ImportError:  # built without a C compiler: numpy does the same
     _emitloops = None
 

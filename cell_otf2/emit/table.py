@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .. import pages
 from ..model import EVENT_DTYPE, Ev
+from ..native import pages
 from .kernels import RecordBits, fill_rows, layout_own
 
 

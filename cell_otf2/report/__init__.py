@@ -120,7 +120,7 @@ def _draw(loaded, out_dir: Path, report: dict | None, sync_report: Path | None, 
                     Path(sync_report).name if sync_report is not None else "", result.skipped,
                     ctx_rows, result.csv.name)
     except OSError as exc:
-        from ..output import reason
+        from ..run.output import reason
 
         raise OutputError(f"{out_dir.parent}: cannot write the report: {reason(exc)}"
                           ) from None

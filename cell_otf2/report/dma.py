@@ -18,7 +18,7 @@ from .exact import category_ticks, transfers
 from .load import Loaded, LocClass
 
 try:  # the column spreading in C (setup.py), else numpy
-    from .. import _evtread
+    from ..native import _evtread
 except ImportError:
     _evtread = None
 

@@ -20,7 +20,7 @@ from ..errors import FormatError
 from ..signals import Deferred
 
 try:  # the per-event callbacks in C, built at install time where a C compiler is (setup.py)
-    from .. import _evtread
+    from ..native import _evtread
 except ImportError:
     _evtread = None
 
@@ -225,7 +225,7 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
 def _check_anchor(anchor: Path) -> None:
     """Refuse, in our words, what is not an archive's anchor file before the library sees it
     (it would print its own error lines): a folder, the ``.def`` file, anything else."""
-    from ..output import SUFFIX, not_archive_entry
+    from ..run.output import SUFFIX, not_archive_entry
 
     if anchor.is_dir():
         raise FormatError(anchor, "is a folder; name the archive's anchor file, e.g. "

@@ -1,5 +1,5 @@
 """The folder ``cell2otf2 report ARCHIVE -o DIR`` writes, under the output rules of ``convert``
-(``cell_otf2.output``): DIR is new or empty, or it holds only a previous report (its
+(``cell_otf2.run.output``): DIR is new or empty, or it holds only a previous report (its
 ``index.html`` and ``contexts.csv`` as this command writes them, its figures) and ``--force``
 replaces it; anything else in DIR, a symbolic link or a file is never replaced. The report is
 drawn into a hidden staging folder beside DIR and moved into place whole, under the parent's
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import OutputError
-from ..output import cannot_create, fsync_dir, locked, missing_dirs, reason
+from ..run.output import cannot_create, fsync_dir, locked, missing_dirs, reason
 
 #: the figures a report may hold (``report.FIGURES``, kept here to import no matplotlib)
 _FIGURES = frozenset({"timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .records import SPE, empty
 
 W = fmt.WaitMode.ALL

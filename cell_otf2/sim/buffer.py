@@ -1,7 +1,7 @@
 """The shared trace buffer of one simulated process: from its records (``records.REC_DTYPE``, true
 reading times) and its contexts' decrementer intervals, ``Slots`` (one row per slot in slot
 order with its true reading and reservation times) and the encoded dump bytes, through
-``cell_otf2.format`` dtypes only (reservation rules: docs/simulator.md). It does not apply
+``cell_otf2.input.format`` dtypes only (reservation rules: docs/simulator.md). It does not apply
 damage."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .clocks import NodeClock
 from .records import PPE, SPE
 from .spu import ContextClock

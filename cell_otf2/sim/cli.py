@@ -173,7 +173,7 @@ def simulate_command(
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp's 0700 would otherwise stay with the run
     except OSError as exc:
-        from ..output import cannot_create
+        from ..run.output import cannot_create
 
         _fail_output(cannot_create(out_dir.parent, exc) if out_dir.parent.is_dir()
                      else f"{out_dir}: cannot create the run directory: {_why(exc)}")
@@ -201,7 +201,7 @@ def simulate_command(
     finally:
         line.clear()
         shutil.rmtree(staging, ignore_errors=True)
-    from ..summary import plural
+    from ..run.summary import plural
 
     if quiet:
         return

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .bodies import LoopSpec
 from .driver import MAIN_EA_BASE, ProcessSim
 from .records import PPE, REC_DTYPE, SPE

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .buffer import KIND_BLOCK, KIND_GAP, KIND_PPE, SLOT_DTYPE, Slots
 from .driver import ProcessSim
 from .records import PPE, SPE, empty

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .bodies import dma_loop
 from .clocks import NodeClock
 from .records import PPE, SPE, RecordSink, empty

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .driver import ProcessSim
 from .workloads import R_MPI
 

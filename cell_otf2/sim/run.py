@@ -1,6 +1,6 @@
 """Deterministic synthetic CBT 1 runs with ground truth, the simulator's public entry:
 ``simulate_run(out_dir, workload, seed, **options)`` writes ``run.json``, one dump per rank
-(through ``cell_otf2.format`` dtypes) and ``truth.npz``/``truth.json`` (``sim/truth.py``); same
+(through ``input/format.py``'s dtypes) and ``truth.npz``/``truth.json`` (``sim/truth.py``); same
 options and seed give the same bytes. It wires the parts of ``sim/`` together (the choices where
 the contracts leave room: docs/simulator.md); it does not check the run (tests do)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from . import damage as dmg
 from .buffer import KIND_BLOCK, KIND_PPE, KIND_SPE, build_slots
 from .clocks import make_node_clock

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import format as fmt
+from ..input import format as fmt
 from .clocks import NodeClock
 from .records import PPE, SPE, RecordSink
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import format as fmt
+from ..input import format as fmt
 from .bodies import LoopSpec
 
 # manifest ids (one table for every workload)

@@ -28,7 +28,7 @@ from ..model import (
 )
 
 try:  # the per-event loop in C, built at install time when a C compiler is there (setup.py)
-    from .. import _evtwrite
+    from ..native import _evtwrite
 except ImportError:
     _evtwrite = None
 

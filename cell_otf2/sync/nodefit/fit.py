@@ -1,0 +1,336 @@
+"""The node fit's entry points: ``fitted_node_maps`` (the converter's maps: the fit, or the
+manifest's start times where messages do not reach a node both ways), ``fit_nodes`` (a decoded
+trace) and ``fit_points`` (message points, e.g. gathered from several processes), and what they
+return: ``NodeFit`` and its ``PiecewiseMap`` per node (continuous, piecewise linear, the
+reference node the identity), each with its guaranteed bound per piece and the estimate's
+expected error. The steps: the estimate (``estimate.py``), the least change to it that keeps
+every message ordered and the envelope of every map that does (``hard.py``). It reads no
+files, changes no record, and does not check that the points are real messages
+(``match.py`` does)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ...damage import DamageKind, DamageLog
+from ...input import format as fmt
+from ...model import Decoded, DomainKind, Matches, NodeMap
+from ..synchronize import start_time_maps
+from .estimate import curve_at, estimate, offsets_at
+from .hard import Infeasible, apexes, blame, bound_at, build_graph, envelope, keep_order
+from .lp import lp_maps
+from .points import (
+    ORDER_ONLY,
+    POINT_DTYPE,
+    FitOptions,
+    PiecewiseMap,
+    rough_offsets,
+    slacks,
+    strongly_connected,
+    undominated,
+)
+
+#: how often a rate limit too tight for the messages is doubled before the fit gives up
+_RATE_DOUBLINGS = 10
+#: rounds of setting contradicting messages aside
+_BLAME_ROUNDS = 8
+
+
+@dataclass
+class NodeFit:
+    maps: list[NodeMap | None]  # per node; None: not fitted (no messages both ways)
+    min_slack: float = np.inf  # smallest fitted slack over all points, reference ticks
+    reversed: int = 0  # points whose fitted slack is negative
+    points: int = 0
+    pool: int = 0  # points kept as hard constraints (no other implies them)
+    rows: int = 0  # vertices of the constraint graph
+    solves: int = 0  # constraint graphs solved
+    segments: list[int] = field(default_factory=list)  # per node: straight pieces
+    knots: list[np.ndarray | None] = field(default_factory=list)  # per node, reference ticks
+    models: list[str] = field(default_factory=list)  # per node: the estimate's model
+    contradicting: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    max_ppm: float = 0.0  # the rate limit of the bounds (raised where the messages need it)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def points_from_trace(dec: Decoded, matches: Matches) -> np.ndarray:
+    """The cross-node pairs of ``matches`` as POINT_DTYPE rows (records with a node clock);
+    a point-to-point message's kind is its communicator and size, a collective's order has
+    none."""
+    pairs = matches.node_pairs
+    rec = dec.records
+    bef, aft = pairs["before"], pairs["after"]
+    da, db = rec["domain"][bef], rec["domain"][aft]
+    kinds = dec.domains["kind"]
+    ok = (da >= 0) & (db >= 0)
+    ok[ok] = (kinds[da[ok]] == DomainKind.NODE) & (kinds[db[ok]] == DomainKind.NODE)
+    pts = np.zeros(int(ok.sum()), POINT_DTYPE)
+    node = dec.domains["node"]
+    bef, aft = bef[ok], aft[ok]
+    pts["a"], pts["b"] = node[da[ok]], node[db[ok]]
+    pts["ta"], pts["tb"] = rec["local"][bef], rec["local"][aft]
+    pts["before"], pts["after"] = bef, aft
+    p2p = np.isin(rec["code"][bef], [fmt.PpeCode.MPI_SEND, fmt.PpeCode.MPI_ISEND])
+    size = (rec["c"][bef] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    comm = (rec["a"][bef] & np.uint64(0x7FFFFFFF)).astype(np.int64)
+    pts["kind"] = np.where(p2p, (comm << 32) | size, ORDER_ONLY)
+    return pts[pts["a"] != pts["b"]]
+
+
+def node_extents(dec: Decoded) -> np.ndarray:
+    """Per node, the smallest and largest node timebase of its records with a node clock
+    (NaN where none)."""
+    rec = dec.records
+    out = np.full((dec.n_nodes, 2), np.nan)
+    dom = rec["domain"]
+    ok = dom >= 0
+    ok[ok] = dec.domains["kind"][dom[ok]] == DomainKind.NODE
+    if not ok.any():
+        return out
+    node = dec.domains["node"][dom[ok]].astype(np.int64)
+    x = rec["local"][ok].astype(np.float64)
+    lo = np.full(dec.n_nodes, np.inf)
+    hi = np.full(dec.n_nodes, -np.inf)
+    np.minimum.at(lo, node, x)
+    np.maximum.at(hi, node, x)
+    seen = np.isfinite(lo)
+    out[seen, 0], out[seen, 1] = lo[seen], hi[seen]
+    return out
+
+
+def fitted_node_maps(dec: Decoded, matches: Matches, options: FitOptions | None = None,
+                     damage: DamageLog | None = None) -> list[NodeMap]:
+    """The converter's node maps: the fit where the messages reach a node both ways, the
+    manifest's start times (``synchronize.start_time_maps``) for the other nodes. Messages
+    that no clock maps can keep ordered together go to ``damage`` (first file and slot)."""
+    maps = start_time_maps(dec)
+    if dec.n_nodes < 2:
+        return maps
+    pts = points_from_trace(dec, matches)
+    fit = fit_points(pts, dec.n_nodes, dec.manifest.node_of_rank(0), dec.manifest.timebase_hz,
+                     options, extents=node_extents(dec))
+    if fit.contradicting.size and damage is not None:
+        bad = pts[fit.contradicting]
+        recs = np.concatenate([bad["before"], bad["after"]])
+        first = int(recs[np.argmin(dec.records["slot"][recs])])
+        rank = int(dec.locations["rank"][dec.records["loc"][first]])
+        damage.add(DamageKind.contradicting_messages, dec.dump_names[rank],
+                   int(dec.records["slot"][first]), int(bad.size),
+                   "MPI messages that contradict each other under every clock map (a "
+                   "receive that would precede its send whatever the node clocks did): "
+                   "not used to place the node clocks")
+    return [m if m is not None else s for m, s in zip(fit.maps, maps, strict=True)]
+
+
+def fit_nodes(dec: Decoded, matches: Matches, options: FitOptions | None = None,
+              method: str = "fit") -> NodeFit:
+    """Fit every node of a decoded trace (reference: the node of rank 0). ``method``: "fit" or
+    "constant" (one offset per node, no message kept by force: the published algorithm's
+    model, a baseline)."""
+    man = dec.manifest
+    pts = points_from_trace(dec, matches)
+    return fit_points(pts, dec.n_nodes, man.node_of_rank(0), man.timebase_hz, options, method,
+                      extents=node_extents(dec))
+
+
+def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
+               options: FitOptions | None = None, method: str = "fit",
+               extents: np.ndarray | None = None) -> NodeFit:
+    """Fit node maps to message points (POINT_DTYPE, e.g. gathered from several processes);
+    ``method`` "fit" (the estimate, then every message kept) or "constant" (one offset per
+    node from the estimate alone, a baseline). ``extents``: per node the node timebase span
+    of its records, where the bound is stated up to."""
+    o = options or FitOptions()
+    if method == "constant":
+        o = replace(o, models=("constant",))
+    elif method != "fit":
+        raise ValueError(f"unknown node fit method {method!r}")
+    secs = {"prepare": 0.0, "estimate": 0.0, "order": 0.0, "bounds": 0.0}
+    t0 = time.perf_counter()
+    pts = points[(points["a"] != points["b"]) & (points["a"] >= 0) & (points["b"] >= 0)]
+    maps: list[NodeMap | None] = [None] * n_nodes
+    maps[ref] = NodeMap(0.0, 1.0, 0.0, "reference")
+    fit = NodeFit(maps, points=int(pts.size), segments=[0] * n_nodes, knots=[None] * n_nodes,
+                  models=[""] * n_nodes, max_ppm=o.max_ppm)
+    fitted = strongly_connected(pts, n_nodes, ref)
+    index = np.flatnonzero(fitted[pts["a"]] & fitted[pts["b"]])
+    pts = pts[index]
+    if pts.size == 0:
+        return fit
+    c = rough_offsets(pts, n_nodes, ref)
+    secs["prepare"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    hard = undominated(pts, n_nodes)
+    curves = estimate(pts, n_nodes, ref, c, hz, o,
+                      prior=_envelope_lines(build_graph(pts[hard], n_nodes, ref, c), n_nodes,
+                                            ref, o.max_ppm * 1e-6))
+    lonely = [n for n in np.flatnonzero(fitted).tolist()
+              if n != ref and curves.knots[n] is None]
+    if lonely:  # no symmetric kind links them: centred between all messages instead
+        centred = lp_maps(pts, n_nodes, ref, hz)
+        for n in lonely:
+            m = centred[n]
+            if m is not None:
+                kn = np.asarray(m.knots_node, dtype=np.float64)
+                curves.knots[n] = kn
+                curves.values[n] = np.asarray(m.knots_ref) - kn - c[n]
+                curves.model[n] = "all kinds"
+    if method == "constant":  # the baseline: one offset per node, the curve's middle
+        for n, kn in enumerate(curves.knots):
+            if kn is not None:
+                mid = curve_at(kn, curves.values[n], np.array([0.5 * (kn[0] + kn[-1])]))
+                curves.knots[n] = np.r_[kn[0], max(kn[-1], kn[0] + 1.0)]
+                curves.values[n] = np.r_[mid, mid]
+                curves.model[n] = "constant"
+    fit.models = list(curves.model)
+    secs["estimate"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    eps = o.max_ppm * 1e-6
+    lat = o.min_latency_ticks if method == "fit" else 0.0
+    dropped = np.zeros(0, np.int64)
+    z = None
+    for _ in range(_BLAME_ROUNDS + _RATE_DOUBLINGS):
+        g = build_graph(pts[hard], n_nodes, ref, c)
+        h = offsets_at(curves.knots, curves.values, g.node, g.x)
+        h[np.array([curves.knots[n] is None for n in range(n_nodes)])[g.node]] = np.nan
+        h[0] = 0.0
+        fit.solves += 1
+        if method != "fit":
+            z = np.nan_to_num(h, nan=0.0)
+            break
+        try:
+            z, _, _ = keep_order(g, h, lat, eps)
+            break
+        except Infeasible:
+            bad = blame(g, np.nan_to_num(h, nan=0.0), 0.0)
+            if bad.size:
+                dropped = np.r_[dropped, hard[bad]]
+                hard = np.delete(hard, bad)
+            elif eps < 0.25:
+                eps *= 2.0
+            else:
+                break
+    if z is None:
+        return fit  # nothing keeps the messages: the caller falls back to start times
+    fit.contradicting = index[np.sort(dropped)]
+    fit.max_ppm = eps * 1e6
+    fit.pool, fit.rows = int(hard.size), g.size
+    secs["order"] = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    lower, upper = envelope(g, 0.0, eps, z)  # every map that keeps every message
+    label = "fit" if method == "fit" else method
+    for n in np.flatnonzero(fitted).tolist():
+        if n == ref:
+            continue
+        v = np.flatnonzero(g.node == n)
+        xs, zv = g.x[v], z[v]
+        kn, kz = _map_knots(curves, n, xs, zv, h[v])
+        ext = extents[n] if extents is not None else np.array([np.nan, np.nan])
+        span = np.array([np.nanmin(np.r_[xs, kn, ext]), np.nanmax(np.r_[xs, kn, ext])])
+        mid = 0.5 * float(span[0] + span[1])
+        m = midpoint_map(kn, kn + c[n] + kz, mid, label)
+        if method == "constant":
+            m.rate, m.offset = 1.0, float(c[n] + kz[0])
+        if method == "fit":
+            m.piece_bounds, m.bound = _bounds(m, c[n], xs, lower[v], upper[v], eps, span)
+        m.estimate_error = (float(curves.error[n]) if np.isfinite(curves.error[n])
+                            else None)
+        maps[n] = m
+        fit.segments[n] = kn.size - 1
+        fit.knots[n] = kn + c[n]
+    secs["bounds"] = time.perf_counter() - t3
+    slack = slacks(pts, maps)
+    fit.min_slack = float(np.nanmin(slack)) if slack.size else np.inf
+    fit.reversed = int((slack < 0).sum())
+    fit.seconds = secs
+    return fit
+
+
+def _envelope_lines(g, n_nodes: int, ref: int, eps: float
+                    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Per node a straight line through the middle of the envelope the messages leave it
+    (every map within the rate limit that keeps every message ordered), each vertex weighted
+    by how narrow the envelope is there: a first curve that needs no assumption on latencies,
+    for nodes no symmetric kind pins. None where the envelope is open."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_nodes
+    try:
+        lower, upper = envelope(g, 0.0, eps, np.zeros(g.size))
+    except Infeasible:
+        return out
+    for n in range(n_nodes):
+        v = np.flatnonzero((g.node == n) & np.isfinite(lower) & np.isfinite(upper))
+        if n == ref or v.size == 0:
+            continue
+        x, mid = g.x[v], 0.5 * (lower[v] + upper[v])
+        w = 1.0 / (upper[v] - lower[v] + 1.0) ** 2
+        xm = float(np.sum(w * x) / w.sum())
+        ym = float(np.sum(w * mid) / w.sum())
+        var = float(np.sum(w * (x - xm) ** 2))
+        slope = float(np.sum(w * (x - xm) * (mid - ym)) / var) if var > 0 else 0.0
+        ends = np.array([x.min(), max(x.max(), x.min() + 1.0)])
+        out[n] = (ends, ym + slope * (ends - xm))
+    return out
+
+
+def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """A node's knots (node timebase) and offsets beyond ``x + c`` there: the estimate's
+    curve (its two ends where it is a line) plus the vertices the hard constraints moved and
+    their neighbours, the move interpolated between vertices."""
+    kc = curves.knots[n]
+    if kc is None:  # no estimate: the offsets the constraints leave, vertex by vertex
+        kn, kz = xs, zv
+    else:
+        est = _bends(kc, curves.values[n])
+        move = zv - hv
+        moved = np.abs(move) > 1e-6
+        near = moved.copy()
+        near[1:] |= moved[:-1]
+        near[:-1] |= moved[1:]
+        kn = np.unique(np.r_[est, xs[near]])
+        kz = curve_at(kc, curves.values[n], kn)
+        if moved.any():
+            kz = kz + np.interp(kn, xs, np.where(moved, move, 0.0))
+    if kn.size == 1:
+        kn, kz = np.r_[kn, kn + 1.0], np.r_[kz, kz]
+    return kn, kz
+
+
+def _bends(kn: np.ndarray, kz: np.ndarray, tol: float = 1e-3) -> np.ndarray:
+    """The knots of a piecewise-linear curve where it bends by more than ``tol`` ticks (a
+    straight curve keeps its two ends)."""
+    if kn.size <= 2:
+        return kn
+    mid = kz[:-2] + (kz[2:] - kz[:-2]) * (kn[1:-1] - kn[:-2]) / (kn[2:] - kn[:-2])
+    bend = np.abs(kz[1:-1] - mid) > tol
+    return np.r_[kn[0], kn[1:-1][bend], kn[-1]]
+
+
+def _bounds(m: PiecewiseMap, c: float, xs: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+            eps: float, span: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per piece of ``m`` and over the node's span, the largest distance from the map to the
+    envelope (every map within the rate limit that keeps every message ordered)."""
+    kn = m.knots_node
+    at = np.unique(np.r_[kn, xs, apexes(xs, lower, upper, eps), span])
+    at = at[(at >= min(span[0], kn[0])) & (at <= max(span[1], kn[-1]))]
+    lo, up = bound_at(xs, lower, upper, eps, at)
+    z = m.to_reference(at) - at - c
+    b = np.maximum(up - z, z - lo)
+    piece = np.clip(np.searchsorted(kn, at, side="right") - 1, 0, kn.size - 2)
+    out = np.zeros(kn.size - 1)
+    np.maximum.at(out, piece, b)
+    on_knot = np.isin(at, kn) & (piece > 0)  # a knot also ends the piece before it
+    np.maximum.at(out, piece[on_knot] - 1, b[on_knot])
+    return out, float(b.max()) if b.size else 0.0
+
+
+def midpoint_map(kn: np.ndarray, kr: np.ndarray, x_mid: float, method: str) -> PiecewiseMap:
+    m = PiecewiseMap(0.0, 1.0, None, method, knots_node=kn, knots_ref=kr)
+    j = int(np.clip(np.searchsorted(kn, x_mid, side="right") - 1, 0, kn.size - 2))
+    rate = float((kr[j + 1] - kr[j]) / (kn[j + 1] - kn[j]))
+    m.rate = rate
+    m.offset = float(m.to_reference(x_mid) - rate * x_mid)
+    return m

@@ -1,0 +1,121 @@
+"""The fallback centring of the node fit, for nodes that no symmetric kind of message links
+to the reference (e.g. one-way rings closed only by collectives): per node a piecewise-linear
+map centred between the tightest messages of both directions, every kind mixed, by a linear
+program over knots at the bends of its offset curve (``curves.py``, ``program.py``). Its
+maps are an estimate only: ``fit.py`` keeps every message ordered and states the bounds."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from ...model import NodeMap
+from .curves import choose_model, node_curves, node_knots, prior_offsets, refined_curves
+from .points import LpOptions as FitOptions
+from .points import PiecewiseMap, rough_offsets, slacks, strongly_connected, undominated
+from .program import Program, cells, hull, objective_windows, piece_of, slope_limit
+
+
+def lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float,
+            o: FitOptions | None = None) -> list[NodeMap | None]:
+    """Node maps centred between the tightest messages of both directions, all kinds
+    mixed (None where not fitted). Should HiGHS fail with the chosen knot spacings, again
+    with knots at the bends only; None everywhere if it fails then too."""
+    o = o or FitOptions()
+    try:
+        return _lp_maps(points, n_nodes, ref, hz, o)
+    except RuntimeError:
+        try:
+            return _lp_maps(points, n_nodes, ref, hz, replace(o, min_spacing=np.inf))
+        except RuntimeError:
+            return [None] * n_nodes
+
+
+def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOptions
+             ) -> list[NodeMap | None]:
+    secs = {"prepare": 0.0, "curves": 0.0, "reduce": 0.0, "lp": 0.0, "bounds": 0.0}
+    t0 = time.perf_counter()
+    pts = points[(points["a"] != points["b"]) & (points["a"] >= 0) & (points["b"] >= 0)]
+    maps: list[NodeMap | None] = [None] * n_nodes
+    maps[ref] = NodeMap(0.0, 1.0, 0.0, "reference")
+    fitted = strongly_connected(pts, n_nodes, ref)
+    pts = pts[fitted[pts["a"]] & fitted[pts["b"]]]
+    if pts.size == 0:
+        return maps
+    pts = pts[undominated(pts, n_nodes)]
+    c = rough_offsets(pts, n_nodes, ref)
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    lo_r = float(min((pts["ta"] + c[a]).min(), (pts["tb"] + c[b]).min())) - 1.0
+    hi_r = float(max((pts["ta"] + c[a]).max(), (pts["tb"] + c[b]).max())) + 1.0
+    secs["prepare"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    nodes = [n for n in np.flatnonzero(fitted).tolist() if n != ref]
+    bends = {n: np.zeros(0) for n in nodes}
+    spacing = {n: np.inf for n in nodes}
+    prior: list[NodeMap | None] = [None] * n_nodes
+    for n in np.flatnonzero(fitted).tolist():
+        prior[n] = _map(np.array([lo_r, hi_r]) - c[n], np.array([lo_r, hi_r]))
+    grid, per_edge = objective_windows(lo_r, hi_r, len(nodes) + 1, o, hz)
+    longest = max(o.max_segment_s * hz, float(grid[1] - grid[0]))
+    kref: list[np.ndarray | None] = [None] * n_nodes
+    for n in np.flatnonzero(fitted).tolist():
+        kref[n] = node_knots(np.zeros(0), lo_r, hi_r, longest)
+    centers, curves = node_curves(pts, n_nodes, ref, c, hz, o)
+    width = float(np.diff(centers[:2])[0]) if centers.size > 1 else np.inf
+    for rnd in range(o.refine + 1):
+        if rnd:  # the curves again with the rates of the last round's maps
+            curves = refined_curves(pts, n_nodes, ref, c, centers, prior)
+        for n in nodes:
+            bends[n], spacing[n] = choose_model(centers, curves[:, n], width, lo_r,
+                                                 hi_r, o, hz)
+            kref[n] = node_knots(bends[n], lo_r, hi_r, min(longest, abs(spacing[n])))
+            z = prior_offsets(centers, curves[:, n], kref[n], width)
+            prior[n] = _map(kref[n] - c[n], kref[n] + z)
+    secs["curves"] = time.perf_counter() - t1
+    # knots every h besides the bends: the fit is the mean of ``spins`` fits whose knots are
+    # shifted by h / spins (each keeps every slack >= its smallest, so does their mean; the
+    # mean follows a curve between knots and averages the noise of knots pinned by few
+    # messages)
+    spins = max(int(o.spins), 1) if any(h > 0 and np.isfinite(h)
+                                        for h in spacing.values()) else 1
+    fits: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for spin in range(spins):
+        for n in nodes:
+            h = spacing[n]
+            kref[n] = node_knots(bends[n], lo_r, hi_r, min(longest, abs(h)),
+                             spin / spins if h > 0 else 0.0)
+        t2 = time.perf_counter()
+        knots = [None if k is None else k - c[n] for n, k in enumerate(kref)]
+        tknots = [None if k is None else grid - c[n] for n, k in enumerate(kref)]
+        fine = [None if k is None else np.unique(np.r_[k, tk])
+                for k, tk in zip(knots, tknots, strict=True)]
+        cell = cells(a, b, piece_of(a, pts["ta"], fine), piece_of(b, pts["tb"], fine),
+                      fine)
+        y = pts["tb"] - pts["ta"] + (c[b] - c[a])
+        pool = pts[hull(cell, pts["ta"], y, slope_limit(o.max_ppm))]
+        score = slacks(pool, prior)
+        secs["reduce"] += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        prog = Program(ref, knots, tknots, per_edge, c, o, hz)
+        z = prog.solve(pool, score)
+        fits.append([(knots[n], knots[n] + c[n] + z[prog.zoff[n]: prog.zoff[n] + knots[n].size])
+                     if n in bends else (np.zeros(0), np.zeros(0)) for n in range(n_nodes)])
+        secs["lp"] += time.perf_counter() - t3
+    for n in nodes:
+        kn = np.unique(np.concatenate([f[n][0] for f in fits]))
+        kr = np.mean([_extend(kn, *f[n]) for f in fits], axis=0)
+        maps[n] = _map(kn, kr)
+    return maps
+
+
+def _map(kn: np.ndarray, kr: np.ndarray) -> NodeMap:
+    return PiecewiseMap(0.0, 1.0, None, "fit", knots_node=kn, knots_ref=kr)
+
+
+def _extend(x: np.ndarray, kn: np.ndarray, kr: np.ndarray) -> np.ndarray:
+    """The piecewise-linear map through (kn, kr) at ``x``, extended linearly beyond both
+    ends."""
+    j = np.clip(np.searchsorted(kn, x, side="right") - 1, 0, kn.size - 2)
+    return kr[j] + (x - kn[j]) * (kr[j + 1] - kr[j]) / (kn[j + 1] - kn[j])
