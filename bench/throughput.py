@@ -181,13 +181,14 @@ def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
     (the same without the malloc tuning) or "python" (the ctypes path)."""
     import numpy as np
 
+    from cell_otf2 import native
     from cell_otf2.model import EVENT_DTYPE
     from cell_otf2.writer import capi
     from cell_otf2.writer.archive import write_archive
     from cell_otf2.writer.checks import check_events
 
     if mode == "python":
-        os.environ[capi.PYTHON_PATH_VARIABLE] = "1"
+        os.environ[native.OFF_VARIABLE] = "1"  # this child process: the ctypes path
     if mode == "c-plain-malloc":
         capi.TUNE_MALLOC = False
     defs = pickle.loads(Path(defs_file).read_bytes())
@@ -200,7 +201,7 @@ def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
         c0 = time.process_time()
         check_events(defs, events)
         check_cpu = time.process_time() - c0
-    compiled = capi.c_api().compiled and mode != "python"
+    compiled = capi.use_compiled(capi.c_api())
     return {"events": int(events.size), "wall": wall, "cpu": cpu, "check_cpu": check_cpu,
             "compiled": compiled}
 
@@ -372,8 +373,8 @@ def writer_section(run: Path, repeat: int, conversion_wall: float,
                     library_rate(exe, events_file, cap["locations"], use_mallopt))
     n_ev = cap["events"]
     if not rounds["c"][0]["compiled"]:
-        print("NOTE: cell_otf2.native._evtwrite is not built: the compiled rows are the "
-              "ctypes path")
+        print("NOTE: cell_otf2.native._evtwrite does not run (not built, or CELL2OTF2_NO_NATIVE "
+              "set): the compiled rows are the ctypes path")
 
     def median(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in rounds[mode])

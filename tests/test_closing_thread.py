@@ -18,14 +18,12 @@ import numpy as np
 import pytest
 from writer_samples import sample_defs, sample_events
 
+from cell_otf2 import native
 from cell_otf2.errors import OutputError
-from cell_otf2.writer import capi
 from cell_otf2.writer import open_archive as open_archive_module
 from cell_otf2.writer.archive import write_archive
 
-needs_compiled = pytest.mark.skipif(
-    capi._evtwrite is None,
-    reason="cell_otf2.native._evtwrite is not built (pip install -e . with a C compiler)")
+needs_compiled = pytest.mark.native("evtwrite")
 
 
 def events_of_many_locations() -> np.ndarray:
@@ -70,7 +68,6 @@ class Calls:
 
 @needs_compiled
 def test_locations_are_closed_in_the_closing_thread(tmp_path, monkeypatch):
-    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
     calls = Calls(monkeypatch)
     defs = sample_defs()
     stats = write_archive(defs, events_of_many_locations(), tmp_path, "a")
@@ -82,7 +79,7 @@ def test_locations_are_closed_in_the_closing_thread(tmp_path, monkeypatch):
 
 
 def test_with_the_ctypes_path_closes_run_where_the_events_were_written(tmp_path, monkeypatch):
-    monkeypatch.setenv(capi.PYTHON_PATH_VARIABLE, "1")
+    monkeypatch.setenv(native.OFF_VARIABLE, "1")
     calls = Calls(monkeypatch)
     write_archive(sample_defs(), events_of_many_locations(), tmp_path, "a")
     assert calls.closes
@@ -93,7 +90,6 @@ def test_with_the_ctypes_path_closes_run_where_the_events_were_written(tmp_path,
 @pytest.mark.parametrize("fail_at", [1, 3])
 def test_a_close_failing_in_the_thread_fails_the_archive_once_every_close_ended(
         tmp_path, monkeypatch, fail_at):
-    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
     calls = Calls(monkeypatch, delay_s=0.02, fail_at=fail_at)
     with pytest.raises(OutputError, match="the OTF2 library failed"):
         write_archive(sample_defs(), events_of_many_locations(), tmp_path, "a")
@@ -104,7 +100,6 @@ def test_a_close_failing_in_the_thread_fails_the_archive_once_every_close_ended(
 def test_an_interruption_while_closes_run_closes_the_archive_after_them(tmp_path, monkeypatch):
     """Ctrl-C lands (here: from the progress callback) while slow closes are still queued:
     it propagates, but the archive is closed only after every location's close ended."""
-    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
     calls = Calls(monkeypatch, delay_s=0.05)
 
     def progress(done: int) -> None:

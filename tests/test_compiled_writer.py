@@ -1,12 +1,12 @@
 """The writer's compiled per-event loop (native/_evtwrite.c) writes byte-identical archives.
 
 Every sample run and a simulated hybrid (MPI + SPEs) and context-switch run, each with DMA as
-RMA records and as messages, is converted twice: through the C loop and through the ctypes
-path (``capi.PYTHON_PATH_VARIABLE`` set); every file of the two archives must be equal
-byte for byte, but for the anchor file's random trace identifier (different in any two
-conversions); the same for a hand-built table of every event kind with extreme values. Also:
-the one-pass C input check passes exactly the tables the numpy checks pass, and without the
-extension the writer falls back to the ctypes path silently.
+RMA records and as messages, is converted twice (the ``native_ways`` fixture): through the C
+loop and through the ctypes path (``CELL2OTF2_NO_NATIVE`` set); every file of the two
+archives must be equal byte for byte, but for the anchor file's random trace identifier
+(different in any two conversions); the same for a hand-built table of every event kind with
+extreme values. Also: the one-pass C input check passes exactly the tables the numpy checks
+pass, and without the extension the writer falls back to the ctypes path silently.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from writer_samples import sample_defs, sample_events
 
+from cell_otf2 import native
 from cell_otf2.errors import OutputError
 from cell_otf2.model import EVENT_DTYPE, Ev
 from cell_otf2.run.conversion import convert
@@ -32,9 +33,7 @@ SIMULATED = {
     "context-switch": dict(workload="fft", spes=6, spus=2, phases=2, chunks=6),
 }
 
-needs_compiled = pytest.mark.skipif(
-    capi._evtwrite is None,
-    reason="cell_otf2.native._evtwrite is not built (pip install -e . with a C compiler)")
+needs_compiled = pytest.mark.native("evtwrite")
 
 
 def trace_id_masked(anchor: Path) -> bytes:
@@ -69,24 +68,23 @@ def assert_same_archives(a: Path, b: Path) -> None:
         assert data == files_b[name], f"{name} differs"
 
 
-def both_paths(write, monkeypatch) -> None:
-    """``write("c")`` through the C loop, then ``write("py")`` through the ctypes path."""
+def both_paths(write, monkeypatch, native_ways) -> None:
+    """``write("native")`` through the C loop, then ``write("numpy")`` through the ctypes
+    path."""
     ctypes_calls = []
     original = writer_events.add_other_event_writers
     monkeypatch.setattr(writer_events, "add_other_event_writers",
                         lambda *a: ctypes_calls.append(1) or original(*a))
-    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
-    write("c")
-    assert not ctypes_calls
-    monkeypatch.setenv(capi.PYTHON_PATH_VARIABLE, "1")
-    write("py")
-    assert ctypes_calls
-    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE)
+    for way in native_ways(monkeypatch):
+        write(way)
+        assert bool(ctypes_calls) == (way == "numpy")
 
 
-def convert_both(run: Path, out: Path, monkeypatch, **options) -> tuple[Path, Path]:
-    both_paths(lambda path: convert(run, out / path / "a.otf2", **options), monkeypatch)
-    return out / "c" / "a.otf2", out / "py" / "a.otf2"
+def convert_both(run: Path, out: Path, monkeypatch, native_ways, **options
+                 ) -> tuple[Path, Path]:
+    both_paths(lambda way: convert(run, out / way / "a.otf2", **options), monkeypatch,
+               native_ways)
+    return out / "native" / "a.otf2", out / "numpy" / "a.otf2"
 
 
 @pytest.fixture(scope="module")
@@ -99,28 +97,31 @@ def simulated(tmp_path_factory):
     return runs
 
 
-def test_compiled_loop_is_used_when_built():
-    assert capi.c_api().compiled is (capi._evtwrite is not None)
+def test_compiled_loop_is_used_when_it_runs():
+    assert capi.use_compiled(capi.c_api()) is (native.helper("evtwrite") is not None)
 
 
 @needs_compiled
 @pytest.mark.parametrize("dma_style", ["rma", "messages"])
 @pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
-def test_samples_byte_identical(sample, dma_style, tmp_path, monkeypatch):
-    a, b = convert_both(SAMPLES / sample, tmp_path, monkeypatch, dma_style=dma_style)
+def test_samples_byte_identical(sample, dma_style, tmp_path, monkeypatch, native_ways):
+    a, b = convert_both(SAMPLES / sample, tmp_path, monkeypatch, native_ways,
+                        dma_style=dma_style)
     assert_same_archives(a, b)
 
 
 @needs_compiled
 @pytest.mark.parametrize("dma_style", ["rma", "messages"])
 @pytest.mark.parametrize("name", sorted(SIMULATED))
-def test_simulated_runs_byte_identical(simulated, name, dma_style, tmp_path, monkeypatch):
-    a, b = convert_both(simulated[name], tmp_path, monkeypatch, dma_style=dma_style)
+def test_simulated_runs_byte_identical(simulated, name, dma_style, tmp_path, monkeypatch,
+                                       native_ways):
+    a, b = convert_both(simulated[name], tmp_path, monkeypatch, native_ways,
+                        dma_style=dma_style)
     assert_same_archives(a, b)
 
 
 @needs_compiled
-def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch):
+def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch, native_ways):
     """The hand-built table of writer_samples (every Ev kind) repeated 3000 times, so
     locations span several progress chunks, with random values up to each parameter's limit."""
     one = sample_events()
@@ -142,9 +143,9 @@ def test_every_kind_with_extreme_values_byte_identical(tmp_path, monkeypatch):
         sel = np.isin(events["type"], kinds)
         events[column][sel] = rng.integers(0, high, sel.sum(), dtype=np.uint64, endpoint=False)
     monkeypatch.setattr(writer_events, "PROGRESS_EVENTS", 7000)
-    both_paths(lambda path: write_archive(sample_defs(), events, tmp_path / path, "t"),
-               monkeypatch)
-    assert_same_archives(tmp_path / "c" / "t.otf2", tmp_path / "py" / "t.otf2")
+    both_paths(lambda way: write_archive(sample_defs(), events, tmp_path / way, "t"),
+               monkeypatch, native_ways)
+    assert_same_archives(tmp_path / "native" / "t.otf2", tmp_path / "numpy" / "t.otf2")
 
 
 @needs_compiled
@@ -165,13 +166,13 @@ def test_compiled_check_agrees_with_the_numpy_checks(monkeypatch):
         value = values[column][int(rng.integers(len(values[column])))]
         events[column][i] = value
         compiled_ok = checks._compiled_check(defs, events)
-        monkeypatch.setenv(capi.PYTHON_PATH_VARIABLE, "1")
+        monkeypatch.setenv(native.OFF_VARIABLE, "1")
         try:
             checks.check_events(defs, events)
             numpy_ok = True
         except checks.WriterInputError:
             numpy_ok = False
-        monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE)
+        monkeypatch.delenv(native.OFF_VARIABLE)
         assert compiled_ok == numpy_ok, (column, i, value, Ev(int(good["type"][i])).name)
         seen.add(numpy_ok)
     assert seen == {True, False}
@@ -186,6 +187,7 @@ def test_a_library_error_stops_the_location_with_one_message(tmp_path, compiled)
     rows["type"] = [Ev.ENTER, Ev.LEAVE, Ev.ENTER, Ev.LEAVE, Ev.ENTER, Ev.LEAVE]
     rows["time"] = [10, 20, 5, 30, 40, 50]
     api = capi.c_api()
+    assert capi.use_compiled(api)  # the C loop bound
     errors = capi.library_errors()
     errors.clear()
     archive = OpenArchive(tmp_path, "e")
@@ -207,15 +209,13 @@ def test_a_library_error_stops_the_location_with_one_message(tmp_path, compiled)
 
 def test_without_the_extension_the_ctypes_path_writes_silently(tmp_path, monkeypatch, capfd):
     run = SAMPLES / "fft-16spe"
-    monkeypatch.setattr(capi, "_evtwrite", None)
-    monkeypatch.setattr(capi, "_API", None)
+    monkeypatch.setattr(native, "_built", lambda name: None)  # as if built without a compiler
     calls = []
     original = writer_events.add_other_event_writers
     monkeypatch.setattr(writer_events, "add_other_event_writers",
                         lambda *a: calls.append(1) or original(*a))
-    monkeypatch.delenv(capi.PYTHON_PATH_VARIABLE, raising=False)
     s = convert(run, tmp_path / "a.otf2")
-    assert not capi.c_api().compiled and calls  # the ctypes path wrote the events
+    assert not capi.use_compiled(capi.c_api()) and calls  # the ctypes path wrote the events
     out, err = capfd.readouterr()
     assert out == err == ""
     assert s.events_written > 0

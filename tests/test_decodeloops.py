@@ -1,6 +1,6 @@
-"""The compiled per-record loops (cell_otf2/native/_decodeloops.c) and their numpy fallback give the
-same tables: field gathers across byte orders, widths and signs, and whole dumps read both
-ways."""
+"""The compiled per-record loops (cell_otf2/native/_decodeloops.c) and their numpy twins give
+the same tables (each test runs both ways through the ``native_ways`` fixture): field gathers
+across byte orders, widths and signs, and whole dumps read and decoded both ways."""
 
 from __future__ import annotations
 
@@ -15,23 +15,16 @@ DST = np.dtype([("a", "<u8"), ("b", "<i8"), ("c", "<u8"), ("d", "<u2"), ("e", "<
 PAIRS = (("a", "x"), ("b", "y"), ("c", "z"), ("d", "w"), ("e", "s"), ("f", "z"))
 
 
-def both(monkeypatch, dst_rows, src, idx, pairs):
+def both(monkeypatch, native_ways, dst_rows, src, idx, pairs):
     out = []
-    for compiled in (True, False):
-        monkeypatch.setattr(loops, "COMPILED", compiled)
+    for _way in native_ways(monkeypatch):
         dst = np.zeros(dst_rows, DST)
         loops.gather_fields(dst, src, idx, pairs)
         out.append(dst)
     return out
 
 
-@pytest.mark.skipif(loops._decodeloops is None, reason="cell_otf2.native._decodeloops is not built "
-                    "(pip install -e . with a C compiler)")
-def test_compiled_loops_are_used_where_built():
-    assert loops.COMPILED
-
-
-def test_gather_agrees_with_numpy(monkeypatch):
+def test_gather_agrees_with_numpy(monkeypatch, native_ways):
     rng = np.random.default_rng(3)
     src = np.zeros(1000, SRC)
     for name in SRC.names:
@@ -39,13 +32,13 @@ def test_gather_agrees_with_numpy(monkeypatch):
         src[name] = rng.integers(info.min, info.max, src.size, dtype=np.int64, endpoint=True) \
             if info.bits < 64 else rng.integers(0, 2**63, src.size) * 2 + 1
     idx = rng.integers(0, src.size, 5000)
-    compiled, numpy = both(monkeypatch, idx.size, src, idx, PAIRS)
+    compiled, numpy = both(monkeypatch, native_ways, idx.size, src, idx, PAIRS)
     assert compiled.tobytes() == numpy.tobytes()
-    compiled, numpy = both(monkeypatch, 0, src, idx[:0], PAIRS)
+    compiled, numpy = both(monkeypatch, native_ways, 0, src, idx[:0], PAIRS)
     assert compiled.tobytes() == numpy.tobytes()
 
 
-def test_gather_with_columns_agrees_with_numpy(monkeypatch):
+def test_gather_with_columns_agrees_with_numpy(monkeypatch, native_ways):
     """Columns written besides the gathered fields (arrays converted to the field's type, one
     value for every row) come out as numpy's field assignment makes them."""
     rng = np.random.default_rng(4)
@@ -55,8 +48,7 @@ def test_gather_with_columns_agrees_with_numpy(monkeypatch):
     columns = {"b": rng.integers(-(2**40), 2**40, idx.size), "f": 7,
                "d": rng.integers(0, 2**16, idx.size).astype(np.int64), "e": np.array([-3])}
     out = []
-    for compiled in (True, False):
-        monkeypatch.setattr(loops, "COMPILED", compiled)
+    for _way in native_ways(monkeypatch):
         for n in (idx.size, 0):
             dst = np.zeros(n, DST)
             cols = {k: (v[:n] if np.ndim(v) and np.size(v) > 1 else v)
@@ -66,15 +58,14 @@ def test_gather_with_columns_agrees_with_numpy(monkeypatch):
     assert out[:2] == out[2:]
 
 
+@pytest.mark.native("decodeloops")
 def test_gather_refuses_rows_out_of_range():
-    if loops._decodeloops is None:
-        pytest.skip("not built")
     src = np.zeros(4, SRC)
     with pytest.raises(IndexError):
         loops.gather_fields(np.zeros(1, DST), src, np.array([4]), PAIRS)
 
 
-def test_dumps_read_the_same_both_ways(monkeypatch, tmp_path):
+def test_dumps_read_the_same_both_ways(monkeypatch, native_ways, tmp_path):
     from cell_otf2.input.manifest import load_manifest
     from cell_otf2.input.reader import read_dump
     from cell_otf2.sim.run import simulate_run
@@ -83,8 +74,7 @@ def test_dumps_read_the_same_both_ways(monkeypatch, tmp_path):
     man = load_manifest(tmp_path / "run")
     for p in man.processes:
         got = []
-        for compiled in (True, False):
-            monkeypatch.setattr(loops, "COMPILED", compiled)
+        for _way in native_ways(monkeypatch):
             d = read_dump(man.dump_path(p.rank), man, p.rank, chunk_slots=97)
             got.append([d.ppe.tobytes(), d.blocks.tobytes(), d.spe.tobytes(), d.gaps.tobytes(),
                         repr(d.damage)])
@@ -92,15 +82,14 @@ def test_dumps_read_the_same_both_ways(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("field", ["k", None])
-def test_group_u16_agrees_with_numpy(monkeypatch, field):
+def test_group_u16_agrees_with_numpy(monkeypatch, native_ways, field):
     rng = np.random.default_rng(5)
     table = np.zeros(20000, [("x", "<u8"), ("k", "<u2"), ("y", "u1")])
     table["k"] = rng.choice([0, 1, 7, 300, 65535], table.size)
     if field is None:
         table = np.ascontiguousarray(table["k"])
     out = []
-    for compiled in (True, False):
-        monkeypatch.setattr(loops, "COMPILED", compiled)
+    for _way in native_ways(monkeypatch):
         for rows in (table, table[:0]):
             order, start = loops.group_u16(rows, field)
             assert order.dtype == np.int32 and start.dtype == np.int64
@@ -110,7 +99,7 @@ def test_group_u16_agrees_with_numpy(monkeypatch, field):
     assert out[0][0] == np.argsort(keys, kind="stable").astype(np.int32).tobytes()
 
 
-def test_time_bounds_agree_with_numpy(monkeypatch):
+def test_time_bounds_agree_with_numpy(monkeypatch, native_ways):
     from cell_otf2.model import RECORD_DTYPE
 
     rng = np.random.default_rng(9)
@@ -122,8 +111,7 @@ def test_time_bounds_agree_with_numpy(monkeypatch):
     rec["time"] = rng.integers(-(2**40), 2**40, rec.size)
     usable = rng.random(rec.size) < 0.8
     out = []
-    for compiled in (True, False):
-        monkeypatch.setattr(loops, "COMPILED", compiled)
+    for _way in native_ways(monkeypatch):
         for rows, ok in ((rec, usable), (rec[:0], usable[:0]), (rec, np.zeros(rec.size, bool))):
             first, last, span = loops.time_bounds(rows, ok, 8)
             out.append((first.tolist(), last.tolist(), span))
@@ -137,7 +125,7 @@ def test_time_bounds_agree_with_numpy(monkeypatch):
 
 
 @pytest.mark.parametrize("order", [">", "<"])
-def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, order):
+def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, native_ways, tmp_path, order):
     """``loops.frame_chunk`` (the reader's compiled framer) and the reader's numpy framer give
     the same tables and damage (counts, first slots, messages) on random slot streams full of
     damage: broken and overrunning blocks, GAPs, undefined codes inside and outside blocks,
@@ -184,8 +172,7 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
             for spe_records, by_context in ((True, None), (False, None), (True, counts),
                                             (True, wrong)):
                 got = []
-                for compiled in (True, False):
-                    monkeypatch.setattr(loops, "COMPILED", compiled)
+                for _way in native_ways(monkeypatch):
                     buffer = np.zeros(plain.spe.size + 3, plain.spe.dtype)
                     d = read_dump(path, manifest(tmp_path), 0, chunk_slots=chunk,
                                   spe_records=spe_records, by_context=by_context,
@@ -209,7 +196,7 @@ def test_framing_agrees_with_numpy_on_damaged_streams(monkeypatch, tmp_path, ord
                                                else d.spe.tobytes())
 
 
-def test_readings_agree_with_numpy(monkeypatch):
+def test_readings_agree_with_numpy(monkeypatch, native_ways):
     """An SPE context's readings in program order come out the same compiled (a merge) and
     through numpy (a stable sort), also for records of several contexts interleaved, blocks
     with unknown slots inside and a DECR_WRITE value past 2^63; keys that do not ascend (no
@@ -239,15 +226,14 @@ def test_readings_agree_with_numpy(monkeypatch):
     cases.append((cases[1][0][:0], cases[1][1][:0]))
     for rec_idx, blk_idx in cases:
         got = []
-        for compiled in (True, False):
-            monkeypatch.setattr(loops, "COMPILED", compiled)
+        for _way in native_ways(monkeypatch):
             out = loops.readings(spe, rec_idx, blocks, blk_idx, 0x0260)
             got.append([(a.dtype.str, a.tobytes()) for a in out])
         assert got[0] == got[1]
 
 
 @pytest.mark.parametrize("shape", ["smooth", "wrapping", "any"])
-def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, shape):
+def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, native_ways, shape):
     """``unwrap``'s sums and count of steps of 2^31 or more, and ``run_locals``' times, both
     ways, over random readings: a decrementer counting down in small steps, one wrapping
     often, and readings anywhere in 0 .. 2^32 - 1 (steps of every size); runs of equal
@@ -263,8 +249,7 @@ def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, shape):
         raw = raw.astype(np.int64)
         interval = np.sort(rng.integers(0, max(1, n // 3), n)).astype(np.int32)
         results = []
-        for compiled in (True, False):
-            monkeypatch.setattr(loops, "COMPILED", compiled)
+        for _way in native_ways(monkeypatch):
             cum, big = loops.unwrap(raw)
             results.append((cum, big, loops.run_locals(raw, cum, interval)))
         (cum_c, big_c, local_c), (cum_p, big_p, local_p) = results
@@ -273,7 +258,7 @@ def test_unwrap_and_run_locals_agree_with_numpy(monkeypatch, shape):
         assert big_c == big_p == int((steps >= 1 << 31).sum())
 
 
-def _wrap_candidates_both_ways(monkeypatch, calls):
+def _wrap_candidates_both_ways(monkeypatch, native_ways, calls):
     """Wrap ``decode._wrap_candidates`` so that every call runs compiled and in numpy and
     the two must agree; ``calls`` counts the calls that had readings."""
     from cell_otf2.decode import decoder as decode_mod
@@ -282,10 +267,8 @@ def _wrap_candidates_both_ways(monkeypatch, calls):
 
     def checked(*args, **kwargs):
         got = []
-        for compiled in (True, False):
-            monkeypatch.setattr(loops, "COMPILED", compiled)
+        for _way in native_ways(monkeypatch):
             got.append(original(*args, **kwargs))
-        monkeypatch.setattr(loops, "COMPILED", True)
         assert got[0].dtype == got[1].dtype == np.bool_
         assert np.array_equal(got[0], got[1])
         calls.append(int(got[0].size))
@@ -303,7 +286,7 @@ def _wrap_candidates_both_ways(monkeypatch, calls):
     dict(workload="fft", spes=2, phases=2, spe_buffer_records=3, spe_buffers=1,
          decrementer_restore="restored", spus=1, slice_ms=0.02),
 ])
-def test_wrap_candidates_agree_with_numpy(monkeypatch, tmp_path, options):
+def test_wrap_candidates_agree_with_numpy(monkeypatch, native_ways, tmp_path, options):
     """The compiled wrap rule (``loops.wrap_room``) and decode's numpy agree on every
     context of simulated runs with and without heartbeats, context switches, DECR_WRITEs,
     lost records and small blocks."""
@@ -316,7 +299,7 @@ def test_wrap_candidates_agree_with_numpy(monkeypatch, tmp_path, options):
     simulate_run(tmp_path / "run", seed=4, **options)
     man = load_manifest(tmp_path / "run")
     calls: list[int] = []
-    _wrap_candidates_both_ways(monkeypatch, calls)
+    _wrap_candidates_both_ways(monkeypatch, native_ways, calls)
     decode(man, [read_dump(man.dump_path(p.rank), man, p.rank) for p in man.processes],
            DamageLog())
     assert calls and max(calls) > 0
@@ -329,7 +312,7 @@ def test_wrap_candidates_agree_with_numpy(monkeypatch, tmp_path, options):
     dict(workload="fft", spes=2, phases=2, spe_buffer_records=3, spe_buffers=1,
          decrementer_restore="restored", spus=1, slice_ms=0.02, damage=["block-overrun"]),
 ])
-def test_decoding_agrees_with_numpy(monkeypatch, tmp_path, options):
+def test_decoding_agrees_with_numpy(monkeypatch, native_ways, tmp_path, options):
     """A whole decode (reading, readings, intervals, wrap rule, the rows and anchors placed)
     both ways, over simulated runs of several shapes: the same tables."""
     from cell_otf2.damage import DamageLog
@@ -341,8 +324,7 @@ def test_decoding_agrees_with_numpy(monkeypatch, tmp_path, options):
     simulate_run(tmp_path / "run", seed=6, **options)
     man = load_manifest(tmp_path / "run")
     got = []
-    for compiled in (True, False):
-        monkeypatch.setattr(loops, "COMPILED", compiled)
+    for _way in native_ways(monkeypatch):
         dumps = [read_dump(man.dump_path(p.rank), man, p.rank) for p in man.processes]
         dec = decode(man, dumps, DamageLog())
         got.append([getattr(dec, c).tobytes() for c in
@@ -351,7 +333,7 @@ def test_decoding_agrees_with_numpy(monkeypatch, tmp_path, options):
 
 
 @pytest.mark.parametrize("trusted", [True, False])
-def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted):
+def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, native_ways, trusted):
     """Both ways over random readings (any step size, so some windows have room for a
     wrap), random intervals, blocks with skipped sequence numbers and missing records, and
     PPE readings that bound some windows and not others. Whether the dump holds heartbeats
@@ -380,8 +362,7 @@ def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted
         run_begin = rng.choice(10_000, int(rng.integers(0, 3)))
         args = (p_slot, p_tb, blocks, blk_idx, reading_block, raw, interval, run_begin)
         got = []
-        for compiled in (True, False):
-            monkeypatch.setattr(loops, "COMPILED", compiled)
+        for _way in native_ways(monkeypatch):
             got.append(_candidates(*args, trusted))
         assert np.array_equal(got[0], got[1])
         some[bool(got[0].any())] += 1
@@ -393,7 +374,7 @@ def test_wrap_candidates_agree_with_numpy_on_random_windows(monkeypatch, trusted
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_split_live_agrees_with_the_python_walk(monkeypatch, seed):
+def test_split_live_agrees_with_the_python_walk(monkeypatch, native_ways, seed):
     """intervals.split_intervals' walk over switches and DECR_WRITEs, compiled and in Python,
     on random readings (wrapping decrementers, writes, switches with and without readings
     certainly before their STOP, switches after the last reading): the same intervals and
@@ -409,8 +390,7 @@ def test_split_live_agrees_with_the_python_walk(monkeypatch, seed):
     start = rng.integers(0, 1 << 32, n_sw)
     before = np.sort(rng.integers(0, n + 2, n_sw)) if seed % 2 else None
     got = []
-    for compiled in (True, False):
-        monkeypatch.setattr(loops, "COMPILED", compiled)
+    for _way in native_ways(monkeypatch):
         res = split_intervals(raw, write_new, stop, start, certain_before=before)
         got.append((res.interval.tolist(), res.local.tolist(), res.n_intervals, res.starts))
     assert got[0] == got[1]

@@ -1,11 +1,10 @@
-"""The compiled per-event loops of emit (native/_emitloops.c) and their numpy fallback give
-the same tables: whole event tables of sample runs (with context switches, DMA as RMA and as
-messages, lost records whose regions are repaired) built both ways, byte for byte, and the
-kernels themselves on parameters of every integer width and sign."""
+"""The compiled per-event loops of emit (native/_emitloops.c) and their numpy twins give
+the same tables (both ways through the ``native_ways`` fixture): whole event tables of sample
+runs (with context switches, DMA as RMA and as messages, lost records whose regions are
+repaired) built both ways, byte for byte, and the kernels themselves on parameters of every
+integer width and sign."""
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
@@ -16,23 +15,6 @@ from cell_otf2.damage import DamageLog
 from cell_otf2.emit import kernels
 from cell_otf2.emit.events import emit
 from cell_otf2.model import EVENT_DTYPE, RECORD_DTYPE, DmaStyle
-from cell_otf2.native.record_loops import PYTHON_PATH_VARIABLE
-
-built = pytest.mark.skipif(kernels._emitloops is None, reason="cell_otf2.native._emitloops is not "
-                           "built (pip install -e . with a C compiler)")
-
-
-@built
-def test_compiled_loops_are_used_where_built():
-    if os.environ.get(PYTHON_PATH_VARIABLE):
-        pytest.skip(f"{PYTHON_PATH_VARIABLE} asks for the numpy path")
-    assert kernels.COMPILED
-
-
-@pytest.fixture
-def compiled(monkeypatch):
-    """The compiled path, also where CELL2OTF2_PYTHON_LOOPS asks for numpy elsewhere."""
-    monkeypatch.setattr(kernels, "COMPILED", True)
 
 
 @pytest.fixture(scope="module", params=["context-switch-restored", "two-nodes-hybrid",
@@ -41,16 +23,12 @@ def pipe(request):
     return analyze(SAMPLES / request.param)
 
 
-def both_ways(monkeypatch, fn):
-    out = []
-    for compiled in (True, False):
-        monkeypatch.setattr(kernels, "COMPILED", compiled)
-        out.append(fn())
-    return out
+def both_ways(monkeypatch, native_ways, fn):
+    return [fn() for _way in native_ways(monkeypatch)]
 
 
 @pytest.mark.parametrize("style", [DmaStyle.RMA, DmaStyle.MESSAGES])
-def test_tables_agree_with_numpy(monkeypatch, pipe, style):
+def test_tables_agree_with_numpy(monkeypatch, native_ways, pipe, style):
     def build():
         damage = DamageLog()
         _, table, stats = emit(pipe.decoded, pipe.matches, pipe.sync, damage, style)
@@ -60,12 +38,12 @@ def test_tables_agree_with_numpy(monkeypatch, pipe, style):
         joined = b"".join(p.tobytes() for p in pieces)
         return table.tobytes(), joined, stats.by_type, damage.entries()
 
-    compiled, numpy = both_ways(monkeypatch, build)
+    compiled, numpy = both_ways(monkeypatch, native_ways, build)
     assert compiled == numpy
     assert compiled[0] == compiled[1]
 
 
-def test_fill_rows_agrees_with_numpy(monkeypatch):
+def test_fill_rows_agrees_with_numpy(monkeypatch, native_ways):
     rng = np.random.default_rng(5)
     records = np.zeros(50, RECORD_DTYPE)
     for name in ("a", "b", "c", "d"):
@@ -90,11 +68,11 @@ def test_fill_rows_agrees_with_numpy(monkeypatch):
                           bounds)
         return e.tobytes()
 
-    compiled, numpy = both_ways(monkeypatch, fill)
+    compiled, numpy = both_ways(monkeypatch, native_ways, fill)
     assert compiled == numpy
 
 
-def test_layout_agrees_with_numpy(monkeypatch):
+def test_layout_agrees_with_numpy(monkeypatch, native_ways):
     rec = np.array([0, 2, 2, 2, 5, 7, 7], dtype=np.int32)
 
     def layout():
@@ -103,13 +81,13 @@ def test_layout_agrees_with_numpy(monkeypatch):
                                   np.int32)
         return base.tolist(), [p.tolist() for p in poss]
 
-    compiled, numpy = both_ways(monkeypatch, layout)
+    compiled, numpy = both_ways(monkeypatch, native_ways, layout)
     assert compiled == numpy
     assert compiled[0] == [0, 3, 3, 10, 10, 10, 12, 12, 17, 17]
 
 
-@built
-def test_region_walk_flags_what_does_not_nest(compiled):
+@pytest.mark.native("emitloops")
+def test_region_walk_flags_what_does_not_nest():
     # own positions of three locations: 0..3, 4..7, 8..9; codes step * (ref + 1)
     own_start = np.array([0, 4, 8, 10])
     enter, leave = np.array([0, 4, 5, 8]), np.array([3, 6, 7, 9])
@@ -126,7 +104,7 @@ def test_region_walk_flags_what_does_not_nest(compiled):
     assert flags.tolist() == [False, True, True]
 
 
-def test_written_span_agrees_with_numpy(monkeypatch):
+def test_written_span_agrees_with_numpy(monkeypatch, native_ways):
     rng = np.random.default_rng(8)
     records = np.zeros(200, RECORD_DTYPE)
     records["code"] = rng.integers(0, 3, records.size)
@@ -137,14 +115,15 @@ def test_written_span_agrees_with_numpy(monkeypatch):
         good, first, last = kernels.written_span(records, u)
         return good.tolist(), first, last
 
-    compiled, numpy = both_ways(monkeypatch, span)
+    compiled, numpy = both_ways(monkeypatch, native_ways, span)
     assert compiled == numpy
-    compiled, numpy = both_ways(monkeypatch, lambda: span(np.zeros(records.size, bool)))
+    compiled, numpy = both_ways(monkeypatch, native_ways,
+                                lambda: span(np.zeros(records.size, bool)))
     assert compiled == numpy and compiled[1:] == (0, 0)
 
 
-@built
-def test_select_refs_agrees_with_lookup_refs(compiled):
+@pytest.mark.native("emitloops")
+def test_select_refs_agrees_with_lookup_refs():
     from cell_otf2.emit.table import lookup_refs
     records = np.zeros(20, RECORD_DTYPE)
     records["a"] = [0, 1, 2, 3, 7, 8, 2**64 - 1, 2**63, 5, 1] * 2
@@ -161,11 +140,11 @@ def test_select_refs_agrees_with_lookup_refs(compiled):
     assert np.flatnonzero(written).tolist() == i.tolist()
 
 
-def test_take_field_agrees_with_numpy(monkeypatch):
+def test_take_field_agrees_with_numpy(monkeypatch, native_ways):
     records = np.zeros(30, RECORD_DTYPE)
     records["a"] = np.arange(30, dtype=np.uint64) * np.uint64(2**59)
     idx = np.array([0, 5, 5, 29, 7], dtype=np.int32)
-    compiled, numpy = both_ways(monkeypatch,
+    compiled, numpy = both_ways(monkeypatch, native_ways,
                                 lambda: kernels.take_field(records, "a", idx).tolist())
     assert compiled == numpy == records["a"][idx].tolist()
 

@@ -24,7 +24,6 @@ from otf2check import read_events  # noqa: E402
 from paths import SAMPLES  # noqa: E402
 
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
-from cell_otf2.report import load  # noqa: E402
 from cell_otf2.report.derive import (  # noqa: E402
     Cat,
     base_name,
@@ -568,7 +567,7 @@ def test_spread_keeps_every_byte_and_puts_it_where_the_command_ran(cmds):
     assert one[2] == pytest.approx(64.0) and np.delete(one, 2).max() == pytest.approx(0)
 
 
-@pytest.mark.skipif(load._evtread is None, reason="cell_otf2.native._evtread is not built")
+@pytest.mark.native("evtread")
 @pytest.mark.parametrize("edges", [np.linspace(-50, 1400, 301),
                                    np.array([0.0, 3, 3.5, 100, 101, 700, 1000.5]),
                                    np.array([10.0, 20.0])])

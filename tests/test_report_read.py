@@ -1,8 +1,9 @@
-"""The report's event read-back (issue 18): the C callbacks (``_evtread``) and the Python ones
-read the same columns; whole loads agree between them, between batch sizes and between the
-array and the one-event-at-a-time Enter/Leave paths; and an archive whose regions do not
-nest (Leaves of regions not open, of regions open further out, regions left open) gives the
-exact numbers worked out by hand."""
+"""The report's event read-back: the C callbacks (``_evtread``) and the Python ones read the
+same columns; whole loads agree between them (both ways through the ``native_ways`` and
+``native_way`` fixtures), between batch sizes and between the array and the
+one-event-at-a-time Enter/Leave paths; and an archive whose regions do not nest (Leaves of
+regions not open, of regions open further out, regions left open) gives the exact numbers
+worked out by hand."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from paths import SAMPLES
 from cell_otf2.report import load
 from cell_otf2.run.conversion import convert
 
-compiled = pytest.mark.skipif(load._evtread is None, reason="_evtread is not built")
+compiled = pytest.mark.native("evtread")
 
 
 def differences(a, b, path: str = "") -> list[str]:
@@ -66,21 +67,21 @@ def test_compiled_and_python_callbacks_read_the_same_columns(hybrid):
 
 
 @pytest.mark.parametrize("max_events", [10**9, 500])
-def test_loads_agree_across_paths_and_batch_sizes(hybrid, monkeypatch, max_events):
-    ways = [False, True] if load._evtread is not None else [False]
-    ref = load.load_archive(hybrid, max_events=max_events, compiled=ways[-1])
+def test_loads_agree_across_paths_and_batch_sizes(hybrid, monkeypatch, native_ways,
+                                                  max_events):
+    ref = load.load_archive(hybrid, max_events=max_events)
     assert ref.sampled == (max_events < ref.total_events)
-    for use_c in ways:
-        assert not differences(ref, load.load_archive(hybrid, max_events, compiled=use_c))
+    for _way in native_ways(monkeypatch):
+        assert not differences(ref, load.load_archive(hybrid, max_events))
     monkeypatch.setattr(load, "BATCH", 777)  # windows, stacks and channels span batches
-    for use_c in ways:
-        assert not differences(ref, load.load_archive(hybrid, max_events, compiled=use_c))
+    for _way in native_ways(monkeypatch):
+        assert not differences(ref, load.load_archive(hybrid, max_events))
     monkeypatch.setattr(load, "STACK_ROOM", 1)  # the compiled stacks grow as they fill
-    assert not differences(ref, load.load_archive(hybrid, max_events, compiled=ways[-1]))
+    assert not differences(ref, load.load_archive(hybrid, max_events))
     init = load._Events.__init__
     monkeypatch.setattr(load._Events, "__init__",  # the log grows past the events defined
                         lambda self, *a, **k: init(self, *a, **{**k, "n_events": 5}))
-    assert not differences(ref, load.load_archive(hybrid, max_events, compiled=ways[-1]))
+    assert not differences(ref, load.load_archive(hybrid, max_events))
     monkeypatch.setattr(load._Events, "__init__", init)
     monkeypatch.setattr(load._Events, "_regions", lambda *_a: None)  # every batch walked
     assert not differences(ref, load.load_archive(hybrid, max_events, compiled=False))
@@ -106,12 +107,11 @@ def write_badly_nested(path) -> None:
 
 
 @pytest.mark.parametrize("batch", [65536, 2])
-@pytest.mark.parametrize("use_c", [pytest.param(True, marks=compiled), False])
-def test_regions_that_do_not_nest(tmp_path, monkeypatch, batch, use_c):
+def test_regions_that_do_not_nest(tmp_path, monkeypatch, native_way, batch):
     write_badly_nested(tmp_path / "a")
     monkeypatch.setattr(load, "BATCH", batch)
     monkeypatch.setattr(load, "STACK_ROOM", 1)  # compiled: stacks grown mid-batch
-    got = load.load_archive(tmp_path / "a" / "traces.otf2", compiled=use_c)
+    got = load.load_archive(tmp_path / "a" / "traces.otf2")
     e = got.exact
     assert e.visits.tolist() == [[1, 0, 0], [0, 1, 0]]
     assert e.inclusive.tolist() == [[2, 0, 0], [0, 2, 0]]

@@ -1,6 +1,7 @@
 """The package's shape: no import cycle among its modules (imports inside functions count,
 since they only hide a cycle), and no module importing another module's private name, so each
-module's underscore names are its own to change. Also the README's module map names every
+module's underscore names are its own to change; the compiled helpers are reached through
+``native.helper`` only (no module imports one). Also the README's module map names every
 module of the package."""
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ import ast
 from paths import ROOT
 
 PACKAGE = ROOT / "cell_otf2"
-#: private names another module may import: the writer's compiled helper (a module)
-ALLOWED_PRIVATE = {"_evtwrite", "_decodeloops", "_emitloops", "_evtread", "_syncloops"}
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -84,8 +83,27 @@ def test_no_private_name_imported_from_another_module():
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level >= 1:
                 bad += [f"{f.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
-                        if a.name.startswith("_") and not a.name.startswith("__")
-                        and a.name not in ALLOWED_PRIVATE]
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+
+
+def test_compiled_helpers_are_imported_by_the_native_switch_only():
+    """No module but ``native/__init__.py`` names a compiled helper's module in an import
+    (absolute or relative)."""
+    helpers = ("_decodeloops", "_syncloops", "_emitloops", "_evtwrite", "_evtread")
+    bad = []
+    for f in sorted(PACKAGE.rglob("*.py")):
+        if f == PACKAGE / "native" / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(a.name for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad += [f"{f.relative_to(ROOT)}: {n}" for n in names
+                    if any(h in n.split(".") for h in helpers)]
     assert bad == []
 
 

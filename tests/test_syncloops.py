@@ -1,8 +1,8 @@
 """The compiled loops of ordering and synchronization (native/_syncloops.c) and their numpy
-fallback give the same constraints and times: random record tables (hypothesis) with every
-edge the numpy code handles (no domain, negative anchors, NaN, negative and too large times,
-ties at half a tick), and whole simulated runs converted both ways, damaged and with context
-switches, byte for byte."""
+twins give the same constraints and times (both ways through the ``native_ways`` fixture):
+random record tables (hypothesis) with every edge the numpy code handles (no domain, negative
+anchors, NaN, negative and too large times, ties at half a tick), and whole simulated runs
+converted both ways, damaged and with context switches, byte for byte."""
 
 from __future__ import annotations
 
@@ -16,20 +16,12 @@ from cell_otf2.model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
 from cell_otf2.native import sync_loops as syncloops
 from cell_otf2.sync.nodefit.fit import PiecewiseMap
 
-BUILT = pytest.mark.skipif(syncloops._syncloops is None,
-                           reason="native._syncloops is not built (pip install -e . with a "
-                           "C compiler)")
+BUILT = pytest.mark.native("syncloops")
 
 
-def both(monkeypatch, fn):
+def both(monkeypatch, native_ways, fn):
     """``fn()`` through the compiled loops, then through numpy; the switch as it was after."""
-    was = syncloops.COMPILED
-    out = []
-    for compiled in (True, False):
-        monkeypatch.setattr(syncloops, "COMPILED", compiled)
-        out.append(fn())
-    monkeypatch.setattr(syncloops, "COMPILED", was)
-    return out
+    return [fn() for _way in native_ways(monkeypatch)]
 
 
 def tables(seed: int, n: int, n_anc: int, domains: int):
@@ -50,17 +42,12 @@ def tables(seed: int, n: int, n_anc: int, domains: int):
     return rec, anc
 
 
-@BUILT
-def test_compiled_loops_are_used_where_built():
-    assert syncloops.COMPILED
-
-
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 400), n_anc=st.integers(1, 50),
        domains=st.integers(1, 6))
-def test_block_pairs_agree_with_numpy(monkeypatch_module, seed, n, n_anc, domains):
+def test_block_pairs_agree_with_numpy(monkeypatch_module, native_ways, seed, n, n_anc, domains):
     rec, anc = tables(seed, n, n_anc, domains)
-    compiled, numpy = both(monkeypatch_module, lambda: syncloops.block_pairs(rec, anc))
+    compiled, numpy = both(monkeypatch_module, native_ways, lambda: syncloops.block_pairs(rec, anc))
     for c_triple, n_triple in zip(compiled, numpy, strict=True):
         for c, p in zip(c_triple, n_triple, strict=True):
             assert c.dtype == p.dtype and c.tobytes() == p.tobytes()
@@ -95,7 +82,7 @@ def test_block_pairs_refuse_an_anchor_out_of_range():
 
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300))
-def test_settle_agrees_with_numpy(monkeypatch_module, seed, n):
+def test_settle_agrees_with_numpy(monkeypatch_module, native_ways, seed, n):
     rng = np.random.default_rng(seed)
     kinds = rng.integers(0, 7, n)
     ref = rng.uniform(0, 1e15, n)
@@ -113,7 +100,7 @@ def test_settle_agrees_with_numpy(monkeypatch_module, seed, n):
         counts = syncloops.settle(ref, has, part, usable)
         return part.tobytes(), usable.tobytes(), counts
 
-    compiled, numpy = both(monkeypatch_module, run)
+    compiled, numpy = both(monkeypatch_module, native_ways, run)
     assert compiled == numpy
 
 
@@ -147,7 +134,7 @@ def node_maps(rng: np.random.Generator, n_nodes: int) -> list:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), n_nodes=st.integers(1, 4))
-def test_place_agrees_with_numpy(monkeypatch_module, seed, n, n_nodes):
+def test_place_agrees_with_numpy(monkeypatch_module, native_ways, seed, n, n_nodes):
     """Records of any domain (none, or on any node with a straight or piecewise map, locals
     beyond every knot), offsets NaN for unbounded domains: the same times and counts."""
     rng = np.random.default_rng(seed)
@@ -167,21 +154,21 @@ def test_place_agrees_with_numpy(monkeypatch_module, seed, n, n_nodes):
         counts = syncloops.place(rows, dom_offset, dom_node, syncloops.NodeMaps(maps), usable)
         return rows.tobytes(), usable.tobytes(), counts
 
-    compiled, numpy = both(monkeypatch_module, run)
+    compiled, numpy = both(monkeypatch_module, native_ways, run)
     assert compiled == numpy
 
 
 @BUILT
 def test_place_uses_the_compiled_loop_for_both_kinds_of_map():
     maps = node_maps(np.random.default_rng(1), 6)
-    assert syncloops.NodeMaps(maps).compiled
+    assert syncloops.NodeMaps(maps).native_kinds
     assert sorted(set(syncloops.NodeMaps(maps).kind.tolist())) == [0, 1]
 
     class Other(NodeMap):
         def to_reference(self, x):
             return np.asarray(x, dtype=np.float64)
 
-    assert not syncloops.NodeMaps([*maps, Other(0.0, 1.0, None, "x")]).compiled
+    assert not syncloops.NodeMaps([*maps, Other(0.0, 1.0, None, "x")]).native_kinds
 
 
 @pytest.fixture(scope="module")
@@ -192,14 +179,14 @@ def monkeypatch_module():
 
 @BUILT
 @pytest.mark.parametrize("scenario", ["damaged-hybrid", "switches-hybrid", "four-nodes"])
-def test_runs_convert_the_same_both_ways(monkeypatch, simulated, tmp_path, scenario):
+def test_runs_convert_the_same_both_ways(monkeypatch, native_ways, simulated, tmp_path,
+                                        scenario):
     from cell_otf2.run.conversion import convert
 
     run = simulated(scenario)
     out = {}
-    for compiled in (True, False):
-        monkeypatch.setattr(syncloops, "COMPILED", compiled)
-        out[compiled] = tmp_path / f"{compiled}" / "a.otf2"
-        out[compiled].parent.mkdir()
-        convert(run, out[compiled])
-    same_archive(out[True], out[False])
+    for way in native_ways(monkeypatch):
+        out[way] = tmp_path / way / "a.otf2"
+        out[way].parent.mkdir()
+        convert(run, out[way])
+    same_archive(out["native"], out["numpy"])

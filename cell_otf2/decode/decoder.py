@@ -311,17 +311,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
             rows = records[lo:lo + rec_idx.size]
             if not in_place:
                 gather_fields(rows, spe, rec_idx, _SPE_FIELDS)
-            if not place_readings(rows, loc, is_rec, reading_block, which, split.interval,
-                                  split.local, dom0, block_anchor, pos[ppe.size:], anchor_dom,
-                                  anchor_loc):
-                dom = dom0 + split.interval
-                rows["loc"] = loc
-                rows["anchor"] = block_anchor[reading_block[is_rec]]
-                rows["domain"] = dom[is_rec]
-                rows["local"] = split.local[is_rec]
-                bsel = which[~is_rec]
-                anchor_dom[pos[ppe.size + bsel]] = dom[~is_rec]
-                anchor_loc[pos[ppe.size + bsel]] = split.local[~is_rec]
+            place_readings(rows, loc, is_rec, reading_block, which, split.interval,
+                           split.local, dom0, block_anchor, pos[ppe.size:], anchor_dom,
+                           anchor_loc)
             links, stop_slot, start_slot = _links(split, raw, dom0, which, is_rec, write_new,
                                                   sw_stop, sw_start, sw_recs)
             if links.size:

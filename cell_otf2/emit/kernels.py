@@ -3,28 +3,19 @@ span, ``take_field`` gathers a field of chosen records, ``select_refs`` maps the
 fields to definition refs, ``layout_own`` lays own events out by counting, ``fill_rows``
 writes the packed rows of a piece of the table's own events, ``region_flags`` finds the
 locations whose Enter and Leave do not balance and nest; each through the compiled helper
-``cell_otf2/native/_emitloops.c`` where it is built (setup.py, optional) and the arrays allow it,
+``cell_otf2/native/_emitloops.c`` where ``native.helper`` gives it and the arrays allow it,
 else through numpy, with the same result either way (``tests/test_emitloops.py``).
 ``RecordBits`` is an event parameter made of bit fields of the event's record, which both
 paths compute without gathering whole record rows."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 
 from ..model import EVENT_DTYPE
-from ..native.record_loops import PYTHON_PATH_VARIABLE
-
-try:
-    from ..native import _emitloops
-except ImportError:  # built without a C compiler: numpy does the same
-    _emitloops = None
-
-#: False: always the numpy path (set CELL2OTF2_PYTHON_LOOPS; tests compare both)
-COMPILED = _emitloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
+from ..native import helper
 
 _LITTLE = sys.byteorder == "little"
 
@@ -69,15 +60,16 @@ def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, i
     """The records to write (``usable`` and with a code, not 0) and the least and greatest
     time among them ((0, 0) when none)."""
     fields = records.dtype.fields
-    if (COMPILED and records.ndim == 1 and records.flags.c_contiguous
+    c_helper = helper("emitloops")
+    if (c_helper is not None and records.ndim == 1 and records.flags.c_contiguous
             and fields["code"][0].str == ("<u2" if _LITTLE else ">u2")
             and fields["time"][0].str == ("<i8" if _LITTLE else ">i8")
             and usable.dtype == np.bool_ and usable.shape == records.shape):
         good = np.empty(records.size, dtype=bool)
         span = np.empty(2, dtype=np.int64)
-        _emitloops.written_span(records.view(np.uint8).reshape(-1) if records.size else b"",
-                                records.dtype.itemsize, fields["code"][1], fields["time"][1],
-                                np.ascontiguousarray(usable), good, span)
+        c_helper.written_span(records.view(np.uint8).reshape(-1) if records.size else b"",
+                              records.dtype.itemsize, fields["code"][1], fields["time"][1],
+                              np.ascontiguousarray(usable), good, span)
         return (good, int(span[0]), int(span[1])) if good.any() else (good, 0, 0)
     good = usable & (records["code"] != 0)
     t_good = records["time"][good]  # one pass over the record rows for both ends
@@ -88,12 +80,13 @@ def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, i
 def take_field(records: np.ndarray, name: str, idx: np.ndarray) -> np.ndarray:
     """``records[name][idx]`` for a uint64 field (the rows ahead asked for early)."""
     dt, off = records.dtype.fields[name][:2]
-    if (COMPILED and dt.str == ("<u8" if _LITTLE else ">u8") and records.ndim == 1
+    c_helper = helper("emitloops")
+    if (c_helper is not None and dt.str == ("<u8" if _LITTLE else ">u8") and records.ndim == 1
             and records.flags.c_contiguous and _index_ok(idx)):
         out = np.empty(idx.size, dtype=np.uint64)
-        _emitloops.take_field(records.view(np.uint8).reshape(-1) if records.size else b"",
-                              records.dtype.itemsize, off, np.ascontiguousarray(idx),
-                              idx.dtype == np.int64, out)
+        c_helper.take_field(records.view(np.uint8).reshape(-1) if records.size else b"",
+                            records.dtype.itemsize, off, np.ascontiguousarray(idx),
+                            idx.dtype == np.int64, out)
         return out.view(dt)
     return records[name][idx]
 
@@ -105,7 +98,8 @@ def select_refs(records: np.ndarray, name: str, idx: np.ndarray, good: np.ndarra
     (uint64) ``table`` maps (marked in ``written``), their refs (int32), and the others; in
     one pass. None where the compiled helper cannot (the caller takes numpy's way)."""
     dt, off = records.dtype.fields[name][:2]
-    if (not COMPILED or not table or min(table) < 0 or max(table) >= 1 << 16
+    c_helper = helper("emitloops")
+    if (c_helper is None or not table or min(table) < 0 or max(table) >= 1 << 16
             or min(table.values()) < 0 or max(table.values()) >= 1 << 31
             or dt.str != ("<u8" if _LITTLE else ">u8") or records.ndim != 1
             or not records.flags.c_contiguous or not _index_ok(idx)
@@ -116,7 +110,7 @@ def select_refs(records: np.ndarray, name: str, idx: np.ndarray, good: np.ndarra
     direct = np.full(max(table) + 2, -1, dtype=np.int32)  # last entry: out of range
     direct[list(table)] = list(table.values())
     i, ref, bad = np.empty_like(idx), np.empty(idx.size, np.int32), np.empty_like(idx)
-    n_ok, n_bad = _emitloops.select_refs(
+    n_ok, n_bad = c_helper.select_refs(
         records.view(np.uint8).reshape(-1) if records.size else b"", records.dtype.itemsize,
         off, np.ascontiguousarray(idx), idx.dtype == np.int64, np.ascontiguousarray(good),
         direct, written, i, ref, bad)
@@ -133,12 +127,13 @@ def layout_own(base: np.ndarray, recs: list[np.ndarray], index: type) -> list[np
     before it in fill order (several of one record in one part: in part order). Positions of
     dtype ``index``."""
     n_rec = base.size - 1
-    if (COMPILED and _index_ok(base) and base.flags.c_contiguous
+    c_helper = helper("emitloops")
+    if (c_helper is not None and _index_ok(base) and base.flags.c_contiguous
             and all(r.dtype == index for r in recs) and _index_ok(np.empty(0, index))):
         poss = [np.empty(r.size, dtype=index) for r in recs]
-        _emitloops.layout_own(base, base.dtype == np.int64,
-                              tuple(np.ascontiguousarray(r) for r in recs), tuple(poss),
-                              np.dtype(index) == np.int64)
+        c_helper.layout_own(base, base.dtype == np.int64,
+                            tuple(np.ascontiguousarray(r) for r in recs), tuple(poss),
+                            np.dtype(index) == np.int64)
         return poss
     counts = np.zeros(n_rec, dtype=np.int32)  # own events per record
     for rec in recs:
@@ -214,7 +209,8 @@ def fill_rows(e: np.ndarray, records: np.ndarray, parts: list[tuple], own_lo: in
     event, function of record rows or ``RecordBits``; missing ones zero). Every byte of those
     rows is written."""
     rest = parts
-    if (COMPILED and _EVENT_OK and e.dtype == EVENT_DTYPE and e.flags.c_contiguous
+    c_helper = helper("emitloops")
+    if (c_helper is not None and _EVENT_OK and e.dtype == EVENT_DTYPE and e.flags.c_contiguous
             and records.ndim == 1 and records.flags.c_contiguous
             and records.dtype.fields["time"][0].str == "<i8"):
         specs, rest = [], []
@@ -229,11 +225,11 @@ def fill_rows(e: np.ndarray, records: np.ndarray, parts: list[tuple], own_lo: in
                 rest.append((rec, pos, typ, offset, cols))
         layout = np.concatenate([_LAYOUT, [records.dtype.fields["loc"][1],
                                            records.dtype.fields["time"][1]]])
-        _emitloops.fill_rows(e.view(np.uint8).reshape(-1), EVENT_DTYPE.itemsize, layout,
-                             records.view(np.uint8).reshape(-1) if records.size else b"",
-                             records.dtype.itemsize, int(own_lo), int(own_hi),
-                             np.ascontiguousarray(f_ins, dtype=np.int64), int(loc_lo),
-                             np.ascontiguousarray(bounds, dtype=np.int64), tuple(specs))
+        c_helper.fill_rows(e.view(np.uint8).reshape(-1), EVENT_DTYPE.itemsize, layout,
+                           records.view(np.uint8).reshape(-1) if records.size else b"",
+                           records.dtype.itemsize, int(own_lo), int(own_hi),
+                           np.ascontiguousarray(f_ins, dtype=np.int64), int(loc_lo),
+                           np.ascontiguousarray(bounds, dtype=np.int64), tuple(specs))
     for rec, pos, typ, offset, cols in rest:
         _fill_numpy(e, records, rec, pos, own_lo, f_ins, loc_lo, bounds, typ, offset, cols)
 
@@ -273,7 +269,8 @@ def region_flags(own_start: np.ndarray, parts: list, f_code: np.ndarray,
     (pos, ref, step) with pos strictly ascending and step +1 (Enter) or -1 (Leave);
     ``f_code``: per foreign event in final order, ``step * (ref + 1)`` or 0; ``f_insert``:
     their insertion points; ``f_start``: where each location's foreign events start."""
-    if not COMPILED:
+    c_helper = helper("emitloops")
+    if c_helper is None:
         return None
     specs = []
     for pos, ref, step in parts:
@@ -285,8 +282,8 @@ def region_flags(own_start: np.ndarray, parts: list, f_code: np.ndarray,
             return None
         specs.append((np.ascontiguousarray(pos), pos.dtype == np.int64, col, int(step)))
     flags = np.zeros(own_start.size - 1, dtype=np.uint8)
-    _emitloops.region_walk(np.ascontiguousarray(own_start, dtype=np.int64), tuple(specs),
-                           np.ascontiguousarray(f_code, dtype=np.int32),
-                           np.ascontiguousarray(f_insert, dtype=np.int64),
-                           np.ascontiguousarray(f_start, dtype=np.int64), flags)
+    c_helper.region_walk(np.ascontiguousarray(own_start, dtype=np.int64), tuple(specs),
+                         np.ascontiguousarray(f_code, dtype=np.int32),
+                         np.ascontiguousarray(f_insert, dtype=np.int64),
+                         np.ascontiguousarray(f_start, dtype=np.int64), flags)
     return flags.view(bool)

@@ -397,7 +397,8 @@ class _Framer:
 
     def run(self, chunk_slots: int) -> None:
         chunk_slots = max(1, int(chunk_slots))
-        if loops.COMPILED:
+        compiled = loops.compiled_framing()  # one framer for the whole dump
+        if compiled:
             self._run_compiled(chunk_slots)
         else:
             self._allocate(chunk_slots)
@@ -408,7 +409,7 @@ class _Framer:
         # the last top-level slot's block (if any) runs to the end of the file
         if self.carry_block >= 0:
             self._settle(np.array([self.carry_block]), np.array([self.n]), None)
-        if self.expect is not None and not loops.COMPILED:
+        if self.expect is not None and not compiled:
             self._group_by_context()
         if self.i_spe < len(self.spe):  # SPE-coded slots outside blocks were skipped
             if self.spe.flags.owndata:

@@ -1,4 +1,4 @@
-/* Per-record loops of reading and decoding in C (issue 18): `frame` frames a chunk of a dump's
+/* Per-record loops of reading and decoding in C: `frame` frames a chunk of a dump's
  * slots into the reader's tables in one sequential pass (reader.py's numpy framer is its
  * fallback); `gather` copies chosen fields of
  * chosen rows of one packed table into consecutive rows of another, converting each field on
@@ -6,10 +6,12 @@
  * does, without a temporary per field; `dma_complete` finds each DMA command's completing tag
  * wait in one sweep (match.py's per-tag search); `unwrap` and `run_locals` the vector steps
  * of intervals.split_intervals and `split_live` its walk over switches and DECR_WRITEs;
- * `wrap_room` decode._wrap_candidates' per-reading rule; `place_readings` writes a context's decoded readings to their rows and anchors.
+ * `wrap_room` decode._wrap_candidates' per-reading rule; `place_readings` writes a context's
+ * decoded readings to their rows and anchors.
  *
- * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
- * keep their numpy path, cell_otf2/native/record_loops.py, which gives the same results).
+ * Built by setuptools at install time (setup.py, optional); reached only through
+ * cell_otf2/native/record_loops.py, which takes its numpy twins, with the same results, where
+ * native.helper does not give this module (not built, or CELL2OTF2_NO_NATIVE set).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,4 +1,4 @@
-/* Per-event loops of emit in C (issue 18): `layout_own` lays the own events out by counting
+/* Per-event loops of emit in C: `layout_own` lays the own events out by counting
  * (events per record, then a running fill per record, a block of records at a time),
  * `fill_rows` writes the packed rows of a piece of the table's own events (every byte of each
  * row: location, type, ref, time and seq from its record, parameters from arrays, scalars or
@@ -8,8 +8,8 @@
  * the rows, `take_field` gathers a field of chosen records and `select_refs` maps an id field
  * of the records of a code through a table. No Python call per event.
  *
- * Built by setuptools at install time (setup.py, optional: without a C compiler
- * cell_otf2/emit/kernels.py takes its numpy path, which gives the same results).
+ * Built by setuptools at install time (setup.py, optional); cell_otf2/emit/kernels.py takes
+ * its numpy path, with the same results, where native.helper does not give this module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,4 +1,4 @@
-/* The report's per-event read-back callbacks in C (issue 18): the OTF2 global event reader
+/* The report's per-event read-back callbacks in C: the OTF2 global event reader
  * calls these instead of Python functions, and each appends its event's numbers to column
  * buffers (numpy arrays handed in by `buffers`); report/load.py takes them batch by batch
  * (`take`) and does everything else on arrays. What each column holds per event kind is
@@ -9,8 +9,8 @@
  * exact per-region sums (load._Events), with the same numbers as the Python walk; `spread`
  * spreads DMA commands' bytes over a figure's columns (report/dma.py) in one pass.
  *
- * Built by setuptools at install time (setup.py, optional: without it load.py keeps its Python
- * callbacks). It does not link against OTF2: `install` receives the addresses of the
+ * Built by setuptools at install time (setup.py, optional: where native.helper does not give
+ * it, load.py keeps its Python callbacks). It does not link against OTF2: `install` receives the addresses of the
  * library's OTF2_GlobalEvtReaderCallbacks_Set*Callback functions (fetched by ctypes from the
  * library the `otf2` bindings loaded) and the callbacks object to set them on. Prototypes as
  * OTF2's OTF2_GlobalEvtReaderCallbacks.h declares them (the same as the bindings' ctypes

@@ -1,9 +1,9 @@
-/* The event writer's per-event loop in C (issue 18): one location's EVENT_DTYPE rows in, the
+/* The event writer's per-event loop in C: one location's EVENT_DTYPE rows in, the
  * OTF2 C calls made in a loop, the first non-zero OTF2 error code out; and the writer's input
  * checks of a table in one pass (`check`).
  *
- * Built by setuptools at install time (setup.py, optional: without a C compiler the writer
- * keeps its ctypes path, writer/events.py). It does not link against OTF2: `bind` receives the
+ * Built by setuptools at install time (setup.py, optional: where native.helper does not give
+ * it, the writer keeps its ctypes path, writer/events.py). It does not link against OTF2: `bind` receives the
  * addresses of the OTF2 functions from the library the `otf2` bindings already loaded
  * (fetched by ctypes), together with the row layout, the attribute refs and the OTF2 type id
  * of uint64_t. The calls, their order and their arguments are exactly those of

@@ -1,4 +1,4 @@
-/* Per-record loops of ordering and synchronization in C (issue 18): `block_pairs` finds the
+/* Per-record loops of ordering and synchronization in C: `block_pairs` finds the
  * two block constraints of order.py (a record read on another clock than its block's header;
  * a block's first record after the previous block's header) in one sweep over the record
  * table, where numpy needed a gather and a dozen strided passes over every record for
@@ -6,8 +6,8 @@
  * from their reference readings (synchronize.apply_times: rounding, the no-decrease rule,
  * records without a clock, what is unusable), in two sweeps instead of numpy's fifteen.
  *
- * Built by setuptools at install time (setup.py, optional: without a C compiler the callers
- * keep their numpy path, cell_otf2/native/sync_loops.py, which gives the same results).
+ * Built by setuptools at install time (setup.py, optional); cell_otf2/native/sync_loops.py
+ * takes its numpy twins, with the same results, where native.helper does not give it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

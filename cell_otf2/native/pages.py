@@ -1,9 +1,9 @@
 """Large zeroed arrays whose memory is mapped in one step (``zeros``): an anonymous mapping
-made with ``MAP_POPULATE`` is faulted in and zeroed by the kernel at once, about twice as
-fast as the page faults of first writes to ``np.zeros``' memory (447 MB: 0.10 against 0.21
-CPU s on the project's VM), and in ordinary pages (numpy asks for transparent huge pages,
-whose faults may first compact memory: see ``zeros``). It decides nothing about what is
-allocated; small arrays and systems without ``MAP_POPULATE`` get ``np.zeros``."""
+made with ``MAP_POPULATE`` is faulted in and zeroed by the kernel at once, faster than the
+page faults of first writes to ``np.zeros``' memory (docs/performance.md), and in ordinary
+pages (numpy asks for transparent huge pages, whose faults may first compact memory: see
+``zeros``). It decides nothing about what is allocated; small arrays and systems without
+``MAP_POPULATE`` get ``np.zeros``."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def zeros(n: int, dtype: np.dtype) -> np.ndarray:
     """``np.zeros(n, dtype)``, in memory mapped and zeroed at once when it is large (unmapped
     with the array's last view), else from ``np.zeros`` in ordinary pages. With the kernel's
     defrag mode "madvise" (Debian's default) a fault in a huge-page array may first compact
-    memory, which made decoding the 6 M-record run take 2.0 to 2.9 CPU s from run to run;
-    in 4 KiB pages 2.0-2.1."""
+    memory, which makes the time of a large decode vary from run to run; 4 KiB pages do not
+    (docs/performance.md)."""
     dtype = np.dtype(dtype)
     size = int(n) * dtype.itemsize
     if _POPULATE and size >= POPULATE_FROM:

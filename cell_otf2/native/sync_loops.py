@@ -1,43 +1,36 @@
 """The per-record loops of ordering and synchronization: ``block_pairs`` finds the block
 constraints of ``order.build_constraints``, ``place`` gives one location's records their
 times for ``synchronize.apply_times`` (their node's clock map, then ``settle``); all through
-the compiled helper ``cell_otf2/native/_syncloops.c`` where it is built (setup.py, optional) and
+the compiled helper ``cell_otf2/native/_syncloops.c`` where ``native.helper`` gives it and
 the tables and maps have the expected layout, else through numpy, with the same result
 either way (``tests/test_syncloops.py``). It decides no constraint's soundness and solves
 nothing."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
-from .record_loops import PYTHON_PATH_VARIABLE
-
-try:
-    from . import _syncloops
-except ImportError:  # built without a C compiler: numpy does the same
-    _syncloops = None
-
-#: False: always the numpy path (set CELL2OTF2_PYTHON_LOOPS; tests compare both)
-COMPILED = _syncloops is not None and not os.environ.get(PYTHON_PATH_VARIABLE)
+from . import helper
 
 Triple = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _offset(dtype: np.dtype, name: str) -> int:
-    return int(dtype.fields[name][1])
+    fields = dtype.fields
+    assert fields is not None, "a structured dtype"
+    return int(fields[name][1])
 
 
 def _compiled_layout(rec: np.ndarray, anc: np.ndarray | None = None) -> bool:
-    return (COMPILED and rec.dtype == RECORD_DTYPE and rec.ndim == 1
-            and rec.flags.c_contiguous
+    """The record (and anchor) table as the compiled loops take it."""
+    return (rec.dtype == RECORD_DTYPE and rec.ndim == 1 and rec.flags.c_contiguous
             and (anc is None or (anc.dtype == ANCHOR_DTYPE and anc.ndim == 1
                                  and anc.flags.c_contiguous)))
 
 
-def pairs(d_before, t_before, d_after, t_after) -> Triple:
+def pairs(d_before: np.ndarray, t_before: np.ndarray, d_after: np.ndarray,
+          t_after: np.ndarray) -> Triple:
     """Happened-before pairs -> (src, dst, weight) in ``solver.solve``'s convention, dropping
     same-domain and unusable ones."""
     d_before = np.asarray(d_before, dtype=np.int64)
@@ -52,8 +45,9 @@ def block_pairs(rec: np.ndarray, anc: np.ndarray) -> tuple[Triple, Triple]:
     before its block's header on another clock (header's domain minus the record's), and a
     block's first SPE record after the previous block's header on another clock (the
     record's minus that header's; without the read delay, which the caller adds)."""
-    if _compiled_layout(rec, anc) and rec.size:
-        out = _syncloops.block_pairs(
+    c_helper = helper("syncloops")
+    if c_helper is not None and _compiled_layout(rec, anc) and rec.size:
+        out = c_helper.block_pairs(
             rec, RECORD_DTYPE.itemsize, _offset(RECORD_DTYPE, "loc"),
             _offset(RECORD_DTYPE, "code"), _offset(RECORD_DTYPE, "domain"),
             _offset(RECORD_DTYPE, "local"), _offset(RECORD_DTYPE, "anchor"), anc,
@@ -94,10 +88,11 @@ def settle(ref_t: np.ndarray, has: np.ndarray, part: np.ndarray, usable: np.ndar
     time has none."""
     ref_t = np.ascontiguousarray(ref_t, dtype=np.float64)
     has = np.ascontiguousarray(has, dtype=bool)
-    if (_compiled_layout(part) and usable.dtype == np.bool_ and usable.flags.c_contiguous
-            and len(usable) == len(part) == ref_t.size == has.size):
-        return _syncloops.settle(ref_t, has, part, RECORD_DTYPE.itemsize,
-                                 _offset(RECORD_DTYPE, "time"), usable)
+    c_helper = helper("syncloops")
+    if (c_helper is not None and _compiled_layout(part) and usable.dtype == np.bool_
+            and usable.flags.c_contiguous and len(usable) == len(part) == ref_t.size == has.size):
+        return c_helper.settle(ref_t, has, part, RECORD_DTYPE.itemsize,
+                               _offset(RECORD_DTYPE, "time"), usable)
     unbounded = has & np.isnan(ref_t)
     # OTF2 time is unsigned: a time before the reference's zero (or past 2^63) comes from a
     # corrupt reading and cannot be written
@@ -125,7 +120,7 @@ def settle(ref_t: np.ndarray, has: np.ndarray, part: np.ndarray, usable: np.ndar
 class NodeMaps:
     """The node clock maps of a run as ``place`` takes them: per node a kind (-1 none, 0
     ``NodeMap``'s straight line, 1 a piecewise-linear map, a class with ``piecewise_linear``
-    set, ``nodefit.fit.PiecewiseMap``), offset and rate, and the knots. ``compiled`` is
+    set, ``nodefit.fit.PiecewiseMap``), offset and rate, and the knots. ``native_kinds`` is
     False when a map is of another kind (``place`` then takes the numpy path)."""
 
     def __init__(self, node_maps: list) -> None:
@@ -135,8 +130,10 @@ class NodeMaps:
         self.offset = np.zeros(n)
         self.rate = np.zeros(n)
         self.knot_start = np.zeros(n + 1, dtype=np.int64)
-        knots_node, knots_ref = [], []
-        self.compiled = COMPILED
+        knots_node: list[np.ndarray] = []
+        knots_ref: list[np.ndarray] = []
+        #: every map of a kind the compiled loop computes
+        self.native_kinds = True
         for i, m in enumerate(node_maps):
             if m is None:
                 pass
@@ -148,7 +145,7 @@ class NodeMaps:
                 knots_node.append(np.asarray(m.knots_node, dtype=np.float64))
                 knots_ref.append(np.asarray(m.knots_ref, dtype=np.float64))
             else:
-                self.compiled = False
+                self.native_kinds = False
             self.knot_start[i + 1] = self.knot_start[i] + (
                 knots_node[-1].size if self.kind[i] == 1 else 0)
         self.knots_node = np.concatenate(knots_node) if knots_node else np.zeros(0)
@@ -170,13 +167,15 @@ def place(part: np.ndarray, dom_offset: np.ndarray, dom_node: np.ndarray, maps: 
     no domain, NaN and -1), which its node's map turns into reference ticks; then ``settle``
     (same return value). ``dom_node`` int64; every node a domain of ``part`` names must
     have a map."""
-    if (maps.compiled and _compiled_layout(part) and usable.dtype == np.bool_
+    c_helper = helper("syncloops")
+    if (c_helper is not None and maps.native_kinds and _compiled_layout(part)
+            and usable.dtype == np.bool_
             and usable.flags.c_contiguous and len(usable) == len(part)
             and dom_offset.dtype == np.float64 and dom_node.dtype == np.int64):
-        return _syncloops.place(part, RECORD_DTYPE.itemsize, _offset(RECORD_DTYPE, "domain"),
-                                _offset(RECORD_DTYPE, "local"), _offset(RECORD_DTYPE, "time"),
-                                dom_offset, dom_node, maps.kind, maps.offset, maps.rate,
-                                maps.knot_start, maps.knots_node, maps.knots_ref, usable)
+        return c_helper.place(part, RECORD_DTYPE.itemsize, _offset(RECORD_DTYPE, "domain"),
+                              _offset(RECORD_DTYPE, "local"), _offset(RECORD_DTYPE, "time"),
+                              dom_offset, dom_node, maps.kind, maps.offset, maps.rate,
+                              maps.knot_start, maps.knots_node, maps.knots_ref, usable)
     dom = part["domain"].astype(np.int64) + 1
     has = dom > 0
     node_t = dom_offset[dom] + part["local"]  # NaN without a domain or an offset

@@ -11,16 +11,12 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from ..native import helper
 from . import style, units
 from .bars import hbars
 from .derive import SHOWN_CATS, spe_locations
 from .exact import category_ticks, transfers
 from .load import Loaded, LocClass
-
-try:  # the column spreading in C (setup.py), else numpy
-    from ..native import _evtread
-except ImportError:
-    _evtread = None
 
 COLUMNS = 300
 PEAK = 25.6e9  # bytes per second: one MFC (8 bytes per cycle at 3.2 GHz), and the XDR memory
@@ -40,14 +36,15 @@ def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
     """``spread`` for commands each on its ``row`` (-1: left out): (n_rows, columns) bytes.
     Each command adds its rate times its overlap to the columns it covers (first and last
     column partly, those between wholly, through a running sum along the row): no sort,
-    O(commands). In one pass in C (``_evtread.spread``) where built, unless ``compiled`` is
-    False."""
+    O(commands). In one pass in C (``_evtread.spread``) where ``native.helper`` gives it,
+    unless ``compiled`` is False."""
     edges = np.asarray(edges, np.float64)
     m = edges.size - 1
     out = np.zeros(n_rows * m)
-    if (_evtread is not None if compiled is None else compiled) and m >= 1:
+    c_helper = helper("evtread") if compiled is not False else None
+    if c_helper is not None and m >= 1:
         f8 = [np.ascontiguousarray(v, np.float64) for v in (t0, t1, nbytes)]
-        _evtread.spread(np.ascontiguousarray(row, np.int64), *f8,
+        c_helper.spread(np.ascontiguousarray(row, np.int64), *f8,
                         np.ascontiguousarray(edges), out, np.zeros(n_rows * (m + 1)))
         return out.reshape(n_rows, m)
     t0 = np.asarray(t0, np.float64)

@@ -17,12 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FormatError
+from ..native import helper
 from ..signals import Deferred
-
-try:  # the per-event callbacks in C, built at install time where a C compiler is (setup.py)
-    from ..native import _evtread
-except ImportError:
-    _evtread = None
 
 
 class K(IntEnum):
@@ -196,8 +192,8 @@ def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
                  compiled: bool | None = None) -> Loaded:
     """Read the archive's definitions and (a bounded sample of) its events; ``progress(read,
     total)`` is called between batches of events. ``compiled``: read events through the C
-    callbacks (``_evtread``) or the Python ones; None: C where built, unless
-    ``CELL2OTF2_PYTHON_READER`` is set."""
+    callbacks (``_evtread``) or the Python ones; None: C where ``native.helper`` gives it
+    (built, and ``CELL2OTF2_NO_NATIVE`` not set)."""
     import _otf2
     import otf2
 
@@ -417,9 +413,6 @@ def _open_global_reader(reader, locs, _otf2):
 # events: read into columns by callbacks (C or Python), then worked on batch by batch as arrays
 # --------------------------------------------------------------------------------------------
 
-#: set (to anything non-empty) to read events through the Python callbacks even where
-#: ``_evtread`` is built (the tests compare both)
-PYTHON_READER_VARIABLE = "CELL2OTF2_PYTHON_READER"
 #: the columns one event fills, C and Python alike: its K; location; time (the reader's
 #: uint64 as int64); region / communicator / RMA window; receiver or sender rank, RMA remote,
 #: -1 for an RMA completion, else 0; message length or RMA bytes; message tag or RMA matching
@@ -434,7 +427,7 @@ _ALL_ONES = (1 << 64) - 1  # -1 as the Python callbacks' uint64
 
 
 def _use_compiled() -> bool:
-    return _evtread is not None and not os.environ.get(PYTHON_READER_VARIABLE)
+    return helper("evtread") is not None
 
 
 def _kind_of(event_class: str) -> int:
@@ -526,11 +519,12 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
     batch boundaries."""
     import ctypes
 
+    evtread = helper("evtread") if compiled else None
     alive = []
     cbs = _otf2.GlobalEvtReaderCallbacks_New()
     py = None
     try:
-        if compiled:
+        if evtread is not None:
             lib = ctypes.PyDLL(_otf2.conf.lib._name)
             setters = []
             for name in _event_classes(_otf2):
@@ -539,8 +533,8 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
                 fn = lib[f"OTF2_GlobalEvtReaderCallbacks_Set{name}Callback"]
                 setters.append((ctypes.cast(fn, ctypes.c_void_p).value, int(code)))
             cols = tuple(np.empty(BATCH, np.dtype(code)) for _name, code in RAW_COLUMNS)
-            _evtread.buffers(*cols)
-            _evtread.install(ctypes.cast(cbs, ctypes.c_void_p).value, setters)
+            evtread.buffers(*cols)
+            evtread.install(ctypes.cast(cbs, ctypes.c_void_p).value, setters)
         else:
             py = _PyCallbacks()
             for name in _event_classes(_otf2):
@@ -549,8 +543,8 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
         handle = _open_global_reader(reader, locs, _otf2)
         _otf2.GlobalEvtReader_SetCallbacks(handle, cbs, None)
     except BaseException:
-        if compiled:
-            _evtread.release()
+        if evtread is not None:
+            evtread.release()
         raise
     finally:
         _otf2.GlobalEvtReaderCallbacks_Delete(cbs)
@@ -558,8 +552,8 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
         with Deferred() as signals:  # never raised inside a callback, checked between batches
             while True:
                 got = _otf2.GlobalEvtReader_ReadEvents(handle, BATCH)
-                if compiled:
-                    n = _evtread.take()
+                if evtread is not None:
+                    n = evtread.take()
                     sink(*(c[:n] for c in cols))
                 else:
                     sink(*py.take())
@@ -569,8 +563,8 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
                 if between is not None:
                     between()
     finally:
-        if compiled:
-            _evtread.release()
+        if evtread is not None:
+            evtread.release()
         _otf2.Reader_CloseGlobalEvtReader(reader.handle, handle)
         _otf2.Reader_CloseEvtFiles(reader.handle)
 
@@ -614,7 +608,8 @@ class _Chan:
         self.table = None  # compiled: channel id + 1 per slot, 0 where empty
         self.by_id = np.zeros(64, np.int64)
         self.count = 0  # channels in the table
-        if compiled and self.packed and _evtread is not None:
+        self.evtread = helper("evtread") if compiled and self.packed else None
+        if self.evtread is not None:
             self.table = np.zeros(2048, np.int32)
 
     def _to_dict(self) -> None:
@@ -626,6 +621,8 @@ class _Chan:
 
     def _assign_compiled(self, packed: np.ndarray, second: np.ndarray
                          ) -> tuple[np.ndarray, np.ndarray] | None:
+        evtread = self.evtread
+        assert evtread is not None, "the table is there only with the compiled helper"
         m = packed.size
         need = self.count + m
         # grown fourfold: each growth copies the arrays (and refills the table) once more
@@ -641,10 +638,10 @@ class _Chan:
         if 2 * need > self.table.size:  # at most half full
             size = max(4 * self.table.size, 1 << (2 * need - 1).bit_length())
             self.table = np.zeros(size, np.int32)
-            _evtread.chan_rehash(self.table, self.by_id[: self.count])
+            evtread.chan_rehash(self.table, self.by_id[: self.count])
         c = np.empty(m, np.int64)
         seq = np.empty(m, np.int64)
-        self.count = _evtread.chan_assign(
+        self.count = evtread.chan_assign(
             self.table, np.ascontiguousarray(packed, np.int64),
             np.ascontiguousarray(second, np.bool_), self.n[0], self.n[1], self.by_id, c, seq,
             self.count)
@@ -730,7 +727,8 @@ class _Events:
         self.stacks: list[list[int]] = [[] for _ in range(n_locs)]
         self.entered: list[list[int]] = [[] for _ in range(n_locs)]  # Enter time per open
         # compiled: the stacks as arrays (``_evtread.regions``) instead of the lists
-        self.compiled = compiled and _evtread is not None
+        self.evtread = helper("evtread") if compiled else None
+        self.compiled = self.evtread is not None
         self.depth = np.zeros(n_locs, np.int64)
         self.cap = STACK_ROOM
         self.stack_reg = np.zeros(n_locs * self.cap, np.int64)
@@ -792,6 +790,8 @@ class _Events:
         """The batch's Enter and Leave events walked in C (``_evtread.regions``): the states
         before the windows that start in it noted, the innermost open region after each event
         returned (as ``state_at``)."""
+        evtread = self.evtread
+        assert evtread is not None, "walked in C only with the compiled helper"
         n = kind.size
         if self.state_buf.size < n:
             self.state_buf = np.empty(max(n, BATCH), np.int64)
@@ -799,7 +799,7 @@ class _Events:
         pos = 0
         for k, p in [*snaps, (None, n)]:
             while pos < p:
-                pos = _evtread.regions(
+                pos = evtread.regions(
                     kind, loc, t, ref, pos, p, self.n_reg, self.cap, self.depth,
                     self.stack_reg, self.stack_t, self.visits, self.inclusive, self.longest,
                     self.exclusive, self.outermost, self.first_t, self.last_t, self.stray,

@@ -1,16 +1,16 @@
 """The OTF2 library's C side as the writer uses it: the event writer's C functions as ctypes
 objects fetched once per process (``CApi``, ``c_api``), the compiled per-event loop
-(``_evtwrite``) bound to the same functions where it is built, the library's error reports
-collected instead of printed (``LibraryErrors``, ``library_errors``) and glibc's malloc tuned
-for the library's event chunks (``tune_malloc``). It writes nothing itself and knows nothing
-of archives or event tables; why it calls C this way is in docs/performance.md.
+(``_evtwrite``) bound to the same functions where ``native.helper`` gives it, the library's
+error reports collected instead of printed (``LibraryErrors``, ``library_errors``) and glibc's
+malloc tuned for the library's event chunks (``tune_malloc``). It writes nothing itself and
+knows nothing of archives or event tables; why it calls C this way is in docs/performance.md.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
+from types import ModuleType
 
 import _otf2
 import numpy as np
@@ -26,12 +26,7 @@ from ..model import (
     EVENT_DTYPE,
     Ev,
 )
-
-try:  # the per-event loop in C, built at install time when a C compiler is there (setup.py)
-    from ..native import _evtwrite
-except ImportError:
-    _evtwrite = None
-
+from ..native import helper
 
 #: C signatures of the event writer calls, after (writer, attribute list, time): "I" uint32_t,
 #: "B" uint8_t, "Q" uint64_t, "p" pointer. Used to bind nothing and check everything: see CApi
@@ -105,9 +100,9 @@ class CApi:
                         Ev.RMA_WIN_DESTROY: self.rma_win_destroy}
         self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
-        #: the C loop (``_evtwrite``) bound to the same functions, if built; else None
-        self.compiled_loop = _evtwrite if _evtwrite is not None and _bind_compiled(self) else None
-        self.compiled = self.compiled_loop is not None
+        #: the C loop (``_evtwrite``) bound to the same functions, once ``use_compiled`` found
+        #: it there; else None
+        self.compiled_loop: ModuleType | None = None
 
 
 #: ``_evtwrite.bind``'s function table, in its order
@@ -120,15 +115,15 @@ _C_COLUMNS = {"loc": "<u4", "type": "u1", "ref": "<u4", "time": "<i8",
               **{f"p{k}": "<u8" for k in range(1, 7)}}
 
 
-def _bind_compiled(api: CApi) -> bool:
-    """Hand ``_evtwrite`` the addresses of ``api``'s C functions, the row layout of
-    ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t. False (the ctypes
-    path) if a column the C loop reads changed its type."""
+def _bind_compiled(api: CApi, evtwrite: ModuleType) -> bool:
+    """Hand ``evtwrite`` (the compiled helper) the addresses of ``api``'s C functions, the
+    row layout of ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t.
+    False (the ctypes path) if a column the C loop reads changed its type."""
     fields = EVENT_DTYPE.fields
     if any(name not in fields or fields[name][0] != np.dtype(kind)
            for name, kind in _C_COLUMNS.items()):
         return False
-    _evtwrite.bind(
+    evtwrite.bind(
         tuple(address(getattr(api, name)) for name in _C_FUNCTIONS),
         (EVENT_DTYPE.itemsize, *(fields[name][1] for name in _C_COLUMNS)),
         (ATTR_DMA_TAG, ATTR_MFC_OPCODE, ATTR_LIST_ELEMENTS, ATTR_EA, ATTR_LS_ADDRESS,
@@ -138,23 +133,26 @@ def _bind_compiled(api: CApi) -> bool:
     return True
 
 
-#: set (to anything non-empty) to write through the ctypes path even where ``_evtwrite`` is
-#: built: for the test that compares the two paths' archives and for bench/throughput.py only
-PYTHON_PATH_VARIABLE = "CELL2OTF2_PYTHON_WRITER"
-
-
 def compiled_callbacks() -> tuple[int, int] | None:
     """Addresses of the compiled helper's ``OTF2_FlushCallbacks`` (every buffer flushed, no
-    GIL taken) and ``OTF2_LockingCallbacks`` (pthread mutexes); None without ``_evtwrite`` or
-    with ``PYTHON_PATH_VARIABLE`` set."""
-    if _evtwrite is None or os.environ.get(PYTHON_PATH_VARIABLE):
+    GIL taken) and ``OTF2_LockingCallbacks`` (pthread mutexes); None where ``native.helper``
+    does not give ``_evtwrite``."""
+    evtwrite = helper("evtwrite")
+    if evtwrite is None:
         return None
-    return _evtwrite.flush_callbacks(), _evtwrite.locking_callbacks()
+    return evtwrite.flush_callbacks(), evtwrite.locking_callbacks()
 
 
 def use_compiled(api: CApi) -> bool:
-    """Write (and check) through the compiled loop: built, bound and not switched off."""
-    return api.compiled and not os.environ.get(PYTHON_PATH_VARIABLE)
+    """Write (and check) through the compiled loop: ``native.helper`` gives it, and it is
+    bound to ``api``'s functions (on first use; the ctypes path where a column it reads
+    changed its type)."""
+    evtwrite = helper("evtwrite")
+    if evtwrite is None:
+        return False
+    if api.compiled_loop is None and _bind_compiled(api, evtwrite):
+        api.compiled_loop = evtwrite
+    return api.compiled_loop is not None
 
 
 #: OTF2_ErrorCallback: (userData, file, line, function, errorCode, msgFormatString, va_list)
