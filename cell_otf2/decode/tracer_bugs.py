@@ -6,7 +6,8 @@ follow them) and words each as a ``TracerBug``: the first file, slot, rank and c
 thread, how many places, and what the tracer's author should change (docs/damage.md). All of it
 is numpy over whole tables, no Python step per record. It does not contain or count damage
 (the reader and the decoder do: ``damage.py``), and it never changes a record or a time: it only
-explains damage that those stages already contain."""
+explains what those stages contained, or absorbed without a damage line (a late header the
+order constraints took for a wrap)."""
 
 from __future__ import annotations
 
@@ -95,9 +96,10 @@ def _block_header_reads(dump: Dump) -> list[TracerBug]:
     then its header, then the next block's records) never rise except across a DECR_WRITE
     or a wrap. A header above its own last record was read before that record was made; one
     below the next block's first record was read after it. Only pairs of consecutive blocks
-    (``seq`` k and k+1, both with records) whose records themselves fall between the two
-    blocks count, so a wrap, a DECR_WRITE or a context switch between them explains nothing
-    away wrongly: there the records would rise too.
+    (``seq`` k and k+1, both with records) whose records themselves fall from one block to
+    the next count: a DECR_WRITE or a restore between the blocks, where the records rise too,
+    is never taken for a header read at the wrong moment. A real wrap is a rise of 2^31 or
+    more, never counted.
     """
     blocks, spe = dump.blocks, dump.spe
     if blocks.size < 2 or "decr" not in (spe.dtype.names or ()):
