@@ -206,7 +206,7 @@ def check_command(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help=QUIET_HELP)] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help=JSON_HELP + " (run_dir, processes, records, events, damage, "
-        "damage_total, lossy)")] = False,
+        "damage_total, lossy, tracer_bugs)")] = False,
     dma_style: Annotated[
         str, typer.Option("--dma-style", metavar="rma|messages", callback=choice(DmaStyle),
                           autocompletion=complete(DmaStyle),
@@ -252,7 +252,9 @@ def check_command(
         text = json.dumps({"run_dir": result.run_dir, "processes": result.processes,
                            "records": result.records, "events": result.events,
                            "damage": result.lines, "damage_total": result.damage_total,
-                           "lossy": bool(result.lines)}, indent=1)
+                           "lossy": bool(result.lines),
+                           "tracer_bugs": [bug.to_dict() for bug in result.tracer_bugs]},
+                          indent=1)
     else:
         head = (f"cell2otf2 check: {result.run_dir}: {plural(result.processes, 'process')}, "
                 f"{plural(result.records, 'record')}, "

@@ -21,6 +21,7 @@ from cellbench.analysis import analyze  # noqa: E402
 from otf2check import otf2_print_ok, read_events  # noqa: E402
 
 from cell_otf2.cli import main as cli_main  # noqa: E402
+from cell_otf2.decode.tracer_bugs import recognize_run  # noqa: E402
 from cell_otf2.input import format as fmt  # noqa: E402
 from cell_otf2.input.manifest import load_manifest  # noqa: E402
 from cell_otf2.input.reader import read_dump  # noqa: E402
@@ -299,6 +300,9 @@ def test_timebase_spike_costs_one_record(bases, tmp_path, capsys, where, bit):
     status, got = convert_cli(run, tmp_path / "a.otf2", capsys)
     assert status == 1
     assert got == {"backwards_timebase": (1, f"rank00000.cbt slot {slot}")}
+    # explained as one reading out of line (the spike), found at the step back after it
+    (bug,) = recognize_run(run)
+    assert (bug.kind, bug.count, bug.slot) == ("backwards_timebase", 1, int(main["slot"][k + 1]))
     assert_archive_valid(tmp_path / "a.otf2")
     clean, damaged = analyze(bases["unbuffered"]), analyze(run)
     assert damaged.sync.relaxation == clean.sync.relaxation
@@ -450,6 +454,9 @@ def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
     if first is not None:
         assert got[name][1] == first, got
     assert set(got) - {name} <= may_follow, got
+    # loss is not a tracer bug: only the backwards timebase has an explanation (docs/damage.md)
+    explained = [b.kind for b in recognize_run(run)]
+    assert explained == (["backwards_timebase"] if kind == "backwards-timebase" else [])
     cut = clean_truth.summary["per_rank_slots"][rank] - truth.summary["per_rank_slots"][rank]
     if "slot_count_mismatch" in may_follow:  # every slot the cut took (header count)
         assert got["slot_count_mismatch"][0] == cut

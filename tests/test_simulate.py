@@ -685,6 +685,28 @@ def test_damage_kinds(tmp_path: Path) -> None:
     assert len(tr.damaged_slots[0]) >= 1
 
 
+def test_tracer_bug_kinds(tmp_path: Path) -> None:
+    """The two tracer bugs the simulator writes: every header but a context's last reads its
+    decrementer one tick after the next block's first record (a rise between the blocks);
+    the blocks that are not full declare one record more than follow them."""
+    m, d, tr = _damaged(tmp_path, "late-block-header")
+    late = np.array(tr.damage[0]["header_slots"])
+    assert late.size == len(d.heads) - len(np.unique(d.ctx[d.heads]))
+    for h in late.tolist():
+        nxt = d.heads[(d.heads > h) & (d.ctx[d.heads] == d.ctx[h])][0]
+        assert (int(d.spe["decr"][nxt + 1]) - int(d.blk["decr"][h])) % (1 << 32) == 1
+    assert set(late.tolist()) <= set(tr.damaged_slots[0].tolist())
+    m, d, tr = _damaged(tmp_path, "overcounted-blocks")
+    grown = np.array(tr.damage[0]["header_slots"])
+    assert grown.size >= 1
+    # each grown block's count reaches one slot past its records: the next top-level slot
+    tops = np.flatnonzero((d.code >> 8) != fmt.SlotClass.SPE)
+    for h in grown.tolist():
+        after = tops[tops > h]
+        room = (int(after[0]) if after.size else d.n) - h - 1
+        assert int(d.blk["count"][h]) == room + 1
+
+
 def test_cli_refuses_non_empty_and_summarizes(tmp_path: Path,
                                               capsys: pytest.CaptureFixture) -> None:
     from cell_otf2.cli import main

@@ -1,8 +1,10 @@
 """``cell2otf2 check RUN_DIR``: every problem of a run, found the way conversion finds it, with
 nothing written: ``check_run`` runs the conversion's own phases with a sink that passes events
 and definitions through the writer's input checks instead of writing them, so a run it passes
-converts (docs/design.md, docs/damage.md). Exit status 0 (no damage), 1 (contained damage, one
-line per kind) or 3 (refused). It does not repair, rewrite or convert anything."""
+converts (docs/design.md, docs/damage.md), then names the tracer bugs the dumps show
+(``decode.tracer_bugs``) under the damage lines. Exit status 0 (no damage), 1 (contained damage,
+one line per kind) or 3 (refused); a recognised tracer bug changes no status. It does not
+repair, rewrite or convert anything."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.tracer_bugs import TracerBug
 from ..errors import EXIT_LOSSY, EXIT_OK, FormatError
 from ..model import DmaStyle, OrderOptions
 
@@ -30,6 +33,8 @@ class CheckResult:
     events: int  # OTF2 events a conversion would write
     lines: list[str] = field(default_factory=list)  # DamageLog.summary_lines()
     damage_total: int = 0  # records or slots affected, over every kind
+    #: the tracer bugs the dumps show, with what to change (``decode.tracer_bugs.recognize``)
+    tracer_bugs: list[TracerBug] = field(default_factory=list)
 
     @property
     def status(self) -> int:
@@ -40,9 +45,15 @@ class CheckResult:
         head = (f"cell2otf2 check: {self.run_dir}: {self.processes} processes, "
                 f"{self.records} records, {self.events} events to write")
         if not self.lines:
-            return [head, "  lost or unusable records: none"]
-        return [head, f"  lost or unusable input ({len(self.lines)} kinds):",
-                *(f"    {line}" for line in self.lines)]
+            lines = [head, "  lost or unusable records: none"]
+        else:
+            lines = [head, f"  lost or unusable input ({len(self.lines)} kinds):",
+                     *(f"    {line}" for line in self.lines)]
+        if self.tracer_bugs:
+            lines += [f"  what the tracer did wrong ({len(self.tracer_bugs)} "
+                      f"{'cause' if len(self.tracer_bugs) == 1 else 'causes'}):",
+                      *(f"    {bug.line()}" for bug in self.tracer_bugs)]
+        return lines
 
 
 @dataclass
@@ -80,6 +91,7 @@ def check_run(run_dir: str | Path, *, dma_style: DmaStyle | str = DmaStyle.RMA,
     status are the conversion's."""
     # imported here, not with the module: the command line imports this module for
     # every command it runs, and the driver brings scipy (0.17 s of every ``report``'s start)
+    from ..decode.tracer_bugs import recognize_run
     from .driver import StageClock, run_phases
     from .spill import Spill
     from .team_serial import SerialTeam
@@ -103,6 +115,7 @@ def check_run(run_dir: str | Path, *, dma_style: DmaStyle | str = DmaStyle.RMA,
         events=summary.events_written,
         lines=_unusable(summary, accept_unsynchronized_nodes),
         damage_total=whole.damage.total(),
+        tracer_bugs=recognize_run(run_dir),
     )
 
 

@@ -62,6 +62,8 @@ class DamageKind(StrEnum):
     unmatched_mailbox = "unmatched-mailbox"
     unmatched_mpi = "unmatched-mpi"
     backwards_timebase = "backwards-timebase"
+    late_block_header = "late-block-header"
+    overcounted_blocks = "overcounted-blocks"
 
 
 def simulate_command(

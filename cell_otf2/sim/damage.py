@@ -15,7 +15,9 @@ from .workloads import R_MPI, R_SPE_MAIN
 
 RECORD_KINDS = ("unknown-code", "undefined-id", "no-exit", "no-run-end", "unmatched-mailbox",
                 "unmatched-mpi")
-SLOT_KINDS = ("gap", "backwards-timebase", "block-overrun")
+#: the last two are tracer bugs (what a tracer that breaks the format writes), not loss
+SLOT_KINDS = ("gap", "backwards-timebase", "block-overrun", "late-block-header",
+              "overcounted-blocks")
 KINDS = ("truncate", *SLOT_KINDS, *RECORD_KINDS)
 P, S = fmt.PpeCode, fmt.SpeCode
 
@@ -154,7 +156,43 @@ def apply_slot_damage(kind: str, rank: int, slots: Slots, rng: np.random.Generat
         missing = int(v["count"][h]) - (keep - h - 1)
         log.append({"kind": kind, "rank": rank, "header_slot": h, "missing_records": missing,
                     "detail": f"dump ends {missing} records short of the block at slot {h}"})
+    elif kind == "late-block-header":
+        meta, raw = _late_block_headers(slots, meta, raw, rank, log)
+    elif kind == "overcounted-blocks":
+        v = raw.view(slots.layout.block)
+        heads = np.flatnonzero((meta["kind"] == KIND_BLOCK)
+                               & (v["count"] < slots.spe_buffer_records))
+        if not heads.size:
+            raise ValueError("every block is full: no count can grow within spe_buffer_records")
+        v["count"][heads] += 1
+        meta["dmg"][heads] = 1
+        log.append({"kind": kind, "rank": rank, "header_slots": heads.tolist(),
+                    "detail": f"{heads.size} block headers (those not full) declare one record "
+                              "more than follows them"})
     return _remake(slots, meta, raw)
+
+
+def _late_block_headers(slots: Slots, meta: np.ndarray, raw: np.ndarray, rank: int,
+                        log: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Every block header but each context's last reads its decrementer one tick after the
+    next block's first record was made (a tracer that reads it after the buffer's DMA, not
+    right after the reservation): the decrementer rises from the header to that record."""
+    heads = np.flatnonzero(meta["kind"] == KIND_BLOCK)
+    if heads.size < 2:
+        raise ValueError("the run has no context with two blocks")
+    by_ctx = heads[np.lexsort((heads, meta["ctx"][heads]))]  # each context's, in slot order
+    has_next = np.flatnonzero(meta["ctx"][by_ctx][1:] == meta["ctx"][by_ctx][:-1])
+    late, next_head = by_ctx[has_next], by_ctx[has_next + 1]
+    head_decr = raw.view(slots.layout.block)["decr"]
+    record_decr = raw.view(slots.layout.spe)["decr"]
+    first_next = next_head + 1  # every block has at least one record
+    head_decr[late] = (record_decr[first_next].astype(np.int64) - 1) % (1 << 32)
+    meta["t_read"][late] = meta["t_read"][first_next]
+    meta["dmg"][late] = 1
+    log.append({"kind": "late-block-header", "rank": rank, "header_slots": late.tolist(),
+                "detail": f"{late.size} block headers read their decrementer one tick after "
+                          "the next block's first record"})
+    return meta, raw
 
 
 def truncation(kinds: list[str], rank: int, n_bytes: int, slots: Slots,
