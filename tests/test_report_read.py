@@ -1,8 +1,8 @@
-"""The report's event read-back (issue 18): the C callbacks (``_evtread``) and the Python ones
-read the same columns; whole loads agree between them, between batch sizes and between the
-array and the one-event-at-a-time Enter/Leave paths; and an archive whose regions do not
-nest (Leaves of regions not open, of regions open further out, regions left open) gives the
-exact numbers worked out by hand."""
+"""The report's event read-back: the C callbacks (``_evtread``) and the Python ones read the
+same columns; whole loads agree between them, between batch sizes and between the array and the
+one-event-at-a-time Enter/Leave paths; and an archive whose regions do not nest (Leaves of
+regions not open, of regions open further out, regions left open) gives the exact numbers worked
+out by hand."""
 
 from __future__ import annotations
 
