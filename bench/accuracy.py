@@ -1,4 +1,4 @@
-"""Accuracy of clock synchronization against the simulator's ground truth (cell2otf2 issues 4, 5).
+"""Accuracy of clock synchronization against the simulator's ground truth.
 
     .venv/bin/python bench/accuracy.py [--quick] [--fresh] [--seed 1] [--nodes 2,4,16|none]
                                        [--rows switch,fft]
@@ -11,14 +11,14 @@ intervals and >= 1e6 constraints; --quick makes it small). For each run: our syn
 (``cellbench.analysis.analyze`` defaults), the paper's algorithm as published, anchored raw
 times and Lamport bumping (``cellbench.baselines``), measured by ``cellbench.evaluate``.
 
-Node clocks (issue 5, ``--nodes``, machinery of ``bench/nodes.py``): hybrid runs of 10 minutes
+Node clocks (``--nodes``, machinery of ``bench/nodes.py``): hybrid runs of 10 minutes
 (--quick: 1 minute) on 2, 4 and 16 nodes, 2 ranks per node, drift up to +-50 ppm plus wander,
 cached like the others: error of the converter's node maps against the truth, of linear
 interpolation and of constant offsets, reversed messages in the written times and read back
 from the archive; then the synthetic 256-node, million-message fit (--quick: 64 nodes, 200,000
 messages). The 16-node 10-minute row simulates ~13 M records: about 15 minutes the first time.
 
-Prints one table per metric group and the issue's targets with PASS/FAIL; writes the markdown
+Prints one table per metric group and the accuracy targets with PASS/FAIL; writes the markdown
 to bench/out/accuracy.md and every number to bench/out/accuracy.json. All numbers in ticks of
 the 14.318 MHz timebase, except the node table's (microseconds). It asserts nothing: it
 measures.
@@ -56,7 +56,7 @@ VARIANTS = {
     "ours on the paper's constraints": bt.PAPER_ORDER,
     "ours, read delay 8 (guaranteed)": OrderOptions(read_delay_ticks=8),
 }
-#: the paper-like workloads of issue 16's width target
+#: the paper-like workloads of the width target
 PAPER_WORKLOADS = ("fft", "matmul", "blackscholes", "julia")
 
 
@@ -254,7 +254,7 @@ def tables(res: dict[str, dict]) -> list[str]:
 
 
 def targets(res: dict[str, dict]) -> list[str]:
-    """The issue's targets, PASS/FAIL per run, on the 16-SPE rows (and scale for time)."""
+    """The accuracy targets, PASS/FAIL per run, on the 16-SPE rows (and scale for time)."""
     lines = ["### Targets", ""]
     sim = {k: v for k, v in res.items() if k != "scale"}
 
@@ -348,7 +348,7 @@ def main() -> None:
     node_lines = []
     if args.nodes != "none":
         node_res = node_rows(args.nodes, args.quick, args.seed, args.fresh)
-        node_lines = ["### Node clocks (issue 5, microseconds)", "",
+        node_lines = ["### Node clocks (microseconds)", "",
                       *node_bench.node_table(node_res["rows"], node_res["synthetic"]), "",
                       "### Targets (node clocks)", "",
                       *node_bench.node_targets(node_res["rows"], node_res["synthetic"]), ""]

@@ -7,7 +7,7 @@ run length again with context switches), plus the two foreign runs in
 kernel's accounting of the child), with the converter of this checkout. It prints, slowest
 shape first, records/s, peak RSS against the input, every stage's wall seconds (the summary's
 own, plus the commit and what lies outside the conversion: interpreter, imports, exit), each
-beside the issue's targets, then the growth exponent of every stage per dimension: how its
+beside the throughput targets, then the growth exponent of every stage per dimension: how its
 time grows when the dimension doubles (1 = linear), from the largest shapes of the sweep.
 Runs are simulated once and kept under ``bench/out/family/``. It measures and prints; it
 asserts nothing, and it imports no numpy itself (its own resident set stays out of the
@@ -34,7 +34,7 @@ FOREIGN = ROOT.parent / "shared" / "foreign-runs"
 #: the base shape every sweep starts from: 2 nodes, 2 ranks each, 4 SPE contexts a rank,
 #: MPI every 0.5 s, 2 minutes
 BASE = dict(nodes=2, ranks_per_node=2, spes=4, mpi_s=0.5, duration_s=120.0, switches=False)
-#: targets of issue 27, printed beside the figures (never asserted)
+#: the throughput targets, printed beside the figures (never asserted)
 RATE_TARGET = 2.0e6  # records/s of a shape of at least 1 M records
 SMALL_FIXED, SMALL_PER_M = 0.4, 0.5  # seconds of a shape under 1 M records: 0.4 + 0.5 per M
 EXPONENT_TARGET = 1.1
@@ -245,7 +245,7 @@ STAGE_ORDER = ("read", "decode", "mpi", "order", "sync", "emit", "write", "spill
 
 
 def _targets(r: dict) -> list[str]:
-    """The issue's targets this shape misses (an empty list: all met)."""
+    """The throughput targets this shape misses (an empty list: all met)."""
     n, wall = r["records"], r["wall"]
     missed = []
     if n >= 1e6 and n / wall < RATE_TARGET:

@@ -1,6 +1,6 @@
-"""Node clocks on cluster runs (issue 26): a sweep of the simulator's ``cluster`` family plus the
-foreign runs, each converted by this checkout's ``cell2otf2`` and judged from the archive read
-back (``cellbench.nodetruth``).
+"""Node clocks on cluster runs: a sweep of the simulator's ``cluster`` family plus the foreign
+runs, each converted by this checkout's ``cell2otf2`` and judged from the archive read back
+(``cellbench.nodetruth``).
 
 Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - linear: drift up to 50 ppm, no wander, exchanges every 2-5 s, 10-20 min, 2-16 nodes, ring
@@ -13,7 +13,7 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
 this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
 terminal, gives the stage times, and the "mpi" stage holds the node fit), then the evaluator.
-Per regime it prints the worst case of each number against the issue's targets: no reversed
+Per regime it prints the worst case of each number against the node clock targets: no reversed
 pair read back and the summary's count equal to the archive's, the bound containing the truth
 at every event, RMS / max error (linear <= 0.2 / 0.5 us; wander <= 0.5 / 3 us, <= 2 us away
 from the first and last 20 s; dense <= 0.15 / 1 us), and for short runs no node rate at the

@@ -9,7 +9,7 @@ Rows:
   messages received before their send in the times handed to the writer, and for runs under
   ``--read-back-below`` records also read back from the written archive; the fit's time
   (``nodefit.fit.fit_points`` on the run's pairs, as the converter calls it);
-- regime rows (issue 16): linear drift and oscillator wander (a sine of 5-15 us over 1-4
+- regime rows: linear drift and oscillator wander (a sine of 5-15 us over 1-4
   minutes), MPI exchanges every 20 ms to 5 s, runs of 10 s to 30 min (``REGIMES``), the
   converter's maps and linear interpolation against the truth at every record of the other
   nodes, the archive written and read back; a "beyond" row (wander over 2 minutes with
@@ -49,7 +49,7 @@ from cell_otf2.sync.nodefit.fit import PiecewiseMap, fit_points, points_from_tra
 from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference, slacks
 
 HZ = 14_318_000
-#: the issue's targets on the hybrid rows and the synthetic row
+#: the node clock targets on the hybrid rows and the synthetic row
 TARGET_RMS_US, TARGET_MAX_US, TARGET_RATIO, TARGET_BIG_S = 0.5, 2.0, 10.0, 60.0
 
 
@@ -258,7 +258,7 @@ def big_row(n_nodes: int, n_messages: int, duration_s: float, seed: int) -> dict
 
 
 # --------------------------------------------------------------------------------------------
-# regimes: sparse and dense exchanges, linear drift and oscillator wander (issue 16)
+# regimes: sparse and dense exchanges, linear drift and oscillator wander
 # --------------------------------------------------------------------------------------------
 
 #: name: (exchange interval s, run s, nodes, drift ppm, wander us, wander period s, seed); 2
@@ -279,7 +279,7 @@ REGIMES = {
     "wander 15 us / 2 min, 50 ms / 2 min": (0.05, 120.0, 4, 50.0, 15.0, 120.0, 9),
     "beyond: wander 15 us / 2 min, 2 s / 10 min": (2.0, 600.0, 4, 50.0, 15.0, 120.0, 12),
 }
-#: the issue's targets on the regime rows (node error on every record of the other nodes)
+#: the node clock targets on the regime rows (node error on every record of the other nodes)
 TARGET_LINEAR = (0.2, 0.5)
 TARGET_WANDER = (0.5, 2.0)
 
@@ -368,7 +368,7 @@ def regime_table(rows: list[dict]) -> list[str]:
 
 
 def regime_targets(rows: list[dict]) -> list[str]:
-    """The issue's targets on the regime rows, PASS/FAIL ("beyond" rows: shown, not held)."""
+    """The node clock targets on the regime rows, PASS/FAIL ("beyond" rows: shown, not held)."""
     out = []
     for r in rows:
         rms_t, max_t = TARGET_WANDER if r["wander_us"] > 0 else TARGET_LINEAR
@@ -411,7 +411,7 @@ def node_table(rows: list[dict], big: dict | None) -> list[str]:
 
 
 def node_targets(rows: list[dict], big: dict | None) -> list[str]:
-    """The issue's targets, PASS/FAIL."""
+    """The node clock targets, PASS/FAIL."""
     out = []
 
     def line(ok: bool, text: str) -> None:

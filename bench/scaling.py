@@ -12,9 +12,9 @@ every event file byte for byte; the anchor file differs only in its random trace
 identifier).
 
 The speedup is the median over rounds of serial time / parallel time within a round: the
-speed of a shared virtual machine drifts by 10-30% from minute to minute (the same serial
-conversion took 13.8 s and 18.4 s a minute apart here), and the two conversions of one round
-see the same drift, the medians of all serial and all parallel runs need not. The ratio of
+speed of a shared virtual machine drifts by 10-30% from minute to minute, and the two
+conversions of one round see the same drift, the medians of all serial and all parallel runs
+need not. The ratio of
 the medians is printed too.
 
     .venv/bin/python bench/scaling.py [--procs 2] [--repeat 3] [--ranks 16] [--nodes 8]

@@ -9,8 +9,8 @@ import sys
 import time
 from typing import TextIO
 
-#: share of a conversion's time per stage, in pipeline order (profile of the 6 M-record run:
-#: write 10.4 s, decode 2.7, read 1.8, emit 1.6 of 17.8 s; order, sync and MPI a few percent)
+#: share of a conversion's time per stage, in pipeline order, so that the overall percent
+#: moves evenly (the profile they come from: docs/performance.md)
 STAGE_WEIGHTS = {"read": 0.10, "layout": 0.01, "decode": 0.16, "match": 0.02, "mpi": 0.02,
                  "order": 0.04, "sync": 0.06, "emit": 0.09, "write": 0.50}
 #: the time left is shown after this many seconds and this overall fraction

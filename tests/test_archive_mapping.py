@@ -1,8 +1,7 @@
-"""The archive as Score-P users know it (issue 19, items 7 and 8), read back with the otf2
-reader: SPE groups under the chip that ran them, one region per context run on the PPE,
-numeric location properties, balanced Enter/Leave in damaged runs, the DMA window created
-and destroyed where it is used, "MPI Rank N" groups, and what ViTE prints for our
-communicators (docs/archive.md)."""
+"""The archive as Score-P users know it, read back with the otf2 reader: SPE groups under the
+chip that ran them, one region per context run on the PPE, numeric location properties, balanced
+Enter/Leave in damaged runs, the DMA window created and destroyed where it is used, "MPI Rank N"
+groups, and what ViTE prints for our communicators (docs/archive.md)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ The bend search must ignore a lone bad window, the pair lines must drop windows 
 not pinned, and wide runs must get fewer, longer windows. A small simulated hybrid run must
 come out of the converter with no MPI message received before it was sent. Families of
 simulated runs (exchanges every 50 ms to 5 s, 10 s to 30 min, linear drift or wander of
-5-15 us over 1-4 minutes) must meet issue 16's targets on every record of the other nodes,
+5-15 us over 1-4 minutes) must meet the node clock targets on every record of the other nodes,
 with no message reversed and, for one, an archive read back in order.
 """
 
@@ -247,9 +247,9 @@ DENSE_WANDER_RUNS = {
     "20ms-1min-8us-1min-s22": (0.02, 60.0, 2, 30.0, 8.0, 60.0, 22),
     "20ms-1min-8us-1min-s23": (0.02, 60.0, 2, 30.0, 8.0, 60.0, 23),
 }
-#: the issue's targets: node error on every record of the other nodes, us
+#: the node clock targets: node error on every record of the other nodes, us
 LINEAR_RMS_US, LINEAR_MAX_US, WANDER_RMS_US, WANDER_MAX_US = 0.2, 0.5, 0.5, 2.0
-#: dense wander: a fixed (0.3 us)^2 model-choice floor gave 0.27-0.44 us RMS, 0.9-1.6 us max
+#: dense wander (messages every 20-50 ms): targets of their own (docs/accuracy.md)
 DENSE_RMS_US, DENSE_MAX_US = 0.25, 1.1
 
 
@@ -323,9 +323,9 @@ def test_dense_messages_follow_finer_wander(tmp_path_factory, name):
 
 
 def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
-    """The issue's wandering run (exchanges every 2 s), shortened: converted, read back, no
-    event before one that happened before it; the Score-P-style baseline reverses messages
-    on the same pairs."""
+    """The sparse wandering run (exchanges every 2 s), shortened: converted, read back, no event
+    before one that happened before it; the Score-P-style baseline reverses messages on the
+    same pairs."""
 
     from otf2check import check_archive
 

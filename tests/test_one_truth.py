@@ -1,7 +1,7 @@
-"""Issue 29: the summary, the synchronization report, the archive's properties and
-``cell2otf2 report`` count the same intervals as synchronized, and where some are not, the
-summary and the report say why in the same words (an interval cut at unresolved decrementer
-wraps is bounded before the cut only, so it is not synchronized anywhere)."""
+"""The summary, the synchronization report, the archive's properties and ``cell2otf2 report``
+count the same intervals as synchronized, and where some are not, the summary and the report say
+why in the same words (an interval cut at unresolved decrementer wraps is bounded before the cut
+only, so it is not synchronized anywhere)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Issue 29: the README opens with a quick start a new user can follow (the two make commands,
-how to call the installed command, a conversion, a viewer and the report) and explains ViTE's
-"cannot find rank N in communicator" lines; ``make demo`` can be run twice (its report folder
-is a previous report the second time: replaced with --force)."""
+"""The README opens with a quick start a new user can follow (the two make commands, how to call
+the installed command, a conversion, a viewer and the report) and explains ViTE's "cannot find
+rank N in communicator" lines; ``make demo`` can be run twice (its report folder is a previous
+report the second time: replaced with --force)."""
 
 from __future__ import annotations
 

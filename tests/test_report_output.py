@@ -1,7 +1,7 @@
-"""Issue 29: ``cell2otf2 report ARCHIVE -o DIR`` follows the output rules of ``convert``: DIR
-is new or empty, or a previous report replaced with ``--force``; a user's own files are never
-written over (it used to overwrite a user's index.html and contexts.csv, exit 0), and a failure
-leaves DIR as it was. The archive is read by the real command in a subprocess."""
+"""``cell2otf2 report ARCHIVE -o DIR`` follows the output rules of ``convert``: DIR is new or
+empty, or a previous report replaced with ``--force``; a user's own files (an ``index.html`` or
+``contexts.csv`` of theirs) are never written over, and a failure leaves DIR as it was. The
+archive is read by the real command in a subprocess."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Issue 30: every input and output channel answered precisely, ``check`` and ``convert`` of one
-mind. Manifest numbers bounded before anything is sized by them; manifest strings checked
-(NUL, lone surrogates, paths that name no file inside the run, ``application: null``); dumps
-whose size claims gigabytes read in chunks; output names OTF2 cannot take and outputs that
-name the input refused with exit 4 before any work; a full or closed stdout changing no exit
-status (inspect: 4); ``check`` listing what ``convert`` lists (unsynchronized nodes) with the
-same status; damage that does not move with ``--alpha`` or ``--read-delay-ticks``; ``inspect``
-of a dump cut inside its first blocks."""
+"""Every input and output channel answered precisely, ``check`` and ``convert`` of one mind.
+Manifest numbers bounded before anything is sized by them; manifest strings checked (NUL, lone
+surrogates, paths that name no file inside the run, ``application: null``); dumps whose size
+claims gigabytes read in chunks; output names OTF2 cannot take and outputs that name the input
+refused with exit 4 before any work; a full or closed stdout changing no exit status (inspect:
+4); ``check`` listing what ``convert`` lists (unsynchronized nodes) with the same status; damage
+that does not move with ``--alpha`` or ``--read-delay-ticks``; ``inspect`` of a dump cut inside
+its first blocks."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Issue 16 items 3-5 against the simulator's ground truth, over families of runs (workloads,
-seeds, node counts, with and without MPI between nodes): a node that no message reaches is
-named and makes the conversion lossy unless accepted; the default bounds are the exact
-minimum-cycle-mean relaxation of exact slot order (checked against Karp's algorithm on every
-node's constraints) and the archive read back has no order violation beyond it; the report's
-node segments map every record's raw timebase to the archive's timestamp and keep SPE records
-inside their CTX_RUN_BEGIN..END; the report's Table 1 figures equal those of the all-pairs
-matrix; ``--read-delay-ticks`` refuses what is not a delay."""
+"""Synchronization and its report against the simulator's ground truth, over families of runs
+(workloads, seeds, node counts, with and without MPI between nodes): a node that no message
+reaches is named and makes the conversion lossy unless accepted; the default bounds are the
+exact minimum-cycle-mean relaxation of exact slot order (checked against Karp's algorithm on
+every node's constraints) and the archive read back has no order violation beyond it; the
+report's node segments map every record's raw timebase to the archive's timestamp and keep SPE
+records inside their CTX_RUN_BEGIN..END; the report's Table 1 figures equal those of the
+all-pairs matrix; ``--read-delay-ticks`` refuses what is not a delay."""
 
 from __future__ import annotations
 

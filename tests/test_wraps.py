@@ -80,8 +80,8 @@ def _heartbeats_per_context(pipe) -> np.ndarray:
 
 #: id -> simulator options; each a clean run (no step hides a wrap) of another shape
 CLEAN = {
-    # the issue's run: 9 minutes, 8 contexts, PPE polls every ~2 s, heartbeats only when needed
-    "issue-9min-poll2s": dict(spes=8, phases=1, chunks=4, compute_s=120, poll_s=2.0,
+    # a long run: 9 minutes, 8 contexts, PPE polls every ~2 s, heartbeats only when needed
+    "long-9min-poll2s": dict(spes=8, phases=1, chunks=4, compute_s=120, poll_s=2.0,
                               heartbeat_ticks=HB_NEEDED, seed=3),
     "poll-0.5s-one-record-blocks": dict(spes=3, phases=1, chunks=5, compute_s=100,
                                         poll_s=0.5, heartbeat_ticks=HB_NEEDED,
@@ -124,7 +124,7 @@ def test_clean_run_converts_clean(tmp_path, monkeypatch, name):
     _assert_truth_within_bounds(pipe, truth)
     width = interval_widths(pipe.decoded.domains, pipe.sync.upper - pipe.sync.lower)
     assert np.isfinite(width).all()
-    if name.startswith("issue"):  # the family is not degenerate: some needed a heartbeat
+    if name.startswith("long"):  # the family is not degenerate: some needed a heartbeat
         beats = _heartbeats_per_context(pipe)
         assert (beats > 0).any() and (beats == 0).any(), beats
     # as tight as the same run unwrapped with every step taken at face value (true here)

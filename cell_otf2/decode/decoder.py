@@ -110,9 +110,9 @@ def build_locations(
                 row = creates[created[ctx]]
                 ls_ea, ps_ea = int(row["b"]), int(row["c"])
             prog = loads["b"][loads["a"] == ctx]
-            ctx_rows.append([r, ctx, len(rows), ctx in created, ls_ea, ps_ea,
+            ctx_rows.append((r, ctx, len(rows), ctx in created, ls_ea, ps_ea,
                              # ids past int64 cannot be stored: taken as undefined
-                             int(prog[0]) if prog.size and prog[0] < 1 << 63 else -1])
+                             int(prog[0]) if prog.size and prog[0] < 1 << 63 else -1))
             rows.append((r, int(LocKind.SPE_CONTEXT), ctx))
         missing = sorted(in_blocks - set(created))
         if missing:

@@ -19,7 +19,8 @@ S = fmt.SpeCode
 
 
 #: what pairing reads of every DMA record (``_Builder.dma_records``)
-_DMA_FIELDS_DTYPE = np.dtype([("a", "<u8"), ("b", "<u8"), ("d", "<u8")])
+_DMA_FIELDS = ("a", "b", "d")
+_DMA_FIELDS_DTYPE = np.dtype([(name, "<u8") for name in _DMA_FIELDS])
 #: ``a`` of a DMA record that is a SNDSIG (a signal write), not a transfer
 _SNDSIG = [0xA0, 0xA1, 0xA2]
 
@@ -104,7 +105,7 @@ class _Builder:
         if self._dma is None:
             idx = self.code_records(S.DMA)
             fields = np.empty(idx.size, _DMA_FIELDS_DTYPE)
-            gather_fields(fields, self.rec, idx, tuple((f, f) for f in _DMA_FIELDS_DTYPE.names))
+            gather_fields(fields, self.rec, idx, tuple((f, f) for f in _DMA_FIELDS))
             self._dma = idx, fields
         return self._dma
 

@@ -146,7 +146,9 @@ def _location_events(ev: EventTable, parts: list, inv, f_at, L: int
         src.append(np.full(sel.size, k, dtype=np.int64))
         idx.append(sel)
     order = np.argsort(np.concatenate(final), kind="stable")
-    return tuple(np.concatenate(x)[order] for x in (step, refs, src, idx))
+    step_all, refs_all, src_all, idx_all = (np.concatenate(x)[order]
+                                            for x in (step, refs, src, idx))
+    return step_all, refs_all, src_all, idx_all
 
 
 def _flagged(ev: EventTable, parts: list, inv, f_at) -> np.ndarray:

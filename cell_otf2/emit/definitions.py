@@ -137,7 +137,8 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
     for r in range(n):
         locs = dec.contexts["loc"][dec.contexts["rank"] == r].tolist()
         k = man.node_of_rank(r)
-        chips = sorted({ctx_chip[int(x)] for x in locs if ctx_chip[int(x)] is not None})
+        chips = sorted({known_chip for x in locs
+                        if (known_chip := ctx_chip[int(x)]) is not None})
         for chip in [*chips, None]:
             mine = [int(x) for x in locs if ctx_chip[int(x)] == chip]
             if not mine:
@@ -174,8 +175,9 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
         defs.location_properties.append(LocationProperty(int(loc), PROP_SYNC_BOUND, value))
     if sync_intervals is None:
         sync_intervals = sync_intervals_property(dec, result)
-    for loc, value in sorted(sync_intervals.items()):
-        defs.location_properties.append(LocationProperty(loc, PROP_SYNC_INTERVALS, value))
+    for loc, intervals_text in sorted(sync_intervals.items()):
+        defs.location_properties.append(LocationProperty(loc, PROP_SYNC_INTERVALS,
+                                                         intervals_text))
     # regions: manifest regions, programs, Cell regions
     region_ref: dict[int, int] = {}
     for reg in man.regions:
@@ -208,13 +210,13 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
         defs.regions.append(Region(name if name not in names else f"{name} (cell2otf2)",
                                    role, Paradigm.CELL))
     metric_ref = {}
-    for c in man.counters:
-        metric_ref[c.id] = len(defs.metrics)
-        defs.metrics.append(Metric(c.name, c.unit))
+    for counter in man.counters:
+        metric_ref[counter.id] = len(defs.metrics)
+        defs.metrics.append(Metric(counter.name, counter.unit))
     comm_ref = {}
-    for c in man.communicators:
-        comm_ref[c.id] = len(defs.communicators)
-        defs.communicators.append(Communicator(c.name, tuple(c.ranks), Paradigm.MPI))
+    for comm in man.communicators:
+        comm_ref[comm.id] = len(defs.communicators)
+        defs.communicators.append(Communicator(comm.name, tuple(comm.ranks), Paradigm.MPI))
     all_locs = tuple(range(len(defs.locations)))
     mbox_comm = len(defs.communicators)
     defs.communicators.append(Communicator("Cell mailboxes", all_locs, Paradigm.CELL))

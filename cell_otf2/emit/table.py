@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..model import EVENT_DTYPE, Ev
 from ..native import pages
 from .kernels import RecordBits, fill_rows, layout_own
+
+#: an event parameter as ``EventPart`` keeps it (``event_param``): one value for all events,
+#: one per event, the record bits it is taken from, or a function of the events' record rows
+EventParam = np.ndarray | int | RecordBits | Callable[[np.ndarray], np.ndarray]
 
 
 class EventPart:
@@ -25,21 +30,21 @@ class EventPart:
     __slots__ = ("rec", "pos", "offset", "typ", "ref", "params", "loc", "time", "pin", "sub",
                  "anchor", "seq")
 
-    def __init__(self, rec: np.ndarray, offset: int, typ: int | np.ndarray,
-                 ref: np.ndarray | int,
-                 params: dict, loc: np.ndarray | None = None,
+    def __init__(self, rec: np.ndarray, offset: int, typ: int | np.ndarray, ref: EventParam,
+                 params: dict[str, EventParam], loc: np.ndarray | None = None,
                  time: np.ndarray | None = None) -> None:
         #: foreign events placed by rule, not by time: None (by time and seq), "start" (before
         #: a location's first event), "end" (after its last), "own" (right before the own
         #: Leave of record ``anchor``); ``sub`` orders events of one place
         self.pin: str | None = None
-        self.sub = 0
-        self.anchor = None
+        self.sub: int | np.ndarray = 0
+        self.anchor: np.ndarray | None = None
         #: the events' tie-break seq in the table when not their record's (pinned events: one
         #: that keeps the table in (location, time, seq) order)
-        self.seq = None
+        self.seq: np.ndarray | None = None
         self.rec = rec  # record index per event, ascending (own) or as given (foreign)
-        self.pos = None  # own events: index in the sequence of all own events, in order
+        #: own events: index in the sequence of all own events, in order (set by ``layout``)
+        self.pos: np.ndarray | None = None
         self.offset = offset  # seq offset within the record (0..7)
         self.typ = typ  # Ev, or uint8 per event (never for Enter / Leave: ``one_type``)
         self.ref = ref  # scalar or array per event
@@ -64,8 +69,7 @@ class EventPart:
         return part
 
 
-def event_param(v: np.ndarray | int | Callable[[np.ndarray], np.ndarray]
-                ) -> np.ndarray | Callable[[np.ndarray], np.ndarray]:
+def event_param(v: EventParam) -> EventParam:
     """An event parameter as ``EventPart`` keeps it: a function of the events' record rows
     (computed when a piece of the table is built) or an array / scalar (64-bit integer
     arrays whose values fit 32 bits are kept in 32 bits)."""
@@ -96,7 +100,8 @@ class EventTable:
     def __init__(self, records: np.ndarray, n_locations: int,
                  loc_first_rec: np.ndarray | None = None) -> None:
         #: record indexes and event positions fit 32 bits below 2^31 records (half the memory)
-        self.index = np.int32 if records.size < 1 << 30 else np.int64
+        self.index: type[np.signedinteger[Any]] = (np.int32 if records.size < 1 << 30
+                                                   else np.int64)
         self.records = records
         self.rec_loc = records["loc"]
         self.rec_time = records["time"]
@@ -189,6 +194,7 @@ class EventTable:
         for part in self.own_parts:
             if one_type(part) != typ or not part.size:
                 continue
+            assert part.pos is not None  # called after ``layout``
             at = np.minimum(np.searchsorted(part.rec, rec), part.size - 1)
             hit = part.rec[at] == rec
             out[hit] = part.pos[at[hit]]
@@ -208,9 +214,11 @@ class EventTable:
         total = sum(part.size for part in self.own_parts)
         base = np.empty(n_rec + 1, dtype=self.index if total < 1 << 30 else np.int64)
         # fill order: by seq offset, add order kept among equal offsets (a stable sort)
-        order = sorted(range(len(self.own_parts)), key=lambda k: self.own_parts[k].offset)
-        for k, pos in zip(order, layout_own(base, [self.own_parts[k].rec for k in order],
-                                            self.index), strict=True):
+        fill_order = sorted(range(len(self.own_parts)),
+                            key=lambda k: self.own_parts[k].offset)
+        for k, pos in zip(fill_order,
+                          layout_own(base, [self.own_parts[k].rec for k in fill_order],
+                                     self.index), strict=True):
             self.own_parts[k].pos = pos
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
@@ -285,6 +293,7 @@ class EventTable:
             if part.pin is None:
                 continue
             loc = part.loc
+            assert loc is not None  # every foreign part has its locations
             if part.pin == "start":
                 insert[k], part.time = self.own_start[loc], t_first[loc]
             elif part.pin == "end":
@@ -324,6 +333,7 @@ class EventTable:
         bounds = self.own_start[loc_lo:loc_hi + 1].astype(np.int64)
         parts = []
         for part in self.own_parts:
+            assert part.pos is not None  # ``layout`` placed every own part
             lo, hi = np.searchsorted(part.pos, own_range, side="left")
             if hi <= lo:
                 continue

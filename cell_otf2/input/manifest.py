@@ -453,13 +453,13 @@ def _processes(
                          "the relative path of a file inside the run directory", _show(x.path))
     # one file under two spellings ("a.cbt", "./a.cbt") is one file
     c.unique([os.path.normpath(x.path) for x in out], "processes", "path")
-    missing = [c.fail(f"processes[{i}].path", problem, "an existing regular file",
-                      _show(x.path))
-               for i, x in enumerate(out)
-               if (problem := _dump_problem(run_dir / x.path)) is not None]
-    if missing:  # every missing dump, not only the first (``check`` lists them all)
-        missing[0].more = missing[1:]
-        raise missing[0]
+    missing_dumps = [c.fail(f"processes[{i}].path", problem, "an existing regular file",
+                            _show(x.path))
+                     for i, x in enumerate(out)
+                     if (problem := _dump_problem(run_dir / x.path)) is not None]
+    if missing_dumps:  # every missing dump, not only the first (``check`` lists them all)
+        missing_dumps[0].more = missing_dumps[1:]
+        raise missing_dumps[0]
     return tuple(sorted(out, key=lambda x: x.rank))
 
 

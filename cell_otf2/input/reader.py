@@ -299,6 +299,12 @@ class _Damage:
         ]
 
 
+def _field_offsets(dtype: np.dtype) -> dict[str, int]:
+    """Each field's byte offset in the structured ``dtype``."""
+    assert dtype.fields is not None, "a structured dtype"
+    return {name: int(spec[1]) for name, spec in dtype.fields.items()}
+
+
 def _room(table: np.ndarray, used: int, need: int, most: int) -> np.ndarray:
     """``table`` with room for at least ``need`` rows (at most ``most``), its first ``used``
     rows kept: itself when it has it, else a copy twice as large."""
@@ -329,7 +335,7 @@ class _SlotSource:
         """The bytes of slots ``start .. stop - 1`` (valid until the next read)."""
         size = (stop - start) * fmt.SLOT_SIZE
         self.file.seek(fmt.HEADER_SIZE + start * fmt.SLOT_SIZE)
-        got = self.file.readinto(memoryview(self.buffer)[:size])
+        got = self.file.readinto(self.buffer.data[:size])
         if got != size:
             raise OSError(f"the file shrank while it was read (slot {start + got // 32})")
         return self.buffer[:size]
@@ -448,6 +454,7 @@ class _Framer:
     def _group_by_context(self) -> None:
         """The numpy framer's slot-order SPE table grouped by context, as the compiled framer
         writes it, if it has the records expected per context."""
+        assert self.expect is not None  # the caller groups only with expected counts
         counts = np.bincount(self.spe["ctx"][:self.i_spe], minlength=1 << 16)
         if counts.size == 1 << 16 and np.array_equal(counts, self.expect):
             order = np.argsort(self.spe["ctx"][:self.i_spe], kind="stable")
@@ -476,13 +483,13 @@ class _Framer:
         lay = self.layout
         pairs = tuple(tuple((f, f) for f in fields) for fields in (
             _PPE_FIELDS, _BLOCK_FIELDS, _GAP_FIELDS, _SPE_FIELDS if self.spe_records else ()))
-        fields = (PPE_DTYPE.fields, BLOCK_DTYPE.fields, GAP_DTYPE.fields, spe.dtype.fields)
+        ppe_at, block_at, gap_at, spe_at = (
+            _field_offsets(dt) for dt in (PPE_DTYPE, BLOCK_DTYPE, GAP_DTYPE, spe.dtype))
         special = np.array(
-            [fields[0]["slot"][1], fields[1]["slot"][1], fields[1]["ctx"][1],
-             fields[1]["count"][1], fields[1]["present"][1], fields[2]["slot"][1],
-             fields[2]["lost"][1]]
-            + ([fields[3]["slot"][1], fields[3]["block"][1]] if self.spe_records else [-1, -1])
-            + [fields[3]["ctx"][1] if "ctx" in fields[3] else -1], dtype=np.int64)
+            [ppe_at["slot"], block_at["slot"], block_at["ctx"], block_at["count"],
+             block_at["present"], gap_at["slot"], gap_at["lost"]]
+            + ([spe_at["slot"], spe_at["block"]] if self.spe_records else [-1, -1])
+            + [spe_at.get("ctx", -1)], dtype=np.int64)
         swap = lay.order != ("<" if sys.byteorder == "little" else ">")
         state = np.array([-1, -1, 0, 0, 0, 0, 0, 0], dtype=np.int64)
         stats = np.zeros(12, dtype=np.int64)

@@ -18,7 +18,9 @@ def _rects(x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> np
 
 def _add(ax, verts: np.ndarray, color, edgecolor, lw: float, label: str | None,
          zorder: float | None) -> PolyCollection:
-    coll = PolyCollection(verts, facecolors=color, edgecolors=edgecolor, linewidths=lw,
+    # matplotlib takes an (N, M, 2) array of vertices (its stub asks for a sequence)
+    coll = PolyCollection(verts,  # type: ignore[arg-type]
+                          facecolors=color, edgecolors=edgecolor, linewidths=lw,
                           label=label if label is not None else "_nolegend_")
     if zorder is not None:
         coll.set_zorder(zorder)

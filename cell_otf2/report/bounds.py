@@ -86,12 +86,12 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int]:
         extra.append(f"{unplaced} without a written record (not drawn)")
     ax.set_title(f"Synchronization bound of every live interval ({placed} drawn)\n{head}"
                  + ("; " + ", ".join(extra) if extra else ""), fontsize=10)
-    y = np.arange(len(rows))
-    hbars(bars, y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
-    hbars(bars, y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
+    row_y = np.arange(len(rows))
+    hbars(bars, row_y, np.nan_to_num(worst), height=0.7, color="#7f7f7f", label="worst")
+    hbars(bars, row_y, np.nan_to_num(mean), height=0.35, color="#e377c2", label="mean")
     bars.set_xlabel("bound width [ticks]")
-    top = bars.secondary_xaxis("top", functions=(lambda v: v / hz * 1e6,
-                                                 lambda v: v * hz / 1e6))
+    top = bars.secondary_xaxis("top", functions=(lambda v: np.asarray(v) / hz * 1e6,
+                                                 lambda v: np.asarray(v) * hz / 1e6))
     top.set_xlabel("[µs]")
     bars.tick_params(axis="y", labelleft=False)
     bars.legend(loc="lower center", bbox_to_anchor=(0.5, 1.07), ncol=2, fontsize=8,

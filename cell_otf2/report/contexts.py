@@ -13,7 +13,7 @@ import numpy as np
 
 from . import style, units
 from .derive import Cat
-from .exact import category_ticks, transfers
+from .exact import category_ticks, exact_of, transfers
 from .load import PROP_SYNC_BOUND, Loaded, LocClass
 
 PEAK = 25.6e9
@@ -29,7 +29,7 @@ COLUMNS = ("context", "rank", "node", "program", "events", "running_s", "busy_sh
 
 def _waits(loaded: Loaded, locs: np.ndarray, names: set[str]) -> tuple[np.ndarray, ...]:
     """Per location: completed visits, mean and longest visit (s) of the regions ``names``."""
-    ex, hz = loaded.exact, loaded.timer_resolution
+    ex, hz = exact_of(loaded), loaded.timer_resolution
     base = [n.removesuffix(" (cell2otf2)") for n in loaded.region_names]
     sel = np.array([b in names for b in base], bool)
     visits = ex.visits[locs][:, : sel.size][:, sel].sum(axis=1)
@@ -54,7 +54,7 @@ def rows(loaded: Loaded) -> list[dict]:
     nbytes = x["bytes"].astype(float)
     into, out = (np.bincount(x[end][x[end] >= 0], weights=nbytes[x[end] >= 0],
                              minlength=loaded.n_locs) for end in ("dst", "src"))
-    outer = loaded.exact.outermost[spes][:, : len(loaded.region_names)]
+    outer = exact_of(loaded).outermost[spes][:, : len(loaded.region_names)]
     program = np.argmax(outer, axis=1)  # the region entered with nothing open: its program
     has_program = outer.max(axis=1, initial=0) > 0
     mb = _waits(loaded, spes, MAILBOX_NAMES)

@@ -6,6 +6,7 @@ docs/design.md). Beyond ``style.MAX_LABELLED`` rows the rows are labelled per ra
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 from matplotlib import colormaps
@@ -15,7 +16,7 @@ from ..native import helper
 from . import style, units
 from .bars import hbars
 from .derive import SHOWN_CATS, spe_locations
-from .exact import category_ticks, transfers
+from .exact import Xfer, category_ticks, transfers
 from .load import Loaded, LocClass
 
 COLUMNS = 300
@@ -74,7 +75,24 @@ def spread_rows(row: np.ndarray, n_rows: int, t0: np.ndarray, t1: np.ndarray,
     return out.reshape(n_rows, m)
 
 
-def per_spe(loaded: Loaded) -> dict[str, np.ndarray]:
+class PerSpe(TypedDict):
+    """What ``per_spe`` gives: one row per SPE location of ``spes``, the columns' ``edges``,
+    and the commands (``xfer``) with their start, end (float ticks since the global offset)
+    and bytes."""
+
+    spes: np.ndarray
+    into: np.ndarray
+    out: np.ndarray
+    running: np.ndarray
+    grid: np.ndarray
+    edges: np.ndarray
+    xfer: Xfer
+    t0: np.ndarray
+    t1: np.ndarray
+    bytes: np.ndarray
+
+
+def per_spe(loaded: Loaded) -> PerSpe:
     """Exact per SPE location (in ``style.row_order``): bytes into and out of its local
     store, its running time in seconds, and its per-column bytes over the run (``edges`` in
     ticks since the global offset)."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 
 from . import style, units
 from .bars import vbars
-from .exact import transfers
+from .exact import Xfer, transfers
 from .load import Loaded, LocClass
 
 GET, PUT = "#1f77b4", "#ff7f0e"
@@ -36,7 +37,7 @@ def _size(n: float) -> str:
         else units.nbytes(n)
 
 
-def directions(loaded: Loaded, x: np.ndarray) -> np.ndarray:
+def directions(loaded: Loaded, x: Xfer) -> np.ndarray:
     """True for a get (data into the issuing SPE's local store), False for a put."""
     return x["dst"] == x["issuer"]
 
@@ -64,11 +65,11 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
     moved = np.bincount(k, weights=x["bytes"].astype(float), minlength=kmax + 1)
     total = np.bincount(k, minlength=kmax + 1)
     share = moved / max(float(moved.sum()), 1.0)
-    for b in np.flatnonzero(total):
+    for b in np.flatnonzero(total).tolist():
         size_ax.text(b, total[b], f"{units.percent(share[b])}\nof bytes", ha="center",
                      va="bottom", fontsize=7)
     size_ax.set_xticks(bins)
-    size_ax.set_xticklabels([_binary(2 ** b) for b in bins], rotation=45, ha="right",
+    size_ax.set_xticklabels([_binary(2 ** b) for b in bins.tolist()], rotation=45, ha="right",
                             fontsize=8)
     size_ax.set_ylim(0, total.max() * 1.18)
     size_ax.set_xlabel("command size (bin from the size shown to twice it)")
@@ -91,10 +92,11 @@ def draw(loaded: Loaded, path: Path) -> tuple[int, int] | str:
         cg, _ = np.histogram(clipped[g], edges)
         cp, _ = np.histogram(clipped[~g], edges)
         width = np.diff(edges)
-        handles = [vbars(lat_ax, edges[:-1], cg, width=width, align="edge", color=GET,
-                         label=f"get ({units.count(int(g.sum()))})"),
-                   vbars(lat_ax, edges[:-1], cp, width=width, align="edge", bottom=cg,
-                         color=PUT, label=f"put ({units.count(int((~g).sum()))})")]
+        handles: list[Artist] = [
+            vbars(lat_ax, edges[:-1], cg, width=width, align="edge", color=GET,
+                  label=f"get ({units.count(int(g.sum()))})"),
+            vbars(lat_ax, edges[:-1], cp, width=width, align="edge", bottom=cg, color=PUT,
+                  label=f"put ({units.count(int((~g).sum()))})")]
         lat_ax.set_xscale("log")
         marks = (("median", np.median(lat_done), "#2ca02c"),
                  ("95th percentile", np.percentile(lat_done, 95), "#9467bd"),

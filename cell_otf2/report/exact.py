@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .derive import SHOWN_CATS, Cat, region_category
-from .load import Columns, CommClass, K, Loaded, LocClass, Log
+from .load import Columns, CommClass, Exact, K, Loaded, LocClass, Log
 
 
 @dataclass
@@ -34,10 +34,17 @@ MESSAGE = np.dtype([("src", "<i4"), ("dst", "<i4"), ("t_send", "<i8"), ("t_recv"
                     ("bytes", "<i8")])
 
 
+def exact_of(loaded: Loaded) -> Exact:
+    """The archive's exact sums and log; ``load`` always fills them in (the field has a
+    default only because it follows fields without one)."""
+    assert loaded.exact is not None, "a Loaded from load() has its exact part"
+    return loaded.exact
+
+
 def category_ticks(loaded: Loaded) -> np.ndarray:
     """(n_locs, len(Cat)) exclusive ticks per category over the whole run (NOT_RUNNING 0)."""
     cat = region_category(loaded)
-    ex = loaded.exact.exclusive[:, : cat.size]
+    ex = exact_of(loaded).exclusive[:, : cat.size]
     out = np.zeros((loaded.n_locs, len(Cat)))
     for c in SHOWN_CATS:
         out[:, c] = ex[:, cat == c].sum(axis=1)
@@ -82,7 +89,7 @@ def transfers(loaded: Loaded) -> Xfer:
     cached = loaded.extra.get("transfers")
     if cached is not None:
         return cached
-    log = loaded.exact.log
+    log = exact_of(loaded).log
     kind, time, loc_of = log["kind"], log["time"], log["loc"]
     issue = np.flatnonzero((kind == K.GET) | (kind == K.PUT))
     done = _pair(log, issue, np.flatnonzero(kind == K.RMA_DONE))
@@ -119,7 +126,7 @@ def latency_ticks(xfer: Xfer) -> np.ndarray:
 
 def mpi_messages(loaded: Loaded) -> np.ndarray:
     """MESSAGE rows, one per MPI send paired with its receive (in send order)."""
-    log = loaded.exact.log
+    log = exact_of(loaded).log
     mpi = np.flatnonzero(loaded.comm_class == CommClass.MPI)
     kind = log["kind"]
     msgs = np.flatnonzero((kind == K.SEND) | (kind == K.RECV))

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from . import style, units
 from .bars import hbars
+from .exact import exact_of
 from .load import Loaded, LocClass
 
 TOP_REGIONS = 7
@@ -24,7 +25,7 @@ MPI_SHADES = ("#9467bd", "#c5b0d5", "#5e3c99", "#b2abd2", "#7b4fa3", "#d4c4e8")
 
 def breakdown(loaded: Loaded) -> dict:
     """PPE threads (row order), the column labels and (threads, columns) ticks."""
-    ex = loaded.exact
+    ex = exact_of(loaded)
     order = style.row_order(loaded)
     ppe = order[loaded.loc_class[order] == LocClass.PPE]
     n_reg = len(loaded.region_names)
@@ -60,7 +61,7 @@ def breakdown(loaded: Loaded) -> dict:
 def mpi_regions(loaded: Loaded) -> list[dict]:
     """Every MPI region with a completed call: name, calls, total, mean and longest (ticks),
     most total time first."""
-    ex = loaded.exact
+    ex = exact_of(loaded)
     out = []
     for r, paradigm in enumerate(loaded.region_paradigms):
         calls = int(ex.visits[:, r].sum())

@@ -63,7 +63,7 @@ def row_order(loaded: Loaded) -> np.ndarray:
     """Location refs top to bottom: per location group in definition order, PPE threads,
     then main memory, then SPE contexts (an SPE's accelerator group follows its process)."""
     rank = {LocClass.PPE: 0, LocClass.MEMORY: 1, LocClass.OTHER: 2, LocClass.SPE: 3}
-    group_of = {}
+    group_of: dict[str, int] = {}
     for name in loaded.loc_group:
         group_of.setdefault(process_of(name), len(group_of))
     key = [(group_of[process_of(g)], rank[LocClass(c)], i)
@@ -127,7 +127,7 @@ def row_labels(ax, y, labels: list[str], fontsize: float) -> None:
 def row_marks(ax, y) -> None:
     """Y tick marks (no labels) at data ``y`` on the left spine of ``ax`` (``row_labels``)."""
     from matplotlib import rcParams
-    from matplotlib.lines import TICKLEFT
+    from matplotlib.markers import TICKLEFT
 
     y = np.asarray(y, float)
     ax.plot(np.zeros(y.size), y, transform=ax.get_yaxis_transform(), linestyle="none",
@@ -156,7 +156,7 @@ def set_time_ticks(ax, loaded: Loaded, axis: TimeAxis) -> None:
     if not axis.sampled:
         t0, t1 = axis.windows[0]
         lo, hi = loaded.seconds(t0) * scale, loaded.seconds(t1) * scale
-        ticks = _nice_ticks(lo, hi, 10)
+        ticks = _nice_ticks(float(lo), float(hi), 10)
         ax.set_xticks([float(axis.to_x(np.array([loaded.global_offset + v / scale *
                                                   loaded.timer_resolution]))[0])
                        for v in ticks])

@@ -76,7 +76,9 @@ def draw(loaded: Loaded, seg: np.ndarray, axis: TimeAxis, path: Path) -> tuple[i
         # many lines fade so that the region colors under them stay readable
         alpha = float(np.clip((5 if cls == 0 else 6) / np.sqrt(ln.size), 0.08, 0.8))
         width = 0.3 if cls == 0 else 0.5
-        ax.add_collection(LineCollection(segs, colors=style.LINE_COLORS[cls], linewidths=width,
+        # matplotlib takes an (N, 2, 2) array of segments (its stub asks for a sequence)
+        ax.add_collection(LineCollection(segs,  # type: ignore[arg-type]
+                                         colors=style.LINE_COLORS[cls], linewidths=width,
                                          alpha=alpha, zorder=4))
         drawn = f"{total:,}" if total == ln.size else f"{ln.size:,} of {total:,} drawn"
         handles.append(Patch(color=style.LINE_COLORS[cls], label="\n".join(

@@ -52,8 +52,8 @@ def draw(loaded: Loaded, seg: np.ndarray, path: Path) -> tuple[int, int]:
                     color="white" if cat in (Cat.TAG_WAIT, Cat.OFF_SPU, Cat.COMPUTE)
                     else "black")
         left += share[:, j]
-    for i in range(n):
-        ax.text(101, y[i], units.seconds(running[i] / loaded.timer_resolution),
+    for row in range(n):
+        ax.text(101, y[row], units.seconds(running[row] / loaded.timer_resolution),
                 va="center", fontsize=min(8, style.label_size(n)))
     style.row_labels(ax, y, names, style.label_size(n))
     ax.set_ylim(max(n, 1) - 0.5, -0.5)

@@ -111,7 +111,7 @@ def dma_loop(
     ls_base = np.uint64(0x10000)
     ls_of = lambda k: ls_base + (k % 2).astype(np.uint64) * np.uint64(0x8000)  # noqa: E731
     idx = np.arange(n)
-    if has_get:
+    if spec.get_op is not None:
         nxt = idx + 1
         ea, c, d = _dma_fields(
             spec.get_op, np.uint64(ea_in) + nxt.astype(np.uint64) * np.uint64(spec.chunk_bytes),
@@ -136,7 +136,7 @@ def dma_loop(
     rows["t"][:, 5] = t_leave
     rows["code"][:, 5] = fmt.SpeCode.LEAVE
     rows["a"][:, 5] = spec.compute_region
-    if has_put:
+    if spec.put_op is not None:
         ea, c, d = _dma_fields(
             spec.put_op, np.uint64(ea_out) + idx.astype(np.uint64) * np.uint64(spec.chunk_bytes),
             ls_of(idx), tags, spec, rng)
@@ -152,7 +152,7 @@ def dma_loop(
     body = rows[keep]
     # the prefetch of chunk 0 before the loop, and the final wait for both tags
     pre = empty(1)
-    if has_get:
+    if spec.get_op is not None:
         ea, c, d = _dma_fields(spec.get_op, np.array([ea_in], np.uint64),
                                np.array([0x10000], np.uint64), np.array([tag_base], np.uint64),
                                spec, rng)

@@ -103,8 +103,10 @@ class MpiWorld:
     def _exchange(self, t: list[float], p: int) -> list[float]:
         n = len(self.procs)
         tag = 20
-        isend = {}
-        post = {}
+        isend: dict[int, tuple[float, int]] = {}
+        post: dict[int, tuple[float, int, int]] = {}
+        # per rank: its send's call time, request, arrival at the right neighbour, record uid
+        sent: dict[int, tuple[float, int, float, int]] = {}
         for r in range(n):
             right, left = (r + 1) % n, (r - 1) % n
             te = self._call(r, R_MPI["isend"], t[r])
@@ -124,12 +126,12 @@ class MpiWorld:
             arrival = start + self.latency(r, right, RENDEZVOUS_BYTES)
             uid = self.procs[r].ppe(0, te, P.MPI_ISEND, 0, (right << 32) | tag,
                                     (req << 32) | RENDEZVOUS_BYTES, done=arrival)
-            isend[r] = (te, req, arrival, uid)
+            sent[r] = (te, req, arrival, uid)
         for r in range(n):
             left = (r - 1) % n
             te = self._call(r, R_MPI["waitall"], t[r])
-            _, req, send_done, _ = isend[r]
-            arrival_in, _, send_uid = isend[left][2], None, isend[left][3]
+            _, req, send_done, _ = sent[r]
+            arrival_in, _, send_uid = sent[left][2], None, sent[left][3]
             events = sorted([
                 (max(te, send_done) + self.u(0.1, 0.4), 0),
                 (max(te, arrival_in) + self.u(0.1, 0.4), 1),

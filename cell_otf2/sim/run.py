@@ -111,6 +111,7 @@ def _resolve(o: SimOptions) -> SimOptions:
         _resolve_cluster(o)
     if o.phases is None:
         if o.duration_s is not None and w.cluster:
+            assert o.exchange_s is not None  # _resolve_cluster gave it its default
             o.phases = max(1, int(round(o.duration_s / o.exchange_s)))
         elif o.duration_s is not None:
             est = phase_estimate_us(w, o.chunks) * 1e-6
@@ -159,6 +160,8 @@ def _resolve_cluster(o: SimOptions) -> None:
         o.exchange_s = 2.0
     if o.drift_segments is None:
         o.drift_segments = 1  # linear drift (plus any wander)
+    # _resolve filled these in before calling here
+    assert o.ranks is not None and o.nodes is not None and o.spes is not None
     per_node = -(-o.ranks // o.nodes)
     spus = o.spus or node_hardware(o.timebase_hz)[0] * node_hardware(o.timebase_hz)[1]
     checks = [
@@ -204,6 +207,9 @@ def simulate_run(out_dir: str | Path, workload: str = "fft", seed: int = 0, *,
 def _run(out_dir: Path, o: SimOptions, progress: Callable[[str, float], None],
          announce: Callable[[int, int], None] | None) -> SimSummary:
     w = _workload(o)
+    # _resolve filled every count in
+    assert (o.spes is not None and o.ranks is not None and o.nodes is not None
+            and o.phases is not None and o.chunks is not None and o.spus is not None)
     hz = int(o.timebase_hz)
     us = hz / 1e6
     rng = np.random.default_rng([o.seed, 0])
@@ -211,6 +217,7 @@ def _run(out_dir: Path, o: SimOptions, progress: Callable[[str, float], None],
     node_of = [r * o.nodes // o.ranks for r in range(o.ranks)]
     t0 = float(rng.integers(50_000_000_000, 500_000_000_000))
     if w.cluster:
+        assert o.exchange_s is not None  # _resolve_cluster gave it its default
         # each exchange waits for the slower neighbour: up to speed and jitter both high
         est = o.phases * (o.exchange_s * hz * (1.0 + 2.0 * o.imbalance) + 200.0 * us) + 1e3 * us
     else:
@@ -242,6 +249,7 @@ def _run(out_dir: Path, o: SimOptions, progress: Callable[[str, float], None],
         procs.append(pr)
     world: MpiWorld | ClusterWorld | None = None
     if w.cluster:
+        assert o.exchange_s is not None  # _resolve_cluster gave it its default
         world = ClusterWorld(procs, node_of, np.random.default_rng([o.seed, 2]), ClusterOptions(
             o.phases, o.exchange_s * hz, o.chunks, o.topology, o.halo_bytes, o.shift_bytes,
             o.imbalance), w.loop)
@@ -286,7 +294,8 @@ def _run(out_dir: Path, o: SimOptions, progress: Callable[[str, float], None],
             // max(1, o.spe_buffer_records)
         announce(n_rec, fmt.HEADER_SIZE * o.ranks + fmt.SLOT_SIZE * (n_rec + n_blk))
     processes, slot_time, slot_res, slot_int, damaged = [], {}, {}, {}, {}
-    intervals, dma_rows = [], []
+    intervals: list[np.ndarray] = []
+    dma_rows: list[np.ndarray] = []
     uid_slot: dict[int, np.ndarray] = {}
     total_bytes, total_records, per_rank_slots = 0, 0, []
     for pr in procs:

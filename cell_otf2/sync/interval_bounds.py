@@ -124,12 +124,15 @@ def _where(rank: np.ndarray, ctx: np.ndarray, shown: int = 3) -> str:
 def _ranges(values: list[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``."""
     out: list[str] = []
-    start = prev = None
-    for v in values + [None]:
-        if start is not None and (v is None or v != prev + 1):
+    start: int | None = None  # the current run's first value
+    prev = 0  # its last value so far
+    for v in values:
+        if start is not None and v != prev + 1:
             out.append(f"{start}" if start == prev else f"{start}-{prev}")
             start = None
-        if v is not None and start is None:
+        if start is None:
             start = v
         prev = v
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
     return ", ".join(out)

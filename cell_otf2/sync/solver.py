@@ -147,7 +147,7 @@ def _evaluate_policy(
     for s in range(n):
         if state[s]:
             continue
-        path = []
+        path: list[int] = []
         u = s
         while state[u] == 0:
             state[u] = 1

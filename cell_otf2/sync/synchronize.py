@@ -218,11 +218,10 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
                       node_relaxation=node_relaxation, constraints=cons)
 
 
-#: the report's pairs cost one Dijkstra over a node's domains per pair domain and direction
-#: (~2 ms each for 2400 domains, ~25 per domain after collapsing): the pair domains of a node
-#: are all of them while domains x pair domains stays within this, else an evenly spaced
-#: subset of at least ``PAIRS_MIN_DOMAINS`` (the report's ``domains`` < ``of``): about 2 s
-#: per node at most
+#: the report's pairs cost one Dijkstra over a node's domains per pair domain and direction:
+#: the pair domains of a node are all of them while domains x pair domains stays within this,
+#: else an evenly spaced subset of at least ``PAIRS_MIN_DOMAINS`` (the report's ``domains`` <
+#: ``of``), which bounds the report's time per node (docs/performance.md)
 PAIRS_BUDGET = 1000 * 1000
 PAIRS_MIN_DOMAINS = 100
 

@@ -90,29 +90,33 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
     locations_group_ref = {p: ref for ref, p in enumerate(comm_locations)}
 
     used_paradigms: dict[int, tuple[object, str, object]] = {}
-    for paradigm in [r.paradigm for r in defs.regions] + [c.paradigm for c in defs.communicators]:
-        otf2_paradigm, name, cls = _PARADIGM[paradigm]
+    for model_paradigm in ([r.paradigm for r in defs.regions]
+                           + [c.paradigm for c in defs.communicators]):
+        otf2_paradigm, name, cls = _PARADIGM[model_paradigm]
         used_paradigms.setdefault(otf2_paradigm.value, (otf2_paradigm, name, cls))
 
     # intern every string first: a definition must not refer to a string written after it
     for _, name, _ in used_paradigms.values():
         s(name)
-    for obj in defs.attributes:
-        s(obj.name), s(obj.description)
-    for obj in defs.system_nodes:
-        s(obj.name), s(obj.class_name)
-    for obj in [*defs.location_groups, *defs.locations, *defs.regions]:
-        s(obj.name)
-    for obj in defs.metrics:
-        s(obj.name), s(obj.unit)
+    for attribute in defs.attributes:
+        s(attribute.name), s(attribute.description)
+    for system_node in defs.system_nodes:
+        s(system_node.name), s(system_node.class_name)
+    for def_name in [*(group.name for group in defs.location_groups),
+                     *(loc.name for loc in defs.locations),
+                     *(region.name for region in defs.regions)]:
+        s(def_name)
+    for metric in defs.metrics:
+        s(metric.name), s(metric.unit)
     for paradigm in comm_locations:
         s(f"{used_paradigms[paradigm][1]} communicator locations")
-    for obj in [*defs.communicators, *defs.rma_windows]:
-        s(obj.name)
-    for obj in defs.location_properties:
-        s(obj.name)
-        if isinstance(obj.value, str):
-            s(obj.value)
+    for def_name in [*(comm.name for comm in defs.communicators),
+                     *(window.name for window in defs.rma_windows)]:
+        s(def_name)
+    for location_property in defs.location_properties:
+        s(location_property.name)
+        if isinstance(location_property.value, str):
+            s(location_property.value)
 
     g = _otf2.Archive_GetGlobalDefWriter(archive.handle)
     try:
@@ -155,9 +159,9 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
                 g, prop.loc, s(prop.name), otf2_type, value
             )
         for ref, region in enumerate(defs.regions):
-            name = s(region.name)
+            name_ref = s(region.name)
             _otf2.GlobalDefWriter_WriteRegion(
-                g, ref, name, name, 0, _ROLE[region.role], _PARADIGM[region.paradigm][0],
+                g, ref, name_ref, name_ref, 0, _ROLE[region.role], _PARADIGM[region.paradigm][0],
                 _otf2.REGION_FLAG_NONE, 0, 0, 0,
             )
         for paradigm, members in comm_locations.items():

@@ -105,9 +105,10 @@ class MpiCollectives:
     def is_master(self) -> bool:
         return self.rank == 0
 
-    def install(self, archive_handle: object) -> None:
+    def install(self, archive_handle: Any) -> None:
         """Set the callbacks on an archive just opened (OTF2 keeps a pointer to them: this
-        object must outlive the archive)."""
+        object must outlive the archive). ``archive_handle`` is the ctypes pointer the
+        (untyped) otf2 bindings return from ``Archive_Open``."""
         fn = _otf2.conf.lib["OTF2_Archive_SetCollectiveCallbacks"]
         fn.argtypes = [_vp, ctypes.POINTER(_Callbacks), _vp, _vp, _vp]
         fn.restype = ctypes.c_int

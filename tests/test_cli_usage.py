@@ -1,8 +1,8 @@
-"""Issue 29: the command line as users of typer/click tools expect it: the same argument names
-everywhere, ``-q`` and ``--json`` on every command that prints a summary, defaults shown,
-whole help lines in the command list, completion of every option's values, our own words (no
-validation library's "Value error", no bare errno text for a folder like /proc), plurals
-right, and ``simulate`` saying what it will write before it writes."""
+"""The command line as users of typer/click tools expect it: the same argument names everywhere,
+``-q`` and ``--json`` on every command that prints a summary, defaults shown, whole help lines
+in the command list, completion of every option's values, our own words (no validation library's
+"Value error", no bare errno text for a folder like /proc), plurals right, and ``simulate``
+saying what it will write before it writes."""
 
 from __future__ import annotations
 
