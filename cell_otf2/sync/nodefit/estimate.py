@@ -55,8 +55,9 @@ def offsets_at(curves_knots: list[np.ndarray | None], curves_values: list[np.nda
     out = np.zeros(x.size)
     for n, sel in by_node(node):
         k = curves_knots[n] if 0 <= n < len(curves_knots) else None
-        if k is not None:
-            out[sel] = curve_at(k, curves_values[n], x[sel])
+        v = curves_values[n] if k is not None else None
+        if k is not None and v is not None:
+            out[sel] = curve_at(k, v, x[sel])
     return out
 
 
@@ -112,8 +113,9 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 knots[n], values[n] = ends - c[n], -e[:, n]
                 curves.model[n] = "line"
     for n in range(n_nodes):
-        if knots[n] is None and prior is not None and prior[n] is not None and n != ref:
-            knots[n], values[n] = prior[n]
+        first = prior[n] if prior is not None else None
+        if knots[n] is None and first is not None and n != ref:
+            knots[n], values[n] = first
             curves.model[n] = "line"
     # with every node on a line, a window's fastest message is told from a late one from
     # the first window on; else only once the rounds have reached the final windows
