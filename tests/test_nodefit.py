@@ -19,7 +19,13 @@ from cellbench.node_baselines import fit_linear_interpolation
 
 from cell_otf2.sim.clocks import NodeClock, make_node_clock
 from cell_otf2.sync.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
-from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference, slacks, undominated
+from cell_otf2.sync.nodefit.points import (
+    POINT_DTYPE,
+    FitOptions,
+    map_to_reference,
+    slacks,
+    undominated,
+)
 
 HZ = 14_318_000
 T0 = 2.0e11
@@ -73,6 +79,27 @@ def test_recovers_linear_drifts_with_truth_inside_bound():
         # the midpoint map is a tangent of the piecewise map
         x = clocks[i].to_node(T0 + span / 2 * HZ)
         assert abs(m.offset + m.rate * x - map_to_reference(m, x)) < 1.0
+
+
+def test_windows_received_late_one_way_are_not_centred_on():
+    """A pair whose receives one way come 50-75 us late in almost every window: once the
+    curves follow the clocks, windows whose fastest lies that far above the direction's
+    fastest are left out (centring on them would shift the node by half the lateness)."""
+    span = 60.0
+    clocks = [linear_clock("ref", T0, 0.0, span), linear_clock("b", 3.1e11, 21.0, span)]
+    pts = make_points(clocks, [(0, 1), (1, 0)], 12_000, span, seed=3)
+    rng = np.random.default_rng(4)
+    back = np.flatnonzero(pts["a"] == 1)
+    late = back[rng.random(back.size) < 0.97]
+    pts["tb"][late] += np.floor(rng.uniform(50.0, 75.0, late.size) * HZ / 1e6)
+    fit = fit_points(pts, 2, 0, HZ)
+    err = map_errors(fit, clocks, span)[0]
+    assert fit.reversed == 0
+    assert np.abs(err).max() < 1e-6 * HZ, np.abs(err).max() / HZ * 1e6
+    assert np.abs(err).max() <= fit.maps[1].bound
+    # the first round's looser test alone (80 us) centres on the late windows
+    loose = fit_points(pts, 2, 0, HZ, FitOptions(late_window_us=80.0))
+    assert np.abs(map_errors(loose, clocks, span)[0]).max() > 5e-6 * HZ
 
 
 def test_follows_wander_without_reversing_a_message():

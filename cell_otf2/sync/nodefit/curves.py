@@ -127,15 +127,16 @@ def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float,
     cut = np.full(n + 1, -1)  # the left-out window before the last piece, -1: none
     best[m:] = sse[0, m:]
     for e in range(2 * m + 1, n + 1):
-        g = np.arange(m, e - m)  # left-out window g: pieces [.., g) and [g + 1, e)
-        c = best[g] + penalty + sse[g + 1, e]
+        left_out = np.arange(m, e - m)  # window g left out: pieces [.., g) and [g + 1, e)
+        c = best[left_out] + penalty + sse[left_out + 1, e]
         k = int(np.argmin(c))
         if c[k] < best[e]:
-            best[e], cut[e] = c[k], g[k]
-    gaps, e = [], n
-    while cut[e] >= 0:
-        gaps.append(int(cut[e]))
-        e = int(cut[e])
+            best[e], cut[e] = c[k], left_out[k]
+    gaps: list[int] = []
+    end = n  # walk the left-out windows back from the last
+    while cut[end] >= 0:
+        gaps.append(int(cut[end]))
+        end = int(cut[end])
     gaps.sort()
     bounds = [0, *[x for g in gaps for x in (g, g + 1)], n]
     lines = [_line(t[a:b], v[a:b]) for a, b in zip(bounds[::2], bounds[1::2], strict=True)]

@@ -55,8 +55,9 @@ def offsets_at(curves_knots: list[np.ndarray | None], curves_values: list[np.nda
     out = np.zeros(x.size)
     for n, sel in by_node(node):
         k = curves_knots[n] if 0 <= n < len(curves_knots) else None
-        if k is not None:
-            out[sel] = curve_at(k, curves_values[n], x[sel])
+        v = curves_values[n] if k is not None else None
+        if k is not None and v is not None:
+            out[sel] = curve_at(k, v, x[sel])
     return out
 
 
@@ -112,8 +113,9 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 knots[n], values[n] = ends - c[n], -e[:, n]
                 curves.model[n] = "line"
     for n in range(n_nodes):
-        if knots[n] is None and prior is not None and prior[n] is not None and n != ref:
-            knots[n], values[n] = prior[n]
+        first = prior[n] if prior is not None else None
+        if knots[n] is None and first is not None and n != ref:
+            knots[n], values[n] = first
             curves.model[n] = "line"
     # with every node on a line, a window's fastest message is told from a late one from
     # the first window on; else only once the rounds have reached the final windows
@@ -186,7 +188,9 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                   curves: Curves, n_nodes: int, ref: int, o: FitOptions, late_ticks: float,
                   hz: float) -> None:
     """The final rounds: every timely message (within ``timely_us`` of its direction's
-    fastest in its window, and the window not one whose messages that way all came late)
+    fastest in its window, and the window not one whose messages that way all came late:
+    its fastest within ``late_window_us`` of the direction's fastest over the run, four
+    times ``outlier_us`` in the first round)
     is an equation ``delay = least latency of its kind and node pair +- (E_hi - E_lo)(t)``,
     E each node's correction, piecewise linear on a grid of windows with a penalty on its
     second differences; least squares over all of them at once (nodes reached through
@@ -215,6 +219,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     pen = _penalty(len(nodes), n_k, n_x)
     win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
     timely_ticks = o.timely_us * 1e-6 * hz
+    late_window_ticks = max(o.late_window_us * 1e-6 * hz, timely_ticks)
     key = d_key * n_k + win
     strength: float | None = None
     for rnd in range(max(1, o.rounds)):
@@ -224,7 +229,10 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         np.minimum.at(floor, key, r)
         gmin = np.full(int(d_key.max()) + 1, np.inf)
         np.minimum.at(gmin, d_key, r)
-        use = (r <= floor[key] + timely_ticks) & (floor[key] <= gmin[d_key] + 4 * late_ticks)
+        # the first round's curves may still miss wander by tens of microseconds: a loose
+        # test of late windows there, a tighter one once the curves follow the clocks
+        late_window = 4.0 * late_ticks if rnd == 0 else late_window_ticks
+        use = (r <= floor[key] + timely_ticks) & (floor[key] <= gmin[d_key] + late_window)
         rows = np.flatnonzero(use)
         if rows.size == 0:
             return

@@ -173,17 +173,18 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         centred = lp_maps(pts, n_nodes, ref, hz)
         for n in lonely:
             m = centred[n]
-            if m is not None:
+            if isinstance(m, PiecewiseMap):  # lp_maps gives piecewise maps or None
                 kn = np.asarray(m.knots_node, dtype=np.float64)
                 curves.knots[n] = kn
                 curves.values[n] = np.asarray(m.knots_ref) - kn - c[n]
                 curves.model[n] = "all kinds"
     if method == "constant":  # the baseline: one offset per node, the curve's middle
-        for n, kn in enumerate(curves.knots):
-            if kn is not None:
-                mid = curve_at(kn, curves.values[n], np.array([0.5 * (kn[0] + kn[-1])]))
-                curves.knots[n] = np.r_[kn[0], max(kn[-1], kn[0] + 1.0)]
-                curves.values[n] = np.r_[mid, mid]
+        for n, kc in enumerate(curves.knots):
+            vals = curves.values[n]
+            if kc is not None and vals is not None:
+                middle = curve_at(kc, vals, np.array([0.5 * (kc[0] + kc[-1])]))
+                curves.knots[n] = np.r_[kc[0], max(kc[-1], kc[0] + 1.0)]
+                curves.values[n] = np.r_[middle, middle]
                 curves.model[n] = "constant"
     fit.models = list(curves.model)
     secs["estimate"] = time.perf_counter() - t1

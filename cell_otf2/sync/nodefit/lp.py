@@ -70,9 +70,10 @@ def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOption
         for n in nodes:
             bends[n], spacing[n] = choose_model(centers, curves[:, n], width, lo_r,
                                                  hi_r, o, hz)
-            kref[n] = node_knots(bends[n], lo_r, hi_r, min(longest, abs(spacing[n])))
-            z = prior_offsets(centers, curves[:, n], kref[n], width)
-            prior[n] = _map(kref[n] - c[n], kref[n] + z)
+            kr = node_knots(bends[n], lo_r, hi_r, min(longest, abs(spacing[n])))
+            kref[n] = kr
+            z = prior_offsets(centers, curves[:, n], kr, width)
+            prior[n] = _map(kr - c[n], kr + z)
     secs["curves"] = time.perf_counter() - t1
     # knots every h besides the bends: the fit is the mean of ``spins`` fits whose knots are
     # shifted by h / spins (each keeps every slack >= its smallest, so does their mean; the
@@ -100,8 +101,14 @@ def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOption
         t3 = time.perf_counter()
         prog = Program(ref, knots, tknots, per_edge, c, o, hz)
         z = prog.solve(pool, score)
-        fits.append([(knots[n], knots[n] + c[n] + z[prog.zoff[n]: prog.zoff[n] + knots[n].size])
-                     if n in bends else (np.zeros(0), np.zeros(0)) for n in range(n_nodes)])
+        per_node: list[tuple[np.ndarray, np.ndarray]] = []
+        for n in range(n_nodes):
+            kn = knots[n]
+            if n in bends and kn is not None:
+                per_node.append((kn, kn + c[n] + z[prog.zoff[n]: prog.zoff[n] + kn.size]))
+            else:
+                per_node.append((np.zeros(0), np.zeros(0)))
+        fits.append(per_node)
         secs["lp"] += time.perf_counter() - t3
     for n in nodes:
         kn = np.unique(np.concatenate([f[n][0] for f in fits]))

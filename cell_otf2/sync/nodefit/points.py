@@ -44,6 +44,11 @@ class FitOptions:
     outlier_us: float = 20.0
     #: a message is timely when within this of its direction's fastest in its window
     timely_us: float = 4.0
+    #: in the joint rounds after the first (the curves then follow the clocks), a window whose
+    #: fastest message one way is more than this above that direction's fastest over the run
+    #: is taken as late (every message of it that way was received late); the first round
+    #: allows four times ``outlier_us``
+    late_window_us: float = 48.0
     #: the joint rounds' grid has at most this many knots per node
     max_knots: int = 400
     #: rounds of the estimate (each re-centres on the last round's map)

@@ -60,6 +60,7 @@ class Program:
             if n == self.ref:
                 continue
             kn = self.knots[n]
+            assert kn is not None, "every node but the reference has knots"
             lo, hi = kn[k[sel]], kn[k[sel] + 1]
             lam[sel] = (x[sel] - lo) / (hi - lo)
         col0 = np.where(node == self.ref, -1, self.zoff[node] + k)
