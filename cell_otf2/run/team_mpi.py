@@ -7,6 +7,7 @@ output on the root and writes events through OTF2's collective callbacks (``otf2
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -18,12 +19,14 @@ import numpy as np
 
 from ..damage import DamageLog
 from ..decode.decoder import build_locations
-from ..errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
+from ..errors import EXIT_SOFTWARE, EXIT_USAGE, CellOtf2Error, UsageError
 from ..input.dumps import Progress
 from ..input.manifest import Manifest
 from ..model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind, RunLayout
 from ..writer.share import poll_quietly
 from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
+
+_log = logging.getLogger(__name__)
 
 #: environment variables in which MPI launchers give the number of processes
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -125,10 +128,12 @@ class _Steps:
         raise AgreedError(message, status)
 
     def abort(self, step: str, exc: BaseException) -> None:
-        sys.stderr.write(f"cell2otf2: error: internal error on converter process {self.rank} "
-                         f"({step}): {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
-        self.comm.Abort(EXIT_INPUT)
+        """A bug on this process: say so (with the traceback when debugging) and end every
+        process of the launch with the internal error's status."""
+        _log.error("internal error on converter process %d (%s): %s: %s", self.rank, step,
+                   type(exc).__name__, exc, exc_info=exc if _log.isEnabledFor(logging.DEBUG)
+                   else None)
+        self.comm.Abort(EXIT_SOFTWARE)
 
 
 def _wait_quietly(comm: Any) -> None:
@@ -323,7 +328,7 @@ class MpiTeam:
         every process (a process waiting in a collective would never return)."""
         target.remove_made()
         if isinstance(exc, KeyboardInterrupt):
-            sys.stderr.write("cell2otf2: error: interrupted\n")
+            _log.error("interrupted")
             self.comm.Abort(EXIT_USAGE)
 
     def finish(self, summary: Any) -> Any:
