@@ -218,6 +218,7 @@ def library_rate(exe: Path, events_file: str, n_locations: int, use_mallopt: boo
     import _otf2
 
     from cell_otf2 import model
+    from cell_otf2.writer import otf2_internals
 
     fields = model.EVENT_DTYPE.fields
     layout = [model.EVENT_DTYPE.itemsize] + [fields[k][1] for k in (
@@ -228,7 +229,7 @@ def library_rate(exe: Path, events_file: str, n_locations: int, use_mallopt: boo
                  model.ATTR_EA, model.ATTR_LS_ADDRESS, model.ATTR_PHYSICAL_SPU]
     with tempfile.TemporaryDirectory(prefix="tp-library-", dir=OUT) as tmp:
         proc = subprocess.run(
-            [str(exe), _otf2.conf.lib._name, events_file, tmp, str(n_locations),
+            [str(exe), otf2_internals.library_path(), events_file, tmp, str(n_locations),
              str(int(use_mallopt)), *map(str, layout), *map(str, constants)],
             capture_output=True, text=True)
     if proc.returncode != 0:

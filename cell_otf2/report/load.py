@@ -13,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import FormatError
 from ..signals import Deferred
+from ..writer.otf2_internals import definition_ref, function_address
 
 try:  # the per-event callbacks in C, built at install time where a C compiler is (setup.py)
     from ..native import _evtread
@@ -187,8 +189,11 @@ def sample_plan(total: int, max_events: int, n_windows: int = 10
     return before + gaps, sizes
 
 
-def _member_refs(group) -> list[int]:
-    return [m._ref if hasattr(m, "_ref") else int(m) for m in group.members]
+def _member_refs(group: Any) -> list[int]:
+    """The members of an otf2 group definition as refs (its members are definitions, or
+    plain ints for a group of ranks)."""
+    return [int(m) if isinstance(m, int | np.integer) else definition_ref(m)
+            for m in group.members]
 
 
 def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
@@ -275,27 +280,29 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     d = reader.definitions
     locs = list(d.locations)
     n_locs = len(locs)
-    if any(loc._ref != i for i, loc in enumerate(locs)):
+    loc_refs = [definition_ref(loc) for loc in locs]
+    if loc_refs != list(range(n_locs)):
         raise FormatError(anchor, "location refs are not 0..n-1; this report reads only "
                           "archives written by cell2otf2")
     props: dict[int, dict[str, str]] = {}
     for prop in d.location_properties:
-        props.setdefault(prop.location._ref, {})[prop.name] = str(prop.value)
+        props.setdefault(definition_ref(prop.location), {})[prop.name] = str(prop.value)
     loc_class = np.full(n_locs, LocClass.OTHER, np.int8)
-    for loc in locs:
-        if props.get(loc._ref, {}).get(PROP_PSEUDO) is not None:
-            loc_class[loc._ref] = LocClass.MEMORY
+    for ref, loc in zip(loc_refs, locs, strict=True):
+        if props.get(ref, {}).get(PROP_PSEUDO) is not None:
+            loc_class[ref] = LocClass.MEMORY
         elif loc.type.value == 1:
-            loc_class[loc._ref] = LocClass.PPE
+            loc_class[ref] = LocClass.PPE
         elif loc.type.value == 2:
-            loc_class[loc._ref] = LocClass.SPE
+            loc_class[ref] = LocClass.SPE
     regions = list(d.regions)
     comms = list(d.comms)
     comm_class = np.array([CommClass.MAILBOX if c.name == "Cell mailboxes" else
                            CommClass.DMA if c.name == "DMA" else CommClass.MPI for c in comms],
                           np.int8)
-    comm_members = {c._ref: _member_refs(c.group) for c in comms}
-    win_members = {w._ref: comm_members.get(w.comm._ref, []) for w in d.rma_wins}
+    comm_members = {definition_ref(c): _member_refs(c.group) for c in comms}
+    win_members = {definition_ref(w): comm_members.get(definition_ref(w.comm), [])
+                   for w in d.rma_wins}
     clock = d.clock_properties
     loc_events = np.array([loc.number_of_events for loc in locs], np.int64)
     total = int(loc_events.sum())
@@ -303,7 +310,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     ends = starts + sizes
     n_win = starts.size
     n_reg = max(len(regions), 1)
-    logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
+    logged_comm = {definition_ref(c) for c in comms if c.name != "Cell mailboxes"}
     use_c = _use_compiled() if compiled is None else compiled
     ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
                  logged_comm, use_c, n_events=total)
@@ -391,7 +398,7 @@ def _open_global_reader(reader, locs, _otf2):
     opens it (which would then build one Python object per event)."""
     h = reader.handle
     for loc in locs:
-        _otf2.Reader_SelectLocation(h, loc._ref)
+        _otf2.Reader_SelectLocation(h, definition_ref(loc))
     try:
         _otf2.Reader_OpenDefFiles(h)
         defs_open = True
@@ -403,11 +410,11 @@ def _open_global_reader(reader, locs, _otf2):
         pass
     for loc in locs:
         if defs_open:
-            dr = _otf2.Reader_GetDefReader(h, loc._ref)
+            dr = _otf2.Reader_GetDefReader(h, definition_ref(loc))
             if dr:
                 _otf2.Reader_ReadAllLocalDefinitions(h, dr)
                 _otf2.Reader_CloseDefReader(h, dr)
-        _otf2.Reader_GetEvtReader(h, loc._ref)
+        _otf2.Reader_GetEvtReader(h, definition_ref(loc))
     if defs_open:
         _otf2.Reader_CloseDefFiles(h)
     return _otf2.Reader_GetGlobalEvtReader(h)
@@ -531,13 +538,12 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
     py = None
     try:
         if compiled:
-            lib = ctypes.PyDLL(_otf2.conf.lib._name)
             setters = []
             for name in _event_classes(_otf2):
                 kind = _kind_of(name)
                 code = kind + 100 if name in ("MpiIsend", "MpiIrecv") else kind
-                fn = lib[f"OTF2_GlobalEvtReaderCallbacks_Set{name}Callback"]
-                setters.append((ctypes.cast(fn, ctypes.c_void_p).value, int(code)))
+                setters.append((function_address(
+                    f"OTF2_GlobalEvtReaderCallbacks_Set{name}Callback"), int(code)))
             cols = tuple(np.empty(BATCH, np.dtype(code)) for _name, code in RAW_COLUMNS)
             _evtread.buffers(*cols)
             _evtread.install(ctypes.cast(cbs, ctypes.c_void_p).value, setters)

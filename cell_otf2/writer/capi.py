@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
+from typing import TYPE_CHECKING, Any
 
 import _otf2
 import numpy as np
@@ -26,12 +28,18 @@ from ..model import (
     EVENT_DTYPE,
     Ev,
 )
+from .otf2_internals import c_function
+
+if TYPE_CHECKING:  # ctypes documents it as ctypes._CFuncPtr; typeshed declares it here
+    from _ctypes import CFuncPtr
 
 try:  # the per-event loop in C, built at install time when a C compiler is there (setup.py)
     from ..native import _evtwrite
 except ImportError:
     _evtwrite = None
 
+
+_log = logging.getLogger(__name__)
 
 #: C signatures of the event writer calls, after (writer, attribute list, time): "I" uint32_t,
 #: "B" uint8_t, "Q" uint64_t, "p" pointer. Used to bind nothing and check everything: see CApi
@@ -72,10 +80,8 @@ class CApi:
     """
 
     def __init__(self) -> None:
-        lib = ctypes.PyDLL(_otf2.conf.lib._name)  # the library the bindings loaded
-
-        def fetch(name: str) -> ctypes._CFuncPtr:
-            fn = lib[name]  # item access returns a private function object, not the shared one
+        def fetch(name: str) -> CFuncPtr:
+            fn = c_function(name, keep_gil=True)  # a function object of our own
             fn.restype = ctypes.c_int
             return fn
 
@@ -108,6 +114,9 @@ class CApi:
         #: the C loop (``_evtwrite``) bound to the same functions, if built; else None
         self.compiled_loop = _evtwrite if _evtwrite is not None and _bind_compiled(self) else None
         self.compiled = self.compiled_loop is not None
+        if not self.compiled:
+            _log.debug("events are written through ctypes: the compiled loop is %s",
+                       "not built" if _evtwrite is None else "built for another row layout")
 
 
 #: ``_evtwrite.bind``'s function table, in its order
@@ -125,7 +134,7 @@ def _bind_compiled(api: CApi) -> bool:
     ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t. False (the ctypes
     path) if a column the C loop reads changed its type."""
     fields = EVENT_DTYPE.fields
-    if any(name not in fields or fields[name][0] != np.dtype(kind)
+    if fields is None or any(name not in fields or fields[name][0] != np.dtype(kind)
            for name, kind in _C_COLUMNS.items()):
         return False
     _evtwrite.bind(
@@ -176,15 +185,20 @@ class LibraryErrors:
         self.codes: list[int] = []
         self.messages: list[str] = []
         self._callback = _ERROR_CALLBACK(self._on_error)  # referenced as long as registered
-        register = ctypes.CDLL(_otf2.conf.lib._name).OTF2_Error_RegisterCallback
+        register = c_function("OTF2_Error_RegisterCallback")
         register.argtypes = [_ERROR_CALLBACK, ctypes.c_void_p]
         register.restype = ctypes.c_void_p
         register(self._callback, None)
 
-    def _on_error(self, _user, _file, _line, _function, code, message, _va) -> int:
+    def _on_error(self, _user: int | None, _file: bytes | None, _line: int,
+                  function: bytes | None, code: int, message: bytes | None,
+                  _va: int | None) -> int:
+        text = (message or b"").decode("utf-8", "replace")
+        _log.debug("the OTF2 library reports error code %s in %s: %s", code,
+                   (function or b"?").decode("utf-8", "replace"), text)
         if len(self.codes) < 64:
             self.codes.append(int(code))
-            self.messages.append((message or b"").decode("utf-8", "replace"))
+            self.messages.append(text)
         return code
 
     def clear(self) -> None:
@@ -203,9 +217,7 @@ class LibraryErrors:
     def failure(self, where: str) -> OutputError:
         """One ``OutputError`` for what the library reported while writing ``where``."""
         if self.no_space:
-            exc = OutputError(f"no space left on the device writing {where}")
-            exc.no_space = True
-            return exc
+            return OutputError(f"no space left on the device writing {where}", no_space=True)
         errors = [(c, m) for c, m in zip(self.codes, self.messages, strict=True)
                   if c >= _FIRST_ERROR_CODE]
         if not errors:
@@ -264,6 +276,7 @@ def tune_malloc() -> None:
     mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
 
 
-def address(pointer: object) -> int:
-    """The address a ctypes pointer (or handle) holds, 0 for NULL."""
+def address(pointer: Any) -> int:
+    """The address a ctypes pointer, C function or handle holds, 0 for NULL (``Any``: the
+    bindings' handles are untyped)."""
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0
