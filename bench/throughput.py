@@ -178,18 +178,19 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
 
 def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
     """``write_archive`` of the captured table: mode "c" (compiled loop), "c-plain-malloc"
-    (the same without the malloc tuning) or "python" (the ctypes path)."""
+    (the same without the command line's malloc tuning) or "python" (the ctypes path)."""
     import numpy as np
 
     from cell_otf2.model import EVENT_DTYPE
+    from cell_otf2.process_setup import tune_malloc
     from cell_otf2.writer import capi
     from cell_otf2.writer.archive import write_archive
     from cell_otf2.writer.checks import check_events
 
     if mode == "python":
         os.environ[capi.PYTHON_PATH_VARIABLE] = "1"
-    if mode == "c-plain-malloc":
-        capi.TUNE_MALLOC = False
+    if mode != "c-plain-malloc":  # as the cell2otf2 command tunes its process
+        tune_malloc()
     defs = pickle.loads(Path(defs_file).read_bytes())
     events = np.fromfile(events_file, dtype=EVENT_DTYPE)
     with tempfile.TemporaryDirectory(prefix="tp-writer-", dir=OUT) as tmp:

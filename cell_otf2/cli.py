@@ -14,6 +14,7 @@ import functools
 import inspect
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,7 @@ from .errors import (
     CellOtf2Error,
 )
 from .model import DmaStyle
+from .process_setup import single_host_transport, tune_malloc
 from .progress import TerminalProgress
 
 _log = logging.getLogger(__name__)
@@ -392,6 +394,9 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     signals.install()
     configure_logging(debug=debug_from_environment())
+    # the command's own process: before any conversion initializes MPI or allocates
+    single_host_transport(os.environ)
+    tune_malloc()
     try:
         _register()
         if args and args[0] not in SUBCOMMANDS and args[0] not in PROGRAM_OPTIONS:

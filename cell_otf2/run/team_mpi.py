@@ -60,7 +60,6 @@ def launched_world() -> Any | None:
     size = launched_size()
     if size is None or size == 1:
         return None
-    _single_host_transport(os.environ)
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -70,19 +69,6 @@ def launched_world() -> Any | None:
                          f"without mpiexec (or with {SERIAL_VAR}=1)") from exc
     comm = MPI.COMM_WORLD
     return comm if comm.Get_size() > 1 else None
-
-
-def _single_host_transport(env: dict[str, str] | os._Environ) -> None:
-    """Open MPI on one host: choose its shared-memory messaging (``pml ob1``) unless the user
-    chose a messaging layer. Its default start-up first tries the network fabrics' layer
-    (``pml cm`` over PSM, PSM2, OFI), which costs 0.2 s per process on a machine without them
-    and can only lose to shared memory when every process is on one host. Set when Open MPI
-    reports every process local (``OMPI_COMM_WORLD_LOCAL_SIZE`` = ``OMPI_COMM_WORLD_SIZE``)
-    and ``OMPI_MCA_pml`` is unset (``mpiexec --mca pml X`` sets it); a value from an MCA
-    parameter file is overridden. Other launchers: nothing."""
-    size = env.get("OMPI_COMM_WORLD_SIZE")
-    if size and env.get("OMPI_COMM_WORLD_LOCAL_SIZE") == size and "OMPI_MCA_pml" not in env:
-        env["OMPI_MCA_pml"] = "ob1"
 
 
 # --------------------------------------------------------------------------------------------

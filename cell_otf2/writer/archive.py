@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import OutputError
 from ..model import ArchiveDefs, Ev
-from .capi import library_errors, tune_malloc
+from .capi import library_errors
 from .checks import WriterInputError, check_defs, check_events
 from .definitions import write_definitions
 from .events import EventGroups, EventStream
@@ -81,7 +81,6 @@ def write_archive(
     and each process writes exactly the locations its groups name.
     """
     t_start = time.perf_counter()
-    tune_malloc()
     whole = isinstance(events, np.ndarray)
     if whole:
         check_events(defs, events)

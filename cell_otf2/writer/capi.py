@@ -1,9 +1,9 @@
 """The OTF2 library's C side as the writer uses it: the event writer's C functions as ctypes
 objects fetched once per process (``CApi``, ``c_api``), the compiled per-event loop
 (``_evtwrite``) bound to the same functions where it is built, the library's error reports
-collected instead of printed (``LibraryErrors``, ``library_errors``) and glibc's malloc tuned
-for the library's event chunks (``tune_malloc``). It writes nothing itself and knows nothing
-of archives or event tables; why it calls C this way is in docs/performance.md.
+collected instead of printed (``LibraryErrors``, ``library_errors``). It writes nothing itself
+and knows nothing of archives or event tables; why it calls C this way is in
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -243,37 +243,6 @@ def c_api() -> CApi:
     if _API is None:
         _API = CApi()
     return _API
-
-
-#: glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-#: blocks below this come from the heap, not from mmap: above OTF2's 1 MiB event chunks
-HEAP_BLOCKS_BELOW = 4 << 20
-#: free memory at the top of the heap kept instead of given back to the system
-HEAP_KEPT = 64 << 20
-#: False: leave glibc's malloc as it is (bench/throughput.py measures both)
-TUNE_MALLOC = True
-_MALLOC_TUNED = [False]
-
-
-def tune_malloc() -> None:
-    """Once per process: tell glibc to serve OTF2's 1 MiB event chunks from the heap and keep
-    them when freed. A location's event writer takes chunks as its events fill them and frees
-    them when it is closed; by default glibc hands such blocks back to the system (munmap, or
-    trimming the top of the heap), so the next location faults the same memory in afresh (page
-    faults cost about 2 ms per MiB on this VM). On the 7.8 M events of the 6 M-record run:
-    minor page faults 72.7 k -> 34.2 k, write_archive 0.91 -> 0.71 CPU s (medians of 9
-    alternating runs). Not glibc (no ``mallopt``): nothing."""
-    if _MALLOC_TUNED[0] or not TUNE_MALLOC:
-        return
-    _MALLOC_TUNED[0] = True
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCKS_BELOW)
-    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
 
 
 def address(pointer: Any) -> int:
