@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
             args = ["convert", *args]  # the default command, options first or not
         _click_command().main(args=args, prog_name="cell2otf2", standalone_mode=True)
     except CellOtf2Error as exc:
-        if getattr(exc, "secondary", False):  # another converter process printed it
+        if exc.secondary:  # another converter process printed it
             raise SystemExit(exc.exit_status) from None
         more = len(getattr(exc, "more", []))
         hint = (f" (and {more} more problem{'s' if more > 1 else ''}: 'cell2otf2 check' "

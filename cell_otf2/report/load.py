@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -86,6 +86,9 @@ class Columns:
     reads a column as a record array's field would, ``size`` is the rows (those of the first
     column). The figures read a few columns of millions of rows, which a record array would
     make them stride through whole."""
+
+    #: set on the dataclasses derived from this one (declared for the type checker)
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def __getitem__(self, name: str) -> np.ndarray:
         return getattr(self, name)
@@ -500,9 +503,9 @@ class _PyCallbacks:
                 put((k, loc, t, 0, 0, 0, 0))
             return on_event
 
-        self.by_kind = {K.ENTER: region(K.ENTER), K.LEAVE: region(K.LEAVE),
-                        K.SEND: message(K.SEND), K.RECV: message(K.RECV), K.GET: rma(K.GET),
-                        K.PUT: rma(K.PUT), K.RMA_DONE: on_done}
+        self.by_kind: dict[int, Callable[..., None]] = {
+            K.ENTER: region(K.ENTER), K.LEAVE: region(K.LEAVE), K.SEND: message(K.SEND),
+            K.RECV: message(K.RECV), K.GET: rma(K.GET), K.PUT: rma(K.PUT), K.RMA_DONE: on_done}
 
         self.simple = simple
 
@@ -568,6 +571,7 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
                     n = _evtread.take()
                     sink(*(c[:n] for c in cols))
                 else:
+                    assert py is not None  # the Python callbacks fill it
                     sink(*py.take())
                 if got != BATCH:
                     break
@@ -617,7 +621,8 @@ class _Chan:
         self.n = [np.zeros(64, np.int64), np.zeros(64, np.int64)]
         self.bounds = bounds
         self.packed = int(np.prod([float(b) for b in bounds])) < 1 << 63
-        self.table = None  # compiled: channel id + 1 per slot, 0 where empty
+        #: compiled: channel id + 1 per slot, 0 where empty; None: the dict ``ids``
+        self.table: np.ndarray | None = None
         self.by_id = np.zeros(64, np.int64)
         self.count = 0  # channels in the table
         if compiled and self.packed and _evtread is not None:
@@ -641,7 +646,7 @@ class _Chan:
         if need > self.n[0].size:
             grow = max(need, 4 * self.n[0].size)
             self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
-        if need >= 1 << 31:  # beyond the table's int32 ids
+        if need >= 1 << 31 or self.table is None:  # beyond the table's int32 ids
             self._to_dict()
             return None
         if 2 * need > self.table.size:  # at most half full
@@ -753,7 +758,7 @@ class _Events:
         self.stray = np.zeros(n_locs, np.int64)
         # the log's columns, room for every event (pages never written are never mapped in):
         # filled in place, no pieces to join at the end
-        self.logs = {name: np.empty(n_events, LOG_ROW[name]) for name in LOG_ROW.names}
+        self.logs = {name: np.empty(n_events, LOG_ROW[name]) for name in LOG_ROW.names or ()}
         self.n_log = 0
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
@@ -849,12 +854,11 @@ class _Events:
         el = np.flatnonzero((kind == K.ENTER) | (kind == K.LEAVE))
         el = el[np.argsort(loc[el], kind="stable")]
         el_loc = loc[el]
-        state = None
+        state = np.zeros(0, np.int64)  # read only where the batch has Enters or Leaves
         if el.size:
             args = (el_loc, kind[el] == K.ENTER, t[el], ref[el])
-            state = self._regions(*args)
-            if state is None:
-                state = self._regions_walk(*args)
+            found = self._regions(*args)
+            state = found if found is not None else self._regions_walk(*args)
         stride = n + 1
         el_key = el_loc * stride + el
 
@@ -948,7 +952,10 @@ class _Events:
             return None
         level = np.where(enter, after, after + 1)  # the level an Enter opens, a Leave closes
         # the open Enters: carried over from earlier batches (position 0) and this batch's
-        c_loc, c_lev, c_reg, c_t = [], [], [], []
+        c_loc: list[int] = []
+        c_lev: list[int] = []
+        c_reg: list[int] = []
+        c_t: list[int] = []
         for x, dep in zip(gl.tolist(), depth0.tolist(), strict=True):
             if dep:
                 c_loc += [x] * dep

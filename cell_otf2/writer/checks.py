@@ -102,6 +102,7 @@ def _compiled_check(defs: ArchiveDefs, events: np.ndarray) -> bool:
     comm_size = np.array([len(c.members) for c in defs.communicators], dtype=np.int64)
     win_size = np.array([comm_size[w.comm] if 0 <= w.comm < comm_size.size else 0
                          for w in defs.rma_windows], dtype=np.int64)
+    assert api.compiled_loop is not None  # use_compiled: it is built and bound
     return api.compiled_loop.check(np.ascontiguousarray(events), len(defs.locations),
                                    len(defs.regions), comm_size.size, win_size.size,
                                    len(defs.metrics), comm_size.tobytes(),

@@ -90,29 +90,32 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
     locations_group_ref = {p: ref for ref, p in enumerate(comm_locations)}
 
     used_paradigms: dict[int, tuple[object, str, object]] = {}
-    for paradigm in [r.paradigm for r in defs.regions] + [c.paradigm for c in defs.communicators]:
-        otf2_paradigm, name, cls = _PARADIGM[paradigm]
+    for model_paradigm in ([r.paradigm for r in defs.regions]
+                           + [c.paradigm for c in defs.communicators]):
+        otf2_paradigm, name, cls = _PARADIGM[model_paradigm]
         used_paradigms.setdefault(otf2_paradigm.value, (otf2_paradigm, name, cls))
 
     # intern every string first: a definition must not refer to a string written after it
     for _, name, _ in used_paradigms.values():
         s(name)
-    for obj in defs.attributes:
-        s(obj.name), s(obj.description)
-    for obj in defs.system_nodes:
-        s(obj.name), s(obj.class_name)
-    for obj in [*defs.location_groups, *defs.locations, *defs.regions]:
-        s(obj.name)
-    for obj in defs.metrics:
-        s(obj.name), s(obj.unit)
+    for attribute in defs.attributes:
+        s(attribute.name), s(attribute.description)
+    for node in defs.system_nodes:
+        s(node.name), s(node.class_name)
+    for names in ([g.name for g in defs.location_groups], [loc.name for loc in defs.locations],
+                  [r.name for r in defs.regions]):
+        for name in names:
+            s(name)
+    for metric in defs.metrics:
+        s(metric.name), s(metric.unit)
     for paradigm in comm_locations:
         s(f"{used_paradigms[paradigm][1]} communicator locations")
-    for obj in [*defs.communicators, *defs.rma_windows]:
-        s(obj.name)
-    for obj in defs.location_properties:
-        s(obj.name)
-        if isinstance(obj.value, str):
-            s(obj.value)
+    for name in [c.name for c in defs.communicators] + [w.name for w in defs.rma_windows]:
+        s(name)
+    for prop in defs.location_properties:
+        s(prop.name)
+        if isinstance(prop.value, str):
+            s(prop.value)
 
     g = _otf2.Archive_GetGlobalDefWriter(archive.handle)
     try:
@@ -155,10 +158,10 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
                 g, prop.loc, s(prop.name), otf2_type, value
             )
         for ref, region in enumerate(defs.regions):
-            name = s(region.name)
+            region_name = s(region.name)
             _otf2.GlobalDefWriter_WriteRegion(
-                g, ref, name, name, 0, _ROLE[region.role], _PARADIGM[region.paradigm][0],
-                _otf2.REGION_FLAG_NONE, 0, 0, 0,
+                g, ref, region_name, region_name, 0, _ROLE[region.role],
+                _PARADIGM[region.paradigm][0], _otf2.REGION_FLAG_NONE, 0, 0, 0,
             )
         for paradigm, members in comm_locations.items():
             _otf2.GlobalDefWriter_WriteGroup(

@@ -52,6 +52,7 @@ def _write_location_events(api: CApi, writer: int, attrs: int, rows: np.ndarray,
     the writing.
     """
     if per_type is not None:
+        assert api.compiled_loop is not None  # per_type: the caller writes through it
         try:
             code = api.compiled_loop.write(writer, attrs, np.ascontiguousarray(rows), per_type)
         except LookupError as exc:  # check_events refuses unknown kinds before writing
@@ -68,6 +69,10 @@ def _write_location_events(api: CApi, writer: int, attrs: int, rows: np.ndarray,
                rows["ref"].tolist())):
         raise library_errors().failure("the event files")
 
+
+#: one argument of a ctypes call without ``argtypes`` (capi.CApi): a Python int for a uint32_t
+#: or uint8_t parameter, a ready object for a uint64_t or a pointer
+CArgument = int | ctypes.c_uint64 | ctypes.c_void_p
 
 #: shared ``c_uint64`` objects of the values 0 .. 4095 (made on first use)
 _SMALL_U64: np.ndarray | None = None
@@ -98,15 +103,16 @@ def add_other_event_writers(api: CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
     by_type = RowsByType(rows["type"])
     add = api.attr_add_u64
 
-    def ints(values: np.ndarray) -> Callable[[], int]:  # uint32_t / uint8_t parameters
+    def ints(values: np.ndarray) -> Callable[[], CArgument]:  # uint32_t / uint8_t parameters
         return iter(values.tolist()).__next__
 
-    def shared(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t, repeating
+    def shared(values: np.ndarray) -> Callable[[], CArgument]:  # uint64_t, repeating
         return iter(_u64_objects(values)).__next__
 
-    def longs(values: np.ndarray) -> Callable[[], ctypes.c_uint64]:  # uint64_t, distinct
+    def longs(values: np.ndarray) -> Callable[[], CArgument]:  # uint64_t, distinct
         return map(ctypes.c_uint64, values.tolist()).__next__
 
+    fn: Callable[..., int]  # (writer, attribute list, time, ref) -> OTF2 error code
     for kind in (k for k in by_type.present if k > Ev.LEAVE):
         sel = by_type.of(kind)
 
@@ -115,13 +121,15 @@ def add_other_event_writers(api: CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
 
         if kind in (Ev.RMA_WIN_CREATE, Ev.RMA_WIN_DESTROY):
             for i in sel.tolist():  # (item by item: numpy would read a ctypes function as a
-                fns[i] = api.win_fns[kind]  # buffer; two events per location)
+                fns[i] = api.win_fns[Ev(kind)]  # buffer; two events per location)
             continue
         if kind == Ev.ENTER_OFF_SPU:
             spu, enter = shared(p(1)), api.enter
 
-            def fn(w, _, t, ref, spu=spu, enter=enter):
+            def enter_off_spu(w, _, t, ref, spu=spu, enter=enter):
                 return add(attrs, ATTR_PHYSICAL_SPU, spu()) | enter(w, attrs, t, ref)
+
+            fn = enter_off_spu
         elif kind in (Ev.RMA_GET, Ev.RMA_PUT):
             packed = p(4)  # tag | opcode << 8 | list elements << 16 (model.Ev)
             tag, opcode = shared(packed & 0xFF), shared((packed >> 8) & 0xFF)
@@ -131,14 +139,16 @@ def add_other_event_writers(api: CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
             rma = api.rma_get if kind == Ev.RMA_GET else api.rma_put
 
             # OTF2 empties the attribute list after every event written with it
-            def fn(w, _, t, ref, tag=tag, opcode=opcode, elements=elements, ea=ea, ls=ls,
-                   remote=remote, size=size, match=match, rma=rma):
+            def rma_transfer(w, _, t, ref, tag=tag, opcode=opcode, elements=elements, ea=ea,
+                             ls=ls, remote=remote, size=size, match=match, rma=rma):
                 return (add(attrs, ATTR_DMA_TAG, tag())
                         | add(attrs, ATTR_MFC_OPCODE, opcode())
                         | add(attrs, ATTR_LIST_ELEMENTS, elements())
                         | add(attrs, ATTR_EA, ea())
                         | add(attrs, ATTR_LS_ADDRESS, ls())
                         | rma(w, attrs, t, ref, remote(), size(), match()))
+
+            fn = rma_transfer
         elif kind == Ev.METRIC:
             values = np.ascontiguousarray(p(1), dtype=np.uint64)
             # OTF2_MetricValue[1] of each event: its value's address in ``values``
@@ -146,44 +156,59 @@ def add_other_event_writers(api: CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
                           (values.ctypes.data + 8 * np.arange(values.size)).tolist()).__next__
             metric, types_at = api.metric, api.metric_types_at
 
-            def fn(w, _, t, ref, address=address, metric=metric, values=values,
-                   types_at=types_at):
+            def metric_value(w, _, t, ref, address=address, metric=metric, values=values,
+                             types_at=types_at):
                 return metric(w, None, t, ref, 1, types_at, address())
+
+            fn = metric_value
         elif kind == Ev.RMA_OP_COMPLETE_BLOCKING:
             match, complete = longs(p(3)), api.rma_complete
 
-            def fn(w, _, t, ref, match=match, complete=complete):
+            def rma_complete(w, _, t, ref, match=match, complete=complete):
                 return complete(w, None, t, ref, match())
+
+            fn = rma_complete
         elif kind in (Ev.MPI_SEND, Ev.MPI_RECV):
             peer, tag, size = ints(p(1)), ints(p(2)), shared(p(3))
             call = api.mpi_send if kind == Ev.MPI_SEND else api.mpi_recv
 
-            def fn(w, _, t, ref, peer=peer, tag=tag, size=size, call=call):
+            def mpi_message(w, _, t, ref, peer=peer, tag=tag, size=size, call=call):
                 return call(w, None, t, peer(), ref, tag(), size())
+
+            fn = mpi_message
         elif kind in (Ev.MPI_ISEND, Ev.MPI_IRECV):
             peer, tag, size, request = ints(p(1)), ints(p(2)), shared(p(3)), longs(p(4))
             call = api.mpi_isend if kind == Ev.MPI_ISEND else api.mpi_irecv
 
-            def fn(w, _, t, ref, peer=peer, tag=tag, size=size, request=request, call=call):
+            def mpi_nonblocking(w, _, t, ref, peer=peer, tag=tag, size=size, request=request,
+                                call=call):
                 return call(w, None, t, peer(), ref, tag(), size(), request())
+
+            fn = mpi_nonblocking
         elif kind in (Ev.MPI_ISEND_COMPLETE, Ev.MPI_IRECV_REQUEST):
             request = longs(p(4))
             call = (api.mpi_isend_complete if kind == Ev.MPI_ISEND_COMPLETE
                     else api.mpi_irecv_request)
 
-            def fn(w, _, t, ref, request=request, call=call):
+            def mpi_request(w, _, t, ref, request=request, call=call):
                 return call(w, None, t, request())
+
+            fn = mpi_request
         elif kind == Ev.MPI_COLL_BEGIN:
             begin = api.mpi_coll_begin
 
-            def fn(w, _, t, ref, begin=begin):
+            def coll_begin(w, _, t, ref, begin=begin):
                 return begin(w, None, t)
+
+            fn = coll_begin
         elif kind == Ev.MPI_COLL_END:
             op, root, sent, received = ints(p(1)), ints(p(2)), shared(p(3)), shared(p(4))
             end = api.mpi_coll_end
 
-            def fn(w, _, t, ref, op=op, root=root, sent=sent, received=received, end=end):
+            def coll_end(w, _, t, ref, op=op, root=root, sent=sent, received=received, end=end):
                 return end(w, None, t, op(), ref, root(), sent(), received())
+
+            fn = coll_end
         else:  # check_events refuses unknown kinds before anything is written
             raise WriterInputError(f"event type {kind} has no writer")
         fns[sel] = fn

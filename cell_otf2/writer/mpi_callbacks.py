@@ -106,7 +106,7 @@ class MpiCollectives:
     def is_master(self) -> bool:
         return self.rank == 0
 
-    def install(self, archive_handle: object) -> None:
+    def install(self, archive_handle: Any) -> None:
         """Set the callbacks on an archive just opened (OTF2 keeps a pointer to them: this
         object must outlive the archive)."""
         fn = c_function("OTF2_Archive_SetCollectiveCallbacks")  # the bindings' takes no struct

@@ -65,8 +65,9 @@ class WriteShare:
                     piece = chunks.build(lo, hi, buffer)
                     self.next = hi
                     yield self._mine_in(lo, hi), [piece]
-                    piece = None
-                self.chunks = buffer = chunks = None
+                    del piece  # written: its memory goes before the next is built
+                self.chunks = None
+                del buffer, chunks  # the group's memory goes before the next is built
             yield from self._take()
         finally:
             self.chunks = None  # closed early: nothing more to give
@@ -124,7 +125,7 @@ class WriteShare:
                 self.taken_events += n
                 self.taken_locations += int(locs.size)
                 yield locs, [table]
-                table = None
+                del table  # written: its memory goes before the next is received
 
     def _reply(self, peer: int) -> Any:
         """``peer``'s answer, answering others' requests (nothing to give) meanwhile."""
