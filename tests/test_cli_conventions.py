@@ -135,3 +135,23 @@ def test_debug_changes_nothing_else(tmp_path):
     assert r.stdout == run("inspect", str(SMALL)).stdout
     r = run("-q", "--debug", "-o", str(tmp_path / "a.otf2"), str(SMALL))
     assert r.returncode == 0 and r.stdout == "", r.stderr
+
+
+def test_the_command_line_changes_no_typer_class_and_no_excepthook():
+    """The plain help layout is a command class of our own: importing and running the CLI
+    leaves typer's classes and sys.excepthook as they were."""
+    code = (
+        "import sys, typer.core\n"
+        "classes = (typer.core.TyperArgument, typer.core.TyperOption, typer.core.TyperCommand)\n"
+        "before = [dict(vars(c)) for c in classes], sys.excepthook\n"
+        "from cell_otf2.cli import main\n"
+        "try:\n"
+        "    main(['inspect', '-h'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(before == ([dict(vars(c)) for c in classes], sys.excepthook))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "True"
