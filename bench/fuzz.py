@@ -25,7 +25,8 @@ depend on where offsets sit within their bounds.
 Then it runs ``convert`` (archive written into a scratch directory, ``--force``) and
 ``check.check_run`` in a worker process and sorts the outcome: converted (exit 0), converted
 with contained damage (1), refused with a ``CellOtf2Error`` (its exit status, normally 3),
-**internal error** (any other exception: what the CLI would print as "internal error", a bug),
+**internal error** (any other exception: what the CLI reports as an internal error with exit
+status 70, a bug),
 **output error** (exit 4 from an input problem, a bug), **check mismatch** (``check`` and
 conversion disagree on the status or the damage lines, a bug), **invalid archive** (every
 ``--verify-every``-th converted archive goes through ``otf2-print --silent -Werror``), and

@@ -45,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+from cell_otf2.errors import EXIT_SOFTWARE
+
 CLASSES = {"manifest-json": 10, "special": 5, "clash": 8, "disk": 6, "perm": 4,
            "concurrent": 2, "signal": 3, "manifest-range": 16, "manifest-string": 16,
            "sparse": 2, "stdout": 6, "options": 6}
@@ -66,6 +68,11 @@ NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
+
+
+def _internal_error(status: int, stderr: str) -> bool:
+    """Did the command fail with an internal error (exit 70, a bug), or print a traceback?"""
+    return status == EXIT_SOFTWARE or "Traceback" in stderr or "internal error" in stderr
 
 def pick_class(case: int, seed: int, share: float) -> str | None:
     """The environment class of ``case`` (None for a plain mutation case)."""
@@ -327,7 +334,7 @@ def run_sparse_case(rng: random.Random, run: Path, work: Path, base: str) -> dic
     for args in ([str(run), "-o", str(out), "--force"], ["check", str(run)]):
         status, err, mem = vm_command(args, work)
         statuses.append(status)
-        if "Traceback" in err or "internal error" in err:
+        if _internal_error(status, err):
             return {**result, "kind": "internal", "message": err.strip()[-300:]}
         grown = (mem.get("VmPeak", 0) - _BASE_VM[key]) * 1024
         result.setdefault("vm_growth", []).append(grown)
@@ -367,7 +374,7 @@ def run_stdout_case(rng: random.Random, run: Path, work: Path) -> dict:
         finally:
             os.close(w)
     err = p.stderr
-    if "Traceback" in err or "internal error" in err:
+    if _internal_error(p.returncode, err):
         return {**result, "kind": "internal", "message": err.strip()[-300:]}
     expected = 4 if command == "inspect" and normal == 0 else normal
     if p.returncode != expected:
@@ -402,7 +409,7 @@ def run_options_case(rng: random.Random, run: Path, work: Path) -> dict:
                  ["check", str(run), *(["--accept-unsynchronized-nodes"] * accept)]):
         p = subprocess.run([sys.executable, "-m", "cell_otf2", *args], capture_output=True,
                            text=True, env=ENV, timeout=120)
-        if "Traceback" in p.stderr or "internal error" in p.stderr:
+        if _internal_error(p.returncode, p.stderr):
             return {"mutations": [f"options {' '.join(opts)}"], "kind": "internal",
                     "message": p.stderr.strip()[-300:]}
         res.append((p.returncode, _damage_kinds(p.stdout)))

@@ -178,19 +178,20 @@ def child_capture(run: str, archive: str, events_file: str, defs_file: str) -> d
 
 def child_writer(events_file: str, defs_file: str, mode: str) -> dict:
     """``write_archive`` of the captured table: mode "c" (compiled loop), "c-plain-malloc"
-    (the same without the malloc tuning) or "python" (the ctypes path)."""
+    (the same without the command line's malloc tuning) or "python" (the ctypes path)."""
     import numpy as np
 
     from cell_otf2 import native
     from cell_otf2.model import EVENT_DTYPE
+    from cell_otf2.process_setup import tune_malloc
     from cell_otf2.writer import capi
     from cell_otf2.writer.archive import write_archive
     from cell_otf2.writer.checks import check_events
 
     if mode == "python":
         os.environ[native.OFF_VARIABLE] = "1"  # this child process: the ctypes path
-    if mode == "c-plain-malloc":
-        capi.TUNE_MALLOC = False
+    if mode != "c-plain-malloc":  # as the cell2otf2 command tunes its process
+        tune_malloc()
     defs = pickle.loads(Path(defs_file).read_bytes())
     events = np.fromfile(events_file, dtype=EVENT_DTYPE)
     with tempfile.TemporaryDirectory(prefix="tp-writer-", dir=OUT) as tmp:
@@ -219,6 +220,7 @@ def library_rate(exe: Path, events_file: str, n_locations: int, use_mallopt: boo
     import _otf2
 
     from cell_otf2 import model
+    from cell_otf2.writer import otf2_internals
 
     fields = model.EVENT_DTYPE.fields
     layout = [model.EVENT_DTYPE.itemsize] + [fields[k][1] for k in (
@@ -229,7 +231,7 @@ def library_rate(exe: Path, events_file: str, n_locations: int, use_mallopt: boo
                  model.ATTR_EA, model.ATTR_LS_ADDRESS, model.ATTR_PHYSICAL_SPU]
     with tempfile.TemporaryDirectory(prefix="tp-library-", dir=OUT) as tmp:
         proc = subprocess.run(
-            [str(exe), _otf2.conf.lib._name, events_file, tmp, str(n_locations),
+            [str(exe), otf2_internals.library_path(), events_file, tmp, str(n_locations),
              str(int(use_mallopt)), *map(str, layout), *map(str, constants)],
             capture_output=True, text=True)
     if proc.returncode != 0:

@@ -1,7 +1,8 @@
 """``python -m cell_otf2`` and the ``cell2otf2`` command: installs the signal handling before
 anything heavy is imported (so Ctrl-C or SIGTERM during start-up is one message and 130/143,
-not a traceback), keeps OpenBLAS to one thread unless the environment says otherwise, then
-runs the command line (``cli.main``). Nothing else.
+not a traceback), keeps OpenBLAS to one thread unless the environment says otherwise
+(``process_setup``, before numpy is imported), then runs the command line (``cli.main``).
+Nothing else.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ import sys
 
 def main() -> None:
     """Console entry point."""
-    # numpy's and scipy's OpenBLAS start a thread per core at import, which spin for a while
-    # and cost every command 0.16 CPU s (importing the converter: 0.41-0.43 -> 0.26-0.27
-    # user s); the converter makes no BLAS call that threads would speed up
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from . import signals
+        from .process_setup import one_blas_thread
     except KeyboardInterrupt:  # Ctrl-C before any handler is in place: nothing was done
         sys.stderr.write("cell2otf2: interrupted\n")
         raise SystemExit(130) from None
 
+    one_blas_thread(os.environ)  # before anything imports numpy
     signals.install()
     try:
         from .cli import main as cli_main

@@ -1,26 +1,58 @@
 """Command line: ``cell2otf2 RUN_DIR -o ARCHIVE.otf2`` (``convert``) plus ``check``, ``inspect``
 (``run_info.py``), ``report`` (``cell_otf2.report``; exit 2 when matplotlib is missing) and
 ``simulate``: thin typer commands that parse options, call the pipeline, print, and map a
-``CellOtf2Error`` to one message and its exit status; anything unexpected is an internal error
-(exit 3), never a traceback, and Ctrl-C prints ``cell2otf2: interrupted`` and exits 130 once the
-command has cleaned up (docs/design.md). Pipeline logic lives in the modules the commands call."""
+``CellOtf2Error`` to one message and its exit status. Anything unexpected is an internal error:
+one message and exit 70, its traceback only with ``--debug`` (or ``CELL2OTF2_DEBUG=1``);
+Ctrl-C prints ``cell2otf2: interrupted`` and exits 130 once the command has cleaned up
+(docs/design.md). The process-wide settings of the command (``process_setup``) and its logging
+are made here and in ``__main__``, never by the library. Pipeline logic lives in the modules
+the commands call."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
+import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
+import typer.main
 
 from . import signals
-from .cli_common import choice, complete, finite, print_result, read_delay
-from .errors import EXIT_INPUT, EXIT_LOSSY, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, CellOtf2Error
+from .cli_common import (
+    DEBUG_HINT,
+    DEBUG_VARIABLE,
+    PlainHelpCommand,
+    choice,
+    complete,
+    configure_logging,
+    debug_from_environment,
+    debug_option,
+    debugging,
+    finite,
+    print_result,
+    read_delay,
+)
+from .errors import (
+    EXIT_INPUT,
+    EXIT_LOSSY,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+    CellOtf2Error,
+)
 from .model import DmaStyle
+from .process_setup import single_host_transport, tune_malloc
 from .progress import TerminalProgress
+
+_log = logging.getLogger(__name__)
 
 SUBCOMMANDS = ("simulate", "check", "inspect", "report", "convert")
 #: what ``cell2otf2 report`` says when matplotlib is missing
@@ -29,7 +61,8 @@ NEEDS_MATPLOTLIB = "cell2otf2 report needs matplotlib: pip install 'cell2otf2[re
 #: the exit statuses, as every command's help lists them
 EXIT_HELP = ("\b\nExit status: 0 converted; 1 converted with lost or unusable input (listed\n"
              "in the summary); 2 wrong usage; 3 input unreadable or not CBT 1; 4 output\n"
-             "problem; 130 interrupted (143 SIGTERM, 129 SIGHUP).")
+             "problem; 70 internal error (a bug: --debug prints its traceback); 130\n"
+             "interrupted (143 SIGTERM, 129 SIGHUP).")
 #: options that belong to the program, not to the default ``convert`` command
 PROGRAM_OPTIONS = ("--help", "-h", "--version", "-V", "--install-completion",
                    "--show-completion")
@@ -44,33 +77,6 @@ app = typer.Typer(
     "cell2otf2 COMMAND [ARGS]...                  check, inspect, report, simulate",
     epilog=EXIT_HELP,
 )
-
-
-def _plain_argument_help() -> None:
-    """Typer 0.2x writes an argument as ``{RUN_DIR}`` in the usage line, ``RUN_DIR <path>`` in
-    the help and options as ``--spes <int range>`` even without rich: show plain names and
-    upper-case types, as click and every other command line do."""
-    argument = getattr(typer.core, "TyperArgument", None)
-    if argument is None:
-        return
-    if hasattr(argument, "_usage_display_name"):
-        argument._usage_display_name = (
-            lambda self: self.display_name_raw if self.required else f"[{self.display_name_raw}]")
-    if hasattr(argument, "display_type_rich"):
-        argument.display_type_rich = lambda self, ctx: None
-    option = getattr(typer.core, "TyperOption", None)
-    shown = getattr(option, "display_type_rich", None)
-    if shown is not None:  # "--spes <int range>" -> "--spes INT", as click writes it
-
-        def plain(self, ctx):
-            if self.metavar:
-                return self.metavar
-            return (shown(self, ctx) or "").strip("<>").replace(" range", "").upper()
-
-        option.display_type_rich = plain
-
-
-_plain_argument_help()
 
 
 def _version(value: bool) -> None:
@@ -100,17 +106,46 @@ def _interrupted(exc: BaseException | None = None) -> None:
     raise _Interrupted(signals.exit_status(exc))
 
 
-def _interruptible(func: Callable[..., None]) -> Callable[..., None]:
-    """Ctrl-C inside a command: one message and 130 (143 for SIGTERM), whatever typer does."""
+#: the ``--debug`` option every command gets (``_interruptible``); eager, so that it is on
+#: before the other options' checks run
+DEBUG_PARAMETER = inspect.Parameter(
+    "debug", inspect.Parameter.KEYWORD_ONLY, default=False,
+    annotation=Annotated[bool, typer.Option(
+        "--debug", is_eager=True, callback=debug_option,
+        help=f"print diagnostics and an internal error's traceback on stderr (also: "
+             f"{DEBUG_VARIABLE}=1)")])
 
-    @functools.wraps(func)  # typer reads the signature through __wrapped__
-    def run(*args: object, **kwargs: object) -> None:
+
+def _interruptible(func: Callable[..., None]) -> Callable[..., None]:
+    """A command: Ctrl-C inside it is one message and 130 (143 for SIGTERM), whatever typer
+    does, and it takes ``--debug`` besides its own options (typer reads the parameters from
+    ``__signature__``; the option's callback has done its work when the command runs)."""
+    signature = inspect.signature(func, eval_str=True)
+
+    @functools.wraps(func)
+    def run(*args: object, debug: bool = False, **kwargs: object) -> None:
         try:
             func(*args, **kwargs)
         except KeyboardInterrupt as exc:
             _interrupted(exc)
 
+    # inspect.signature reads a function's __signature__ (documented); typeshed declares no
+    # such attribute on functions
+    run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), DEBUG_PARAMETER])
     return run
+
+
+def _click_command() -> typer.core.TyperGroup:
+    """The command line as click runs it, every command with the plain help layout. Built
+    through typer's public ``get_command`` rather than by calling ``app``, which would also
+    replace the process's ``sys.excepthook``."""
+    for info in app.registered_commands:
+        if info.cls is typer.core.TyperCommand:  # typer's default: every command declared here
+            info.cls = PlainHelpCommand
+    command = typer.main.get_command(app)
+    assert isinstance(command, typer.core.TyperGroup)  # an app of several commands
+    return command
 
 
 def _register() -> None:
@@ -360,13 +395,17 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     args = list(sys.argv[1:] if argv is None else argv)
     signals.install()
+    configure_logging(debug=debug_from_environment())
+    # the command's own process: before any conversion initializes MPI or allocates
+    single_host_transport(os.environ)
+    tune_malloc()
     try:
         _register()
         if args and args[0] not in SUBCOMMANDS and args[0] not in PROGRAM_OPTIONS:
             args = ["convert", *args]  # the default command, options first or not
-        app(args=args, prog_name="cell2otf2", standalone_mode=True)
+        _click_command().main(args=args, prog_name="cell2otf2", standalone_mode=True)
     except CellOtf2Error as exc:
-        if getattr(exc, "secondary", False):  # another converter process printed it
+        if exc.secondary:  # another converter process printed it
             raise SystemExit(exc.exit_status) from None
         more = len(getattr(exc, "more", []))
         hint = (f" (and {more} more problem{'s' if more > 1 else ''}: 'cell2otf2 check' "
@@ -383,7 +422,18 @@ def main(argv: list[str] | None = None) -> None:
         cause = _interrupt_behind(exc) or signals.received()
         if cause is not None:  # what the interruption broke (an import it stopped, say)
             _interrupted(cause)
-        _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INPUT)
+        _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> None:
+    """An unexpected exception, a bug: one message and exit 70; its traceback (before the
+    message) with ``--debug``."""
+    if debugging():
+        _log.debug("the internal error's traceback:", exc_info=exc)
+        hint = ""
+    else:
+        hint = f" (a bug in cell2otf2; {DEBUG_HINT})"
+    _fail(f"internal error: {type(exc).__name__}: {exc}{hint}", EXIT_SOFTWARE)
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:

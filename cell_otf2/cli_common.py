@@ -1,17 +1,22 @@
 """Small helpers the typer commands share (``cli.py``, ``sim/cli.py``): option checks that
-answer in our own words, shell completion of their values, plain-word counts, and the writing
-of a command's result to a stdout that may be full or closed. No command and no pipeline
-logic here."""
+answer in our own words, shell completion of their values, the writing of a command's result
+to a stdout that may be full or closed, the command line's logging (``configure_logging``,
+``--debug`` and ``CELL2OTF2_DEBUG``) and the plain help layout (``PlainHelpCommand``). No
+command and no pipeline logic here."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from enum import Enum
+from typing import Any, Protocol
 
 import typer
+import typer.core
 
 
 def _values(enum: type[Enum]) -> list[str]:
@@ -105,3 +110,134 @@ def read_delay(value: float) -> float:
         return check_read_delay(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# logging and --debug
+# --------------------------------------------------------------------------------------------
+
+#: set to anything but "" or "0" to do what ``--debug`` does, for every command
+DEBUG_VARIABLE = "CELL2OTF2_DEBUG"
+#: what the message of an internal error suggests
+DEBUG_HINT = f"--debug or {DEBUG_VARIABLE}=1 prints its traceback"
+#: the logger every module of the package logs under (``logging.getLogger(__name__)``)
+PACKAGE_LOGGER = "cell_otf2"
+
+
+def debug_from_environment(environ: Mapping[str, str] = os.environ) -> bool:
+    """Does the environment ask for debugging output (``CELL2OTF2_DEBUG``)?"""
+    return environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
+class _StderrHandler(logging.Handler):
+    """Writes each record to the ``sys.stderr`` of the moment (a test may have replaced it
+    since the handler was installed) as ``cell2otf2: level: message``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging's own convention: report, never raise
+            self.handleError(record)
+
+
+class _Format(logging.Formatter):
+    """``cell2otf2: error: ...`` as the command's own messages read; debugging records also
+    name the module that logged them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        level = record.levelname.lower()
+        if record.levelno < logging.INFO:
+            return f"cell2otf2: {level}: {record.name}: {text}"
+        return f"cell2otf2: {level}: {text}"
+
+
+_HANDLER = _StderrHandler()
+_HANDLER.setFormatter(_Format())
+
+
+def configure_logging(debug: bool) -> None:
+    """The command line's logging: the package's records on stderr, warnings and errors only,
+    or everything with ``debug``. Installed once per process; later calls change the level.
+    The library itself configures nothing (``import cell_otf2`` leaves logging as it is)."""
+    logger = logging.getLogger(PACKAGE_LOGGER)
+    if _HANDLER not in logger.handlers:
+        logger.addHandler(_HANDLER)
+    level = logging.DEBUG if debug else logging.WARNING
+    logger.setLevel(level)
+    _HANDLER.setLevel(level)
+
+
+def debugging() -> bool:
+    """Is debugging output on (``--debug`` or ``CELL2OTF2_DEBUG``)?"""
+    return logging.getLogger(PACKAGE_LOGGER).isEnabledFor(logging.DEBUG)
+
+
+def debug_option(value: bool) -> bool:
+    """Callback of every command's eager ``--debug`` option: debugging output from the start
+    of the command, option checks included."""
+    if value:
+        configure_logging(debug=True)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# help layout
+# --------------------------------------------------------------------------------------------
+
+
+class HelpFormatter(Protocol):
+    """What the options section uses of click's help formatter (typer vendors click and
+    exports no name for it)."""
+
+    def section(self, name: str) -> AbstractContextManager[None]: ...
+
+    def write_dl(self, rows: Sequence[tuple[str, str]]) -> None: ...
+
+
+def _plain_type(shown: str) -> str:
+    """typer's ``<int range>``, ``<float>``, ``<path>`` as click and other command lines write
+    a value: ``INT``, ``FLOAT``, ``PATH``."""
+    return shown.strip("<>").replace(" range", "").upper()
+
+
+class PlainHelpCommand(typer.core.TyperCommand):
+    """A typer command whose usage line and help read as click's and most command lines':
+    typer writes a required argument as ``{RUN_DIR}`` in the usage line, ``RUN_DIR <path>`` in
+    the help, and an option's value as ``--spes <int range>``. Here: ``RUN_DIR``,
+    ``[RUN_DIR]`` when optional, and ``--spes INT``; a ``metavar`` is shown as given. Only
+    click's public hooks for the usage line and the options section are overridden.
+
+    ``ctx`` is click's ``Context``, which typer vendors under a private module: annotated
+    ``Any``, as ``typer.Context`` (a subclass) would narrow the overridden methods."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, typer.core.TyperArgument):
+                name = param.display_name_raw
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: HelpFormatter) -> None:
+        arguments: list[tuple[str, str]] = []
+        options: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            name, text = record
+            if isinstance(param, typer.core.TyperArgument):
+                arguments.append((param.display_name_raw, text))
+            elif isinstance(param, typer.core.TyperOption):
+                shown = param.display_type_rich(ctx)
+                if param.metavar is None and shown:
+                    name = name.replace(f" {shown}", f" {_plain_type(shown)}")
+                options.append((name, text))
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)

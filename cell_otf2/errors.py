@@ -1,7 +1,7 @@
 """Domain exceptions and the exit status each maps to (README: Command line); a ``FormatError``
 carries the file, the slot index or byte offset, the field, what was expected and what was
-found. The CLI turns each exception into one message and an exit status; nothing here prints or
-exits."""
+found. The CLI turns each exception into one message and an exit status, and any other
+exception into an internal error (``EXIT_SOFTWARE``); nothing here prints or exits."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ EXIT_LOSSY = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_OUTPUT = 4
+#: an unexpected exception: a bug in cell2otf2, not a problem of the input (sysexits.h's
+#: EX_SOFTWARE); ``--debug`` or ``CELL2OTF2_DEBUG=1`` prints its traceback
+EXIT_SOFTWARE = 70
 
 
 class CellOtf2Error(Exception):
-    """Base of every error the CLI reports without a traceback."""
+    """Base of every error the CLI reports as one message and its exit status."""
 
     exit_status = EXIT_INPUT
+    #: raised on a process of a parallel conversion because another one failed (and printed
+    #: the message): the CLI exits with the status without printing it again
+    secondary = False
 
 
 class FormatError(CellOtf2Error):
@@ -66,6 +72,11 @@ class OutputError(CellOtf2Error):
     """The archive cannot be written (exists, not writable, library failure)."""
 
     exit_status = EXIT_OUTPUT
+
+    def __init__(self, message: str, *, no_space: bool = False) -> None:
+        super().__init__(message)
+        #: the device is full (or over quota): the output layer says how much room is needed
+        self.no_space = no_space
 
 
 class UsageError(CellOtf2Error):

@@ -72,6 +72,37 @@ print(isinstance(inspect(sys.argv[1]), RunInfo), Summary is cell_otf2.Summary)
     assert (tmp_path / "a.otf2").exists()
 
 
+def test_convert_changes_nothing_process_wide(tmp_path):
+    """The API neither tunes the caller's allocator (mallopt) nor chooses an MPI transport
+    nor configures logging, and writes nothing on stderr: only the command line does those
+    (cell_otf2.process_setup, cli_common.configure_logging)."""
+    code = """
+import ctypes, logging, os, sys
+calls = []
+real_cdll = ctypes.CDLL
+class Watched(real_cdll):
+    def __getattr__(self, name):
+        if name == "mallopt":
+            calls.append(name)
+        return super().__getattr__(name)
+ctypes.CDLL = Watched
+import cell_otf2.process_setup as setup
+for name in ("tune_malloc", "single_host_transport", "one_blas_thread"):
+    setattr(setup, name, lambda *a, _n=name: calls.append(_n))
+before = dict(os.environ)
+root = logging.getLogger()
+handlers = (list(root.handlers), list(logging.getLogger("cell_otf2").handlers))
+import cell_otf2
+summary = cell_otf2.convert(sys.argv[1], sys.argv[2])
+print(summary.lossy, calls, dict(os.environ) == before,
+      handlers == (list(root.handlers), list(logging.getLogger("cell_otf2").handlers)))
+"""
+    r = python(code, str(SAMPLES / "wraps-heartbeats"), str(tmp_path / "a.otf2"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["False [] True True"]
+    assert r.stderr == ""
+
+
 def numbers(line: str) -> list[float]:
     return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", line)]
 

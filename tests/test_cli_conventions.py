@@ -87,3 +87,71 @@ def test_summary_counts_in_words_and_fits_100_columns():
                   "1 message matched", "1 DMA transfer", "1 order violation", "(1 kind)"):
         assert words in text, words
     assert all(len(ln) <= 100 for ln in lines), [ln for ln in lines if len(ln) > 100]
+
+
+#: a command line whose ``inspect`` fails with an unexpected exception (a bug, injected)
+_BROKEN_INSPECT = (
+    "import sys\n"
+    "import cell_otf2.run.run_info as run_info\n"
+    "def broken(run_dir):\n"
+    "    raise RuntimeError('injected')\n"
+    "run_info.inspect = broken\n"
+    "from cell_otf2.cli import main\n"
+    "main(sys.argv[1:])\n"
+)
+
+
+def run_broken(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _BROKEN_INSPECT, "inspect", str(SMALL), *args],
+                          capture_output=True, text=True, env=env or ENV, timeout=120)
+
+
+def test_internal_error_has_its_own_status_and_no_traceback():
+    """An unexpected exception is exit 70 (not 3, which means unreadable input): one line
+    that says how to see where it came from, no traceback."""
+    r = run_broken()
+    assert r.returncode == 70, r.stderr
+    assert r.stderr.splitlines() == [
+        "cell2otf2: error: internal error: RuntimeError: injected (a bug in cell2otf2; "
+        "--debug or CELL2OTF2_DEBUG=1 prints its traceback)"]
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_debug_prints_the_traceback_of_an_internal_error(how):
+    if how == "option":
+        r = run_broken("--debug")
+    else:
+        r = run_broken(env={**ENV, "CELL2OTF2_DEBUG": "1"})
+    assert r.returncode == 70, r.stderr
+    assert "Traceback (most recent call last)" in r.stderr
+    assert "in broken" in r.stderr  # where it was raised
+    assert r.stderr.splitlines()[-1] == "cell2otf2: error: internal error: RuntimeError: injected"
+
+
+def test_debug_changes_nothing_else(tmp_path):
+    r = run("inspect", "--debug", str(SMALL))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run("inspect", str(SMALL)).stdout
+    r = run("-q", "--debug", "-o", str(tmp_path / "a.otf2"), str(SMALL))
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+
+
+def test_the_command_line_changes_no_typer_class_and_no_excepthook():
+    """The plain help layout is a command class of our own: importing and running the CLI
+    leaves typer's classes and sys.excepthook as they were."""
+    code = (
+        "import sys, typer.core\n"
+        "classes = (typer.core.TyperArgument, typer.core.TyperOption, typer.core.TyperCommand)\n"
+        "before = [dict(vars(c)) for c in classes], sys.excepthook\n"
+        "from cell_otf2.cli import main\n"
+        "try:\n"
+        "    main(['inspect', '-h'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(before == ([dict(vars(c)) for c in classes], sys.excepthook))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "True"

@@ -22,9 +22,9 @@ from archive_compare import same_archive, summary_body
 
 from cell_otf2 import cli
 from cell_otf2.input.manifest import load_manifest
+from cell_otf2.process_setup import single_host_transport
 from cell_otf2.run.team_mpi import (
     SERIAL_VAR,
-    _single_host_transport,
     launched_size,
     launched_world,
     partition,
@@ -279,11 +279,11 @@ def test_single_host_launch_chooses_shared_memory_messaging():
     a user's choice, a launch over several hosts and other launchers are left alone."""
     local = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
     env = dict(local)
-    _single_host_transport(env)
+    single_host_transport(env)
     assert env["OMPI_MCA_pml"] == "ob1"
     for env in (dict(local, OMPI_MCA_pml="ucx"), {**local, "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
                 {"PMI_SIZE": "2"}, {}):
         before = dict(env)
-        _single_host_transport(env)
+        single_host_transport(env)
         assert env == before
 

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..errors import FormatError
 from ..native import helper
 from ..signals import Deferred
+from ..writer.otf2_internals import definition_ref, function_address
 
 
 class K(IntEnum):
@@ -80,6 +82,9 @@ class Columns:
     reads a column as a record array's field would, ``size`` is the rows (those of the first
     column). The figures read a few columns of millions of rows, which a record array would
     make them stride through whole."""
+
+    #: set on the dataclasses derived from this one (declared for the type checker)
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def __getitem__(self, name: str) -> np.ndarray:
         return getattr(self, name)
@@ -183,8 +188,11 @@ def sample_plan(total: int, max_events: int, n_windows: int = 10
     return before + gaps, sizes
 
 
-def _member_refs(group) -> list[int]:
-    return [m._ref if hasattr(m, "_ref") else int(m) for m in group.members]
+def _member_refs(group: Any) -> list[int]:
+    """The members of an otf2 group definition as refs (its members are definitions, or
+    plain ints for a group of ranks)."""
+    return [int(m) if isinstance(m, int | np.integer) else definition_ref(m)
+            for m in group.members]
 
 
 def load_archive(anchor: Path, max_events: int = 200_000, n_windows: int = 10,
@@ -271,27 +279,29 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     d = reader.definitions
     locs = list(d.locations)
     n_locs = len(locs)
-    if any(loc._ref != i for i, loc in enumerate(locs)):
+    loc_refs = [definition_ref(loc) for loc in locs]
+    if loc_refs != list(range(n_locs)):
         raise FormatError(anchor, "location refs are not 0..n-1; this report reads only "
                           "archives written by cell2otf2")
     props: dict[int, dict[str, str]] = {}
     for prop in d.location_properties:
-        props.setdefault(prop.location._ref, {})[prop.name] = str(prop.value)
+        props.setdefault(definition_ref(prop.location), {})[prop.name] = str(prop.value)
     loc_class = np.full(n_locs, LocClass.OTHER, np.int8)
-    for loc in locs:
-        if props.get(loc._ref, {}).get(PROP_PSEUDO) is not None:
-            loc_class[loc._ref] = LocClass.MEMORY
+    for ref, loc in zip(loc_refs, locs, strict=True):
+        if props.get(ref, {}).get(PROP_PSEUDO) is not None:
+            loc_class[ref] = LocClass.MEMORY
         elif loc.type.value == 1:
-            loc_class[loc._ref] = LocClass.PPE
+            loc_class[ref] = LocClass.PPE
         elif loc.type.value == 2:
-            loc_class[loc._ref] = LocClass.SPE
+            loc_class[ref] = LocClass.SPE
     regions = list(d.regions)
     comms = list(d.comms)
     comm_class = np.array([CommClass.MAILBOX if c.name == "Cell mailboxes" else
                            CommClass.DMA if c.name == "DMA" else CommClass.MPI for c in comms],
                           np.int8)
-    comm_members = {c._ref: _member_refs(c.group) for c in comms}
-    win_members = {w._ref: comm_members.get(w.comm._ref, []) for w in d.rma_wins}
+    comm_members = {definition_ref(c): _member_refs(c.group) for c in comms}
+    win_members = {definition_ref(w): comm_members.get(definition_ref(w.comm), [])
+                   for w in d.rma_wins}
     clock = d.clock_properties
     loc_events = np.array([loc.number_of_events for loc in locs], np.int64)
     total = int(loc_events.sum())
@@ -299,7 +309,7 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     ends = starts + sizes
     n_win = starts.size
     n_reg = max(len(regions), 1)
-    logged_comm = {c._ref for c in comms if c.name != "Cell mailboxes"}
+    logged_comm = {definition_ref(c) for c in comms if c.name != "Cell mailboxes"}
     use_c = _use_compiled() if compiled is None else compiled
     ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
                  logged_comm, use_c, n_events=total)
@@ -387,7 +397,7 @@ def _open_global_reader(reader, locs, _otf2):
     opens it (which would then build one Python object per event)."""
     h = reader.handle
     for loc in locs:
-        _otf2.Reader_SelectLocation(h, loc._ref)
+        _otf2.Reader_SelectLocation(h, definition_ref(loc))
     try:
         _otf2.Reader_OpenDefFiles(h)
         defs_open = True
@@ -399,11 +409,11 @@ def _open_global_reader(reader, locs, _otf2):
         pass
     for loc in locs:
         if defs_open:
-            dr = _otf2.Reader_GetDefReader(h, loc._ref)
+            dr = _otf2.Reader_GetDefReader(h, definition_ref(loc))
             if dr:
                 _otf2.Reader_ReadAllLocalDefinitions(h, dr)
                 _otf2.Reader_CloseDefReader(h, dr)
-        _otf2.Reader_GetEvtReader(h, loc._ref)
+        _otf2.Reader_GetEvtReader(h, definition_ref(loc))
     if defs_open:
         _otf2.Reader_CloseDefFiles(h)
     return _otf2.Reader_GetGlobalEvtReader(h)
@@ -486,9 +496,9 @@ class _PyCallbacks:
                 put((k, loc, t, 0, 0, 0, 0))
             return on_event
 
-        self.by_kind = {K.ENTER: region(K.ENTER), K.LEAVE: region(K.LEAVE),
-                        K.SEND: message(K.SEND), K.RECV: message(K.RECV), K.GET: rma(K.GET),
-                        K.PUT: rma(K.PUT), K.RMA_DONE: on_done}
+        self.by_kind: dict[int, Callable[..., None]] = {
+            K.ENTER: region(K.ENTER), K.LEAVE: region(K.LEAVE), K.SEND: message(K.SEND),
+            K.RECV: message(K.RECV), K.GET: rma(K.GET), K.PUT: rma(K.PUT), K.RMA_DONE: on_done}
 
         self.simple = simple
 
@@ -525,13 +535,12 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
     py = None
     try:
         if evtread is not None:
-            lib = ctypes.PyDLL(_otf2.conf.lib._name)
             setters = []
             for name in _event_classes(_otf2):
                 kind = _kind_of(name)
                 code = kind + 100 if name in ("MpiIsend", "MpiIrecv") else kind
-                fn = lib[f"OTF2_GlobalEvtReaderCallbacks_Set{name}Callback"]
-                setters.append((ctypes.cast(fn, ctypes.c_void_p).value, int(code)))
+                setters.append((function_address(
+                    f"OTF2_GlobalEvtReaderCallbacks_Set{name}Callback"), int(code)))
             cols = tuple(np.empty(BATCH, np.dtype(code)) for _name, code in RAW_COLUMNS)
             evtread.buffers(*cols)
             evtread.install(ctypes.cast(cbs, ctypes.c_void_p).value, setters)
@@ -556,6 +565,7 @@ def _read_events(reader, locs, _otf2, sink: Callable, compiled: bool,
                     n = evtread.take()
                     sink(*(c[:n] for c in cols))
                 else:
+                    assert py is not None  # the Python callbacks fill it
                     sink(*py.take())
                 if got != BATCH:
                     break
@@ -605,7 +615,8 @@ class _Chan:
         self.n = [np.zeros(64, np.int64), np.zeros(64, np.int64)]
         self.bounds = bounds
         self.packed = int(np.prod([float(b) for b in bounds])) < 1 << 63
-        self.table = None  # compiled: channel id + 1 per slot, 0 where empty
+        #: compiled: channel id + 1 per slot, 0 where empty; None: the dict ``ids``
+        self.table: np.ndarray | None = None
         self.by_id = np.zeros(64, np.int64)
         self.count = 0  # channels in the table
         self.evtread = helper("evtread") if compiled and self.packed else None
@@ -632,7 +643,7 @@ class _Chan:
         if need > self.n[0].size:
             grow = max(need, 4 * self.n[0].size)
             self.n = [np.concatenate([a, np.zeros(grow - a.size, np.int64)]) for a in self.n]
-        if need >= 1 << 31:  # beyond the table's int32 ids
+        if need >= 1 << 31 or self.table is None:  # beyond the table's int32 ids
             self._to_dict()
             return None
         if 2 * need > self.table.size:  # at most half full
@@ -745,7 +756,7 @@ class _Events:
         self.stray = np.zeros(n_locs, np.int64)
         # the log's columns, room for every event (pages never written are never mapped in):
         # filled in place, no pieces to join at the end
-        self.logs = {name: np.empty(n_events, LOG_ROW[name]) for name in LOG_ROW.names}
+        self.logs = {name: np.empty(n_events, LOG_ROW[name]) for name in LOG_ROW.names or ()}
         self.n_log = 0
         # MPI: (comm, sender + 1, receiver + 1, tag); sends, receives
         self.channels = _Chan((max(comm_members, default=0) + 1, n_locs + 1, n_locs + 1,
@@ -843,12 +854,11 @@ class _Events:
         el = np.flatnonzero((kind == K.ENTER) | (kind == K.LEAVE))
         el = el[np.argsort(loc[el], kind="stable")]
         el_loc = loc[el]
-        state = None
+        state = np.zeros(0, np.int64)  # read only where the batch has Enters or Leaves
         if el.size:
             args = (el_loc, kind[el] == K.ENTER, t[el], ref[el])
-            state = self._regions(*args)
-            if state is None:
-                state = self._regions_walk(*args)
+            found = self._regions(*args)
+            state = found if found is not None else self._regions_walk(*args)
         stride = n + 1
         el_key = el_loc * stride + el
 
@@ -942,7 +952,10 @@ class _Events:
             return None
         level = np.where(enter, after, after + 1)  # the level an Enter opens, a Leave closes
         # the open Enters: carried over from earlier batches (position 0) and this batch's
-        c_loc, c_lev, c_reg, c_t = [], [], [], []
+        c_loc: list[int] = []
+        c_lev: list[int] = []
+        c_reg: list[int] = []
+        c_t: list[int] = []
         for x, dep in zip(gl.tolist(), depth0.tolist(), strict=True):
             if dep:
                 c_loc += [x] * dep

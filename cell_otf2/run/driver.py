@@ -9,7 +9,6 @@ the groups not being worked on. It does not choose the team, stage or commit the
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,30 +46,6 @@ from .whole_run import (
 
 #: events per piece of the event table handed to the writer (bounds emit's memory)
 CHUNK_EVENTS = 1 << 16
-
-#: arrays below this size come from glibc's heap, and the free memory kept at the top of the
-#: heap before it is given back (``_heap_for_temporaries``)
-TEMPORARIES_BELOW = 32 << 20
-TEMPORARIES_KEPT = 64 << 20
-
-
-def _heap_for_temporaries() -> None:
-    """Tell glibc to serve the stages' numpy temporaries (up to a few MB each, made and freed
-    by every chunk, dump and context) from its heap, reusing freed memory, instead of a fresh
-    mapping each, faulted in and zeroed anew (page faults cost about 2 ms per MiB on the
-    project's VM). glibc's own threshold only grows there after a large block is freed, so
-    the speed of decoding depended on what reading had freed. On the 6 M-record run: page
-    faults 157-180 k -> 109-141 k, read to sync 4.27-4.96 -> 4.26-4.39 CPU s (three
-    alternating runs each), peak RSS 10 MB more. The writer tunes it again for OTF2's
-    chunks (``writer.capi.tune_malloc``). Not glibc (no ``mallopt``): nothing."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt(-3, TEMPORARIES_BELOW)  # M_MMAP_THRESHOLD
-    mallopt(-1, TEMPORARIES_KEPT)  # M_TRIM_THRESHOLD
-
 
 def drop_analysis(dec: Decoded, matches: Matches, cons: Constraints) -> Constraints:
     """Free what only analysis needed (the slot-order anchors, the loss epochs, the
@@ -159,7 +134,6 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
     dumps total more than ``IN_MEMORY_BYTES``, else one group). ``report_pairs``: compute
     the sync report's pair figures (``synchronize.pair_table``; only a report needs them)."""
     first_logs = {s: DamageLog() for s in STAGES}  # what this process finds at once
-    _heap_for_temporaries()
 
     # A. read, layout; per group decode and match all but MPI
     def plan():

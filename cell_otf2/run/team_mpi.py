@@ -7,6 +7,7 @@ output on the root and writes events through OTF2's collective callbacks (``otf2
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -18,12 +19,14 @@ import numpy as np
 
 from ..damage import DamageLog
 from ..decode.decoder import build_locations
-from ..errors import EXIT_INPUT, EXIT_USAGE, CellOtf2Error, UsageError
+from ..errors import EXIT_SOFTWARE, EXIT_USAGE, CellOtf2Error, UsageError
 from ..input.dumps import Progress
 from ..input.manifest import Manifest
 from ..model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind, RunLayout
 from ..writer.share import poll_quietly
 from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
+
+_log = logging.getLogger(__name__)
 
 #: environment variables in which MPI launchers give the number of processes
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -57,7 +60,6 @@ def launched_world() -> Any | None:
     size = launched_size()
     if size is None or size == 1:
         return None
-    _single_host_transport(os.environ)
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -67,19 +69,6 @@ def launched_world() -> Any | None:
                          f"without mpiexec (or with {SERIAL_VAR}=1)") from exc
     comm = MPI.COMM_WORLD
     return comm if comm.Get_size() > 1 else None
-
-
-def _single_host_transport(env: dict[str, str] | os._Environ) -> None:
-    """Open MPI on one host: choose its shared-memory messaging (``pml ob1``) unless the user
-    chose a messaging layer. Its default start-up first tries the network fabrics' layer
-    (``pml cm`` over PSM, PSM2, OFI), which costs 0.2 s per process on a machine without them
-    and can only lose to shared memory when every process is on one host. Set when Open MPI
-    reports every process local (``OMPI_COMM_WORLD_LOCAL_SIZE`` = ``OMPI_COMM_WORLD_SIZE``)
-    and ``OMPI_MCA_pml`` is unset (``mpiexec --mca pml X`` sets it); a value from an MCA
-    parameter file is overridden. Other launchers: nothing."""
-    size = env.get("OMPI_COMM_WORLD_SIZE")
-    if size and env.get("OMPI_COMM_WORLD_LOCAL_SIZE") == size and "OMPI_MCA_pml" not in env:
-        env["OMPI_MCA_pml"] = "ob1"
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,10 +114,12 @@ class _Steps:
         raise AgreedError(message, status)
 
     def abort(self, step: str, exc: BaseException) -> None:
-        sys.stderr.write(f"cell2otf2: error: internal error on converter process {self.rank} "
-                         f"({step}): {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
-        self.comm.Abort(EXIT_INPUT)
+        """A bug on this process: say so (with the traceback when debugging) and end every
+        process of the launch with the internal error's status."""
+        _log.error("internal error on converter process %d (%s): %s: %s", self.rank, step,
+                   type(exc).__name__, exc, exc_info=exc if _log.isEnabledFor(logging.DEBUG)
+                   else None)
+        self.comm.Abort(EXIT_SOFTWARE)
 
 
 def _wait_quietly(comm: Any) -> None:
@@ -323,7 +314,7 @@ class MpiTeam:
         every process (a process waiting in a collective would never return)."""
         target.remove_made()
         if isinstance(exc, KeyboardInterrupt):
-            sys.stderr.write("cell2otf2: error: interrupted\n")
+            _log.error("interrupted")
             self.comm.Abort(EXIT_USAGE)
 
     def finish(self, summary: Any) -> Any:

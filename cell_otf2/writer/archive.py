@@ -12,18 +12,21 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import _otf2
 import numpy as np
 
 from ..errors import OutputError
 from ..model import ArchiveDefs, Ev
-from .capi import library_errors, tune_malloc
+from .capi import library_errors
 from .checks import WriterInputError, check_defs, check_events
 from .definitions import write_definitions
 from .events import EventGroups, EventStream
 from .open_archive import OpenArchive
+
+if TYPE_CHECKING:
+    from .mpi_callbacks import MpiCollectives
 
 
 @dataclass
@@ -51,7 +54,7 @@ def write_archive(
     archive_name: str,
     progress: Callable[[int], None] | None = None,
     *,
-    collectives=None,
+    collectives: MpiCollectives | None = None,
     locations: np.ndarray | None = None,
     counts: np.ndarray | None = None,
 ) -> WriteStats:
@@ -81,9 +84,8 @@ def write_archive(
     and each process writes exactly the locations its groups name.
     """
     t_start = time.perf_counter()
-    tune_malloc()
     whole = isinstance(events, np.ndarray)
-    if whole:
+    if isinstance(events, np.ndarray):
         check_events(defs, events)
     check_defs(defs)
     n_loc = len(defs.locations)
@@ -110,7 +112,7 @@ def write_archive(
                                            "locations themselves (locations=None)")
                 stream = EventStream(archive, defs, progress, locs,
                                       named_only=grouped and collectives is not None)
-                if grouped:
+                if isinstance(events, EventGroups):
                     groups = events.groups
                 else:
                     groups = [(locs, [events] if whole else events)]
@@ -133,6 +135,8 @@ def write_archive(
                     close()
             if collectives is not None:
                 collectives.agree(failure)  # raises on every process if one failed
+            assert stream is not None  # made, or its failure raised (here or by agree)
+            if collectives is not None:
                 if counts is None:  # what every process wrote
                     counts = collectives.comm.allreduce(stream.counts)
             archive.close_event_files()
@@ -149,11 +153,12 @@ def write_archive(
         raise OutputError(f"{anchor}: the OTF2 library failed: "
                           f"{exc.name}: {exc.description}") from exc
     except OutputError as exc:
-        if errors.no_space and not getattr(exc, "no_space", False):
+        if errors.no_space and not exc.no_space:
             raise errors.failure(anchor) from exc
         raise
     if errors.failed:  # reported but not returned (e.g. closing the anchor file)
         raise errors.failure(anchor)
+    assert stream is not None  # made, or the writing raised
     per_type = stream.per_type
     return WriteStats(
         events_per_location=counts,

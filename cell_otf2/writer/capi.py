@@ -1,16 +1,18 @@
 """The OTF2 library's C side as the writer uses it: the event writer's C functions as ctypes
 objects fetched once per process (``CApi``, ``c_api``), the compiled per-event loop
 (``_evtwrite``) bound to the same functions where ``native.helper`` gives it, the library's
-error reports collected instead of printed (``LibraryErrors``, ``library_errors``) and glibc's
-malloc tuned for the library's event chunks (``tune_malloc``). It writes nothing itself and
-knows nothing of archives or event tables; why it calls C this way is in docs/performance.md.
+error reports collected instead of printed (``LibraryErrors``, ``library_errors``). It writes
+nothing itself and knows nothing of archives or event tables; why it calls C this way is in
+docs/performance.md.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import _otf2
 import numpy as np
@@ -27,6 +29,12 @@ from ..model import (
     Ev,
 )
 from ..native import helper
+from .otf2_internals import c_function
+
+if TYPE_CHECKING:  # ctypes documents it as ctypes._CFuncPtr; typeshed declares it here
+    from _ctypes import CFuncPtr
+
+_log = logging.getLogger(__name__)
 
 #: C signatures of the event writer calls, after (writer, attribute list, time): "I" uint32_t,
 #: "B" uint8_t, "Q" uint64_t, "p" pointer. Used to bind nothing and check everything: see CApi
@@ -67,10 +75,8 @@ class CApi:
     """
 
     def __init__(self) -> None:
-        lib = ctypes.PyDLL(_otf2.conf.lib._name)  # the library the bindings loaded
-
-        def fetch(name: str) -> ctypes._CFuncPtr:
-            fn = lib[name]  # item access returns a private function object, not the shared one
+        def fetch(name: str) -> CFuncPtr:
+            fn = c_function(name, keep_gil=True)  # a function object of our own
             fn.restype = ctypes.c_int
             return fn
 
@@ -120,7 +126,7 @@ def _bind_compiled(api: CApi, evtwrite: ModuleType) -> bool:
     row layout of ``EVENT_DTYPE``, the DMA attribute refs and OTF2's type id of uint64_t.
     False (the ctypes path) if a column the C loop reads changed its type."""
     fields = EVENT_DTYPE.fields
-    if any(name not in fields or fields[name][0] != np.dtype(kind)
+    if fields is None or any(name not in fields or fields[name][0] != np.dtype(kind)
            for name, kind in _C_COLUMNS.items()):
         return False
     evtwrite.bind(
@@ -174,15 +180,20 @@ class LibraryErrors:
         self.codes: list[int] = []
         self.messages: list[str] = []
         self._callback = _ERROR_CALLBACK(self._on_error)  # referenced as long as registered
-        register = ctypes.CDLL(_otf2.conf.lib._name).OTF2_Error_RegisterCallback
+        register = c_function("OTF2_Error_RegisterCallback")
         register.argtypes = [_ERROR_CALLBACK, ctypes.c_void_p]
         register.restype = ctypes.c_void_p
         register(self._callback, None)
 
-    def _on_error(self, _user, _file, _line, _function, code, message, _va) -> int:
+    def _on_error(self, _user: int | None, _file: bytes | None, _line: int,
+                  function: bytes | None, code: int, message: bytes | None,
+                  _va: int | None) -> int:
+        text = (message or b"").decode("utf-8", "replace")
+        _log.debug("the OTF2 library reports error code %s in %s: %s", code,
+                   (function or b"?").decode("utf-8", "replace"), text)
         if len(self.codes) < 64:
             self.codes.append(int(code))
-            self.messages.append((message or b"").decode("utf-8", "replace"))
+            self.messages.append(text)
         return code
 
     def clear(self) -> None:
@@ -201,9 +212,7 @@ class LibraryErrors:
     def failure(self, where: str) -> OutputError:
         """One ``OutputError`` for what the library reported while writing ``where``."""
         if self.no_space:
-            exc = OutputError(f"no space left on the device writing {where}")
-            exc.no_space = True
-            return exc
+            return OutputError(f"no space left on the device writing {where}", no_space=True)
         errors = [(c, m) for c, m in zip(self.codes, self.messages, strict=True)
                   if c >= _FIRST_ERROR_CODE]
         if not errors:
@@ -231,37 +240,7 @@ def c_api() -> CApi:
     return _API
 
 
-#: glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-#: blocks below this come from the heap, not from mmap: above OTF2's 1 MiB event chunks
-HEAP_BLOCKS_BELOW = 4 << 20
-#: free memory at the top of the heap kept instead of given back to the system
-HEAP_KEPT = 64 << 20
-#: False: leave glibc's malloc as it is (bench/throughput.py measures both)
-TUNE_MALLOC = True
-_MALLOC_TUNED = [False]
-
-
-def tune_malloc() -> None:
-    """Once per process: tell glibc to serve OTF2's 1 MiB event chunks from the heap and keep
-    them when freed. A location's event writer takes chunks as its events fill them and frees
-    them when it is closed; by default glibc hands such blocks back to the system (munmap, or
-    trimming the top of the heap), so the next location faults the same memory in afresh (page
-    faults cost about 2 ms per MiB on this VM). On the 7.8 M events of the 6 M-record run:
-    minor page faults 72.7 k -> 34.2 k, write_archive 0.91 -> 0.71 CPU s (medians of 9
-    alternating runs). Not glibc (no ``mallopt``): nothing."""
-    if _MALLOC_TUNED[0] or not TUNE_MALLOC:
-        return
-    _MALLOC_TUNED[0] = True
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCKS_BELOW)
-    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT)
-
-
-def address(pointer: object) -> int:
-    """The address a ctypes pointer (or handle) holds, 0 for NULL."""
+def address(pointer: Any) -> int:
+    """The address a ctypes pointer, C function or handle holds, 0 for NULL (``Any``: the
+    bindings' handles are untyped)."""
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0

@@ -97,9 +97,10 @@ def _compiled_check(defs: ArchiveDefs, events: np.ndarray) -> bool:
     """True if ``_evtwrite.check`` passes the table in one pass over its rows (the same rules
     as the numpy checks below, which then only run to name what a failing table breaks)."""
     api = c_api()
-    loop = api.compiled_loop
-    if not use_compiled(api) or loop is None:  # (use_compiled implies a loop)
+    if not use_compiled(api):
         return False
+    loop = api.compiled_loop
+    assert loop is not None  # use_compiled bound it
     comm_size = np.array([len(c.members) for c in defs.communicators], dtype=np.int64)
     win_size = np.array([comm_size[w.comm] if 0 <= w.comm < comm_size.size else 0
                          for w in defs.rma_windows], dtype=np.int64)

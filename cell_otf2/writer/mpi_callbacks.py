@@ -13,6 +13,7 @@ from typing import Any
 import _otf2
 
 from ..errors import OutputError
+from .otf2_internals import c_function
 
 _CALLBACK_SUCCESS = 0
 _CALLBACK_ERROR = 1  # OTF2 treats every code but success as a failure
@@ -109,7 +110,7 @@ class MpiCollectives:
         """Set the callbacks on an archive just opened (OTF2 keeps a pointer to them: this
         object must outlive the archive). ``archive_handle`` is the ctypes pointer the
         (untyped) otf2 bindings return from ``Archive_Open``."""
-        fn = _otf2.conf.lib["OTF2_Archive_SetCollectiveCallbacks"]
+        fn = c_function("OTF2_Archive_SetCollectiveCallbacks")  # the bindings' takes no struct
         fn.argtypes = [_vp, ctypes.POINTER(_Callbacks), _vp, _vp, _vp]
         fn.restype = ctypes.c_int
         handle = ctypes.cast(archive_handle, _vp).value

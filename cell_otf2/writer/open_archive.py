@@ -13,11 +13,16 @@ import contextlib
 import ctypes
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import _otf2
 
 from ..errors import OutputError
 from .capi import address, compiled_callbacks
+from .otf2_internals import c_function
+
+if TYPE_CHECKING:
+    from .mpi_callbacks import MpiCollectives
 
 
 def _pre_flush(*_args: object) -> object:
@@ -27,17 +32,21 @@ def _pre_flush(*_args: object) -> object:
 class OpenArchive:
     """An OTF2 archive open for writing, closed exactly once."""
 
-    def __init__(self, archive_dir: Path, archive_name: str, collectives=None) -> None:
-        """``collectives``: an ``otf2_mpi.MpiCollectives`` for parallel writing (every process
+    def __init__(self, archive_dir: Path, archive_name: str,
+                 collectives: MpiCollectives | None = None) -> None:
+        """``collectives``: an ``mpi_callbacks.MpiCollectives`` for parallel writing (every process
         of its communicator opens the same archive; the master checks the entries, and all
         agree on the opening before OTF2's first collective step, setting the callbacks),
         None for one writing process."""
         archive_dir = Path(archive_dir)
         self.collectives = collectives
-        self.handle = None
+        self.handle: Any = None  # the bindings' archive handle (untyped)
+        #: the Python flush callbacks given to the library, kept referenced while it may call
+        #: them (None: the compiled ones, or none yet)
+        self._flush_callbacks: Any = None
         #: the thread that closes event writers (None: they are closed where they were written)
         self._closer: ThreadPoolExecutor | None = None
-        self._closing: list[Future] = []  # closes handed to it, oldest first
+        self._closing: list[Future[None]] = []  # closes handed to it, oldest first
         where = f"{archive_dir / archive_name}.otf2: cannot create the archive"
         failure: OutputError | None = None
         callbacks = compiled_callbacks()
@@ -54,7 +63,8 @@ class OpenArchive:
                 str(archive_dir), archive_name, _otf2.FILEMODE_WRITE, 1024 * 1024,
                 256 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
             )
-            _set_flush_callbacks(self, callbacks and callbacks[0])
+            self._flush_callbacks = _set_flush_callbacks(
+                self.handle, None if callbacks is None else callbacks[0])
         except OutputError as exc:
             failure = exc
         except (_otf2.Error, OSError) as exc:
@@ -104,7 +114,7 @@ class OpenArchive:
             handle, self.handle = self.handle, None
             _otf2.Archive_Close(handle)
 
-    def location_writer(self, loc: int) -> tuple[object, int]:
+    def location_writer(self, loc: int) -> tuple[Any, int]:
         """Open the event writer of one location; returns (handle, address for the C calls).
         Raises the failure of an earlier location's close, if one failed."""
         self._raise_failed_close()
@@ -117,7 +127,7 @@ class OpenArchive:
             raise OutputError(f"OTF2 could not open the event writer of location {loc}")
         return writer, address(writer)
 
-    def close_location_writer(self, writer: object) -> None:
+    def close_location_writer(self, writer: Any) -> None:
         """Close a location's event writer: in the closing thread if there is one (its
         failure is raised by a later ``location_writer`` or by ``finish_closing``)."""
         if self._closer is None:
@@ -167,31 +177,31 @@ class OpenArchive:
             raise interrupted
 
 
-def _set_flush_callbacks(archive: OpenArchive, compiled: int | None) -> None:
+def _set_flush_callbacks(handle: Any, compiled: int | None) -> Any:
     """Every buffer is flushed to its file (the library's default for event buffers is not to
     flush): through the compiled callbacks at address ``compiled`` where built, which a
-    closing thread calls without the GIL, else through a Python one (kept referenced with the
-    archive)."""
-    if compiled is not None and _set_compiled(
-            "OTF2_Archive_SetFlushCallbacks", archive.handle, compiled):
-        return
-    archive._flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
-    _otf2.Archive_SetFlushCallbacks(archive.handle, archive._flush_callbacks, None)
+    closing thread calls without the GIL (returns None), else through Python ones (returned:
+    the caller keeps them referenced as long as the archive is open)."""
+    if compiled is not None and _set_compiled("OTF2_Archive_SetFlushCallbacks", handle,
+                                              compiled):
+        return None
+    flush_callbacks = _otf2.FlushCallbacks(pre_flush=_pre_flush, post_flush=None)
+    _otf2.Archive_SetFlushCallbacks(handle, flush_callbacks, None)
+    return flush_callbacks
 
 
-def _set_locking_callbacks(handle: object, compiled: int) -> bool:
+def _set_locking_callbacks(handle: Any, compiled: int) -> bool:
     """Give the archive OTF2's locking callbacks (the compiled ones at address ``compiled``),
     which make it safe to close one location's event writer in a thread while another's is
     written. False (every writer closed where it was written) if the library refuses them."""
     return _set_compiled("OTF2_Archive_SetLockingCallbacks", handle, compiled)
 
 
-def _set_compiled(setter: str, handle: object, callbacks: int) -> bool:
+def _set_compiled(setter: str, handle: Any, callbacks: int) -> bool:
     """Call the library's ``setter(archive, callbacks, NULL)`` with the address of a struct of
-    compiled callbacks; True if it succeeded."""
-    # item access: a function object of our own (the bindings' attribute one carries their
-    # argument types and error check, set anew at each of their calls)
-    set_callbacks = _otf2.conf.lib[setter]
+    compiled callbacks (the bindings' setter takes only a Python struct); True if it
+    succeeded."""
+    set_callbacks = c_function(setter)
     set_callbacks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     set_callbacks.restype = ctypes.c_int
     return set_callbacks(address(handle), callbacks, None) == 0
