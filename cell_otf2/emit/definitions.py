@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import __version__
 from ..input import format as fmt
-from ..input.manifest import RegionKind
+from ..input.manifest import Core, RegionKind
 from ..model import (
     ArchiveDefs,
     ClockProps,
@@ -82,14 +82,18 @@ PROP_SYNC_INTERVALS = "cell2otf2::sync_intervals"
 
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
                       sync_intervals: dict[int, str] | None = None,
-                      first_spu: dict[int, int] | None = None
+                      first_spu: dict[int, int] | None = None,
+                      counters_used: frozenset[int] | None = None
                       ) -> tuple[ArchiveDefs, dict]:
     """All definitions; returns them and the lookups the record families need (region refs etc.).
 
     ``sync_intervals`` (location -> property value, as ``sync_intervals_property`` makes it)
     is given by a caller whose ``dec`` holds no records (the parallel converter's process 0,
     which gathers the values from the processes that hold them); else it is computed here.
-    ``first_spu`` (SPE location -> physical SPU, as ``first_spus`` makes it) likewise.
+    ``first_spu`` (SPE location -> physical SPU, as ``first_spus`` makes it) likewise, and
+    ``counters_used`` (the manifest counters some written record samples, as
+    ``counters_written`` makes it over the whole run): a caller that emits a share of the run
+    gives the whole run's set, so every share numbers the metrics alike.
     """
     man = dec.manifest
     p0 = man.processes[0]
@@ -209,8 +213,14 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
         cell_ref[name] = len(defs.regions)
         defs.regions.append(Region(name if name not in names else f"{name} (cell2otf2)",
                                    role, Paradigm.CELL))
+    # a metric only for a counter some written record samples (no metric without a value);
+    # the counters a PPE thread samples first: a reader that takes the first metric class
+    # as the CPU threads' metrics (as Score-P archives allow it to) finds them there
+    if counters_used is None:
+        counters_used = counters_written(dec, result.usable)
     metric_ref = {}
-    for counter in man.counters:
+    written = [c for c in man.counters if c.id in counters_used]
+    for counter in sorted(written, key=lambda c: c.core != Core.ppe):
         metric_ref[counter.id] = len(defs.metrics)
         defs.metrics.append(Metric(counter.name, counter.unit))
     comm_ref = {}
@@ -264,6 +274,20 @@ def sync_intervals_property(dec: Decoded, result: SyncResult,
             (f"{a}:{z}:" if a != none else "-:-:")
             + (f"{m:.1f}" if m != np.inf else "unbounded"))
     return {g_loc: ";".join(parts) for g_loc, parts in out.items()}
+
+
+def counters_written(dec: Decoded, usable: np.ndarray | None) -> frozenset[int]:
+    """The counter ids that some usable COUNTER record (PPE or SPE) of ``dec`` names: the
+    counters whose metric the archive writes (``usable`` None: every record)."""
+    rec = dec.records
+    by_code, code_start = dec.code_index()
+    ids = [np.zeros(0, dtype=rec["a"].dtype)]
+    for code in (P.COUNTER, fmt.SpeCode.COUNTER):
+        at = by_code[code_start[code]:code_start[code + 1]]
+        if usable is not None:
+            at = at[usable[at]]
+        ids.append(rec["a"][at])
+    return frozenset(np.unique(np.concatenate(ids)).tolist())
 
 
 def first_spus(dec: Decoded) -> dict[int, int]:

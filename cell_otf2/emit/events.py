@@ -44,7 +44,8 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
          dma_style: DmaStyle = DmaStyle.RMA, mpi_paired: np.ndarray | None = None,
          chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None,
          sync_intervals: dict[int, str] | None = None,
-         span: tuple[int, int] | None = None
+         span: tuple[int, int] | None = None,
+         counters_used: frozenset[int] | None = None
          ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 
@@ -60,7 +61,9 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
     ``span``: the least and greatest time of the records to write ((0, 0): none), when the
     caller has it already (``whole_run.share_after_sync``): then no pass over every record
     row finds it, and the records without a code (never selected by a family) are left out
-    only where the unwritten records are counted.
+    only where the unwritten records are counted. ``counters_used``: the whole run's
+    ``definitions.counters_written``, when the records are a share of the run (the metric
+    numbering must be the whole run's); None: from the records given.
     """
     rec = dec.records
     usable = result.usable if result.usable is not None else np.ones(rec.size, bool)
@@ -68,7 +71,8 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
         good, first, last = written_span(rec, usable)
     else:
         good, (first, last) = usable, span
-    defs, lk = build_definitions(dec, result, first, last, sync_intervals)
+    defs, lk = build_definitions(dec, result, first, last, sync_intervals,
+                                 counters_used=counters_used)
     ev = EventTable(rec, dec.locations.size, dec.location_starts())
     stats = EmitStats()
     ledger = RecordLedger(dec, good, damage, coded=span is None)

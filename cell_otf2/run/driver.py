@@ -254,6 +254,9 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
              if s is not None]
     first = min(s[0] for s in spans) if spans else 0
     last = max(s[1] for s in spans) if spans else 0
+    # the counters written anywhere in the run: every group numbers the metrics alike
+    counters_used = frozenset().union(*(c for part in team.allgather(
+        [g.info["counters_used"] for g in groups]) for c in part))
     infos = team.gather(_infos(groups, first_logs))
 
     def definitions():
@@ -264,7 +267,7 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
             intervals = {loc: v for i in flat for loc, v in i["sync_intervals"].items()}
             spus = {loc: v for i in flat for loc, v in i["first_spu"].items()}
             return whole, build_definitions(whole.decoded, whole.sync, first, last,
-                                            intervals, spus)[0]
+                                            intervals, spus, counters_used)[0]
 
     whole, defs = team.on_root("emit", definitions) or (None, None)
     defs = team.bcast(defs)  # the writer checks every process's events against them
@@ -294,7 +297,7 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
                                     dma_style, mpi_paired=mpi_paired,
                                     chunk_events=CHUNK_EVENTS, rma_id_offset=offset,
                                     sync_intervals=g.info["sync_intervals"],
-                                    span=g.span or (0, 0))
+                                    span=g.span or (0, 0), counters_used=counters_used)
             del mpi_paired
             events.reuse_buffer = True  # the writer is done with each piece before the next
             dec._cache.clear()  # the record groupings emit used

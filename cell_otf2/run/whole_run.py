@@ -15,7 +15,7 @@ import numpy as np
 
 from ..damage import Damage, DamageLog
 from ..decode.match import match
-from ..emit.definitions import first_spus, sync_intervals_property
+from ..emit.definitions import counters_written, first_spus, sync_intervals_property
 from ..input import format as fmt
 from ..input.manifest import Manifest
 from ..model import (
@@ -125,8 +125,9 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
     and its time (``MPI_WRITTEN_DTYPE``, ``_mpi_index`` order, for ``paired_mpi``), its time
     span (None: no usable record), and its
     interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
-    report's pair figures (``whole_run``), and the SPU of each context's first run that a
-    record names (``emit.definitions.first_spus``)."""
+    report's pair figures (``whole_run``), the SPU of each context's first run that a
+    record names (``emit.definitions.first_spus``) and the counters its written records
+    sample (``emit.definitions.counters_written``)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
     good = np.zeros(sel.size, MPI_WRITTEN_DTYPE)
@@ -146,6 +147,7 @@ def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: 
         "pairs": pair_table(dec, result) if pairs else [],
         "node_relaxation": result.node_relaxation,
         "first_spu": first_spus(dec),
+        "counters_used": counters_written(dec, result.usable),
     }
     return good, span, info
 
