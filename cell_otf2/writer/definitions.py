@@ -1,9 +1,10 @@
 """The global definitions of an archive (``write_definitions``): the clock properties exactly as
 ``ArchiveDefs.clock`` holds them, the string table, paradigms, attributes, system tree,
 location groups, locations with their event counts, location properties, regions, communicator
-groups, metrics, communicators and RMA windows, each with ref = its index in ``ArchiveDefs``,
-nothing merged by value. It checks nothing (``checks.check_defs`` does) and writes no events;
-how model values map to OTF2's, and why, is in docs/archive.md.
+groups, region groups, metrics, communicators (and MPI_COMM_SELF after them) and RMA windows,
+each with ref = its index in ``ArchiveDefs``, nothing merged by value. It checks nothing
+(``checks.check_defs`` does) and writes no events; how model values map to OTF2's, and why, is
+in docs/archive.md.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ _PARADIGM = {
     Paradigm.MPI: (_otf2.PARADIGM_MPI, "MPI", _otf2.PARADIGM_CLASS_PROCESS),
     Paradigm.CELL: (_otf2.PARADIGM_USER, "User", _otf2.PARADIGM_CLASS_PROCESS),
 }
+
+#: model paradigm -> name of the REGIONS group of its regions (user code has none)
+_REGION_GROUP = {Paradigm.MPI: "MPI", Paradigm.CELL: "Cell"}
+
+#: the communicator Score-P defines for every MPI run, after the archive's own communicators
+COMM_SELF_NAME = "MPI_COMM_SELF"
 
 _DOMAIN = {
     SystemNodeDomain.MACHINE: _otf2.SYSTEM_TREE_DOMAIN_MACHINE,
@@ -95,6 +102,16 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
         otf2_paradigm, name, cls = _PARADIGM[model_paradigm]
         used_paradigms.setdefault(otf2_paradigm.value, (otf2_paradigm, name, cls))
 
+    # Score-P's conventions beside ours: one REGIONS group per paradigm of regions that are
+    # not user code (named after the paradigm, regions in ref order), and MPI_COMM_SELF (a
+    # COMM_SELF group without members) where the run has MPI communicators
+    region_groups: dict[str, tuple[object, list[int]]] = {}
+    for ref, region in enumerate(defs.regions):
+        if region.paradigm in _REGION_GROUP:
+            name = _REGION_GROUP[region.paradigm]
+            region_groups.setdefault(name, (_PARADIGM[region.paradigm][0], []))[1].append(ref)
+    comm_self = _otf2.PARADIGM_MPI.value in comm_locations
+
     # intern every string first: a definition must not refer to a string written after it
     for _, name, _ in used_paradigms.values():
         s(name)
@@ -113,6 +130,10 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
     for def_name in [*(comm.name for comm in defs.communicators),
                      *(window.name for window in defs.rma_windows)]:
         s(def_name)
+    for region_group_name in region_groups:
+        s(region_group_name)
+    if comm_self:
+        s(COMM_SELF_NAME)
     for location_property in defs.location_properties:
         s(location_property.name)
         if isinstance(location_property.value, str):
@@ -179,6 +200,19 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
                 g, next_group + ref, s(comm.name), _otf2.GROUP_TYPE_COMM_GROUP, paradigm,
                 _otf2.GROUP_FLAG_NONE, [index[m] for m in comm.members],
             )
+        extra_group = next_group + len(defs.communicators)
+        for name, (paradigm, regions) in region_groups.items():
+            _otf2.GlobalDefWriter_WriteGroup(
+                g, extra_group, s(name), _otf2.GROUP_TYPE_REGIONS, paradigm,
+                _otf2.GROUP_FLAG_NONE, regions,
+            )
+            extra_group += 1
+        if comm_self:
+            self_group = extra_group
+            _otf2.GlobalDefWriter_WriteGroup(
+                g, self_group, s(""), _otf2.GROUP_TYPE_COMM_SELF, _otf2.PARADIGM_MPI,
+                _otf2.GROUP_FLAG_NONE, [],
+            )
         for ref, metric in enumerate(defs.metrics):
             _otf2.GlobalDefWriter_WriteMetricMember(
                 g, ref, s(metric.name), 0, _otf2.METRIC_TYPE_OTHER, _otf2.METRIC_ABSOLUTE_POINT,
@@ -191,6 +225,11 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
         for ref, comm in enumerate(defs.communicators):
             _otf2.GlobalDefWriter_WriteComm(
                 g, ref, s(comm.name), next_group + ref, _otf2.UNDEFINED_COMM, _otf2.COMM_FLAG_NONE
+            )
+        if comm_self:
+            _otf2.GlobalDefWriter_WriteComm(
+                g, len(defs.communicators), s(COMM_SELF_NAME), self_group,
+                _otf2.UNDEFINED_COMM, _otf2.COMM_FLAG_NONE,
             )
         for ref, win in enumerate(defs.rma_windows):
             _otf2.GlobalDefWriter_WriteRmaWin(
