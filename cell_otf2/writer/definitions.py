@@ -201,9 +201,9 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
                 _otf2.GROUP_FLAG_NONE, [index[m] for m in comm.members],
             )
         extra_group = next_group + len(defs.communicators)
-        for name, (paradigm, regions) in region_groups.items():
+        for name, (regions_paradigm, regions) in region_groups.items():
             _otf2.GlobalDefWriter_WriteGroup(
-                g, extra_group, s(name), _otf2.GROUP_TYPE_REGIONS, paradigm,
+                g, extra_group, s(name), _otf2.GROUP_TYPE_REGIONS, regions_paradigm,
                 _otf2.GROUP_FLAG_NONE, regions,
             )
             extra_group += 1
