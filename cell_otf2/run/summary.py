@@ -288,7 +288,7 @@ def sync_report(pipe: Pipeline) -> dict:
                       "method": m.method,
                       "synchronized": m.method not in ("start-times", "unused"),
                       "segments": map_segments(m)})
-    intervals = []
+    intervals: list[dict] = []
     d = dec.domains
     for k in np.flatnonzero(d["kind"] == DomainKind.SPE_INTERVAL).tolist():
         row = d[k]
