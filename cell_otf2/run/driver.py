@@ -34,8 +34,8 @@ from ..model import (
     Ev,
     Matches,
     NodeMap,
-    Pipeline,
     RunLayout,
+    SynchronizedRun,
 )
 from ..sync.order import build_constraints
 from ..sync.synchronize import apply_times, synchronize, written_order_violations
@@ -158,7 +158,7 @@ class Definitions:
     run for the summary and the report."""
 
     defs: ArchiveDefs
-    whole: Pipeline | None
+    whole: SynchronizedRun | None
 
 
 @dataclass
@@ -166,7 +166,7 @@ class RootResult:
     """What the root returns: the summary and the whole run (for the sync report)."""
 
     summary: Summary
-    whole: Pipeline
+    whole: SynchronizedRun
 
 
 class StageClock:
@@ -504,7 +504,7 @@ class ProcessTotals:
     handed: tuple[int, int]
 
 
-def summarize(ph: Phases, plan: Plan, whole: Pipeline | None, fit: ClockFit,
+def summarize(ph: Phases, plan: Plan, whole: SynchronizedRun | None, fit: ClockFit,
               estats: EmitStats, written: Written) -> RootResult | None:
     """The summary and the whole run's damage, on the root, from every process's totals."""
     parts = ph.team.gather(ProcessTotals(group_shares(plan.groups, ph.first_logs), estats,
@@ -528,9 +528,8 @@ def summarize(ph: Phases, plan: Plan, whole: Pipeline | None, fit: ClockFit,
         for k, v in part.cpu.items():
             cpu[k] = max(cpu.get(k, v), v)
     n_events = int(np.asarray(written.events_per_location).sum())
-    summary = build_summary(whole, "", "", n_events, total_stats, wall)
-    summary.messages_matched = (sum(i.messages for i in flat)
-                                + int(fit.state.messages.size))
+    messages = sum(i.messages for i in flat) + int(fit.state.messages.size)
+    summary = build_summary(whole, "", "", n_events, total_stats, wall, messages)
     summary.stage_cpu_seconds = cpu
     summary.locations_handed_over = sum(p.handed[0] for p in parts)
     summary.events_handed_over = sum(p.handed[1] for p in parts)

@@ -22,16 +22,14 @@ from ..input.manifest import Manifest
 from ..model import (
     ANCHOR_DTYPE,
     CONTEXT_DTYPE,
-    DMA_DTYPE,
     LINK_DTYPE,
-    MSG_DTYPE,
     PAIR_DTYPE,
     Constraints,
     Decoded,
     Matches,
     NodeMap,
-    Pipeline,
     RunLayout,
+    SynchronizedRun,
     SyncResult,
 )
 from ..native.record_loops import time_bounds
@@ -239,8 +237,8 @@ def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
 
 
 def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[GroupShare],
-              node_maps: list[NodeMap], mpi_reversed: int = 0) -> Pipeline:
-    """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
+              node_maps: list[NodeMap], mpi_reversed: int = 0) -> SynchronizedRun:
+    """Process 0: the whole run's domains, bounds, counts and damage for
     ``emit.definitions.build_definitions``, ``summary.build_summary`` and
     ``summary.sync_report`` (no records); ``mpi_reversed``: MPI messages written reversed
     (``paired_mpi``), added to the groups' reversed pairs."""
@@ -280,11 +278,7 @@ def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[Gro
         for k, v in g.counts.items():
             counts[k] = counts.get(k, 0) + v
         assumed.update(g.assumed)
-    empty = np.zeros(0, dtype=np.int64)
-    cons = Constraints(empty, empty, np.zeros(0), counts, assumed)
-    matches = Matches(np.zeros(0, MSG_DTYPE), np.zeros(0, DMA_DTYPE),
-                      np.zeros(0, PAIR_DTYPE), np.zeros(0, PAIR_DTYPE))
-    return Pipeline(decoded, matches, cons, sync, merge_damage(layout, gathered))
+    return SynchronizedRun(decoded, sync, counts, assumed, merge_damage(layout, gathered))
 
 
 def merge_damage(layout: RunLayout, gathered: list[GroupShare]) -> DamageLog:
