@@ -96,7 +96,8 @@ class Group:
     records: int = 0  # decoded records
     mpi: MpiRecords | None = None  # its MPI records (decode -> node clock fit)
     mpi_written: np.ndarray | None = None  # its MPI records written (sync -> pairing)
-    rma: np.ndarray | None = None  # its RMA transfers per rank (sync -> emit)
+    rma: np.ndarray | None = None  # its RMA transfers per rank (sync -> definitions)
+    rma_offset: np.ndarray | None = None  # its ranks' first RMA ids, less its own (-> emit)
     span: tuple[int, int] | None = None  # its written time span (sync -> definitions)
     share: GroupShare | None = None  # what it hands the whole run (sync -> summary)
     paired: np.ndarray | None = None  # its MPI records paired at both ends (-> emit)
@@ -116,6 +117,7 @@ class Phases:
         default_factory=lambda: {s: DamageLog() for s in STAGES})
 
     def tell(self, stage: str, fraction: float) -> None:
+        """Report progress, when there is a display."""
         if self.progress:
             self.progress(stage, fraction)
 
@@ -135,7 +137,8 @@ class Plan:
 @dataclass
 class Skeleton:
     """The first decoded group's empty tables (phase A): what the whole run's ``Decoded``
-    is built from, and the node domains the node clock fit needs."""
+    is built from, the node domains the node clock fit needs, and how many groups each
+    process has (to cut the root's per-group lists into each process's)."""
 
     decoded: Decoded
     node_domains: np.ndarray
@@ -388,7 +391,7 @@ def whole_run_definitions(ph: Phases, plan: Plan, skeleton: Skeleton, fit: Clock
     mine = [g.rma for g in plan.groups if g.rma is not None]  # every group's, synchronized
     every_rma = team.allreduce(np.sum(mine, axis=0))
     for g, rma in zip(plan.groups, mine, strict=True):
-        g.rma = rma_id_offset(rma, every_rma)  # from here on: the group's RMA id offset
+        g.rma_offset, g.rma = rma_id_offset(rma, every_rma), None
     spans = [s for part in team.allgather([g.span for g in plan.groups]) for s in part
              if s is not None]
     first = min(s[0] for s in spans) if spans else 0
@@ -467,7 +470,7 @@ def emitted_groups(ph: Phases, plan: Plan, estats: EmitStats, shown: WriteProgre
         assert state.result is not None and g.share is not None  # synchronized
         mpi_paired = np.zeros(dec.records.size, dtype=bool)
         mpi_paired[g.paired] = True
-        offset = g.rma if dma_style == DmaStyle.RMA else None
+        offset = g.rma_offset if dma_style == DmaStyle.RMA else None
         _, events, stats = emit(dec, state.matches, state.result, g.logs["emit"],
                                 dma_style, mpi_paired=mpi_paired,
                                 chunk_events=CHUNK_EVENTS, rma_id_offset=offset,

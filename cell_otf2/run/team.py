@@ -19,6 +19,7 @@ from ..input.dumps import Progress
 from ..input.manifest import Manifest
 from ..model import ArchiveDefs, RunLayout
 from .output import ArchiveTarget
+from .summary import Summary
 
 T = TypeVar("T")
 
@@ -94,7 +95,7 @@ class Team(Protocol):
     def failed(self, target: ArchiveTarget, exc: BaseException) -> None:
         """After any failure or interruption: undo what ``open_output`` made."""
 
-    def finish(self, summary: Any) -> Any:
+    def finish(self, summary: Summary | None) -> Summary:
         """The root's summary on every process."""
 
     def local_progress(self, progress: Progress | None) -> Progress | None:

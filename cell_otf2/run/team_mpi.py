@@ -25,6 +25,7 @@ from ..input.manifest import Manifest
 from ..model import CONTEXT_DTYPE, LOCATION_DTYPE, ArchiveDefs, LocKind, RunLayout
 from ..writer.share import poll_quietly
 from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
+from .summary import Summary
 from .team import EventGroup, Written
 
 T = TypeVar("T")
@@ -321,10 +322,10 @@ class MpiTeam:
             _log.error("interrupted")
             self.comm.Abort(EXIT_USAGE)
 
-    def finish(self, summary: Any) -> Any:
+    def finish(self, summary: Summary | None) -> Summary:
         """The root's summary on every process, with this process's rank."""
-        if self.rank == 0:
+        if summary is not None:  # the root's
             summary.converter_processes = self.size
-        summary = self.comm.bcast(summary, root=0)
-        summary.rank = self.rank
-        return summary
+        mine: Summary = self.comm.bcast(summary, root=0)
+        mine.rank = self.rank
+        return mine

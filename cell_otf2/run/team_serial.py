@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..damage import DamageLog
 from ..decode.decoder import build_locations
+from ..input.dumps import Progress
 from ..input.manifest import Manifest
 from ..model import ArchiveDefs, RunLayout
 from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
+from .summary import Summary
 from .team import EventGroup, Written
 
 #: ``sink(defs, groups, tmp, name, on_write)``: takes the definitions and the event groups
@@ -108,10 +110,11 @@ class SerialTeam:
         """After any failure or interruption: the folders ``open_output`` made go again."""
         target.remove_made()
 
-    def finish(self, summary: Any) -> Any:
+    def finish(self, summary: Summary | None) -> Summary:
         """The summary, on every process."""
+        assert summary is not None  # this process is the root
         return summary
 
-    def local_progress(self, progress: Any) -> Any:
+    def local_progress(self, progress: Progress | None) -> Progress | None:
         """The progress display (this process is the root)."""
         return progress
