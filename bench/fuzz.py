@@ -385,9 +385,10 @@ def run_case(case: int, seed: int, bases: dict, work: Path, verify: bool = False
 
 def _run_case(case: int, seed: int, bases: dict, work: Path, verify: bool,
               disk: Disk | None, env_share: float) -> dict:
+    from cell_otf2 import convert
     from cell_otf2.errors import CellOtf2Error
     from cell_otf2.run.check import check_run
-    from cell_otf2.run.conversion import convert
+    from cell_otf2.run.options import ConvertOptions
 
     base, files, muts = make_case(case, seed, bases)
     klass = pick_class(case, seed, env_share)
@@ -421,11 +422,12 @@ def _run_case(case: int, seed: int, bases: dict, work: Path, verify: bool,
         warnings.simplefilter("always")
         kind, status, msg, lines = outcome(
             lambda: convert(run, work / "out" / "a.otf2", force=True, **opts).unusable())
-        ckind, cstatus, cmsg, clines = outcome(lambda: check_run(run, **opts).lines)
+        ckind, cstatus, cmsg, clines = outcome(
+            lambda: check_run(run, ConvertOptions.of(**opts)).lines)
         dkind = dstatus = dlines = None
         if kind == "ok" and _moves_offsets(opts):  # damage must not depend on the offsets
-            dkind, dstatus, _dmsg, dlines = outcome(lambda: check_run(run, **{
-                k: v for k, v in opts.items() if k == "accept_unsynchronized_nodes"}).lines)
+            dkind, dstatus, _dmsg, dlines = outcome(lambda: check_run(run, ConvertOptions.of(**{
+                k: v for k, v in opts.items() if k == "accept_unsynchronized_nodes"})).lines)
     if caught:
         w = caught[0]
         out["warning"] = f"{w.category.__name__}: {w.message} @ {Path(w.filename).name}:{w.lineno}"
@@ -452,14 +454,14 @@ def _run_case(case: int, seed: int, bases: dict, work: Path, verify: bool,
 def pick_options(case: int, seed: int) -> dict:
     """The conversion options of ``case`` (``convert``'s and ``check_run``'s keywords): the
     defaults for half the cases, else a draw of every option."""
-    from cell_otf2.model import DmaStyle, OrderOptions
+    from cell_otf2.model import DmaStyle
 
     rng = random.Random(f"{seed}:{case}:options")
     if rng.random() < 0.5:
         return {}
     opts: dict = {"alpha": rng.choice(ALPHAS + (rng.random(),))}
     if rng.random() < 0.5:
-        opts["order_options"] = OrderOptions(read_delay_ticks=rng.choice(READ_DELAYS))
+        opts["read_delay_ticks"] = rng.choice(READ_DELAYS)
     if rng.random() < 0.3:
         opts["dma_style"] = DmaStyle.MESSAGES
     if rng.random() < 0.3:
@@ -468,13 +470,13 @@ def pick_options(case: int, seed: int) -> dict:
 
 
 def _moves_offsets(opts: dict) -> bool:
-    return opts.get("alpha", 0.5) != 0.5 or "order_options" in opts
+    return opts.get("alpha", 0.5) != 0.5 or "read_delay_ticks" in opts
 
 
 def _show_options(opts: dict) -> str:
     parts = [f"alpha {opts['alpha']:.3g}"] if "alpha" in opts else []
-    if "order_options" in opts:
-        parts.append(f"read-delay {opts['order_options'].read_delay_ticks:g}")
+    if "read_delay_ticks" in opts:
+        parts.append(f"read-delay {opts['read_delay_ticks']:g}")
     if "dma_style" in opts:
         parts.append("dma messages")
     if opts.get("accept_unsynchronized_nodes"):

@@ -38,24 +38,12 @@ def convert(run_dir: str | Path, archive: str | Path, *, force: bool = False,
     (a node placed only by its start readings is unusable input, ``lossy``, unless
     accepted), ``progress(stage, fraction)`` a callback.
     """
-    from .model import DmaStyle, OrderOptions
     from .run.conversion import convert as run_conversion
-    from .sync.order import check_read_delay
+    from .run.options import ConvertOptions
 
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-    if read_delay_ticks is not None:
-        read_delay_ticks = check_read_delay(read_delay_ticks)
-    try:
-        style = DmaStyle(dma_style)
-    except ValueError:
-        raise ValueError(f"dma_style must be one of {[s.value for s in DmaStyle]}, "
-                         f"got {dma_style!r}") from None
-    options = (OrderOptions() if read_delay_ticks is None
-               else OrderOptions(read_delay_ticks=float(read_delay_ticks)))
-    return run_conversion(run_dir, archive, force=force, dma_style=style, alpha=alpha,
-                          report=report, order_options=options, progress=progress,
-                          accept_unsynchronized_nodes=accept_unsynchronized_nodes)
+    options = ConvertOptions.of(dma_style, alpha, read_delay_ticks, accept_unsynchronized_nodes)
+    return run_conversion(run_dir, archive, options, force=force, report=report,
+                          progress=progress)
 
 
 def inspect(run_dir: str | Path) -> RunInfo:

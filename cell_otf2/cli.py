@@ -212,15 +212,14 @@ def convert_command(
                            help="exit 0 even if a node is placed only by its start readings")
     ] = False,
 ) -> None:
-    from .model import OrderOptions
-    from .run.conversion import convert
+    from . import convert
 
     progress = TerminalProgress(not quiet)
     try:
         summary = convert(run_dir, output, force=force, dma_style=dma_style, alpha=alpha,
-                          report=report, progress=progress,
-                          order_options=OrderOptions(read_delay_ticks=read_delay_ticks),
-                          accept_unsynchronized_nodes=accept_unsynchronized_nodes)
+                          report=report, read_delay_ticks=read_delay_ticks,
+                          accept_unsynchronized_nodes=accept_unsynchronized_nodes,
+                          progress=progress)
     finally:
         progress.close()
     if not quiet and summary.rank == 0:  # a parallel conversion prints once
@@ -262,15 +261,14 @@ def check_command(
     ] = False,
 ) -> None:
     from .errors import FormatError
-    from .model import OrderOptions
     from .run.check import check_run
+    from .run.options import ConvertOptions
     from .run.summary import plural
 
     try:
         # any other CellOtf2Error: one message, exit 3 (main)
-        result = check_run(run_dir, dma_style=dma_style, alpha=alpha,
-                           order_options=OrderOptions(read_delay_ticks=read_delay_ticks),
-                           accept_unsynchronized_nodes=accept_unsynchronized_nodes)
+        result = check_run(run_dir, ConvertOptions.of(dma_style, alpha, read_delay_ticks,
+                                                      accept_unsynchronized_nodes))
     except FormatError as exc:
         if not exc.more:
             raise  # one problem: one message, as conversion prints it (main)

@@ -548,3 +548,21 @@ class Pipeline:
     constraints: Constraints
     sync: SyncResult
     damage: DamageLog
+
+    def synchronized(self) -> SynchronizedRun:
+        """What the summary and the sync report read of it."""
+        return SynchronizedRun(self.decoded, self.sync, self.constraints.counts,
+                               self.constraints.assumed, self.damage)
+
+
+@dataclass
+class SynchronizedRun:
+    """What the summary, the sync report and the definitions read of a synchronized run: its
+    ``Decoded`` (for the whole run of a grouped conversion, without records), its bounds, its
+    constraint counts and assumed slacks, and its damage. No matches or constraint arrays."""
+
+    decoded: Decoded
+    sync: SyncResult
+    constraint_counts: dict[str, int]
+    assumed: dict[str, float | str]
+    damage: DamageLog

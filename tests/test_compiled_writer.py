@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 from writer_samples import sample_defs, sample_events
 
-from cell_otf2 import native
+from cell_otf2 import convert, native
 from cell_otf2.errors import OutputError
 from cell_otf2.model import EVENT_DTYPE, Ev
-from cell_otf2.run.conversion import convert
 from cell_otf2.writer import capi, checks
 from cell_otf2.writer import events as writer_events
 from cell_otf2.writer.archive import write_archive

@@ -17,9 +17,9 @@ import pytest
 from cellbench.analysis import analyze  # noqa: E402
 from otf2check import check_archive, otf2_print_ok, read_events, vite_render  # noqa: E402
 
+from cell_otf2 import convert  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.model import OrderOptions  # noqa: E402
-from cell_otf2.run.conversion import convert  # noqa: E402
 
 # ------------------------------------------------------------------------------------------
 # the hand-built run: exact content, exact truth

@@ -17,11 +17,11 @@ import pytest
 from archive_compare import same_archive, summary_body
 from cellbench.analysis import analyze
 
+from cell_otf2 import convert
 from cell_otf2.errors import OutputError
 from cell_otf2.input.manifest import load_manifest
 from cell_otf2.run import driver, node_groups
 from cell_otf2.run import spill as spill_module
-from cell_otf2.run.conversion import convert
 from cell_otf2.writer.archive import write_archive
 from cell_otf2.writer.checks import WriterInputError
 from cell_otf2.writer.events import EventGroups

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from otf2check import read_events  # noqa: E402
 from paths import SAMPLES  # noqa: E402
 
+from cell_otf2 import convert  # noqa: E402
 from cell_otf2.errors import FormatError, UsageError  # noqa: E402
 from cell_otf2.report.derive import (  # noqa: E402
     Cat,
@@ -32,7 +33,6 @@ from cell_otf2.report.derive import (  # noqa: E402
     sync_intervals,
 )
 from cell_otf2.report.load import load_archive, sample_plan  # noqa: E402
-from cell_otf2.run.conversion import convert  # noqa: E402
 
 FIGURES = ("timeline.png", "dma_bandwidth.png", "dma_histograms.png", "waits.png",
            "ppe_mpi.png", "sync_bounds.png", "node_clocks.png")

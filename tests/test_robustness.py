@@ -23,9 +23,9 @@ from paths import ENV, SAMPLES
 from cell_otf2.errors import FormatError
 from cell_otf2.input.manifest import load_manifest
 from cell_otf2.input.reader import read_dump
-from cell_otf2.model import OrderOptions
 from cell_otf2.run.check import check_run
 from cell_otf2.run.conversion import convert
+from cell_otf2.run.options import ConvertOptions
 
 SMALL = SAMPLES / "wraps-heartbeats"
 SWITCHES = SAMPLES / "context-switch-compensated"
@@ -224,7 +224,7 @@ def test_check_reports_unsynchronized_nodes_as_convert_does(simulated, tmp_path)
     assert "unsynchronized_node" in kinds(summary.unusable())
     assert result.lines == summary.unusable()
     assert result.status == 1 == (1 if summary.lossy else 0)
-    accepted = check_run(run, accept_unsynchronized_nodes=True)
+    accepted = check_run(run, ConvertOptions(accept_unsynchronized_nodes=True))
     assert accepted.lines == [] and accepted.status == 0
 
 
@@ -250,9 +250,9 @@ def appended(tmp_path) -> Path:
                                           (0.143, 1000.0)])
 def test_damage_does_not_move_with_the_offsets(appended, tmp_path, alpha, delay):
     default = check_run(appended)
-    options = OrderOptions(read_delay_ticks=delay)
-    summary = convert(appended, tmp_path / "a.otf2", alpha=alpha, order_options=options)
-    checked = check_run(appended, alpha=alpha, order_options=options)
+    options = ConvertOptions.of(alpha=alpha, read_delay_ticks=delay)
+    summary = convert(appended, tmp_path / "a.otf2", options)
+    checked = check_run(appended, options)
     assert kinds(summary.unusable()) == kinds(default.lines), (alpha, delay)
     assert checked.lines == summary.unusable()
     assert "unclosed_region" not in kinds(default.lines)  # off-SPU regions never straddle
@@ -305,6 +305,7 @@ def test_lost_times_do_not_move_with_the_offsets(tmp_path, seed, case):
     run.mkdir()
     for name, data in files.items():
         (run / name).write_bytes(bytes(data))
-    found = {alpha: kinds(convert(run, tmp_path / f"a{alpha}.otf2", alpha=alpha).unusable())
+    found = {alpha: kinds(convert(run, tmp_path / f"a{alpha}.otf2",
+                                  ConvertOptions(alpha=alpha)).unusable())
              for alpha in (0.5, 1.0, 0.857, 0.0)}
     assert len({tuple(k) for k in found.values()}) == 1, found

@@ -18,10 +18,10 @@ import pytest
 from cellbench.analysis import analyze  # noqa: E402
 from otf2check import read_events  # noqa: E402
 
+from cell_otf2 import convert  # noqa: E402
 from cell_otf2.cli import main as cli_main  # noqa: E402
 from cell_otf2.input import format as fmt  # noqa: E402
 from cell_otf2.model import DomainKind  # noqa: E402
-from cell_otf2.run.conversion import convert  # noqa: E402
 from cell_otf2.run.summary import sync_report  # noqa: E402
 from cell_otf2.sim.run import simulate_run  # noqa: E402
 from cell_otf2.sim.truth import load_truth  # noqa: E402

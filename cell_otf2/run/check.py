@@ -14,13 +14,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..decode.tracer_bugs import TracerBug
 from ..errors import EXIT_LOSSY, EXIT_OK, FormatError
-from ..model import DmaStyle, OrderOptions
+
+if TYPE_CHECKING:
+    from .options import ConvertOptions
+    from .summary import Summary
 
 
 @dataclass
@@ -82,44 +85,44 @@ def check_only(defs: Any, groups: Iterator, _tmp: Path, _name: str,
     return Checked(counts)
 
 
-def check_run(run_dir: str | Path, *, dma_style: DmaStyle | str = DmaStyle.RMA,
-              alpha: float = 0.5, order_options: OrderOptions | None = None,
-              accept_unsynchronized_nodes: bool = False) -> CheckResult:
+def check_run(run_dir: str | Path, options: ConvertOptions | None = None) -> CheckResult:
     """Find every problem of ``run_dir`` without writing; raises what conversion would raise.
-    The options are ``convert``'s: the same phases run with them, so the damage lines (the
-    summary's ``unusable``, nodes placed only by their start readings included) and the exit
-    status are the conversion's."""
-    # imported here, not with the module: the command line imports this module for
-    # every command it runs, and the driver brings scipy (0.17 s of every ``report``'s start)
+    The options are ``convert``'s (None: the defaults): the same phases run with them, so the
+    damage lines (the summary's ``unusable``, nodes placed only by their start readings
+    included) and the exit status are the conversion's."""
+    # imported here, not with the module: the driver brings scipy
     from ..decode.tracer_bugs import recognize_run
     from .driver import StageClock, run_phases
+    from .options import ConvertOptions
     from .spill import Spill
     from .team_serial import SerialTeam
 
+    options = ConvertOptions() if options is None else options
     spill = Spill(Path(tempfile.gettempdir())
                   / f".cell2otf2-check-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        summary, whole = run_phases(SerialTeam(sink=check_only), Path(run_dir), spill.directory,
-                                    "check", StageClock(), spill, DmaStyle(dma_style),
-                                    alpha, order_options, None, None, report_pairs=False)
+        done = run_phases(SerialTeam(sink=check_only), Path(run_dir), spill.directory,
+                          "check", StageClock(), spill, options, report_pairs=False)
     except FormatError as first:
         first.more += [e for e in _other_dump_refusals(Path(run_dir), first)
                        if str(e) not in {str(m) for m in first.more}]
         raise
     finally:
         spill.close()
+    assert done is not None  # a serial team is its own root
+    summary, whole = done.summary, done.whole
     return CheckResult(
         run_dir=str(run_dir),
         processes=summary.processes,
         records=summary.records_in,
         events=summary.events_written,
-        lines=_unusable(summary, accept_unsynchronized_nodes),
+        lines=_unusable(summary, options.accept_unsynchronized_nodes),
         damage_total=whole.damage.total(),
         tracer_bugs=recognize_run(run_dir),
     )
 
 
-def _unusable(summary: Any, accept_unsynchronized_nodes: bool) -> list[str]:
+def _unusable(summary: Summary, accept_unsynchronized_nodes: bool) -> list[str]:
     """The conversion summary's lost or unusable input, as ``convert`` would list it."""
     summary.accept_unsynchronized_nodes = accept_unsynchronized_nodes
     return summary.unusable()

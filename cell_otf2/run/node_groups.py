@@ -12,9 +12,8 @@ GROUP_BYTES = 64 << 20
 #: a run whose dumps total at most this many bytes is converted as one group, never spilled
 #: (no spill space on disk); a larger run is converted group by group, the others set aside
 #: on disk (about 2.5 x the input, in the staging directory): a peak memory of about 4.5 x
-#: the largest group's dumps instead of the whole run's. The 205 MB two-node benchmark run:
-#: 736-740 -> 451-463 MB, for 2.9-3.5 CPU s instead of 2.7-2.9 (6 alternating runs; decoding
-#: into a file mapping costs more page-fault time, and varies with the disk's write-back)
+#: the largest group's dumps instead of the whole run's, for a little more CPU time
+#: (docs/performance.md, "Constants that rest on a measurement")
 IN_MEMORY_BYTES = GROUP_BYTES
 
 

@@ -29,10 +29,10 @@ SUFFIX = ".otf2"
 _OTF2_FILE_MARKS = (b"\x03B", b"\x03L")
 #: files OTF2 writes into an archive's event folder
 _EVENT_FOLDER_FILE = re.compile(r"\d+\.(evt|def|snap)")
-#: archive bytes per byte of dumps: 0.71-0.80 measured on the bundled samples, rounded up
+#: archive bytes per byte of dumps, rounded up from the bundled samples (docs/performance.md)
 ARCHIVE_PER_INPUT_BYTE = 0.85
 #: bytes of the node groups set aside in the staging directory per byte of dumps, when a run
-#: is converted in more than one group (``spill.Spill``): 2.05 measured on a 205 MB run
+#: is converted in more than one group (``spill.Spill``), rounded up (docs/performance.md)
 SPILL_PER_INPUT_BYTE = 2.5
 #: the folder of the staging directory that holds them (``team_*.spill_directory``)
 SPILL_FOLDER = ".spill"
@@ -340,8 +340,9 @@ class ArchiveTarget:
     def _move_in(self, new: tuple[Path, Path, Path], report_tmp: Path | None) -> None:
         found = self.existing()
         self._check_existing(found, self.force, " (it appeared while converting)")
-        if report_tmp is not None and os.path.lexists(self.report):
-            why = _not_report(self.report)
+        report = self.report
+        if report_tmp is not None and report is not None and os.path.lexists(report):
+            why = _not_report(report)
             if why is not None or not self.force:
                 raise OutputError(f"--report {self.report}: appeared while converting; not "
                                   f"replaced{'' if self.force else ' (use --force)'}")
@@ -359,8 +360,8 @@ class ArchiveTarget:
             for src, dst in zip(new, self.entries, strict=True):
                 os.rename(src, dst)
                 moved_in.append(dst)
-            if report_tmp is not None:
-                os.replace(report_tmp, self.report)
+            if report_tmp is not None and report is not None:
+                os.replace(report_tmp, report)
             _fsync_dir(self.parent)
         except BaseException as exc:
             _roll_back(moved_in, moved_aside)
@@ -500,7 +501,7 @@ def _sync_tree(tmp: Path, anchor: Path, fs: int | None = None) -> None:
     could not take fail here, not later. One ``syncfs`` of the staging directory's file system
     (``fs``, a descriptor of it opened before the files were written, so that a write-back
     error since then is reported) where the C library has it (Linux): one journal commit
-    instead of one per file (549 files of a 600 s, 64-context run: 2.1 s of fsyncs). It also
+    instead of one per file (docs/performance.md). It also
     writes back other dirty data of that file system. Elsewhere, or when the file system
     refuses it: every file and directory synced one by one."""
     if fs is not None and _syncfs(fs, anchor):

@@ -1,19 +1,23 @@
 """What a conversion tells its user: the ``Summary`` printed at the end (built from the
-analysed run by ``build_summary``) and the synchronization report (``sync_report``, the JSON
-of docs/sync-report.md), plus ``Pipeline``, everything the analysis stages produced. It reads
-the stages' results; it runs no stage, reads no file and writes nothing.
+synchronized run, a ``model.SynchronizedRun``, by ``build_summary``) and the synchronization
+report (``sync_report``, the JSON of docs/sync-report.md). It reads the stages' results; it
+runs no stage, reads no file and writes nothing.
 """
 
 from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..model import Decoded, DomainKind, Pipeline, SyncResult
+from ..model import Decoded, DomainKind, Pipeline, SynchronizedRun, SyncResult
 from ..sync.interval_bounds import interval_bounds, why_lines
 from ..sync.synchronize import pair_table
+
+if TYPE_CHECKING:
+    from ..emit.events import EmitStats
 
 
 @dataclass
@@ -166,9 +170,11 @@ def _node_line(n: dict) -> str:
             f"({n['bound_us']:.3f} us)")
 
 
-def build_summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, estats,
-             timings: dict[str, float]) -> Summary:
-    dec, res = pipe.decoded, pipe.sync
+def build_summary(run: SynchronizedRun, run_dir: str, archive: str, n_events: int,
+                  estats: EmitStats, timings: dict[str, float], messages_matched: int
+                  ) -> Summary:
+    """The summary of a synchronized run of which ``n_events`` events were written."""
+    dec, res = run.decoded, run.sync
     hz = dec.manifest.timebase_hz
     # per live interval, its widest segment: inf unless every segment is bounded
     ib = interval_bounds(dec.domains, res.lower, res.upper)
@@ -178,7 +184,7 @@ def build_summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, est
     s.locations = int(dec.locations.size)
     s.records_in = int(dec.records_total)
     s.events_written = int(n_events)
-    s.messages_matched = int(pipe.matches.messages.size)
+    s.messages_matched = messages_matched
     s.dma_transfers, s.dma_completed = estats.dma, estats.dma_completed
     s.intervals = int(ib.width.size)
     s.intervals_bounded = int(ib.synchronized.sum())
@@ -194,7 +200,7 @@ def build_summary(pipe: Pipeline, run_dir: str, archive: str, n_events: int, est
     s.events_by_type = dict(estats.by_type)
     s.lost_slots = dec.slots_lost
     s.lost_blocks = dec.blocks_missing
-    s.damage = pipe.damage.summary_lines()
+    s.damage = run.damage.summary_lines()
     s.stage_seconds = dict(timings)
     s.nodes = node_placements(dec, res)
     s.unsynchronized_nodes = [n["name"] for n in s.nodes if n["method"] == "start-times"]
@@ -265,16 +271,19 @@ NODE_LATENCY = ("messages of the same kind (communicator and size) between two n
                 "received after it was sent and that node rates stay within the rate limit")
 
 
-def _assumed(pipe: Pipeline) -> dict:
-    out = dict(pipe.constraints.assumed)
-    if any(m.method == "fit" for m in pipe.sync.node_maps):
+def _assumed(run: SynchronizedRun) -> dict:
+    out = dict(run.assumed)
+    if any(m.method == "fit" for m in run.sync.node_maps):
         out["node_latency"] = NODE_LATENCY
     return out
 
 
-def sync_report(pipe: Pipeline) -> dict:
-    """The synchronization report (docs/sync-report.md)."""
-    dec, res = pipe.decoded, pipe.sync
+def sync_report(run: SynchronizedRun | Pipeline) -> dict:
+    """The synchronization report (docs/sync-report.md) of a synchronized run (or of all a
+    one-process analysis produced)."""
+    if isinstance(run, Pipeline):
+        run = run.synchronized()
+    dec, res = run.decoded, run.sync
     man = dec.manifest
 
     def num(x: float) -> float | None:
@@ -288,7 +297,7 @@ def sync_report(pipe: Pipeline) -> dict:
                       "method": m.method,
                       "synchronized": m.method not in ("start-times", "unused"),
                       "segments": map_segments(m)})
-    intervals = []
+    intervals: list[dict] = []
     d = dec.domains
     for k in np.flatnonzero(d["kind"] == DomainKind.SPE_INTERVAL).tolist():
         row = d[k]
@@ -317,10 +326,10 @@ def sync_report(pipe: Pipeline) -> dict:
         "not_synchronized": why_lines(ib),
         "order_violations": res.order_violations,
         "lost": {"slots": dec.slots_lost, "blocks": dec.blocks_missing,
-                 "records": int(sum(e.count for e in pipe.damage.entries()
+                 "records": int(sum(e.count for e in run.damage.entries()
                                     if e.kind in RECORD_KINDS))},
         "pairs": [{k: num(v) if isinstance(v, float) else v for k, v in p.items()}
                   for p in (res.pairs if res.pairs is not None else pair_table(dec, res))],
-        "assumed": _assumed(pipe),
-        "constraints": pipe.constraints.counts,
+        "assumed": _assumed(run),
+        "constraints": run.constraint_counts,
     }

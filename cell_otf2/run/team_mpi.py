@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,9 +22,13 @@ from ..decode.decoder import build_locations
 from ..errors import EXIT_SOFTWARE, EXIT_USAGE, CellOtf2Error, UsageError
 from ..input.dumps import Progress
 from ..input.manifest import Manifest
-from ..model import CONTEXT_DTYPE, LOCATION_DTYPE, LocKind, RunLayout
+from ..model import CONTEXT_DTYPE, LOCATION_DTYPE, ArchiveDefs, LocKind, RunLayout
 from ..writer.share import poll_quietly
 from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
+from .summary import Summary
+from .team import EventGroup, Written
+
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -216,30 +220,30 @@ class MpiTeam:
         self.rank, self.size = steps.rank, steps.comm.Get_size()
         self.handed = (0, 0)  # locations, events this process handed over while writing
 
-    def run(self, step: str, fn: Callable[[], Any]) -> Any:
+    def run(self, step: str, fn: Callable[[], T]) -> T:
         return self.steps.run(step, fn)
 
-    def on_root(self, step: str, fn: Callable[[], Any]) -> Any:
+    def on_root(self, step: str, fn: Callable[[], T]) -> T | None:
         """``fn()`` on the root, None on the other processes (an agreed step)."""
         return self.steps.run(step, fn if self.rank == 0 else lambda: None)
 
-    def from_root(self, fn: Callable[[], Any]) -> Any:
+    def from_root(self, fn: Callable[[], T]) -> T:
         """The root's ``fn()`` on every process."""
         return self.comm.bcast(fn() if self.rank == 0 else None, root=0)
 
-    def gather(self, value: Any) -> list | None:
+    def gather(self, value: T) -> list[T] | None:
         return self.comm.gather(value, root=0)
 
-    def allgather(self, value: Any) -> list:
+    def allgather(self, value: T) -> list[T]:
         return self.comm.allgather(value)
 
-    def bcast(self, value: Any) -> Any:
+    def bcast(self, value: T) -> T:
         return self.comm.bcast(value, root=0)
 
-    def scatter(self, values: list | None) -> Any:
+    def scatter(self, values: list[T] | None) -> T:
         return self.comm.scatter(values, root=0)
 
-    def allreduce(self, value: Any) -> Any:
+    def allreduce(self, value: T) -> T:
         return self.comm.allreduce(value)
 
     def my_ranks(self, man: Manifest, dump_bytes: list[int]) -> list[int]:
@@ -250,7 +254,8 @@ class MpiTeam:
         part = self.run("decode", lambda: _layout_part(man, summaries, damage))
         return _assemble_layout(man, self.allgather(part))
 
-    def write(self, defs, own, tmp: Path, name: str, on_write):
+    def write(self, defs: ArchiveDefs, own: Iterator[EventGroup], tmp: Path, name: str,
+              on_write: Callable[[int], None]) -> Written:
         from ..writer.archive import write_archive
         from ..writer.events import EventGroups
         from ..writer.mpi_callbacks import MpiCollectives
@@ -291,18 +296,18 @@ class MpiTeam:
     def staged(self, target: ArchiveTarget) -> Iterator[Path]:
         """The root's staging directory on every process; committed by the root when the
         block ends normally on every process."""
-        root = self.rank == 0
-        staging = target.staged() if root else None
-        tmp = self.run("output", lambda: str(staging.__enter__()) if root else None)
-        entered = root
+        staging = target.staged() if self.rank == 0 else None
+        tmp = self.run("output", lambda: None if staging is None else str(staging.__enter__()))
+        entered = staging is not None
         try:
             yield Path(self.comm.bcast(tmp, root=0))
             entered = False
-            self.run("write", lambda: staging.__exit__(None, None, None) if root else None)
+            self.run("write", lambda: None if staging is None
+                     else staging.__exit__(None, None, None))
         except BaseException as exc:
             if isinstance(exc, CellOtf2Error):  # every process is here (agreed): none still
                 _wait_quietly(self.comm)  # removes its spill files when the root removes it
-            if entered:
+            if entered and staging is not None:
                 staging.__exit__(*sys.exc_info())
             raise
 
@@ -317,10 +322,10 @@ class MpiTeam:
             _log.error("interrupted")
             self.comm.Abort(EXIT_USAGE)
 
-    def finish(self, summary: Any) -> Any:
+    def finish(self, summary: Summary | None) -> Summary:
         """The root's summary on every process, with this process's rank."""
-        if self.rank == 0:
+        if summary is not None:  # the root's
             summary.converter_processes = self.size
-        summary = self.comm.bcast(summary, root=0)
-        summary.rank = self.rank
-        return summary
+        mine: Summary = self.comm.bcast(summary, root=0)
+        mine.rank = self.rank
+        return mine

@@ -9,22 +9,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from ..damage import DamageLog
 from ..decode.decoder import build_locations
+from ..input.dumps import Progress
 from ..input.manifest import Manifest
-from ..model import RunLayout
+from ..model import ArchiveDefs, RunLayout
 from .output import SPILL_FOLDER, ArchiveTarget, RunInputs
+from .summary import Summary
+from .team import EventGroup, Written
 
 #: ``sink(defs, groups, tmp, name, on_write)``: takes the definitions and the event groups
-#: (``(locations, pieces)`` per group of nodes) and returns what was written (an object with
-#: ``events_per_location``)
-Sink = Callable[[Any, Iterator, Path, str, Callable[[int], None]], Any]
+#: (``(locations, pieces)`` per group of nodes) and returns what was written
+Sink = Callable[[ArchiveDefs, Iterator[EventGroup], Path, str, Callable[[int], None]], Written]
+
+T = TypeVar("T")
 
 
-def write_otf2(defs: Any, groups: Iterator, tmp: Path, name: str,
-               on_write: Callable[[int], None]) -> Any:
+def write_otf2(defs: ArchiveDefs, groups: Iterator[EventGroup], tmp: Path, name: str,
+               on_write: Callable[[int], None]) -> Written:
     """The default sink: the archive ``name`` written into ``tmp``."""
     from ..writer.archive import write_archive  # the only importer of otf2
     from ..writer.events import EventGroups
@@ -43,29 +47,31 @@ class SerialTeam:
 
     # collectives ------------------------------------------------------------------------
 
-    def run(self, _step: str, fn: Callable[[], Any]) -> Any:
+    def run(self, _step: str, fn: Callable[[], T]) -> T:
         return fn()
 
-    def on_root(self, _step: str, fn: Callable[[], Any]) -> Any:
+    def on_root(self, _step: str, fn: Callable[[], T]) -> T | None:
         """``fn()`` on the root (here), None on the other processes."""
         return fn()
 
-    def from_root(self, fn: Callable[[], Any]) -> Any:
+    def from_root(self, fn: Callable[[], T]) -> T:
         """The root's ``fn()`` on every process."""
         return fn()
 
-    def gather(self, value: Any) -> list:
+    def gather(self, value: T) -> list[T] | None:
         return [value]
 
-    allgather = gather
+    def allgather(self, value: T) -> list[T]:
+        return [value]
 
-    def bcast(self, value: Any) -> Any:
+    def bcast(self, value: T) -> T:
         return value
 
-    def scatter(self, values: list) -> Any:
+    def scatter(self, values: list[T] | None) -> T:
+        assert values is not None  # the root (this process) always has them
         return values[0]
 
-    def allreduce(self, value: Any) -> Any:
+    def allreduce(self, value: T) -> T:
         return value
 
     # the run's share, layout and events ---------------------------------------------------
@@ -78,8 +84,8 @@ class SerialTeam:
         return RunLayout(locations, contexts, [d.name for d in summaries],
                          [d.spe_buffer_records for d in summaries])
 
-    def write(self, defs: Any, own: Iterator, tmp: Path, name: str,
-              on_write: Callable[[int], None]) -> Any:
+    def write(self, defs: ArchiveDefs, own: Iterator[EventGroup], tmp: Path, name: str,
+              on_write: Callable[[int], None]) -> Written:
         return self.sink(defs, own, tmp, name, on_write)
 
     # the output ------------------------------------------------------------------------------
@@ -104,10 +110,11 @@ class SerialTeam:
         """After any failure or interruption: the folders ``open_output`` made go again."""
         target.remove_made()
 
-    def finish(self, summary: Any) -> Any:
+    def finish(self, summary: Summary | None) -> Summary:
         """The summary, on every process."""
+        assert summary is not None  # this process is the root
         return summary
 
-    def local_progress(self, progress: Any) -> Any:
+    def local_progress(self, progress: Progress | None) -> Progress | None:
         """The progress display (this process is the root)."""
         return progress

@@ -10,6 +10,7 @@ synchronization and talks to no other process: the team that calls it gathers an
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,15 +22,14 @@ from ..input.manifest import Manifest
 from ..model import (
     ANCHOR_DTYPE,
     CONTEXT_DTYPE,
-    DMA_DTYPE,
     LINK_DTYPE,
-    MSG_DTYPE,
     PAIR_DTYPE,
     Constraints,
     Decoded,
     Matches,
-    Pipeline,
+    NodeMap,
     RunLayout,
+    SynchronizedRun,
     SyncResult,
 )
 from ..native.record_loops import time_bounds
@@ -60,16 +60,74 @@ def dump_bytes(man: Manifest) -> list[int]:
     return sizes
 
 
+@dataclass
 class MpiState:
-    """Process 0's view of every MPI record (serial record order) between steps 4 and 5."""
+    """Process 0's view of every MPI record (serial record order) between the node clock fit
+    (``match_mpi``) and the pairing of written records (``paired_mpi``)."""
 
-    def __init__(self, owner: np.ndarray, local: np.ndarray, order: np.ndarray,
-                 messages: np.ndarray, n_proc: int) -> None:
-        self.owner = owner  # per MPI record (serial order): converter process
-        self.local = local  # its record index there
-        self.order = order  # serial order -> position in the gathered concatenation
-        self.messages = messages  # MSG_DTYPE over serial-order indexes
-        self.n_proc = n_proc
+    owner: np.ndarray  # per MPI record (serial order): converter process
+    local: np.ndarray  # its record index there
+    order: np.ndarray  # serial order -> position in the gathered concatenation
+    messages: np.ndarray  # MSG_DTYPE over serial-order indexes
+    n_proc: int
+
+
+#: one group's MPI records as ``match_mpi`` takes them: the records, their loss epochs and
+#: their indexes in the group's record table
+MpiRecords = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class NodeFit:
+    """What the node clock fit (``match_mpi``) hands on: the node maps, per group of every
+    process its within-node MPI pairs (local record indexes), and the state ``paired_mpi``
+    needs."""
+
+    node_maps: list[NodeMap]
+    pairs: list[np.ndarray]
+    state: MpiState
+
+
+@dataclass
+class GroupShare:
+    """What one group of nodes hands on once its records have their times (``share_after_sync``),
+    for the whole run's definitions, summary and report (``whole_run``, ``merge_damage``): its
+    SPE intervals' domains and bounds, counts, ``cell2otf2::sync_intervals`` values, the
+    report's pair figures and the SPU of each context's first run. Arrays per SPE interval
+    domain (``Decoded.domains`` past the nodes); no record of the group."""
+
+    domains: np.ndarray  # DOMAIN_DTYPE rows of its SPE intervals
+    offset: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    bounded: np.ndarray
+    relaxation: float
+    violations: int  # records written out of program order
+    clamped: int
+    records: int  # records in its dumps
+    slots_lost: int
+    blocks_missing: int
+    messages: int  # messages matched within the group
+    counts: dict[str, int]  # constraints per source
+    assumed: dict[str, float | str]  # slacks assumed per source
+    sync_intervals: dict[int, str]  # SPE location -> its ``cell2otf2::sync_intervals``
+    pairs: list[dict]  # the report's pair figures (``pair_table``), empty unless asked
+    node_relaxation: np.ndarray | None
+    first_spu: dict[int, int]  # SPE location -> SPU of its context's first run
+    counters_used: frozenset[int]  # manifest counters its written records sample
+    #: damage found per stage (``STAGES``), filled in when the summary gathers the groups
+    damage: dict[str, list[Damage]] = field(default_factory=dict)
+
+    def with_damage(self, damage: dict[str, list[Damage]]) -> GroupShare:
+        return replace(self, damage=damage)
+
+
+@dataclass
+class WrittenSpan:
+    """What a group's synchronization hands the later phases besides its ``GroupShare``."""
+
+    mpi_written: np.ndarray  # MPI_WRITTEN_DTYPE per MPI record (``paired_mpi``)
+    span: tuple[int, int] | None  # its written time span (None: no usable record)
 
 
 def _mpi_index(dec: Decoded) -> np.ndarray:
@@ -79,7 +137,8 @@ def _mpi_index(dec: Decoded) -> np.ndarray:
     return np.sort(np.concatenate(parts)).astype(np.int64)
 
 
-def mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mpi_subset(dec: Decoded) -> MpiRecords:
+    """``dec``'s MPI records, their loss epochs and their indexes in ``dec.records``."""
     sel = _mpi_index(dec)
     epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
              else np.zeros(sel.size, np.int32))
@@ -87,11 +146,10 @@ def mpi_subset(dec: Decoded) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
-               parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], damage: DamageLog):
+               parts: list[MpiRecords], damage: DamageLog) -> NodeFit:
     """Process 0: pair every MPI record and fit the node clocks, as the serial pipeline does
     on the whole trace (records in (location, slot) order, so pairs and points come out in
-    the serial order). Returns the node maps, the per-process within-node pairs (local record
-    indexes) and the state step 5 needs."""
+    the serial order). ``parts``: per group of every process, its ``mpi_subset``."""
     from ..sync.nodefit.fit import fitted_node_maps
 
     recs = np.concatenate([p[0] for p in parts])
@@ -115,41 +173,37 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
         mine = np.zeros(p.size, PAIR_DTYPE)
         mine["before"], mine["after"] = loc[p["before"]], loc[p["after"]]
         pairs.append(mine)
-    return node_maps, pairs, MpiState(own, loc, order, found.messages, len(parts))
+    return NodeFit(node_maps, pairs, MpiState(own, loc, order, found.messages, len(parts)))
 
 
 def share_after_sync(dec: Decoded, matches: Matches, cons: Constraints, result: SyncResult,
-                     pairs: bool = True) -> tuple[np.ndarray, tuple[int, int] | None, dict]:
-    """What a share of the run (a converter process's nodes, or a group of ``driver.py``)
-    hands on once its records have their times: whether each of its MPI records is written
-    and its time (``MPI_WRITTEN_DTYPE``, ``_mpi_index`` order, for ``paired_mpi``), its time
-    span (None: no usable record), and its
-    interval bounds, counts, ``cell2otf2::sync_intervals`` values and, with ``pairs``, the
-    report's pair figures (``whole_run``), the SPU of each context's first run that a
-    record names (``emit.definitions.first_spus``) and the counters its written records
-    sample (``emit.definitions.counters_written``)."""
+                     pairs: bool = True) -> tuple[WrittenSpan, GroupShare]:
+    """What a share of the run (a group of nodes of ``driver.py``) hands on once its records
+    have their times: whether each of its MPI records is written and its time (``_mpi_index``
+    order, for ``paired_mpi``) and its time span, and its ``GroupShare`` (with ``pairs``, the
+    report's pair figures; the counters its written records sample)."""
     code = dec.records["code"]
     sel = _mpi_index(dec)
+    assert result.usable is not None  # ``apply_times`` has run
     good = np.zeros(sel.size, MPI_WRITTEN_DTYPE)
     good["usable"] = result.usable[sel] & (code[sel] != 0)
     good["time"] = dec.records["time"][sel]
     bounds = time_bounds(dec.records, result.usable, dec.domains.size)
-    span = bounds[2]
     iv = slice(dec.n_nodes, None)
-    info = {
-        "domains": dec.domains[iv], "offset": result.offset[iv], "lower": result.lower[iv],
-        "upper": result.upper[iv], "bounded": result.bounded[iv],
-        "relaxation": result.relaxation, "violations": result.order_violations,
-        "clamped": result.clamped, "records": dec.records_total, "slots_lost": dec.slots_lost,
-        "blocks_missing": dec.blocks_missing, "messages": int(matches.messages.size),
-        "counts": cons.counts, "assumed": cons.assumed,
-        "sync_intervals": sync_intervals_property(dec, result, bounds),
-        "pairs": pair_table(dec, result) if pairs else [],
-        "node_relaxation": result.node_relaxation,
-        "first_spu": first_spus(dec),
-        "counters_used": counters_written(dec, result.usable),
-    }
-    return good, span, info
+    share = GroupShare(
+        domains=dec.domains[iv], offset=result.offset[iv], lower=result.lower[iv],
+        upper=result.upper[iv], bounded=result.bounded[iv],
+        relaxation=result.relaxation, violations=result.order_violations,
+        clamped=result.clamped, records=dec.records_total, slots_lost=dec.slots_lost,
+        blocks_missing=dec.blocks_missing, messages=int(matches.messages.size),
+        counts=cons.counts, assumed=cons.assumed,
+        sync_intervals=sync_intervals_property(dec, result, bounds),
+        pairs=pair_table(dec, result) if pairs else [],
+        node_relaxation=result.node_relaxation,
+        first_spu=first_spus(dec),
+        counters_used=counters_written(dec, result.usable),
+    )
+    return WrittenSpan(good, bounds[2]), share
 
 
 def paired_mpi(state: MpiState, good_parts: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
@@ -184,28 +238,31 @@ def rma_id_offset(mine: np.ndarray, every: np.ndarray) -> np.ndarray:
     return ((np.cumsum(every) - every) - (np.cumsum(mine) - mine)).astype(np.uint64)
 
 
-def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dict],
-               node_maps: list, mpi_reversed: int = 0):
-    """Process 0: the whole run's domains, bounds, counts and damage as one ``Pipeline`` for
+def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[GroupShare],
+              node_maps: list[NodeMap], mpi_reversed: int = 0) -> SynchronizedRun:
+    """Process 0: the whole run's domains, bounds, counts and damage for
     ``emit.definitions.build_definitions``, ``summary.build_summary`` and
     ``summary.sync_report`` (no records); ``mpi_reversed``: MPI messages written reversed
     (``paired_mpi``), added to the groups' reversed pairs."""
     nn = dec.n_nodes
-    doms = np.concatenate([dec.domains[:nn]] + [g["domains"] for g in gathered])
+    doms = np.concatenate([dec.domains[:nn]] + [g.domains for g in gathered])
     order = np.concatenate([np.arange(nn), nn + np.argsort(doms["rank"][nn:], kind="stable")])
 
-    def cat(key: str, node_value) -> np.ndarray:
-        parts = [np.full(nn, node_value, dtype=gathered[0][key].dtype)]
-        return np.concatenate(parts + [g[key] for g in gathered])[order]
+    def cat(per_group: list[np.ndarray], node_value: float | str) -> np.ndarray:
+        parts = [np.full(nn, node_value, dtype=per_group[0].dtype)]
+        return np.concatenate(parts + per_group)[order]
 
     sync = SyncResult(
-        offset=cat("offset", 0.0), lower=cat("lower", 0.0), upper=cat("upper", 0.0),
-        bounded=cat("bounded", "both"),
-        relaxation=max(g["relaxation"] for g in gathered), node_maps=node_maps,
-        order_violations=sum(g["violations"] for g in gathered) + mpi_reversed,
-        clamped=sum(g["clamped"] for g in gathered),
-        node_relaxation=np.max([g["node_relaxation"] for g in gathered], axis=0),
-        pairs=sorted((p for g in gathered for p in g["pairs"]),
+        offset=cat([g.offset for g in gathered], 0.0),
+        lower=cat([g.lower for g in gathered], 0.0),
+        upper=cat([g.upper for g in gathered], 0.0),
+        bounded=cat([g.bounded for g in gathered], "both"),
+        relaxation=max(g.relaxation for g in gathered), node_maps=node_maps,
+        order_violations=sum(g.violations for g in gathered) + mpi_reversed,
+        clamped=sum(g.clamped for g in gathered),
+        node_relaxation=np.max([g.node_relaxation for g in gathered
+                                if g.node_relaxation is not None], axis=0),
+        pairs=sorted((p for g in gathered for p in g.pairs),
                      key=lambda p: [n.name for n in man.nodes].index(p["node"])),
     )
     decoded = Decoded(
@@ -213,24 +270,20 @@ def whole_run(man: Manifest, layout: RunLayout, dec: Decoded, gathered: list[dic
         spe_buffer_records=layout.spe_buffer_records, locations=layout.locations,
         contexts=layout.contexts, records=dec.records[:0], anchors=dec.anchors[:0],
         domains=doms[order], links=dec.links[:0], n_nodes=nn,
-        slots_lost=sum(g["slots_lost"] for g in gathered),
-        blocks_missing=sum(g["blocks_missing"] for g in gathered),
-        records_total=sum(g["records"] for g in gathered),
+        slots_lost=sum(g.slots_lost for g in gathered),
+        blocks_missing=sum(g.blocks_missing for g in gathered),
+        records_total=sum(g.records for g in gathered),
     )
     counts: dict[str, int] = {}
     assumed: dict[str, float | str] = {}
     for g in gathered:
-        for k, v in g["counts"].items():
+        for k, v in g.counts.items():
             counts[k] = counts.get(k, 0) + v
-        assumed.update(g["assumed"])
-    empty = np.zeros(0, dtype=np.int64)
-    cons = Constraints(empty, empty, np.zeros(0), counts, assumed)
-    matches = Matches(np.zeros(0, MSG_DTYPE), np.zeros(0, DMA_DTYPE),
-                      np.zeros(0, PAIR_DTYPE), np.zeros(0, PAIR_DTYPE))
-    return Pipeline(decoded, matches, cons, sync, merge_damage(layout, gathered))
+        assumed.update(g.assumed)
+    return SynchronizedRun(decoded, sync, counts, assumed, merge_damage(layout, gathered))
 
 
-def merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
+def merge_damage(layout: RunLayout, gathered: list[GroupShare]) -> DamageLog:
     """One log as the serial pipeline fills it: stage by stage; within a stage by the rank
     of the file, or as added when one process found all of it (MPI pairing, process 0)."""
     rank_of = {name: r for r, name in enumerate(layout.dump_names)}
@@ -238,7 +291,7 @@ def merge_damage(layout: RunLayout, gathered: list[dict]) -> DamageLog:
     for stage in STAGES:
         entries: list[tuple[int, int, int, Damage]] = []
         for q, g in enumerate(gathered):
-            for i, d in enumerate(g["damage"][stage]):
+            for i, d in enumerate(g.damage[stage]):
                 entries.append((rank_of.get(d.file, -1), q, i, d))
         if len({e[1] for e in entries}) > 1:
             entries.sort(key=lambda e: e[:3])
