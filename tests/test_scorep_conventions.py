@@ -14,8 +14,8 @@ import pytest
 from otf2check import otf2_print_ok
 from pipit_view import view
 
+from cell_otf2 import convert
 from cell_otf2.model import DmaStyle
-from cell_otf2.run.conversion import convert
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -27,7 +27,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 ])
 def test_a_pipit_like_reader_loads_the_samples(name, style, tmp_path):
     anchor = tmp_path / "a.otf2"
-    convert(SAMPLES / name, anchor, dma_style=style)
+    convert(SAMPLES / name, anchor, dma_style=style.value)
     otf2_print_ok(anchor)
     v = view(str(anchor))
     assert v.problems == []
