@@ -5,7 +5,8 @@ from each kind's lower support lines of the delays both ways over the whole run 
 node they do not pin, from the middle of its guaranteed envelope; coarse windows if neither
 reaches it); then rounds of one least-squares problem over every timely message of every node
 pair at once, each node's correction piecewise linear on a grid of windows with a penalty on
-its second differences chosen by cross-validation (a line where a line is as good). It keeps
+its second differences chosen by cross-validation (a line where a line is as good; a line
+centred between each pair's fastest messages both ways, not their means). It keeps
 no message ordered (``hard.py`` does) and reads no files."""
 
 from __future__ import annotations
@@ -196,7 +197,9 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     second differences; least squares over all of them at once (nodes reached through
     others included, no need for both directions in one window). The penalty is chosen by
     cross-validation over interleaved windows, the straightest within ``simpler_within`` of
-    the best; a robust refit drops messages far off."""
+    the best; a robust refit drops messages far off. Where the choice is a line, each kind
+    and node pair is then re-centred between its two directions' least residuals
+    (``floor_messages``)."""
     d_key = group * 2 + (~fwd)
     r = _residuals(ta, tb, a, b, c, knots, values)
     gmin = np.full(int(d_key.max()) + 1, np.inf)
@@ -247,6 +250,16 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         if not keep.all() and keep.sum() > n_x:
             x = _solve(mat[keep], rhs[keep], pen, strength)
             res = mat[keep] @ x - rhs[keep]
+        else:
+            keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
+        # a line: centred between each pair's fastest messages both ways, not their means
+        if o.floor_messages > 0 and strength >= _LAMBDAS[0] and np.isfinite(x).all():
+            lift = _floor_lift(rhs[keep] - mat[keep] @ x, d_key[rows][keep],
+                               int(d_key.max()) + 1, o.floor_messages,
+                               o.floor_near_us * 1e-6 * hz)
+            if lift.any():
+                x = _solve(mat[keep], rhs[keep] + lift, pen, strength)
+                res = mat[keep] @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
             return  # singular: the curves stay as the rounds before left them
         e = x[:n_e].reshape(len(nodes), n_k)
@@ -265,6 +278,23 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                 curves.model[n] = model
         curves.samples = int(rows.size)
     curves.windows, curves.window_ticks = n_k, width
+
+
+def _floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int,
+                near: float) -> np.ndarray:
+    """Per equation, what to add to its delay so that the least fit residual ``resid`` of its
+    direction (``d_key``: group * 2 + backward) becomes that of the other direction: a fit on
+    the lifted delays moves each node pair's offset by half the difference of the two
+    directions' least residuals, centring it between their fastest messages. Zero for a group
+    whose directions have fewer than ``n_min`` messages each within ``near`` of their least
+    (too few for the least to be near the least latency)."""
+    low = np.full(n_dir, np.inf)
+    np.minimum.at(low, d_key, resid)
+    count = np.bincount(d_key[resid <= low[d_key] + near], minlength=n_dir)
+    count = np.r_[count, np.zeros(count.size % 2, dtype=count.dtype)]
+    enough = np.repeat(np.minimum(count[0::2], count[1::2]) >= n_min, 2)[:n_dir]
+    lift = np.where(enough & np.isfinite(low), low, 0.0)
+    return lift[d_key]
 
 
 def _residuals(ta: np.ndarray, tb: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,

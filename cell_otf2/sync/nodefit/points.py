@@ -49,6 +49,13 @@ class FitOptions:
     #: is taken as late (every message of it that way was received late); the first round
     #: allows four times ``outlier_us``
     late_window_us: float = 48.0
+    #: when the joint rounds fit lines, a kind and node pair is re-centred between the least
+    #: residuals of its two directions (not the means of its timely messages, which differ
+    #: with how each direction's messages queue) when each direction has at least this many
+    #: messages within ``floor_near_us`` of its least; 0: never
+    floor_messages: int = 16
+    #: ... within this of its least
+    floor_near_us: float = 1.0
     #: the joint rounds' grid has at most this many knots per node
     max_knots: int = 400
     #: rounds of the estimate (each re-centres on the last round's map)
