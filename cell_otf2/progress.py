@@ -1,10 +1,15 @@
 """The progress line of a long conversion on a terminal: ``TerminalProgress`` is the
 ``progress(stage, fraction)`` callback the pipeline calls, and rewrites on stderr the stage
 running now, the whole conversion's percent (stages weighted by ``STAGE_WEIGHTS``) and the time
-left. It prints nothing when stderr is not a terminal, and it knows nothing of the pipeline."""
+left. It prints nothing when stderr is not a terminal, and it knows nothing of the pipeline.
+``StageAnnouncer`` (used by this line and by the report's): with the environment variable
+``CELL2OTF2_ANNOUNCE_STAGES`` set to a non-empty value, one line ``cell2otf2 stage: NAME`` on
+stderr when a stage starts (terminal or not), a stated point of a command that tests and
+scripts wait for instead of a time."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
@@ -15,6 +20,24 @@ STAGE_WEIGHTS = {"read": 0.10, "layout": 0.01, "decode": 0.16, "match": 0.02, "m
                  "order": 0.04, "sync": 0.06, "emit": 0.09, "write": 0.50}
 #: the time left is shown after this many seconds and this overall fraction
 ETA_AFTER_S, ETA_AFTER_FRACTION = 3.0, 0.03
+#: non-empty: announce each stage's start on stderr (read once, when the callback is made)
+ANNOUNCE_STAGES_ENV = "CELL2OTF2_ANNOUNCE_STAGES"
+
+
+class StageAnnouncer:
+    """``announce(stage)``: writes ``cell2otf2 stage: STAGE`` the first time each stage is
+    named, only when ``ANNOUNCE_STAGES_ENV`` is set (read once, here)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = bool(os.environ.get(ANNOUNCE_STAGES_ENV))
+        self.announced: set[str] = set()
+
+    def __call__(self, stage: str) -> None:
+        if self.enabled and stage not in self.announced:
+            self.announced.add(stage)
+            self.stream.write(f"cell2otf2 stage: {stage}\n")
+            self.stream.flush()
 
 
 def _clock(seconds: float) -> str:
@@ -35,6 +58,7 @@ class TerminalProgress:
         self.started = time.monotonic()
         self.last_text = ""
         self.last_time = 0.0
+        self.announce = StageAnnouncer(self.stream)
 
     def overall(self) -> float:
         if self.stage_index < 0:
@@ -44,6 +68,7 @@ class TerminalProgress:
         return min(1.0, (done + here) / sum(STAGE_WEIGHTS.values()))
 
     def __call__(self, stage: str, fraction: float) -> None:
+        self.announce(stage)
         index = self.order.index(stage) if stage in self.order else self.stage_index
         if index > self.stage_index:
             self.stage_index, self.fraction = index, 0.0

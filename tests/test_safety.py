@@ -18,6 +18,8 @@ import pytest
 from otf2check import otf2_print_ok
 from paths import ENV, SAMPLES, interruptible, snapshot
 
+from cell_otf2.progress import ANNOUNCE_STAGES_ENV
+
 pytestmark = pytest.mark.slow  # each test runs the real command, several times
 
 SMALL = SAMPLES / "wraps-heartbeats"  # the smallest sample: conversions take a fraction of a s
@@ -369,56 +371,75 @@ def test_names_0_are_renamed_not_refused(myrun, tmp_path, field):
 
 # ---- 10. signals: one message, 130 / 143, nothing half-written or left behind ---------------
 
-def big_run(tmp_path: Path) -> Path:
-    r = run("simulate", str(tmp_path / "big"), "--workload", "matmul", "--spes", "8",
-            "--phases", "6")
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """A simulated run whose conversion takes long enough to be interrupted in each stage,
+    made once for the module (the tests only read it)."""
+    where = tmp_path_factory.mktemp("big") / "big"
+    r = run("simulate", str(where), "--workload", "matmul", "--spes", "8", "--phases", "6")
     assert r.returncode == 0, r.stderr
-    return tmp_path / "big"
+    return where
 
 
+#: the stages a conversion announces (cell_otf2.progress), in order: the points the signal
+#: tests interrupt it at
+STAGES = ("read", "decode", "sync", "write")
+ANNOUNCING = {**ENV, ANNOUNCE_STAGES_ENV: "1"}
+
+
+def start_announcing(*args: str) -> subprocess.Popen:
+    """The real command with stage announcements on, interruptible like a terminal's child."""
+    return subprocess.Popen([sys.executable, "-m", "cell_otf2", *args], env=ANNOUNCING,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
+
+
+def wait_for_stage(p: subprocess.Popen, stage: str) -> list[str]:
+    """Read ``p``'s stderr up to the line announcing a stage whose name starts with ``stage``
+    (or to its end, when ``p`` finishes without reaching it); the lines read."""
+    assert p.stderr is not None
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if line.startswith(f"cell2otf2 stage: {stage}"):
+            break
+    return lines
+
+
+@pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130),
                                         (signal.SIGHUP, 129)])
-def test_signal_during_conversion_leaves_nothing(tmp_path, sig, status):
-    src = big_run(tmp_path)
+def test_signal_during_conversion_leaves_nothing(tmp_path, big, sig, status, stage):
+    """A signal once a stage has started: the stated exit status and message, and nothing in
+    the output folder, or (the signal came after the archive was in place) a whole archive."""
+    src = big
     out = tmp_path / "out"
     out.mkdir()
-    for delay in (0.05, 0.4, 1.0):
-        p = subprocess.Popen([sys.executable, "-m", "cell_otf2", str(src), "-o",
-                              str(out / "a.otf2"), "--report", str(out / "a.json")],
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=interruptible)
-        time.sleep(delay)
-        p.send_signal(sig)
-        code = p.wait(timeout=120)
-        err = p.stderr.read()
-        if code == 0:  # finished before the signal
-            shutil.rmtree(out)
-            out.mkdir()
-            continue
-        if os.listdir(out):  # it came after the archive was moved into place: whole
-            assert sorted(os.listdir(out)) == ["a", "a.def", "a.json", "a.otf2"]
-            otf2_print_ok(out / "a.otf2")
-            shutil.rmtree(out)
-            out.mkdir()
-        if code == -sig or err.startswith("Fatal Python error: init_import_site"):
-            continue  # the interpreter was still starting: none of our code had run yet
-        assert "Traceback" not in err, err
+    p = start_announcing(str(src), "-o", str(out / "a.otf2"), "--report", str(out / "a.json"))
+    read = wait_for_stage(p, stage)
+    assert read and read[-1].strip() == f"cell2otf2 stage: {stage}", read
+    p.send_signal(sig)
+    code = p.wait(timeout=300)
+    assert p.stderr is not None
+    err = "".join(read) + p.stderr.read()
+    assert "Traceback" not in err, err
+    assert code in (0, status), (code, err)
+    if os.listdir(out):  # the signal came after the archive was moved into place: whole
+        assert sorted(os.listdir(out)) == ["a", "a.def", "a.json", "a.otf2"], err
+        otf2_print_ok(out / "a.otf2")
+    else:
         assert code == status, (code, err)
+    if code == status:
         assert err.strip().splitlines()[-1].startswith("cell2otf2: interrupted"), err
 
 
-def test_stale_staging_of_a_killed_conversion_is_removed(tmp_path):
-    src = big_run(tmp_path)
+def test_stale_staging_of_a_killed_conversion_is_removed(tmp_path, big):
     out = tmp_path / "out"
-    p = subprocess.Popen([sys.executable, "-m", "cell_otf2", str(src), "-o",
-                          str(out / "a.otf2")], env=ENV, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    while time.time() < deadline and not (out.exists() and hidden(out)):
-        time.sleep(0.02)
+    p = start_announcing(str(big), "-o", str(out / "a.otf2"))
+    read = wait_for_stage(p, "write")  # the archive is being written into its staging folder
     p.kill()
     p.wait()
-    if not hidden(out):
-        pytest.skip("the conversion finished before it could be killed")
+    assert hidden(out), read
     assert run(str(SMALL), "-o", str(out / "a.otf2"), "--force").returncode == 0
     assert hidden(out) == []
 
@@ -436,24 +457,29 @@ def handler_installed(p: subprocess.Popen, sig: int, timeout: float = 60.0) -> N
         time.sleep(0.01)
 
 
-def test_ctrl_c_while_reading_an_archive_back_for_the_report(tmp_path):
+@pytest.mark.parametrize("stage", ["start-up", "reading events", "drawing"])
+def test_ctrl_c_while_reading_an_archive_back_for_the_report(tmp_path, big, stage):
+    """Ctrl-C once the report's handlers are in place (start-up), once it reads the
+    archive's events, once it draws: exit 130 and one line, or (it had finished) exit 0."""
     pytest.importorskip("matplotlib")
-    src = big_run(tmp_path)
-    assert run(str(src), "-o", str(tmp_path / "a.otf2")).returncode == 0
-    for delay in (0.0, 0.05, 0.15, 0.3, 0.6, 1.0, 2.0):  # start-up, definitions, events, end
-        p = subprocess.Popen([sys.executable, "-m", "cell_otf2", "report",
-                              str(tmp_path / "a.otf2"), "-o", str(tmp_path / f"r{delay}")],
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=interruptible)
-        handler_installed(p, signal.SIGHUP)  # from then on the delay is the report's own
-        time.sleep(delay)
-        p.send_signal(signal.SIGINT)
-        code = p.wait(timeout=120)
-        err = p.stderr.read()
-        assert "Traceback" not in err and "INTERRUPTED_BY_CALLBACK" not in err, err
-        assert code in (0, 130), (code, err)
-        if code == 130:
-            assert err.strip().splitlines() == ["cell2otf2: interrupted"], err
+    archive = tmp_path / "a.otf2"
+    assert run(str(big), "-o", str(archive)).returncode == 0
+    p = start_announcing("report", str(archive), "-o", str(tmp_path / "rep"))
+    if stage == "start-up":
+        handler_installed(p, signal.SIGHUP)
+        read = []
+    else:
+        read = wait_for_stage(p, stage)
+        assert read and read[-1].startswith(f"cell2otf2 stage: {stage}"), read
+    p.send_signal(signal.SIGINT)
+    code = p.wait(timeout=300)
+    assert p.stderr is not None
+    err = "".join(read) + p.stderr.read()
+    assert "Traceback" not in err and "INTERRUPTED_BY_CALLBACK" not in err, err
+    assert code in (0, 130), (code, err)
+    if code == 130:
+        said = [x for x in err.strip().splitlines() if not x.startswith("cell2otf2 stage: ")]
+        assert said == ["cell2otf2: interrupted"], err
 
 
 @pytest.mark.parametrize("sig, status, message", [

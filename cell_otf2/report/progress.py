@@ -2,7 +2,8 @@
 then the figure being drawn, rewritten in place on stderr and erased at the end.
 ``ProgressLine.reading(done, total)`` is what ``load.load_archive`` calls between batches of
 events; ``stage(text)`` names what runs next. Nothing is printed when the stream is not a
-terminal (a pipe, a log file, a test's capture), so output meant for machines stays clean.
+terminal (a pipe, a log file, a test's capture), so output meant for machines stays clean,
+except for the stage announcements ``cell_otf2.progress.StageAnnouncer`` writes when asked to.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import sys
 import time
 from typing import TextIO
+
+from ..progress import StageAnnouncer
 
 #: the time left is shown after this many seconds and this fraction of the events
 ETA_AFTER_S, ETA_AFTER_FRACTION = 2.0, 0.02
@@ -32,8 +35,10 @@ class ProgressLine:
         self.enabled = enabled and self.stream.isatty()
         self.started = time.monotonic()
         self.last = ""
+        self.announce = StageAnnouncer(self.stream)
 
     def reading(self, done: int, total: int) -> None:
+        self.announce("reading events")
         fraction = done / total if total else 1.0
         elapsed = time.monotonic() - self.started
         text = (f"cell2otf2 report: reading events {100 * fraction:5.1f}% "
@@ -43,6 +48,7 @@ class ProgressLine:
         self.show(text)
 
     def stage(self, text: str) -> None:
+        self.announce(text)
         self.show(f"cell2otf2 report: {text}")
 
     def show(self, text: str) -> None:
