@@ -343,6 +343,7 @@ def run_phases(team, run_dir: Path, tmp: Path, name: str, clock: StageClock, spi
             cpu[k] = max(cpu.get(k, v), v)
     n_events = int(np.asarray(written.events_per_location).sum())
     summary = build_summary(whole, "", "", n_events, total_stats, wall)
+    summary.locations = len(defs.locations)  # the archive's: its METRIC locations too
     summary.messages_matched = (sum(i["messages"] for i in flat)
                                 + int(mpi_state.messages.size))
     summary.stage_cpu_seconds = cpu
