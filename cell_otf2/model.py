@@ -196,6 +196,7 @@ class LocationGroup:
 class LocationType(IntEnum):
     CPU_THREAD = 0
     ACCELERATOR_STREAM = 1
+    METRIC = 2  # holds the samples of a MetricInstance's recorder, no events of its own
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,16 @@ class Region:
 class Metric:
     name: str
     unit: str
+
+
+@dataclass(frozen=True)
+class MetricInstance:
+    """One metric class sampled by one location (the recorder), its values written on the
+    METRIC location ``holder``; refs follow the metric classes' (one per ``Metric``)."""
+
+    metric: int  # index into ArchiveDefs.metrics (its class)
+    recorder: int  # location ref that sampled the values
+    holder: int  # location ref (type METRIC) whose events hold them
 
 
 @dataclass(frozen=True)
@@ -304,6 +315,7 @@ class ArchiveDefs:
     locations: list[Location] = field(default_factory=list)
     regions: list[Region] = field(default_factory=list)
     metrics: list[Metric] = field(default_factory=list)
+    metric_instances: list[MetricInstance] = field(default_factory=list)
     communicators: list[Communicator] = field(default_factory=list)
     rma_windows: list[RmaWindow] = field(default_factory=list)
     attributes: list[Attribute] = field(default_factory=lambda: list(FIXED_ATTRIBUTES))

@@ -1,5 +1,6 @@
 """The archive's definitions from the decoded run and its synchronization: system tree,
-location groups, locations and their properties, regions, metrics, communicators, the DMA
+location groups, locations and their properties, regions, metrics (and the PPE threads'
+METRIC locations with their metric instances), communicators, the DMA
 window and clock properties, in the order and with the names docs/archive.md sections 2-7
 and 11-15 give, plus the lookups (id -> reference) the record families need. It writes no
 event and reads no record time but to find the first and last timestamps and the
@@ -7,6 +8,8 @@ event and reads no record time but to find the first and last timestamps and the
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +29,7 @@ from ..model import (
     LocationType,
     LocKind,
     Metric,
+    MetricInstance,
     Paradigm,
     Region,
     RegionRole,
@@ -83,7 +87,7 @@ PROP_SYNC_INTERVALS = "cell2otf2::sync_intervals"
 def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
                       sync_intervals: dict[int, str] | None = None,
                       first_spu: dict[int, int] | None = None,
-                      counters_used: frozenset[int] | None = None
+                      counters_used: frozenset[CounterUse] | None = None
                       ) -> tuple[ArchiveDefs, dict]:
     """All definitions; returns them and the lookups the record families need (region refs etc.).
 
@@ -219,15 +223,32 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
     if counters_used is None:
         counters_used = counters_written(dec, result.usable)
     metric_ref = {}
-    written = [c for c in man.counters if c.id in counters_used]
+    used_ids = {use.counter for use in counters_used}
+    written = [c for c in man.counters if c.id in used_ids]
     for counter in sorted(written, key=lambda c: c.core != Core.ppe):
         metric_ref[counter.id] = len(defs.metrics)
         defs.metrics.append(Metric(counter.name, counter.unit))
+    record_locations = len(defs.locations)
+    # a PPE thread's counter samples go to a METRIC location of its own, after every location
+    # with records, defined by one MetricInstance per PPE counter whose recorder is the thread
+    # (Score-P's asynchronous metrics): a reader of CPU threads finds no Metric event there
+    # that is not followed by an event at its own time
+    ppe_counter = {c.id for c in written if c.core == Core.ppe}
+    sampled: dict[int, set[int]] = {}  # PPE thread -> its PPE counters' metric refs
+    for use in counters_used:
+        if use.ppe_thread >= 0 and use.counter in ppe_counter:
+            sampled.setdefault(use.ppe_thread, set()).add(metric_ref[use.counter])
+    for thread, metrics in sorted(sampled.items()):
+        holder = len(defs.locations)
+        recorder = defs.locations[thread]
+        defs.locations.append(Location(f"{recorder.name} counters", LocationType.METRIC,
+                                       recorder.group))
+        defs.metric_instances.extend(MetricInstance(m, thread, holder) for m in sorted(metrics))
     comm_ref = {}
     for comm in man.communicators:
         comm_ref[comm.id] = len(defs.communicators)
         defs.communicators.append(Communicator(comm.name, tuple(comm.ranks), Paradigm.MPI))
-    all_locs = tuple(range(len(defs.locations)))
+    all_locs = tuple(range(record_locations))
     mbox_comm = len(defs.communicators)
     defs.communicators.append(Communicator("Cell mailboxes", all_locs, Paradigm.CELL))
     dma_comm = len(defs.communicators)
@@ -276,18 +297,30 @@ def sync_intervals_property(dec: Decoded, result: SyncResult,
     return {g_loc: ";".join(parts) for g_loc, parts in out.items()}
 
 
-def counters_written(dec: Decoded, usable: np.ndarray | None) -> frozenset[int]:
-    """The counter ids that some usable COUNTER record (PPE or SPE) of ``dec`` names: the
-    counters whose metric the archive writes (``usable`` None: every record)."""
+class CounterUse(NamedTuple):
+    """A manifest counter some written record samples, and the PPE thread location that
+    sampled it (-1: an SPE's sample). Hashable, so the shares' sets unite as they are."""
+
+    counter: int
+    ppe_thread: int
+
+
+def counters_written(dec: Decoded, usable: np.ndarray | None) -> frozenset[CounterUse]:
+    """The counters that some usable COUNTER record (PPE or SPE) of ``dec`` names, with the
+    PPE threads that sampled them: the counters whose metric the archive writes and the PPE
+    threads that get a METRIC location (``usable`` None: every record)."""
     rec = dec.records
     by_code, code_start = dec.code_index()
-    ids = [np.zeros(0, dtype=rec["a"].dtype)]
+    out: set[CounterUse] = set()
     for code in (P.COUNTER, fmt.SpeCode.COUNTER):
         at = by_code[code_start[code]:code_start[code + 1]]
         if usable is not None:
             at = at[usable[at]]
-        ids.append(rec["a"][at])
-    return frozenset(np.unique(np.concatenate(ids)).tolist())
+        loc = (rec["loc"][at].astype(np.int64) if code == P.COUNTER
+               else np.full(at.size, -1, dtype=np.int64))
+        pairs = np.unique(np.stack([rec["a"][at].astype(np.int64), loc], axis=1), axis=0)
+        out.update(CounterUse(int(c), int(x)) for c, x in pairs.tolist())
+    return frozenset(out)
 
 
 def first_spus(dec: Decoded) -> dict[int, int]:

@@ -15,7 +15,7 @@ from ..damage import DamageLog
 from ..model import ArchiveDefs, Decoded, DmaStyle, Ev, Matches, SyncResult
 from . import families
 from .balance import balance_regions
-from .definitions import build_definitions
+from .definitions import CounterUse, build_definitions
 from .families import RecordLedger
 from .kernels import written_span
 from .table import EventChunks, EventTable
@@ -45,7 +45,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
          chunk_events: int | None = None, rma_id_offset: np.ndarray | None = None,
          sync_intervals: dict[int, str] | None = None,
          span: tuple[int, int] | None = None,
-         counters_used: frozenset[int] | None = None
+         counters_used: frozenset[CounterUse] | None = None
          ) -> tuple[ArchiveDefs, np.ndarray | EventChunks, EmitStats]:
     """Build the definitions and the sorted event table.
 

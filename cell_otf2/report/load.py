@@ -125,6 +125,8 @@ class Exact:
 
 
 PROP_PSEUDO = "cell2otf2::pseudo_location"
+#: OTF2_LOCATION_TYPE_METRIC: a location holding another location's metric samples
+OTF2_LOCATION_TYPE_METRIC = 3
 PROP_SYNC_BOUND = "cell2otf2::sync_bound_ticks"
 PROP_SYNC_INTERVALS = "cell2otf2::sync_intervals"
 
@@ -277,12 +279,26 @@ def _node_of(tree_node) -> str:
 def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress,
           compiled: bool | None = None) -> Loaded:
     d = reader.definitions
-    locs = list(d.locations)
-    n_locs = len(locs)
-    loc_refs = [definition_ref(loc) for loc in locs]
-    if loc_refs != list(range(n_locs)):
+    all_locs = list(d.locations)
+    if [definition_ref(loc) for loc in all_locs] != list(range(len(all_locs))):
         raise FormatError(anchor, "location refs are not 0..n-1; this report reads only "
                           "archives written by cell2otf2")
+    # a METRIC location holds the counter samples of its metric instances' recorder: its
+    # events are read as the recorder's, and the report's locations are the others (first)
+    loc_of_event = np.arange(len(all_locs), dtype=np.int32)
+    for instance in d.metric_instances:
+        holder = [ref for ref, loc in enumerate(all_locs)
+                  if loc.type.value == OTF2_LOCATION_TYPE_METRIC
+                  and loc.name == f"{instance.recorder.name} counters"]
+        loc_of_event[holder] = definition_ref(instance.recorder)
+    n_locs = next((ref for ref, loc in enumerate(all_locs)
+                   if loc.type.value == OTF2_LOCATION_TYPE_METRIC), len(all_locs))
+    if (loc_of_event[n_locs:] >= n_locs).any():
+        raise FormatError(anchor, "a METRIC location is no sampling location's, or is defined "
+                          "before other locations; this report reads only archives written "
+                          "by cell2otf2")
+    locs = all_locs[:n_locs]
+    loc_refs = list(range(n_locs))
     props: dict[int, dict[str, str]] = {}
     for prop in d.location_properties:
         props.setdefault(definition_ref(prop.location), {})[prop.name] = str(prop.value)
@@ -303,7 +319,9 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     win_members = {definition_ref(w): comm_members.get(definition_ref(w.comm), [])
                    for w in d.rma_wins}
     clock = d.clock_properties
-    loc_events = np.array([loc.number_of_events for loc in locs], np.int64)
+    loc_events = np.bincount(loc_of_event, minlength=n_locs,
+                             weights=[loc.number_of_events for loc in all_locs]
+                             ).astype(np.int64)
     total = int(loc_events.sum())
     starts, sizes = sample_plan(total, max_events, n_windows)
     ends = starts + sizes
@@ -314,7 +332,10 @@ def _load(reader, anchor: Path, max_events: int, n_windows: int, _otf2, progress
     ev = _Events(n_locs, n_reg, starts, ends, int(sizes.sum()), comm_members, win_members,
                  logged_comm, use_c, n_events=total)
     try:
-        _read_events(reader, locs, _otf2, ev.batch, use_c,
+        def batch(kind, loc, *columns) -> None:  # samples: their recorder's events
+            ev.batch(kind, loc_of_event[loc], *columns)
+
+        _read_events(reader, all_locs, _otf2, batch, use_c,
                      None if progress is None else lambda: progress(ev.i, total))
     except Exception as exc:
         raise FormatError(anchor, f"the otf2 reader failed after {ev.i} events: {exc}"

@@ -21,7 +21,7 @@ import numpy as np
 from ..damage import DamageLog
 from ..decode.decoder import decode
 from ..decode.match import match
-from ..emit.definitions import build_definitions
+from ..emit.definitions import CounterUse, build_definitions
 from ..emit.events import EmitStats, emit
 from ..emit.table import EventChunks
 from ..input.dumps import Dumps, Progress, read_summaries
@@ -164,7 +164,7 @@ class Definitions:
     whole: SynchronizedRun | None
     #: the manifest counters some written record of the run samples: every group numbers
     #: the metrics alike
-    counters_used: frozenset[int]
+    counters_used: frozenset[CounterUse]
 
 
 @dataclass
@@ -226,7 +226,7 @@ def run_phases(team: Team, run_dir: Path, tmp: Path, name: str, clock: StageCloc
     mpi_reversed = pair_mpi(ph, plan, fit, skeleton)  # D
     made = whole_run_definitions(ph, plan, skeleton, fit, mpi_reversed)
     estats, written = write_groups(ph, plan, made, tmp, name)  # E
-    return summarize(ph, plan, made.whole, fit, estats, written)
+    return summarize(ph, plan, made, fit, estats, written)
 
 
 def read_run(ph: Phases, run_dir: Path, group_bytes: int | None) -> Plan:
@@ -400,7 +400,7 @@ def whole_run_definitions(ph: Phases, plan: Plan, skeleton: Skeleton, fit: Clock
     first = min(s[0] for s in spans) if spans else 0
     last = max(s[1] for s in spans) if spans else 0
     # the counters written anywhere in the run: every group numbers the metrics alike
-    counters_used = frozenset[int]().union(*(c for part in team.allgather(
+    counters_used = frozenset[CounterUse]().union(*(c for part in team.allgather(
         [g.share.counters_used for g in plan.groups if g.share is not None]) for c in part))
     shares = team.gather(group_shares(plan.groups, ph.first_logs))
 
@@ -462,8 +462,8 @@ def write_groups(ph: Phases, plan: Plan, made: Definitions, tmp: Path, name: str
     return estats, written
 
 
-def emitted_groups(ph: Phases, plan: Plan, counters_used: frozenset[int], estats: EmitStats,
-                   shown: WriteProgress) -> Iterator[EventGroup]:
+def emitted_groups(ph: Phases, plan: Plan, counters_used: frozenset[CounterUse],
+                   estats: EmitStats, shown: WriteProgress) -> Iterator[EventGroup]:
     """Each group's locations and events, emitted as the writer asks for them (its time
     counted as emit's and the spill's, not the writer's); adds each group's counts to
     ``estats`` and drops the group once written."""
@@ -514,9 +514,10 @@ class ProcessTotals:
     handed: tuple[int, int]
 
 
-def summarize(ph: Phases, plan: Plan, whole: SynchronizedRun | None, fit: ClockFit,
+def summarize(ph: Phases, plan: Plan, made: Definitions, fit: ClockFit,
               estats: EmitStats, written: Written) -> RootResult | None:
     """The summary and the whole run's damage, on the root, from every process's totals."""
+    whole, defs = made.whole, made.defs
     parts = ph.team.gather(ProcessTotals(group_shares(plan.groups, ph.first_logs), estats,
                                          dict(ph.clock.wall), dict(ph.clock.cpu),
                                          ph.team.handed))
@@ -540,6 +541,7 @@ def summarize(ph: Phases, plan: Plan, whole: SynchronizedRun | None, fit: ClockF
     n_events = int(np.asarray(written.events_per_location).sum())
     messages = sum(i.messages for i in flat) + int(fit.state.messages.size)
     summary = build_summary(whole, "", "", n_events, total_stats, wall, messages)
+    summary.locations = len(defs.locations)  # the archive's: its METRIC locations too
     summary.stage_cpu_seconds = cpu
     summary.locations_handed_over = sum(p.handed[0] for p in parts)
     summary.events_handed_over = sum(p.handed[1] for p in parts)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..damage import Damage, DamageLog
 from ..decode.match import match
-from ..emit.definitions import counters_written, first_spus, sync_intervals_property
+from ..emit.definitions import CounterUse, counters_written, first_spus, sync_intervals_property
 from ..input import format as fmt
 from ..input.manifest import Manifest
 from ..model import (
@@ -114,7 +114,7 @@ class GroupShare:
     pairs: list[dict]  # the report's pair figures (``pair_table``), empty unless asked
     node_relaxation: np.ndarray | None
     first_spu: dict[int, int]  # SPE location -> SPU of its context's first run
-    counters_used: frozenset[int]  # manifest counters its written records sample
+    counters_used: frozenset[CounterUse]  # (counter, PPE thread) its written records sample
     #: damage found per stage (``STAGES``), filled in when the summary gathers the groups
     damage: dict[str, list[Damage]] = field(default_factory=dict)
 

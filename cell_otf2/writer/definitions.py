@@ -64,6 +64,7 @@ _GROUP_TYPE = {
 _LOCATION_TYPE = {
     LocationType.CPU_THREAD: _otf2.LOCATION_TYPE_CPU_THREAD,
     LocationType.ACCELERATOR_STREAM: _otf2.LOCATION_TYPE_ACCELERATOR_STREAM,
+    LocationType.METRIC: _otf2.LOCATION_TYPE_METRIC,
 }
 
 _ATTR_TYPE = {AttrType.UINT64: _otf2.TYPE_UINT64, AttrType.STRING: _otf2.TYPE_STRING}
@@ -221,6 +222,12 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
         for ref in range(len(defs.metrics)):
             _otf2.GlobalDefWriter_WriteMetricClass(
                 g, ref, [ref], _otf2.METRIC_ASYNCHRONOUS, _otf2.RECORDER_KIND_CPU
+            )
+        # instance refs follow the class refs (one ref space); scope: the recorder itself
+        for ref, instance in enumerate(defs.metric_instances, start=len(defs.metrics)):
+            _otf2.GlobalDefWriter_WriteMetricInstance(
+                g, ref, instance.metric, instance.recorder, _otf2.SCOPE_LOCATION,
+                instance.recorder,
             )
         for ref, comm in enumerate(defs.communicators):
             _otf2.GlobalDefWriter_WriteComm(

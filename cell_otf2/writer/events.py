@@ -3,6 +3,8 @@
 location's rows in one pass through the compiled loop, or through ctypes calls where it is not
 built (``add_other_event_writers`` makes the per-kind calls), gives every location it writes an
 event file, even an empty one, counts the events per location and kind, and reports progress.
+A location with a METRIC location (``ArchiveDefs.metric_instances``) has its Metric events of
+the instanced classes written there instead, right after its own, by the same process.
 It writes no definitions, never sorts and never changes a timestamp; how the calls are made
 fast is in docs/performance.md.
 """
@@ -240,6 +242,16 @@ class EventStream:
         self.next_loc = 0  # locations before it are written
         self.done = self.reported = 0
         self.counts = np.zeros(self.n_locations, dtype=np.int64)
+        #: the METRIC location holding each location's counter samples (-1: none), and
+        #: whether (holder, metric class) has an instance there (else the class's samples stay
+        #: on the recorder)
+        self.holder = np.full(self.n_locations, -1, dtype=np.int64)
+        self.instanced = np.zeros((self.n_locations, max(1, len(defs.metrics))), dtype=bool)
+        for instance in defs.metric_instances:
+            self.holder[instance.recorder] = instance.holder
+            self.instanced[instance.holder, instance.metric] = True
+        # a holder's file is written with its recorder's, by the process that writes that
+        self.owned[self.holder[self.holder >= 0]] = False
         self.per_type = np.zeros(max(Ev) + 1, dtype=np.int64)
         self.attr_list = _otf2.AttributeList_New()
         self.attrs = address(self.attr_list)
@@ -262,7 +274,6 @@ class EventStream:
         if first < self.next_loc:
             raise WriterInputError(f"events of location {first} come after those of location "
                                    f"{self.next_loc - 1} (pieces must follow location order)")
-        self.counts[first:last + 1] += per_loc
         per_type = self.per_type if self.compiled else None  # the C loop counts types
         if per_type is None:
             self.per_type += np.bincount(events["type"], minlength=self.per_type.size)
@@ -276,29 +287,53 @@ class EventStream:
                 lo, hi = int(bounds[loc - first]), int(bounds[loc - first + 1])
                 if not self.mine[loc]:
                     continue  # no events (checked above): another process writes its file
-                writer, writer_at = self.archive.location_writer(loc)
-                if previous is not None:
-                    self.archive.close_location_writer(previous)
-                previous = writer
-                for start in range(lo, hi, PROGRESS_EVENTS):
-                    stop = min(start + PROGRESS_EVENTS, hi)
-                    _write_location_events(self.api, writer_at, self.attrs, events[start:stop],
-                                           per_type)
-                    self.done += stop - start
-                    if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
-                        self.progress(self.done)
-                        self.reported = self.done
+                rows, samples = self._split_samples(loc, events[lo:hi])
+                for at, its_rows in ((loc, rows), (int(self.holder[loc]), samples)):
+                    if at < 0:
+                        continue
+                    writer, writer_at = self.archive.location_writer(at)
+                    if previous is not None:
+                        self.archive.close_location_writer(previous)
+                    previous = writer
+                    self.counts[at] += its_rows.size
+                    self._write_rows(writer_at, its_rows, per_type)
         finally:
             if previous is not None:
                 self.archive.close_location_writer(previous)
         self.next_loc = last + 1
 
+    def _split_samples(self, loc: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` of location ``loc`` as its own and its METRIC location's: the Metric events
+        of a class instanced there (none without a holder). The moved events keep naming the
+        class, not the instance: ViTE 1.2 crashes on a Metric event that names an instance."""
+        holder = int(self.holder[loc])
+        if holder < 0:
+            return rows, rows[:0]
+        instanced = self.instanced[holder]
+        moved = rows["type"] == Ev.METRIC
+        moved[moved] = instanced[rows["ref"][moved]]  # refs checked: < len(metrics)
+        if not moved.any():
+            return rows, rows[:0]
+        return rows[~moved], rows[moved]
+
+    def _write_rows(self, writer_at: int, rows: np.ndarray, per_type: np.ndarray | None) -> None:
+        """One location's rows, in pieces that report progress."""
+        for start in range(0, rows.size, PROGRESS_EVENTS):
+            stop = min(start + PROGRESS_EVENTS, rows.size)
+            _write_location_events(self.api, writer_at, self.attrs, rows[start:stop], per_type)
+            self.done += stop - start
+            if self.progress is not None and self.done - self.reported >= PROGRESS_EVENTS:
+                self.progress(self.done)
+                self.reported = self.done
+
     def _empty_until(self, stop: int) -> None:
         for loc in range(self.next_loc, stop):
             if not self.mine[loc]:
                 continue
-            writer, _ = self.archive.location_writer(loc)
-            self.archive.close_location_writer(writer)
+            for at in (loc, int(self.holder[loc])):
+                if at >= 0:
+                    writer, _ = self.archive.location_writer(at)
+                    self.archive.close_location_writer(writer)
         self.next_loc = max(self.next_loc, stop)
 
     def begin(self, locations: np.ndarray | None) -> None:
