@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OutputError, UsageError
+from ..signals import Deferred
 
 SUFFIX = ".otf2"
 #: the first bytes of every OTF2 file this converter writes: an endianness mark (3) and the
@@ -309,30 +310,31 @@ class ArchiveTarget:
                 raise OutputError(f"{self.anchor}: the OTF2 library wrote an incomplete "
                                   f"{path.name} (is the disk full?); nothing was replaced")
         _sync_tree(tmp, self.anchor, fs)
-        report_tmp = self._write_report_tmp()
+        made: list[Path] = []  # the report's temporary file, once it exists
         try:
+            report_tmp = self._write_report_tmp(made)
             with _locked(self.parent):
                 self._move_in(new, report_tmp)
         finally:
-            if report_tmp is not None and os.path.lexists(report_tmp):
-                os.unlink(report_tmp)
+            for path in made:
+                if os.path.lexists(path):
+                    os.unlink(path)
 
-    def _write_report_tmp(self) -> Path | None:
+    def _write_report_tmp(self, made: list[Path]) -> Path | None:
+        """Write the sync report beside its place, synced; its name goes into ``made`` as
+        soon as the file exists, so the caller removes it whatever interrupts the writing."""
         if self.report is None or self._report_text is None:
             return None
         report = self.report
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{report.name}.tmp-", dir=report.parent)
-        except OSError as exc:
-            raise OutputError(f"--report {report}: cannot write the report: {_why(exc)}"
-                              ) from exc
-        try:
+            with Deferred():  # a signal here is raised once the file's name is in ``made``
+                fd, name = tempfile.mkstemp(prefix=f".{report.name}.tmp-", dir=report.parent)
+                made.append(Path(name))
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(self._report_text)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
-            os.unlink(name)
             raise OutputError(f"--report {report}: cannot write the report: {_why(exc)}"
                               ) from exc
         return Path(name)
