@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -41,13 +43,24 @@ RECORD_DTYPE = np.dtype(
 )
 
 
+def dtype_fields(dtype: np.dtype) -> MappingProxyType[str, tuple[Any, ...]]:
+    """The fields of a structured dtype (numpy's ``dtype.fields``, typed as possibly None for
+    a plain dtype, which every caller here rules out)."""
+    fields = dtype.fields
+    if fields is None:
+        raise TypeError(f"{dtype} is not a structured dtype")
+    return fields
+
+
 #: an SPE record as the reader writes it straight into its row of ``RECORD_DTYPE`` (a view of
 #: the record table): its own fields in place, its decrementer in the low bytes of ``local``
 #: and its block's index in ``anchor``, until decoding writes those two
-SPE_IN_RECORD_DTYPE = np.dtype({
+#: (numpy's stub types this dict form as a TypedDict that a literal of mixed lists does not
+#: match: hence the ignore)
+SPE_IN_RECORD_DTYPE = np.dtype({  # type: ignore[call-overload]
     "names": ["slot", "block", "code", "a", "decr", "b", "c", "d"],
     "formats": ["<i8", "<i8", "<u2", "<u8", "=u4", "<u8", "<u8", "<u8"],
-    "offsets": [RECORD_DTYPE.fields[f][1] for f in
+    "offsets": [dtype_fields(RECORD_DTYPE)[f][1] for f in
                 ("slot", "anchor", "code", "a", "local", "b", "c", "d")],
     "itemsize": RECORD_DTYPE.itemsize,
 })

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from ..model import EVENT_DTYPE
+from ..model import EVENT_DTYPE, dtype_fields
 from ..native import helper
 
 _LITTLE = sys.byteorder == "little"
@@ -41,7 +41,7 @@ class RecordBits:
         when a field is not a 64-bit unsigned integer in native order."""
         rows = []
         for name, shift, mask, left in self.terms:
-            dt, off = records.dtype.fields[name][:2]
+            dt, off = dtype_fields(records.dtype)[name][:2]
             if dt.kind != "u" or dt.itemsize != 8 or not _native(dt):
                 return None
             rows.append((off, shift, np.uint64(mask).view(np.int64), left))
@@ -59,7 +59,7 @@ def _index_ok(a: np.ndarray) -> bool:
 def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, int, int]:
     """The records to write (``usable`` and with a code, not 0) and the least and greatest
     time among them ((0, 0) when none)."""
-    fields = records.dtype.fields
+    fields = dtype_fields(records.dtype)
     c_helper = helper("emitloops")
     if (c_helper is not None and records.ndim == 1 and records.flags.c_contiguous
             and fields["code"][0].str == ("<u2" if _LITTLE else ">u2")
@@ -79,7 +79,7 @@ def written_span(records: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, i
 
 def take_field(records: np.ndarray, name: str, idx: np.ndarray) -> np.ndarray:
     """``records[name][idx]`` for a uint64 field (the rows ahead asked for early)."""
-    dt, off = records.dtype.fields[name][:2]
+    dt, off = dtype_fields(records.dtype)[name][:2]
     c_helper = helper("emitloops")
     if (c_helper is not None and dt.str == ("<u8" if _LITTLE else ">u8") and records.ndim == 1
             and records.flags.c_contiguous and _index_ok(idx)):
@@ -97,7 +97,7 @@ def select_refs(records: np.ndarray, name: str, idx: np.ndarray, good: np.ndarra
     """Of records ``idx`` those with ``good``, in order: the ones whose id in field ``name``
     (uint64) ``table`` maps (marked in ``written``), their refs (int32), and the others; in
     one pass. None where the compiled helper cannot (the caller takes numpy's way)."""
-    dt, off = records.dtype.fields[name][:2]
+    dt, off = dtype_fields(records.dtype)[name][:2]
     c_helper = helper("emitloops")
     if (c_helper is None or not table or min(table) < 0 or max(table) >= 1 << 16
             or min(table.values()) < 0 or max(table.values()) >= 1 << 31
@@ -130,7 +130,7 @@ def layout_own(base: np.ndarray, recs: list[np.ndarray], index: type) -> list[np
     c_helper = helper("emitloops")
     if (c_helper is not None and _index_ok(base) and base.flags.c_contiguous
             and all(r.dtype == index for r in recs) and _index_ok(np.empty(0, index))):
-        poss = [np.empty(r.size, dtype=index) for r in recs]
+        poss: list[np.ndarray] = [np.empty(r.size, dtype=index) for r in recs]
         c_helper.layout_own(base, base.dtype == np.int64,
                             tuple(np.ascontiguousarray(r) for r in recs), tuple(poss),
                             np.dtype(index) == np.int64)
@@ -171,9 +171,9 @@ def runs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 #: the columns of an event row besides loc, time and seq
 COLUMNS = ("type", "ref", "p1", "p2", "p3", "p4", "p5", "p6")
-_LAYOUT = np.array([EVENT_DTYPE.fields[f][1] for f in
+_LAYOUT = np.array([dtype_fields(EVENT_DTYPE)[f][1] for f in
                     ("loc", "type", "ref", "time", "seq", *COLUMNS[2:])], dtype=np.int64)
-_EVENT_OK = (_LITTLE and [EVENT_DTYPE[f].str for f in EVENT_DTYPE.names]
+_EVENT_OK = (_LITTLE and [EVENT_DTYPE[f].str for f in dtype_fields(EVENT_DTYPE)]
              == ["<u4", "|u1", "<u4", "<i8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u8"])
 
 
@@ -212,7 +212,7 @@ def fill_rows(e: np.ndarray, records: np.ndarray, parts: list[tuple], own_lo: in
     c_helper = helper("emitloops")
     if (c_helper is not None and _EVENT_OK and e.dtype == EVENT_DTYPE and e.flags.c_contiguous
             and records.ndim == 1 and records.flags.c_contiguous
-            and records.dtype.fields["time"][0].str == "<i8"):
+            and dtype_fields(records.dtype)["time"][0].str == "<i8"):
         specs, rest = [], []
         for rec, pos, typ, offset, cols in parts:
             spec = ([_column(typ if name == "type" else cols.get(name), records, rec)
@@ -223,8 +223,8 @@ def fill_rows(e: np.ndarray, records: np.ndarray, parts: list[tuple], own_lo: in
                               rec.dtype == np.int64, int(offset), tuple(spec)))
             else:
                 rest.append((rec, pos, typ, offset, cols))
-        layout = np.concatenate([_LAYOUT, [records.dtype.fields["loc"][1],
-                                           records.dtype.fields["time"][1]]])
+        layout = np.concatenate([_LAYOUT, [dtype_fields(records.dtype)["loc"][1],
+                                           dtype_fields(records.dtype)["time"][1]]])
         c_helper.fill_rows(e.view(np.uint8).reshape(-1), EVENT_DTYPE.itemsize, layout,
                            records.view(np.uint8).reshape(-1) if records.size else b"",
                            records.dtype.itemsize, int(own_lo), int(own_hi),
