@@ -47,6 +47,7 @@ NATIVE_OFF ?= 1
 
 test: $(STAMP) tools $(TEST_STAMP)
 	$(PY) -m ruff check cell_otf2 tests bench
+	$(PY) -m mypy cell_otf2
 	$(PY) -m pytest -q
 ifneq ($(NATIVE_OFF),0)
 	CELL2OTF2_NO_NATIVE=1 $(PY) -m pytest -q
@@ -54,6 +55,7 @@ endif
 
 lint: $(STAMP)
 	$(PY) -m ruff check cell_otf2 tests bench
+	$(PY) -m mypy cell_otf2
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache
