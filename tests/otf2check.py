@@ -338,9 +338,11 @@ def expected_counts(run_dir: Path) -> Counter:
             simple = {P.MPI_ISEND: "MpiIsend", P.MPI_ISEND_COMPLETE: "MpiIsendComplete",
                       P.MPI_IRECV_REQUEST: "MpiIrecvRequest", P.MPI_IRECV: "MpiIrecv",
                       P.MPI_COLL_BEGIN: "MpiCollectiveBegin",
-                      P.MPI_COLL_END: "MpiCollectiveEnd", P.COUNTER: "Metric"}
+                      P.MPI_COLL_END: "MpiCollectiveEnd"}
             if code in simple:
                 want[loc, simple[code]] += 1
+            if code == P.COUNTER:  # a PPE thread's samples sit on its METRIC location
+                want[f"{loc} counters", "Metric"] += 1
             if code == P.CTX_SWITCH:
                 spe = f"SPE ctx {a} (rank {r})"
                 want[spe, "Enter" if b == fmt.SwitchType.STOP else "Leave"] += 1

@@ -524,6 +524,8 @@ def test_simulated_damage(scenario, clean_runs, tmp_path, capsys):
             lkind, idx = LocKind.SPE_CONTEXT, int(rec["a"][j])
         where = (f"PPE thread {idx} (rank {r})" if lkind == LocKind.PPE_THREAD
                  else f"SPE ctx {idx} (rank {r})")
+        if code == P.COUNTER and lkind == LocKind.PPE_THREAD:
+            where += " counters"  # a PPE thread's samples sit on its METRIC location
         if int(rec["time"][j]) not in rb.times[where]:
             missing.append((where, code, int(rec["slot"][j])))
     # a Leave whose Enter the damage took is left out (counted as leave_without_enter)
