@@ -540,8 +540,8 @@ def summarize(ph: Phases, plan: Plan, made: Definitions, fit: ClockFit,
             cpu[k] = max(cpu.get(k, v), v)
     n_events = int(np.asarray(written.events_per_location).sum())
     messages = sum(i.messages for i in flat) + int(fit.state.messages.size)
-    summary = build_summary(whole, "", "", n_events, total_stats, wall, messages)
-    summary.locations = len(defs.locations)  # the archive's: its METRIC locations too
+    summary = build_summary(whole, "", "", n_events, len(defs.locations), total_stats, wall,
+                            messages)
     summary.stage_cpu_seconds = cpu
     summary.locations_handed_over = sum(p.handed[0] for p in parts)
     summary.events_handed_over = sum(p.handed[1] for p in parts)

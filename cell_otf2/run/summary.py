@@ -171,9 +171,10 @@ def _node_line(n: dict) -> str:
 
 
 def build_summary(run: SynchronizedRun, run_dir: str, archive: str, n_events: int,
-                  estats: EmitStats, timings: dict[str, float], messages_matched: int
-                  ) -> Summary:
-    """The summary of a synchronized run of which ``n_events`` events were written."""
+                  n_locations: int, estats: EmitStats, timings: dict[str, float],
+                  messages_matched: int) -> Summary:
+    """The summary of a synchronized run of which ``n_events`` events on ``n_locations``
+    locations (the archive's definitions, its METRIC locations too) were written."""
     dec, res = run.decoded, run.sync
     hz = dec.manifest.timebase_hz
     # per live interval, its widest segment: inf unless every segment is bounded
@@ -181,7 +182,7 @@ def build_summary(run: SynchronizedRun, run_dir: str, archive: str, n_events: in
     finite = ib.width[np.isfinite(ib.width)]
     s = Summary(run_dir=run_dir, archive=archive)
     s.processes = dec.manifest.n_ranks
-    s.locations = int(dec.locations.size)
+    s.locations = int(n_locations)
     s.records_in = int(dec.records_total)
     s.events_written = int(n_events)
     s.messages_matched = messages_matched
