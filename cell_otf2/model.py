@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,6 +64,14 @@ SPE_IN_RECORD_DTYPE = np.dtype({  # type: ignore[call-overload]
                 ("slot", "anchor", "code", "a", "local", "b", "c", "d")],
     "itemsize": RECORD_DTYPE.itemsize,
 })
+
+
+class CounterUse(NamedTuple):
+    """A manifest counter some written record samples, and the PPE thread location that
+    sampled it (-1: an SPE's sample). Hashable, so the shares' sets unite as they are."""
+
+    counter: int
+    ppe_thread: int
 
 
 class LocKind(IntEnum):

@@ -9,8 +9,6 @@ event and reads no record time but to find the first and last timestamps and the
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from .. import __version__
@@ -20,6 +18,7 @@ from ..model import (
     ArchiveDefs,
     ClockProps,
     Communicator,
+    CounterUse,
     Decoded,
     DomainKind,
     GroupType,
@@ -295,14 +294,6 @@ def sync_intervals_property(dec: Decoded, result: SyncResult,
             (f"{a}:{z}:" if a != none else "-:-:")
             + (f"{m:.1f}" if m != np.inf else "unbounded"))
     return {g_loc: ";".join(parts) for g_loc, parts in out.items()}
-
-
-class CounterUse(NamedTuple):
-    """A manifest counter some written record samples, and the PPE thread location that
-    sampled it (-1: an SPE's sample). Hashable, so the shares' sets unite as they are."""
-
-    counter: int
-    ppe_thread: int
 
 
 def counters_written(dec: Decoded, usable: np.ndarray | None) -> frozenset[CounterUse]:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ..damage import DamageLog
-from ..model import ArchiveDefs, Decoded, DmaStyle, Ev, Matches, SyncResult
+from ..model import ArchiveDefs, CounterUse, Decoded, DmaStyle, Ev, Matches, SyncResult
 from . import families
 from .balance import balance_regions
-from .definitions import CounterUse, build_definitions
+from .definitions import build_definitions
 from .families import RecordLedger
 from .kernels import written_span
 from .table import EventChunks, EventTable

@@ -21,7 +21,7 @@ import numpy as np
 from ..damage import DamageLog
 from ..decode.decoder import decode
 from ..decode.match import match
-from ..emit.definitions import CounterUse, build_definitions
+from ..emit.definitions import build_definitions
 from ..emit.events import EmitStats, emit
 from ..emit.table import EventChunks
 from ..input.dumps import Dumps, Progress, read_summaries
@@ -29,6 +29,7 @@ from ..input.manifest import Manifest, load_manifest
 from ..model import (
     ArchiveDefs,
     Constraints,
+    CounterUse,
     Decoded,
     DmaStyle,
     Ev,

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..damage import Damage, DamageLog
 from ..decode.match import match
-from ..emit.definitions import CounterUse, counters_written, first_spus, sync_intervals_property
+from ..emit.definitions import counters_written, first_spus, sync_intervals_property
 from ..input import format as fmt
 from ..input.manifest import Manifest
 from ..model import (
@@ -25,6 +25,7 @@ from ..model import (
     LINK_DTYPE,
     PAIR_DTYPE,
     Constraints,
+    CounterUse,
     Decoded,
     Matches,
     NodeMap,
