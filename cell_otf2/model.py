@@ -531,6 +531,10 @@ class SyncSolution:
     n_constraints: int  # constraints given
     n_edges: int  # distinct constraints after collapsing parallel edges (self-loops included)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+    #: the offsets alpha 0 and alpha 1 give (each offset grows with alpha): the bounds where
+    #: both exist, a one-sided domain's extremes as the placed domains move; NaN unbounded
+    offset_low: np.ndarray | None = None
+    offset_high: np.ndarray | None = None
 
 
 @dataclass
@@ -568,6 +572,9 @@ class SyncResult:
     constraints: Constraints | None = None
     #: the report's ``pairs`` (``pair_table``), once computed
     pairs: list[dict] | None = None
+    #: per domain, the offsets alpha 0 and alpha 1 give (``SyncSolution.offset_low``)
+    offset_low: np.ndarray | None = None
+    offset_high: np.ndarray | None = None
 
 
 @dataclass

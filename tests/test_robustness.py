@@ -309,3 +309,26 @@ def test_lost_times_do_not_move_with_the_offsets(tmp_path, seed, case):
                                   ConvertOptions(alpha=alpha)).unusable())
              for alpha in (0.5, 1.0, 0.857, 0.0)}
     assert len({tuple(k) for k in found.values()}) == 1, found
+
+
+def test_one_sided_offsets_lose_the_same_records_at_every_alpha(tmp_path):
+    """Fuzzer case (seed 301, case 2476): with ``--read-delay-ticks 2^31`` an SPE interval is
+    bounded from above only; its offset follows the placed domains, so it moves with
+    ``--alpha``: at alpha 0 its records fell below 0 ticks and were lost, at 0.5 and 1 they
+    were written. Its loss is decided at the offsets alpha 0 and alpha 1 give."""
+    import fuzz
+
+    bases = fuzz.make_bases(301)
+    _base, files, _muts = fuzz.make_case(2476, 301, bases)
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, data in files.items():
+        (run / name).write_bytes(bytes(data))
+    found = {}
+    for alpha in (0.0, 0.5, 1.0):
+        options = ConvertOptions.of(alpha=alpha, read_delay_ticks=2.0**31)
+        summary = convert(run, tmp_path / f"a{alpha}.otf2", options)
+        found[alpha] = summary.unusable()
+        assert check_run(run, options).lines == found[alpha]
+    assert found[0.0] == found[0.5] == found[1.0], found
+    assert "unusable_time" in kinds(found[0.0])

@@ -413,16 +413,14 @@ def solve(n_domains: int, src, dst, weight, reference: int, alpha: float = 0.5) 
     has_up = np.isfinite(upper)
     has_lo = np.isfinite(lower)
     both = has_up & has_lo
-    offset = np.full(n, np.nan)
-    offset[both] = alpha * upper[both] + (1.0 - alpha) * lower[both]
     up_only = has_up & ~has_lo
-    if up_only.any():
-        placed = np.flatnonzero(both)
-        offset[up_only] = graph.multi_source(placed, offset[placed])[up_only]
     lo_only = has_lo & ~has_up
-    if lo_only.any():
-        placed = np.flatnonzero(both | up_only)
-        offset[lo_only] = -graph.multi_source(placed, -offset[placed], reverse=True)[lo_only]
+    offset = _offsets_at(graph, alpha, lower, upper, both, up_only, lo_only)
+    if up_only.any() or lo_only.any():  # one-sided offsets follow the placed domains'
+        offset_range = (_offsets_at(graph, 0.0, lower, upper, both, up_only, lo_only),
+                        _offsets_at(graph, 1.0, lower, upper, both, up_only, lo_only))
+    else:
+        offset_range = (np.where(both, lower, np.nan), np.where(both, upper, np.nan))
     bounded = np.full(n, NONE, dtype="<U5")
     bounded[both] = BOTH
     bounded[up_only] = UPPER
@@ -432,6 +430,8 @@ def solve(n_domains: int, src, dst, weight, reference: int, alpha: float = 0.5) 
         offset=offset,
         lower=lower,
         upper=upper,
+        offset_low=offset_range[0],
+        offset_high=offset_range[1],
         bounded=bounded,
         relaxation=float(potential.relaxation),
         reference=int(reference),
@@ -440,6 +440,22 @@ def solve(n_domains: int, src, dst, weight, reference: int, alpha: float = 0.5) 
         n_edges=potential.n_edges,
         timings=timings,
     )
+
+
+def _offsets_at(graph: _Reduced, alpha: float, lower: np.ndarray, upper: np.ndarray,
+                both: np.ndarray, up_only: np.ndarray, lo_only: np.ndarray) -> np.ndarray:
+    """The offsets ``alpha`` gives: between the bounds where both exist; a domain bounded on
+    one side only as close to the placed domains as its constraints allow (NaN: unbounded).
+    Every offset grows with ``alpha``, so alpha 0 and 1 give each domain's extremes."""
+    offset = np.full(lower.size, np.nan)
+    offset[both] = alpha * upper[both] + (1.0 - alpha) * lower[both]
+    if up_only.any():
+        placed = np.flatnonzero(both)
+        offset[up_only] = graph.multi_source(placed, offset[placed])[up_only]
+    if lo_only.any():
+        placed = np.flatnonzero(both | up_only)
+        offset[lo_only] = -graph.multi_source(placed, -offset[placed], reverse=True)[lo_only]
+    return offset
 
 
 def minimum_cycle_mean(n_domains: int, src, dst, weight) -> float:

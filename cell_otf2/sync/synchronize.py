@@ -154,8 +154,10 @@ def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
                              cons.weight + shift[cons.src] - shift[cons.dst], cons.counts,
                              cons.assumed)
         result = _synchronize(dec, merged, alpha, node_maps)
-        for values in (result.offset, result.lower, result.upper):
-            values[:] = values[rep] + shift
+        for values in (result.offset, result.lower, result.upper, result.offset_low,
+                       result.offset_high):
+            if values is not None:  # ``_synchronize`` sets every one
+                values[:] = values[rep] + shift
         result.bounded[:] = result.bounded[rep]
     open_ = m < 0
     if open_.any() and damage is not None:
@@ -190,6 +192,8 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
     offset = np.zeros(n)
     lower = np.zeros(n)
     upper = np.zeros(n)
+    offset_low = np.zeros(n)
+    offset_high = np.zeros(n)
     bounded = np.full(n, "both", dtype="<U5")
     relaxation = 0.0
     node_relaxation = np.zeros(dec.n_nodes)
@@ -206,16 +210,19 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
         ref = int(local_index[node])
         sol = solve(members.size, s[keep], d[keep], cons.weight[keep], ref, alpha)
         offset[members], lower[members], upper[members] = sol.offset, sol.lower, sol.upper
+        offset_low[members], offset_high[members] = sol.offset_low, sol.offset_high
         bounded[members] = sol.bounded
         relaxation = max(relaxation, sol.relaxation)
         node_relaxation[node] = sol.relaxation
         solutions.append(sol)
     is_node = doms["kind"] == DomainKind.NODE
     offset[is_node] = lower[is_node] = upper[is_node] = 0.0
+    offset_low[is_node] = offset_high[is_node] = 0.0
     bounded[is_node] = "both"
     return SyncResult(offset, lower, upper, bounded, relaxation,
                       node_maps or start_time_maps(dec), solutions,
-                      node_relaxation=node_relaxation, constraints=cons)
+                      node_relaxation=node_relaxation, constraints=cons,
+                      offset_low=offset_low, offset_high=offset_high)
 
 
 #: the report's pairs cost one Dijkstra over a node's domains per pair domain and direction:
@@ -282,13 +289,17 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     unbounded_n = lost_n = clamped = violations = 0
     unbounded_first = lost_first = -1
     starts = dec.location_starts()
-    # the offsets at either bound: a record whose time leaves 0..2^63 at one of them is lost
-    # whatever offset is used (--alpha, --read-delay-ticks move offsets within the bounds)
-    # (a side with no bound: the offset used, as no other is ever used there)
-    dom_lower = np.where(np.isfinite(lower := np.concatenate([[np.nan], result.lower])),
-                         lower, dom_offset)
-    dom_upper = np.where(np.isfinite(upper := np.concatenate([[np.nan], result.upper])),
-                         upper, dom_offset)
+    # the offsets at either end of what --alpha and --read-delay-ticks may choose (alpha 0
+    # and 1; one-sided domains follow the placed ones): a record whose time leaves 0..2^63 at
+    # one of them is lost whatever offset is used
+    if result.offset_low is not None and result.offset_high is not None:
+        dom_lower = np.concatenate([[np.nan], result.offset_low])
+        dom_upper = np.concatenate([[np.nan], result.offset_high])
+    else:  # a side with no bound: the offset used
+        dom_lower = np.where(np.isfinite(lower := np.concatenate([[np.nan], result.lower])),
+                             lower, dom_offset)
+        dom_upper = np.where(np.isfinite(upper := np.concatenate([[np.nan], result.upper])),
+                             upper, dom_offset)
     width = np.nan_to_num(np.abs(dom_upper - dom_lower), nan=0.0)
     for s, e in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
         if s == e:
