@@ -70,6 +70,15 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 
+
+def _before_our_code(message: str) -> bool:
+    """A KeyboardInterrupt traceback with only the interpreter's frames (``<frozen runpy>``
+    importing the package): Ctrl-C before any line of ``cell_otf2`` ran (README: Ctrl-C)."""
+    lines = message.strip().splitlines()
+    frames = [x for x in lines if x.lstrip().startswith('File "')]
+    return (bool(lines) and lines[0].startswith("Traceback") and lines[-1] == "KeyboardInterrupt"
+            and bool(frames) and all(x.lstrip().startswith('File "<frozen ') for x in frames))
+
 def _internal_error(status: int, stderr: str) -> bool:
     """Did the command fail with an internal error (exit 70, a bug), or print a traceback?"""
     return status == EXIT_SOFTWARE or "Traceback" in stderr or "internal error" in stderr
@@ -550,7 +559,8 @@ def run_env_case(klass: str, case: int, seed: int, run: Path, work: Path,
                     status = 0
         else:
             status, message = cli(args, prefix)
-        if message.startswith("Fatal Python error: init_import_site"):
+        if (message.startswith("Fatal Python error: init_import_site")
+                or _before_our_code(message)):
             # Python's own start-up was interrupted: not our code; nothing may be written
             if os.listdir(out_dir):
                 return {**result, "kind": "leftover", "message": str(os.listdir(out_dir))}
