@@ -167,6 +167,8 @@ class Ev(IntEnum):
     ENTER_OFF_SPU = 15  # ENTER of ref region with the physical-SPU attribute p1
     RMA_WIN_CREATE = 16  # ref window
     RMA_WIN_DESTROY = 17  # ref window
+    PROGRAM_BEGIN = 18  # ref 0 (the archive's program: ``ArchiveDefs.program_name``)
+    PROGRAM_END = 19  # ref 0; the exit status is not traced: written as OTF2's undefined
 
 
 #: one OTF2 event. The table handed to the writer is sorted by (loc, time, seq).
@@ -325,12 +327,19 @@ class ClockProps:
     realtime_ns: int  # wall clock (ns since epoch) at global_offset
 
 
+#: the global string ref of ``ArchiveDefs.program_name``: the first string after the empty one
+PROGRAM_NAME_STRING = 1
+
+
 @dataclass
 class ArchiveDefs:
     """Every OTF2 definition of one archive; refs are list indexes."""
 
     clock: ClockProps
     creator: str
+    #: what ProgramBegin names (the writer writes it as string ref ``PROGRAM_NAME_STRING``;
+    #: never empty: the empty string is ref 0)
+    program_name: str = "program"
     system_nodes: list[SystemNode] = field(default_factory=list)
     location_groups: list[LocationGroup] = field(default_factory=list)
     locations: list[Location] = field(default_factory=list)

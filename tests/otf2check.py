@@ -372,6 +372,9 @@ def expected_counts(run_dir: Path) -> Counter:
                     want[loc, "RmaOpCompleteBlocking"] += 1
                     # the DMA window exists on each location that uses it (Score-P's way)
                     want[loc, "RmaWinCreate"] = want[loc, "RmaWinDestroy"] = 1
+        main = f"PPE thread 0 (rank {r})"  # the program's begin and end around its events
+        if any(n for (loc, _), n in want.items() if loc == main):
+            want[main, "ProgramBegin"] = want[main, "ProgramEnd"] = 1
     return +want
 
 
@@ -392,5 +395,11 @@ def check_archive(anchor: Path, run_dir: Path) -> None:
                for op in rb.rma)
     for loc, times in rb.times.items():
         assert np.all(np.diff(times) >= 0), loc
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for ev in rb.events:
+        kinds[ev.loc].append(ev.kind)
+    for loc, seq in kinds.items():  # a program begins before and ends after its events
+        if "ProgramBegin" in seq or "ProgramEnd" in seq:
+            assert seq[0] == "ProgramBegin" and seq[-1] == "ProgramEnd", (loc, seq[:3], seq[-3:])
     for msg in rb.messages:  # after synchronization no receive is before its send
         assert msg.recv_time >= msg.send_time, msg

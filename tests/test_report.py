@@ -183,7 +183,8 @@ def test_sample_keeps_the_planned_events_and_exact_region_times(restored, max_ev
         "RmaOpCompleteBlocking": rb_count(rb, "RmaOpCompleteBlocking"),
         "MpiCollectiveBegin": 0, "MpiCollectiveEnd": 0, "Metric": rb_count(rb, "Metric"),
         # the DMA window's creation and destruction on each context (docs/archive.md, 10)
-        "other": rb_count(rb, "RmaWinCreate", "RmaWinDestroy")})
+        "other": rb_count(rb, "RmaWinCreate", "RmaWinDestroy", "ProgramBegin",
+                          "ProgramEnd")})
     # windows: from the first to the last kept event (the whole trace when not sampled)
     windows = [(int(a), int(b)) for a, b in loaded.window_bounds]
     if loaded.sampled:
@@ -261,7 +262,7 @@ def test_report_of_the_fft_sample(fft_archives, tmp_path):
     metric_holders = [n for n, t, *_ in locs if t == "METRIC"]  # the PPE thread's samples
     assert len(locs) == 35 and len(spes) == 16 and metric_holders == [
         "PPE thread 0 (rank 0) counters"]
-    assert not result.sampled and result.total_events == len(rb.events) == 22342
+    assert not result.sampled and result.total_events == len(rb.events) == 22344
     assert result.rows == {"timeline.png": 34, "dma_bandwidth.png": 16,
                            "dma_histograms.png": 2, "waits.png": 16, "ppe_mpi.png": 17,
                            "sync_bounds.png": 16}
@@ -297,9 +298,9 @@ def test_sampled_report_with_dma_as_messages(fft_archives, tmp_path):
     assert dma_sends == 4096 and result.events["dma_bandwidth.png"] == dma_sends
     assert rb_count(rb, "RmaGet", "RmaPut") == 0
     html = result.index_html.read_text()
-    # (22,342 events before the run's second, nested region went: 16 runs, 32 events)
+    # (22,344 events before the run's second, nested region went: 16 runs, 32 events)
     assert "drawn from a sample" in html and f"5,000 of {len(rb.events):,} events" in html
-    assert len(rb.events) == 22_342 - 32
+    assert len(rb.events) == 22_344 - 32
 
 
 def test_report_refuses_bad_inputs(fft_archives, tmp_path):
@@ -460,7 +461,7 @@ def test_report_shows_progress_on_a_terminal_only(fft_archives, tmp_path):
     render_report(fft_archives / "rma.otf2", tmp_path / "rep", progress=line)
     line.close()
     shown = [t.strip() for t in term.text.split("\r") if t.strip()]
-    assert shown[0] == "cell2otf2 report: reading events 100.0% (22,342 of 22,342)"
+    assert shown[0] == "cell2otf2 report: reading events 100.0% (22,344 of 22,344)"
     assert "cell2otf2 report: drawing timeline.png" in shown
     assert term.text.endswith("\r") and not term.text.split("\r")[-2].strip()  # erased
     assert not ProgressLine(stream=type("Pipe", (_Terminal,), {"isatty": lambda s: False})()

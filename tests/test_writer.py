@@ -46,7 +46,8 @@ READER_CLASS = {
     Ev.RMA_GET: "RmaGet", Ev.RMA_PUT: "RmaPut",
     Ev.RMA_OP_COMPLETE_BLOCKING: "RmaOpCompleteBlocking", Ev.METRIC: "Metric",
     Ev.ENTER_OFF_SPU: "Enter", Ev.RMA_WIN_CREATE: "RmaWinCreate",
-    Ev.RMA_WIN_DESTROY: "RmaWinDestroy",
+    Ev.RMA_WIN_DESTROY: "RmaWinDestroy", Ev.PROGRAM_BEGIN: "ProgramBegin",
+    Ev.PROGRAM_END: "ProgramEnd",
 }
 
 
@@ -79,12 +80,12 @@ def test_counts_per_location_and_kind(written):
         for loc, ty in zip(events["loc"].tolist(), events["type"].tolist(), strict=True)
     )
     assert back.counts == expected
-    assert stats.events_per_location.tolist() == [19, 15, 17, 0]
-    assert stats.n_events == len(events) == 51
+    assert stats.events_per_location.tolist() == [21, 15, 17, 0]
+    assert stats.n_events == len(events) == 53
     assert stats.events_per_type[Ev.ENTER] == 6 + 5 + 4
     assert stats.events_per_type[Ev.ENTER_OFF_SPU] == 1
     assert sum(stats.events_per_type.values()) == len(events)
-    assert seen == [51]  # fewer than PROGRESS_EVENTS: once, at the end
+    assert seen == [53]  # fewer than PROGRESS_EVENTS: once, at the end
 
 
 def test_timestamps_per_location(written):
@@ -163,7 +164,7 @@ def test_locations_groups_and_system_tree(written):
     defs = written[4].defs
     # location ref = index, names exactly as given, group ref = index of ArchiveDefs
     assert defs.locations == [
-        (LOC_NAMES[PPE0], "CPU_THREAD", "MPI rank 0", 0, 19),
+        (LOC_NAMES[PPE0], "CPU_THREAD", "MPI rank 0", 0, 21),
         (LOC_NAMES[PPE1], "CPU_THREAD", "MPI rank 1", 1, 15),
         (LOC_NAMES[SPE], "ACCELERATOR_STREAM", "SPEs (rank 0)", 2, 17),
         (LOC_NAMES[MEM], "CPU_THREAD", "MPI rank 0", 0, 0),
@@ -247,8 +248,11 @@ def test_unsorted_locations_and_bad_refs_are_refused(tmp_path):
     events = sample_events()
     _refused(tmp_path, events[::-1].copy(), "not sorted by location")
     events = sample_events()
-    events["ref"][0] = len(REGIONS)
+    events["ref"][1] = len(REGIONS)
     _refused(tmp_path, events, "ENTER.*not one of the 12 regions")
+    events = sample_events()
+    events["ref"][0] = 1
+    _refused(tmp_path, events, "PROGRAM_BEGIN.*ref 1, not 0")
     events = sample_events()
     events["loc"][-1] = 4
     _refused(tmp_path, events, "location ref 4 does not exist")

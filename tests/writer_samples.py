@@ -99,6 +99,7 @@ def _rows() -> list[tuple]:
     E = Ev
     return [
         # (loc, type, ref, time, p1, p2, p3, p4, p5, p6)
+        (PPE0, E.PROGRAM_BEGIN, 0, 100),
         (PPE0, E.ENTER, R["main"], 100),
         (PPE0, E.METRIC, 0, 110, 12345),
         (PPE0, E.ENTER, R["spe_in_mbox_write"], 120),
@@ -118,6 +119,7 @@ def _rows() -> list[tuple]:
         (PPE0, E.MPI_COLL_END, WORLD, 310, ALLREDUCE, 0xFFFFFFFF, 8, 16),
         (PPE0, E.LEAVE, R["MPI_Allreduce"], 311),
         (PPE0, E.LEAVE, R["main"], 400),
+        (PPE0, E.PROGRAM_END, 0, 400),
         (PPE1, E.ENTER, R["main"], 100),
         (PPE1, E.ENTER, R["MPI_Recv"], 200),
         (PPE1, E.MPI_RECV, WORLD, 215, 0, 42, 1024),

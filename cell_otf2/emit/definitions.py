@@ -106,6 +106,7 @@ def build_definitions(dec: Decoded, result: SyncResult, first: int, last: int,
         clock=ClockProps(timer_resolution=hz, global_offset=first,
                          trace_length=max(0, last - first), realtime_ns=int(realtime)),
         creator=f"cell2otf2 {__version__}",
+        program_name=man.application or "program",
     )
     machine = man.application or "Cell machine"
     machine = machine if machine != "0" else "machine 0"

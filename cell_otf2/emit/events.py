@@ -90,6 +90,7 @@ def emit(dec: Decoded, matches: Matches, result: SyncResult, damage: DamageLog,
                                                   lk["window"], lk["dma_comm"], rma_id_offset)
     stats.heartbeats = families.heartbeats(ledger)
     balance_regions(ev, rec["slot"], ledger.loc_rank, dec.dump_names, damage)
+    families.program_begin_end(ev, ledger)
     ev.layout()
     stats.events = int(ev.size)
     stats.records_written = int(ledger.written.sum())

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..damage import DamageKind, DamageLog
 from ..input import format as fmt
-from ..model import Decoded, DmaStyle, Ev, MsgKind
+from ..model import Decoded, DmaStyle, Ev, LocKind, MsgKind
 from .kernels import RecordBits, select_refs, take_field
 from .table import EventTable, SparseColumn, event_seq, lookup_refs
 
@@ -441,6 +441,18 @@ def dma(ev: EventTable, ledger: RecordLedger, transfers: np.ndarray, dma_style: 
 def _is_get(opcode: np.ndarray) -> np.ndarray:
     """Which DMA commands (their opcodes, field a) are gets."""
     return (opcode >= 0x40) & (opcode <= 0x46)
+
+
+def program_begin_end(ev: EventTable, ledger: RecordLedger) -> None:
+    """ProgramBegin before the first event and ProgramEnd after the last of each process's
+    main thread (PPE thread 0), at their times, as Score-P writes them on every process's
+    master location: the program's name, no arguments, no exit status (a CBT run records
+    neither). A main thread without any event gets neither."""
+    loc = ledger.dec.locations
+    main = np.flatnonzero((loc["kind"] == LocKind.PPE_THREAD) & (loc["index"] == 0))
+    main = main[ev.has_timed_events()[main]]
+    ev.pin("start", main, Ev.PROGRAM_BEGIN, 0, sub=-1)  # before a window's creation
+    ev.pin("end", main, Ev.PROGRAM_END, 0, sub=1, last=True)  # after its destruction
 
 
 def heartbeats(ledger: RecordLedger) -> int:

@@ -186,6 +186,17 @@ class EventTable:
         self.foreign.append(part)
         self.laid_out = False
 
+    def has_timed_events(self) -> np.ndarray:
+        """Per location, whether it has an event placed by its own time (own, or foreign and
+        not pinned): where "start" and "end" pins find a time."""
+        has = np.zeros(self.n_locations, dtype=bool)
+        for part in self.own_parts:
+            has[self.rec_loc[part.rec]] = True
+        for part in self.foreign:
+            if part.pin is None and part.loc is not None:
+                has[part.loc] = True
+        return has
+
     # -- layout
 
     def _own_pos(self, rec: np.ndarray, typ: int) -> np.ndarray:

@@ -39,12 +39,15 @@ typedef OTF2_ErrorCode (*rma_complete_fn)(EW, uint32_t, uint64_t);
 typedef OTF2_ErrorCode (*metric_fn)(EW, uint32_t, uint8_t, const OTF2_Type *,
                                     const OTF2_MetricValue *);
 typedef OTF2_ErrorCode (*attr_u64_fn)(OTF2_AttributeList *, uint32_t, uint64_t);
+typedef OTF2_ErrorCode (*program_begin_fn)(EW, uint32_t, uint32_t, const uint32_t *);
+typedef OTF2_ErrorCode (*program_end_fn)(EW, int64_t);
 
 /* model.Ev */
 enum {
     ENTER = 1, LEAVE, MPI_SEND, MPI_RECV, MPI_ISEND, MPI_ISEND_COMPLETE, MPI_IRECV_REQUEST,
     MPI_IRECV, MPI_COLL_BEGIN, MPI_COLL_END, RMA_GET, RMA_PUT, RMA_OP_COMPLETE_BLOCKING,
-    METRIC, ENTER_OFF_SPU, RMA_WIN_CREATE, RMA_WIN_DESTROY, MAX_TYPE = RMA_WIN_DESTROY
+    METRIC, ENTER_OFF_SPU, RMA_WIN_CREATE, RMA_WIN_DESTROY, PROGRAM_BEGIN, PROGRAM_END,
+    MAX_TYPE = PROGRAM_END
 };
 
 /* the function table, in the order `bind` takes the addresses (writer.capi._C_FUNCTIONS) */
@@ -60,8 +63,13 @@ static struct {
     metric_fn metric;
     attr_u64_fn attr_add_u64;
     region_fn rma_win_create, rma_win_destroy; /* (writer, attributes, time, window) */
+    program_begin_fn program_begin; /* (..., program name, 0 arguments, NULL) */
+    program_end_fn program_end;     /* (..., exit status) */
 } api;
-#define N_FUNCTIONS 17
+#define N_FUNCTIONS 19
+/* model.PROGRAM_NAME_STRING; OTF2_UNDEFINED_INT64: the exit status is not traced */
+#define PROGRAM_NAME_STRING 1
+#define UNDEFINED_INT64 INT64_MIN
 
 /* row layout: itemsize and byte offsets of loc (u4), type (u1), ref (u4), time (i8),
  * p1..p6 (u8) */
@@ -201,6 +209,12 @@ static PyObject *evt_write(PyObject *self, PyObject *args)
         case RMA_WIN_DESTROY:
             code = api.rma_win_destroy(w, NULL, t, ref);
             break;
+        case PROGRAM_BEGIN:
+            code = api.program_begin(w, NULL, t, PROGRAM_NAME_STRING, 0, NULL);
+            break;
+        case PROGRAM_END:
+            code = api.program_end(w, NULL, t, UNDEFINED_INT64);
+            break;
         case METRIC: {
             OTF2_MetricValue value;
             value.unsigned_int = u64_at(row, off_p[1]);
@@ -327,6 +341,10 @@ static PyObject *evt_check(PyObject *self, PyObject *args)
         case MPI_IRECV_REQUEST:
         case MPI_COLL_BEGIN:
             ok = 1;
+            break;
+        case PROGRAM_BEGIN:
+        case PROGRAM_END:
+            ok = ref == 0;
             break;
         default:
             ok = 0;

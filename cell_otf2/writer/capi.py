@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # ctypes documents it as ctypes._CFuncPtr; typeshed declares 
 _log = logging.getLogger(__name__)
 
 #: C signatures of the event writer calls, after (writer, attribute list, time): "I" uint32_t,
-#: "B" uint8_t, "Q" uint64_t, "p" pointer. Used to bind nothing and check everything: see CApi
+#: "B" uint8_t, "Q" uint64_t, "q" int64_t, "p" pointer. Used to bind nothing and check
+#: everything: see CApi
 _SIGNATURES = {
     "OTF2_EvtWriter_Enter": "I",  # region
     "OTF2_EvtWriter_Leave": "I",
@@ -55,6 +56,8 @@ _SIGNATURES = {
     "OTF2_EvtWriter_Metric": "IBpp",  # metric, number of values, type ids, values
     "OTF2_EvtWriter_RmaWinCreate": "I",  # window
     "OTF2_EvtWriter_RmaWinDestroy": "I",
+    "OTF2_EvtWriter_ProgramBegin": "IIp",  # program name (string ref), arguments, their refs
+    "OTF2_EvtWriter_ProgramEnd": "q",  # exit status (int64_t)
 }
 
 
@@ -104,6 +107,10 @@ class CApi:
         self.rma_win_destroy = fetch("OTF2_EvtWriter_RmaWinDestroy")
         self.win_fns = {Ev.RMA_WIN_CREATE: self.rma_win_create,
                         Ev.RMA_WIN_DESTROY: self.rma_win_destroy}
+        #: f(writer, attribute list, time, program name string ref, 0 arguments, NULL)
+        self.program_begin = fetch("OTF2_EvtWriter_ProgramBegin")
+        #: f(writer, attribute list, time, exit status)
+        self.program_end = fetch("OTF2_EvtWriter_ProgramEnd")
         self.metric_types = (ctypes.c_uint8 * 1)(_otf2.TYPE_UINT64.value)  # OTF2_Type[1]
         self.metric_types_at = ctypes.c_void_p(ctypes.addressof(self.metric_types))
         #: the C loop (``_evtwrite``) bound to the same functions, once ``use_compiled`` found
@@ -115,7 +122,7 @@ class CApi:
 _C_FUNCTIONS = ("enter", "leave", "mpi_send", "mpi_recv", "mpi_isend", "mpi_irecv",
                 "mpi_isend_complete", "mpi_irecv_request", "mpi_coll_begin", "mpi_coll_end",
                 "rma_get", "rma_put", "rma_complete", "metric", "attr_add_u64",
-                "rma_win_create", "rma_win_destroy")
+                "rma_win_create", "rma_win_destroy", "program_begin", "program_end")
 #: the EVENT_DTYPE columns the C loop reads, with the C type it reads them as
 _C_COLUMNS = {"loc": "<u4", "type": "u1", "ref": "<u4", "time": "<i8",
               **{f"p{k}": "<u8" for k in range(1, 7)}}

@@ -86,6 +86,11 @@ def check_events(defs: ArchiveDefs, events: np.ndarray) -> None:
             i = int(sel[int(np.argmax(refs >= n_defs))])
             raise WriterInputError(f"event {i} ({kind.name}): ref {int(events['ref'][i])} "
                                   f"is not one of the {n_defs} {list_name}")
+    program = rows.of(Ev.PROGRAM_BEGIN, Ev.PROGRAM_END)
+    if program.size and int(events["ref"][program].max()) != 0:
+        i = int(program[int(np.argmax(events["ref"][program] != 0))])
+        raise WriterInputError(f"event {i} ({Ev(int(types[i])).name}): ref "
+                              f"{int(events['ref'][i])}, not 0 (the archive's one program)")
     _check_ranks(defs, events, rows)
     _check_widths(events, rows)
 
@@ -176,6 +181,9 @@ def _check_ranks(defs: ArchiveDefs, events: np.ndarray, rows: RowsByType) -> Non
 
 def check_defs(defs: ArchiveDefs) -> None:
     """Raise ``WriterInputError`` for the first definition that names what does not exist."""
+    if not defs.program_name:
+        raise WriterInputError("the program name is empty (ProgramBegin names it by a string "
+                               "ref of its own)")
     for i, node in enumerate(defs.system_nodes):
         if node.name == "0":
             raise WriterInputError(f"system node {i} is named '0': ViTE aborts on such a node "

@@ -13,6 +13,7 @@ import _otf2
 import numpy as np
 
 from ..model import (
+    PROGRAM_NAME_STRING,
     ArchiveDefs,
     AttrType,
     GroupType,
@@ -113,7 +114,10 @@ def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarra
             region_groups.setdefault(name, (_PARADIGM[region.paradigm][0], []))[1].append(ref)
     comm_self = _otf2.PARADIGM_MPI.value in comm_locations
 
-    # intern every string first: a definition must not refer to a string written after it
+    # intern every string first: a definition must not refer to a string written after it;
+    # the program's name first, as ProgramBegin events name it by its ref
+    if s(defs.program_name) != PROGRAM_NAME_STRING:
+        raise ValueError("the program name must not be empty")  # check_defs refuses it
     for _, name, _ in used_paradigms.values():
         s(name)
     for attribute in defs.attributes:

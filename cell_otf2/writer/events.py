@@ -28,12 +28,16 @@ from ..model import (
     ATTR_LS_ADDRESS,
     ATTR_MFC_OPCODE,
     ATTR_PHYSICAL_SPU,
+    PROGRAM_NAME_STRING,
     ArchiveDefs,
     Ev,
 )
 from .capi import CApi, address, c_api, library_errors, use_compiled
 from .checks import RowsByType, WriterInputError, check_events
 from .open_archive import OpenArchive
+
+#: ProgramEnd's exit status: OTF2_UNDEFINED_INT64 (a CBT run does not record it)
+UNDEFINED_EXIT_STATUS = -(1 << 63)
 
 #: progress is reported after every this many events
 PROGRESS_EVENTS = 100_000
@@ -200,6 +204,18 @@ def add_other_event_writers(api: CApi, attrs: ctypes.c_void_p, rows: np.ndarray,
                              end=end):
                 return end(w, None, t, op(), ref, root(), sent(), received())
             fn = mpi_coll_end
+        elif kind == Ev.PROGRAM_BEGIN:
+            program_begin, name = api.program_begin, PROGRAM_NAME_STRING
+
+            def begin_program(w, _, t, ref, program_begin=program_begin, name=name):
+                return program_begin(w, None, t, name, 0, None)
+            fn = begin_program
+        elif kind == Ev.PROGRAM_END:
+            program_end, status = api.program_end, ctypes.c_int64(UNDEFINED_EXIT_STATUS)
+
+            def end_program(w, _, t, ref, program_end=program_end, status=status):
+                return program_end(w, None, t, status)
+            fn = end_program
         else:  # check_events refuses unknown kinds before anything is written
             raise WriterInputError(f"event type {kind} has no writer")
         fns[sel] = fn
