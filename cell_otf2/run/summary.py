@@ -6,6 +6,7 @@ runs no stage, reads no file and writes nothing.
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -120,6 +121,8 @@ class Summary:
             out.append(f"  lost or unusable input ({plural(len(unusable), 'kind')}):")
             out.extend(f"    {part}" if i == 0 else part for line in unusable
                        for i, part in enumerate(line.split("\n")))
+            out.append(f"  (`cell2otf2 check {shlex.quote(self.run_dir)}` names the tracer "
+                       "bugs behind it, where the dumps show one)")
         else:
             out.append("  lost or unusable records: none")
         out = out[:1] + [wrapped for line in out[1:] for wrapped in _fit(line)]  # [0]: paths
