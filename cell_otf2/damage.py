@@ -34,6 +34,9 @@ class DamageKind(StrEnum):
     unresolved_wrap = "unresolved_wrap"  # records after a wrap count the trace leaves open
     #: MPI messages that no clock maps can keep ordered together (not used for node clocks)
     contradicting_messages = "contradicting_messages"
+    #: SPE records placed under a node's order constraints that contradict its clock readings
+    #: by more than half a decrementer period (a relaxation no lost slot or read delay makes)
+    contradicting_order = "contradicting_order"
     # emit/balance.py: repairs that keep every location's Enter/Leave balanced and nested
     unclosed_region = "unclosed_region"  # an Enter whose Leave was lost: closed by a Leave
     leave_without_enter = "leave_without_enter"  # a Leave whose Enter was lost: not written
@@ -67,6 +70,9 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
     DamageKind.contradicting_messages: (
         "MPI message{s} contradicting the others under every clock map, not used to place "
         "node clocks", None),
+    DamageKind.contradicting_order: (
+        "SPE record{s} placed under slot order that contradicts the clock readings by more "
+        "than half a decrementer period (their times may be off by the relaxation)", "node{s}"),
     DamageKind.unclosed_region: ("region{s} left open by a lost Leave, closed", None),
     DamageKind.leave_without_enter: ("Leave{s} whose Enter was lost, not written", None),
 }

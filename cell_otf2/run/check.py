@@ -50,7 +50,8 @@ class CheckResult:
         if not self.lines:
             lines = [head, "  lost or unusable records: none"]
         else:
-            lines = [head, f"  lost or unusable input ({len(self.lines)} kinds):",
+            lines = [head, f"  lost or unusable input ({len(self.lines)} "
+                            f"{'kind' if len(self.lines) == 1 else 'kinds'}):",
                      *(f"    {line}" for line in self.lines)]
         if self.tracer_bugs:
             lines += [f"  what the tracer did wrong ({len(self.tracer_bugs)} "

@@ -141,6 +141,7 @@ def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
     result = _synchronize(dec, cons, alpha, node_maps)
     links = dec.links[dec.links["kind"] == LinkKind.WRAP]
     if not links.size:
+        _contradicting_order(dec, result, damage)
         return result
     links = links[np.argsort(links["prev"], kind="stable")]
     chain = _wrap_chains(links)
@@ -182,7 +183,37 @@ def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
                        "constraints decide (no heartbeat, no PPE record bounding them): the "
                        "records after each are placed by their own constraints only, as their "
                        "bounds say", occurrences=steps)
+    _contradicting_order(dec, result, damage)
     return result
+
+
+#: a node relaxation from this many ticks on (half a decrementer period) is no lost slot's or
+#: read delay's (those need hundreds to thousands of ticks, docs/damage.md): the slot order
+#: and the clock readings contradict each other, as a tracer bug leaves them
+CONTRADICTING_RELAXATION = float(1 << 31)
+
+
+def _contradicting_order(dec: Decoded, result: SyncResult, damage: DamageLog | None) -> None:
+    """Count as damage the SPE records of each node whose relaxation reaches
+    ``CONTRADICTING_RELAXATION``: they are written, at times that may be off by that much."""
+    if damage is None or result.node_relaxation is None:
+        return
+    bad = np.flatnonzero(result.node_relaxation >= CONTRADICTING_RELAXATION)
+    if not bad.size:
+        return
+    doms = dec.domains
+    dom_bad = np.isin(doms["node"], bad) & (doms["kind"] == DomainKind.SPE_INTERVAL)
+    rec_dom = dec.records["domain"].astype(np.int64)
+    hit = np.flatnonzero((rec_dom >= 0) & dom_bad[np.maximum(rec_dom, 0)])
+    if not hit.size:
+        return
+    rank = int(dec.locations["rank"][dec.records["loc"][hit[0]]])
+    worst = float(result.node_relaxation[bad].max())
+    damage.add(DamageKind.contradicting_order, dec.dump_names[rank],
+               int(dec.records["slot"][hit].min()), int(hit.size),
+               f"relaxation {worst:.0f} ticks: the slot order contradicts the decrementer "
+               "readings (a tracer bug: check names it where the dumps show one)",
+               occurrences=int(bad.size))
 
 
 def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
