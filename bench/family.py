@@ -63,7 +63,7 @@ _RECORDS = re.compile(r"(\d+) records read")
 #: into a side file, then runs the command line as ``python -m cell_otf2`` does
 _HOOK = """
 import runpy, sys, time
-from cell_otf2 import output
+from cell_otf2.run import output
 side, *args = sys.argv[1:]
 commit = output.ArchiveTarget._commit
 def timed(self, *a, **k):

@@ -128,3 +128,30 @@ def test_every_module_has_a_one_paragraph_docstring():
         elif any(not line.strip() for line in doc.strip().splitlines()):
             bad.append(f"{f.relative_to(ROOT)}: more than one paragraph")
     assert bad == []
+
+
+def test_bench_scripts_import_what_exists():
+    """Every ``cell_otf2`` module a bench script (or the code it runs in a child, like
+    ``family._HOOK``) imports exists: the benches are run by hand, so a moved module
+    would otherwise break them unnoticed (``family.py`` imported ``cell_otf2.output`` after
+    it moved to ``cell_otf2.run``)."""
+    import importlib
+    import re
+
+    missing = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        text = path.read_text()
+        for mod, names in re.findall(r"from (cell_otf2[\w.]*) import ([\w, ]+)", text):
+            module = importlib.import_module(mod)
+            for name in (n.split(" as ")[0].strip() for n in names.split(",")):
+                if name and not hasattr(module, name):
+                    try:
+                        importlib.import_module(f"{mod}.{name}")
+                    except ImportError:
+                        missing.append(f"{path.name}: from {mod} import {name}")
+        for mod in re.findall(r"^\s*import (cell_otf2[\w.]*)", text, re.MULTILINE):
+            try:
+                importlib.import_module(mod)
+            except ImportError:
+                missing.append(f"{path.name}: import {mod}")
+    assert not missing, missing
