@@ -72,7 +72,8 @@ _WORDING: dict[DamageKind, tuple[str, str | None]] = {
         "node clocks", None),
     DamageKind.contradicting_order: (
         "SPE record{s} placed under slot order that contradicts the clock readings by more "
-        "than half a decrementer period (their times may be off by the relaxation)", "node{s}"),
+        "than half a decrementer period (their times may be off by the relaxation)",
+        "dump{s}"),
     DamageKind.unclosed_region: ("region{s} left open by a lost Leave, closed", None),
     DamageKind.leave_without_enter: ("Leave{s} whose Enter was lost, not written", None),
 }

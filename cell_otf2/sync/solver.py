@@ -417,8 +417,9 @@ def solve(n_domains: int, src, dst, weight, reference: int, alpha: float = 0.5) 
     lo_only = has_lo & ~has_up
     offset = _offsets_at(graph, alpha, lower, upper, both, up_only, lo_only)
     if up_only.any() or lo_only.any():  # one-sided offsets follow the placed domains'
-        offset_range = (_offsets_at(graph, 0.0, lower, upper, both, up_only, lo_only),
-                        _offsets_at(graph, 1.0, lower, upper, both, up_only, lo_only))
+        offset_range = tuple(offset if extreme == alpha else
+                             _offsets_at(graph, extreme, lower, upper, both, up_only, lo_only)
+                             for extreme in (0.0, 1.0))
     else:
         offset_range = (np.where(both, lower, np.nan), np.where(both, upper, np.nan))
     bounded = np.full(n, NONE, dtype="<U5")

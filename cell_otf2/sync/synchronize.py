@@ -195,7 +195,8 @@ CONTRADICTING_RELAXATION = float(1 << 31)
 
 def _contradicting_order(dec: Decoded, result: SyncResult, damage: DamageLog | None) -> None:
     """Count as damage the SPE records of each node whose relaxation reaches
-    ``CONTRADICTING_RELAXATION``: they are written, at times that may be off by that much."""
+    ``CONTRADICTING_RELAXATION``, per dump (its first such slot): they are
+    written, at times that may be off by that much."""
     if damage is None or result.node_relaxation is None:
         return
     bad = np.flatnonzero(result.node_relaxation >= CONTRADICTING_RELAXATION)
@@ -205,15 +206,14 @@ def _contradicting_order(dec: Decoded, result: SyncResult, damage: DamageLog | N
     dom_bad = np.isin(doms["node"], bad) & (doms["kind"] == DomainKind.SPE_INTERVAL)
     rec_dom = dec.records["domain"].astype(np.int64)
     hit = np.flatnonzero((rec_dom >= 0) & dom_bad[np.maximum(rec_dom, 0)])
-    if not hit.size:
-        return
-    rank = int(dec.locations["rank"][dec.records["loc"][hit[0]]])
-    worst = float(result.node_relaxation[bad].max())
-    damage.add(DamageKind.contradicting_order, dec.dump_names[rank],
-               int(dec.records["slot"][hit].min()), int(hit.size),
-               f"relaxation {worst:.0f} ticks: the slot order contradicts the decrementer "
-               "readings (a tracer bug: check names it where the dumps show one)",
-               occurrences=int(bad.size))
+    hit_rank = dec.locations["rank"][dec.records["loc"][hit]]
+    for rank in np.unique(hit_rank).tolist():
+        mine = hit[hit_rank == rank]
+        relax = float(result.node_relaxation[int(doms["node"][rec_dom[mine[0]]])])
+        damage.add(DamageKind.contradicting_order, dec.dump_names[rank],
+                   int(dec.records["slot"][mine].min()), int(mine.size),
+                   f"relaxation {relax:.0f} ticks: the slot order contradicts the decrementer "
+                   "readings (a tracer bug: check names it where the dumps show one)")
 
 
 def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
@@ -320,17 +320,13 @@ def apply_times(dec: Decoded, result: SyncResult, damage: DamageLog) -> None:
     unbounded_n = lost_n = clamped = violations = 0
     unbounded_first = lost_first = -1
     starts = dec.location_starts()
-    # the offsets at either end of what --alpha and --read-delay-ticks may choose (alpha 0
-    # and 1; one-sided domains follow the placed ones): a record whose time leaves 0..2^63 at
-    # one of them is lost whatever offset is used
-    if result.offset_low is not None and result.offset_high is not None:
-        dom_lower = np.concatenate([[np.nan], result.offset_low])
-        dom_upper = np.concatenate([[np.nan], result.offset_high])
-    else:  # a side with no bound: the offset used
-        dom_lower = np.where(np.isfinite(lower := np.concatenate([[np.nan], result.lower])),
-                             lower, dom_offset)
-        dom_upper = np.where(np.isfinite(upper := np.concatenate([[np.nan], result.upper])),
-                             upper, dom_offset)
+    # the offsets at either end of what --alpha may choose (alpha 0 and 1; one-sided domains
+    # follow the placed ones): a record whose time leaves 0..2^63 at one of them is lost
+    # whatever offset is used (a result without them, given offsets only: those offsets)
+    low = result.offset if result.offset_low is None else result.offset_low
+    high = result.offset if result.offset_high is None else result.offset_high
+    dom_lower = np.concatenate([[np.nan], low])
+    dom_upper = np.concatenate([[np.nan], high])
     width = np.nan_to_num(np.abs(dom_upper - dom_lower), nan=0.0)
     for s, e in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
         if s == e:
