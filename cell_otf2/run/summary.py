@@ -241,7 +241,7 @@ def interval_widths(domains: np.ndarray, width: np.ndarray) -> np.ndarray:
 #: damage kinds counted in records (the others count slots, blocks, messages or runs)
 RECORD_KINDS = frozenset({
     "block_overrun", "block_broken", "spe_outside_block", "undefined_id",
-    "backwards_timebase", "unusable_time", "unresolved_wrap"})
+    "backwards_timebase", "unusable_time", "unresolved_wrap", "contradicting_order"})
 
 
 def map_segments(m) -> list[dict]:
