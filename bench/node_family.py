@@ -8,6 +8,8 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   the foreign run ``hybrid-linear-b``;
 - wander: a sine of 5-15 us over 1-5 min on top, exchanges every 2 s; with ``hybrid-wander-a``;
 - dense: exchanges every 0.2 s with 15 us of wander;
+- steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
+  0.2-7 s, rings and chains;
 - short: runs of 10 ms to under a second.
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
@@ -73,12 +75,15 @@ class Regime:
 
 def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
        wander_us: float = 0.0, period_s: float = 240.0, topology: str = "ring",
-       spes: int = 2, imbalance: float = 0.01, shift_bytes: int = 4096) -> Case:
-    """A cluster run of 2 ranks per node, drift up to 50 ppm."""
+       spes: int = 2, imbalance: float = 0.01, shift_bytes: int = 4096,
+       steps: int = 1) -> Case:
+    """A cluster run of 2 ranks per node, drift up to 50 ppm (``steps``: the drift changes at
+    that many even knots, by up to 15 ppm)."""
     return Case(name, dict(nodes=nodes, ranks=2 * nodes, spes=spes, exchange_s=exchange_s,
                            duration_s=duration_s, wander_us=wander_us,
                            wander_period_s=period_s, topology=topology, max_ppm=50.0,
-                           imbalance=imbalance, shift_bytes=shift_bytes), seed)
+                           imbalance=imbalance, shift_bytes=shift_bytes,
+                           drift_segments=steps), seed)
 
 
 REGIMES: dict[str, Regime] = {
@@ -120,6 +125,27 @@ REGIMES: dict[str, Regime] = {
                   120.0, spes=1, shift_bytes=16384)],
         quick=[_c("4 nodes, 15 us / 1 min, 1 min", 21, 4, 0.2, 60.0, 15.0, 60.0),
                _c("16 nodes, 15 us / 1 min, 20 s", 24, 16, 0.2, 20.0, 15.0, 60.0, spes=1)]),
+    "steps": Regime(
+        "drift stepping by up to 15 ppm at 2-10 knots, exchanges every 0.05-7 s",
+        Targets(1.5, 25.0),
+        cases=[_c("3 nodes, 2 steps, 0.5 s, 2 min", 41, 3, 0.5, 120.0, steps=2),
+               _c("6 nodes chain, 4 steps, 0.5 s, 15 min", 23, 6, 0.5, 900.0,
+                  topology="chain", steps=4),
+               _c("4 nodes, 4 steps, 2 s, 10 min", 2, 4, 2.0, 600.0, steps=4),
+               _c("4 nodes, 4 steps, 2 s, 10 min, 12 us wander", 8, 4, 2.0, 600.0, 12.0,
+                  steps=4),
+               _c("4 nodes, 4 steps, 0.2 s, 5 min, 10 us wander", 6, 4, 0.2, 300.0, 10.0,
+                  steps=4),
+               _c("2 nodes, 10 steps, 1 s, 10 min", 11, 2, 1.0, 600.0, steps=10),
+               _c("3 nodes, 3 steps, 5 s, 15 min", 4, 3, 5.0, 900.0, steps=3),
+               _c("4 nodes chain, 8 steps, 2 s, 10 min", 3, 4, 2.0, 600.0, topology="chain",
+                  steps=8),
+               _c("8 nodes chain, 6 steps, 1 s, 5 min, 5 us wander", 7, 8, 1.0, 300.0, 5.0,
+                  topology="chain", steps=6),
+               _c("4 nodes chain, 5 steps, 7 s, 15 min", 5, 4, 7.0, 900.0, topology="chain",
+                  steps=5)],
+        quick=[_c("3 nodes, 2 steps, 0.5 s, 2 min", 41, 3, 0.5, 120.0, steps=2),
+               _c("4 nodes, 4 steps, 0.2 s, 2 min", 6, 4, 0.2, 120.0, steps=4)]),
     "short": Regime(
         "runs shorter than a second", Targets(short=True),
         cases=[_c("4 nodes, 0.5 s, every 20 ms", 31, 4, 0.02, 0.5),

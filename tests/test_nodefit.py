@@ -375,6 +375,45 @@ def test_dense_messages_follow_finer_wander(tmp_path_factory, name):
     assert rms <= DENSE_RMS_US and mx <= DENSE_MAX_US, (rms, mx)
 
 
+#: rate steps (``--drift-segments``: the drift changes at even knots by up to 30 % of 50 ppm,
+#: a corner in the clock), cluster runs of 2 ranks per node: the first line misses such a clock
+#: by milliseconds (it is centred between the hulls of the curve), which no round may take for
+#: late receives
+RATE_STEP_RUNS = {
+    "2s-10min-4nodes-4steps": dict(nodes=4, exchange_s=2.0, duration_s=600.0,
+                                   drift_segments=4, seed=2),
+    "0.2s-5min-4nodes-4steps-10us": dict(nodes=4, exchange_s=0.2, duration_s=300.0,
+                                         drift_segments=4, wander_us=10.0, seed=6),
+}
+#: a corner between two windows of the grid is cut by up to a quarter of its rate change
+#: times the window (docs/accuracy.md)
+STEP_RMS_US, STEP_MAX_US = 1.5, 25.0
+
+
+@pytest.mark.parametrize("name", list(RATE_STEP_RUNS))
+def test_rate_steps_followed(tmp_path, name):
+    """A drift that steps by up to 15 ppm (before: 45-142 us RMS, 0.28-0.82 ms max, every
+    window near a step taken for late receives): converted, read back against the truth, no
+    message reversed, the truth inside the bound, within 1.5 us RMS and 25 us max."""
+    from cellbench.nodetruth import evaluate
+
+    from cell_otf2.run.conversion import convert
+    from cell_otf2.sim.run import simulate_run
+
+    opts = dict(RATE_STEP_RUNS[name])
+    seed = int(opts.pop("seed"))
+    run = tmp_path / "run"
+    simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=2, max_ppm=50.0,
+                 **opts)
+    anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
+    convert(run, anchor, report=report)
+    res = evaluate(run, anchor, report)
+    assert res["reversed_mpi"] == res["order_violations"] == 0
+    assert res["outside_bound"] == 0
+    assert res["rms_us"] <= STEP_RMS_US and res["max_us"] <= STEP_MAX_US, (
+        res["rms_us"], res["max_us"])
+
+
 def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     """The sparse wandering run (exchanges every 2 s), shortened: converted, read back, no event
     before one that happened before it; the Score-P-style baseline reverses messages on the

@@ -22,6 +22,7 @@ from scipy.sparse.linalg import splu, spsolve
 from .points import ORDER_ONLY, FitOptions, by_node
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
+_REGRID = 1.5  # the joint rounds again on a grid this much finer or coarser, or not
 _LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
 
 
@@ -133,8 +134,28 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     for n in range(n_nodes):
         reached[n] |= knots[n] is not None and n != ref
     if all(reached[n] for n in np.unique(np.r_[lo, hi]).tolist() if n != ref):
-        _joint_rounds(span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots, values,
-                      curves, n_nodes, ref, o, late_ticks, hz)
+        args = (span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots, values, curves,
+                n_nodes, ref, o, late_ticks, hz)
+        d_key = group * 2 + (~fwd)
+        # a first pass on a grid of every message: where its curves leave the first lines by
+        # more than ten times ``outlier_us`` (a rate that changed: the lines are centred
+        # between the hulls of the curves), the rounds go on from them, on the grid of the
+        # messages timely under them if that is much finer or coarser; else the rounds start
+        # again from the lines, on the grid of the messages timely under those (late
+        # receives do not resolve a curve), as without rate steps
+        start = (list(knots), list(values), list(curves.model), curves.error.copy())
+        used = _joint_rounds(*args, width=_grid_width(span, u, d_key, None, o, late_ticks))
+        if _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
+            r = _residuals(ta, tb, a, b, c, knots, values)
+            width = _grid_width(span, u, d_key, r, o, late_ticks)
+            if not used / _REGRID <= width <= used * _REGRID:
+                _joint_rounds(*args, width=width)
+        else:
+            knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
+            curves.error[:] = start[3]
+            r = _residuals(ta, tb, a, b, c, knots, values)
+            _joint_rounds(*args, width=_grid_width(span, u, d_key, r, o, late_ticks),
+                          missed_drift=False)
     for n in range(n_nodes):
         if not reached[n]:
             knots[n] = values[n] = None
@@ -187,9 +208,12 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                   lo: np.ndarray, hi: np.ndarray, ta: np.ndarray, tb: np.ndarray,
                   a: np.ndarray, b: np.ndarray, c: np.ndarray, knots: list, values: list,
                   curves: Curves, n_nodes: int, ref: int, o: FitOptions, late_ticks: float,
-                  hz: float) -> None:
-    """The final rounds: every timely message (within ``timely_us`` of its direction's
-    fastest in its window, and the window not one whose messages that way all came late:
+                  hz: float, width: float, missed_drift: bool = True) -> float:
+    """The final rounds, on a grid of windows ``width`` long (``missed_drift``: the curves
+    may still miss a drift by far more than any lateness; the first round's late windows are
+    then judged on the sum of both directions, ``_late_windows``): every timely message (within
+    ``timely_us`` of its direction's fastest in its window, and the window not one whose
+    messages that way all came late:
     its fastest within ``late_window_us`` of the direction's fastest over the run, four
     times ``outlier_us`` in the first round)
     is an equation ``delay = least latency of its kind and node pair +- (E_hi - E_lo)(t)``,
@@ -201,13 +225,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     and node pair is then re-centred between its two directions' least residuals
     (``floor_messages``)."""
     d_key = group * 2 + (~fwd)
-    r = _residuals(ta, tb, a, b, c, knots, values)
-    gmin = np.full(int(d_key.max()) + 1, np.inf)
-    np.minimum.at(gmin, d_key, r)
-    timely = r <= gmin[d_key] + 4.0 * late_ticks
-    width = _window_width(d_key[timely], u[timely], span, o)
-    n_k = int(min(max(1, np.ceil(span / width)), o.max_knots))
-    width = span / n_k
+    n_k = int(round(span / width))
     nodes = [n for n in range(n_nodes) if n != ref and knots[n] is not None]
     col_of = np.full(n_nodes, -1)
     col_of[nodes] = np.arange(len(nodes))
@@ -226,19 +244,22 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     key = d_key * n_k + win
     strength: float | None = None
     for rnd in range(max(1, o.rounds)):
-        if rnd:  # the first round's residuals are those the grid was sized from
-            r = _residuals(ta, tb, a, b, c, knots, values)
+        r = _residuals(ta, tb, a, b, c, knots, values)
         floor = np.full(int(key.max()) + 1, np.inf)
         np.minimum.at(floor, key, r)
         gmin = np.full(int(d_key.max()) + 1, np.inf)
         np.minimum.at(gmin, d_key, r)
         # the first round's curves may still miss wander by tens of microseconds: a loose
         # test of late windows there, a tighter one once the curves follow the clocks
-        late_window = 4.0 * late_ticks if rnd == 0 else late_window_ticks
-        use = (r <= floor[key] + timely_ticks) & (floor[key] <= gmin[d_key] + late_window)
+        if rnd == 0 and missed_drift:  # curves that may miss a drift by far more than any
+            late = _late_windows(floor, key, d_key, n_k, 4.0 * late_ticks)  # lateness
+        else:
+            late = floor[key] > gmin[d_key] + (4.0 * late_ticks if rnd == 0
+                                               else late_window_ticks)
+        use = (r <= floor[key] + timely_ticks) & ~late
         rows = np.flatnonzero(use)
         if rows.size == 0:
-            return
+            return np.inf
         mat = _design(rows, lo, hi, sign, j0, frac, g_inv, col_of, n_k, n_x)
         rhs = r[rows]
         if strength is None:  # chosen once: later rounds only refine the centring
@@ -261,7 +282,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                 x = _solve(mat[keep], rhs[keep] + lift, pen, strength)
                 res = mat[keep] @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
-            return  # singular: the curves stay as the rounds before left them
+            return width  # singular: the curves stay as the rounds before left them
         e = x[:n_e].reshape(len(nodes), n_k)
         sigma = float(np.sqrt(np.mean(res ** 2)))
         model = "line" if strength >= _LAMBDAS[0] else "smooth"
@@ -278,6 +299,53 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                 curves.model[n] = model
         curves.samples = int(rows.size)
     curves.windows, curves.window_ticks = n_k, width
+    return width
+
+
+def _moved(knots0: list, values0: list, knots: list, values: list, tol: float) -> bool:
+    """Does any node's curve leave its earlier one by more than ``tol`` ticks at a knot?"""
+    for k0, v0, k1, v1 in zip(knots0, values0, knots, values, strict=True):
+        if k0 is not None and k1 is not None and v0 is not None and v1 is not None:
+            if np.abs(curve_at(k0, v0, k1) - v1).max() > tol:
+                return True
+    return False
+
+
+def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | None,
+                o: FitOptions, late_ticks: float) -> float:
+    """The joint rounds' window width: ``window_messages`` messages per direction of a kind,
+    and no more than ``max_knots`` windows. With the residuals ``r`` under some curves, the
+    timely messages only (within four times ``outlier_us`` of the direction's fastest)."""
+    timely = np.ones(d_key.size, dtype=bool)
+    if r is not None:
+        gmin = np.full(int(d_key.max()) + 1, np.inf)
+        np.minimum.at(gmin, d_key, r)
+        timely = r <= gmin[d_key] + 4.0 * late_ticks
+    width = _window_width(d_key[timely], u[timely], span, o)
+    return span / int(min(max(1, np.ceil(span / width)), o.max_knots))
+
+
+def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
+                  late_window: float) -> np.ndarray:
+    """Per message: is its window one whose fastest messages that way all came late? Where
+    the window has messages both ways, judged on the sum of the two directions' fastest
+    residuals there (twice the least latency plus any lateness, whatever the error of the
+    curves, which moves the two by opposite amounts) against the least such sum of the kind
+    and node pair over the run; else on the direction's fastest there against its fastest
+    over the run."""
+    n_dir = int(d_key.max()) + 1
+    gmin = np.full(n_dir, np.inf)
+    np.minimum.at(gmin, d_key, floor[key])
+    other = (d_key ^ 1) * n_k + key % n_k  # the same window, the other direction
+    fo = np.full(key.size, np.inf)
+    have = other < floor.size
+    fo[have] = floor[other[have]]
+    both = np.isfinite(fo)
+    total = floor[key] + fo
+    least = np.full(n_dir // 2 + 1, np.inf)
+    np.minimum.at(least, d_key[both] // 2, total[both])
+    return np.where(both, total > least[d_key // 2] + late_window,
+                    floor[key] > gmin[d_key] + late_window)
 
 
 def _floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int,
