@@ -137,23 +137,29 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         args = (span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots, values, curves,
                 n_nodes, ref, o, late_ticks, hz)
         d_key = group * 2 + (~fwd)
-        # a first pass on a grid of every message: where its curves leave the first lines by
-        # more than ten times ``outlier_us`` (a rate that changed: the lines are centred
-        # between the hulls of the curves), the rounds go on from them, on the grid of the
-        # messages timely under them if that is much finer or coarser; else the rounds start
-        # again from the lines, on the grid of the messages timely under those (late
-        # receives do not resolve a curve), as without rate steps
-        start = (list(knots), list(values), list(curves.model), curves.error.copy())
-        used = _joint_rounds(*args, width=_grid_width(span, u, d_key, None, o, late_ticks))
-        if _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
-            r = _residuals(ta, tb, a, b, c, knots, values)
-            width = _grid_width(span, u, d_key, r, o, late_ticks)
-            if not used / _REGRID <= width <= used * _REGRID:
-                _joint_rounds(*args, width=width)
-        else:
-            knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
-            curves.error[:] = start[3]
-            r = _residuals(ta, tb, a, b, c, knots, values)
+        # Where the lines seem to miss a drift (a rate that changed: a line is centred
+        # between the hulls of the curve; ``_missed_drift``), a first pass on a grid of
+        # every message, its first round's late windows judged on both directions at once.
+        # Where its curves leave the lines by more than ten times ``outlier_us``, the rounds
+        # go on from them (on the grid of the messages timely under them if that is much
+        # finer or coarser). Otherwise the rounds start from the lines, on the grid of the
+        # messages timely under them (late receives do not resolve a curve).
+        r = _residuals(ta, tb, a, b, c, knots, values)
+        fine = _grid_width(span, u, d_key, None, o, late_ticks)
+        followed = False
+        if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
+            start = (list(knots), list(values), list(curves.model), curves.error.copy())
+            used = _joint_rounds(*args, width=fine)
+            if _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
+                r = _residuals(ta, tb, a, b, c, knots, values)
+                width = _grid_width(span, u, d_key, r, o, late_ticks)
+                if not used / _REGRID <= width <= used * _REGRID:
+                    _joint_rounds(*args, width=width)
+                followed = True
+            else:
+                knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
+                curves.error[:] = start[3]
+        if not followed:
             _joint_rounds(*args, width=_grid_width(span, u, d_key, r, o, late_ticks),
                           missed_drift=False)
     for n in range(n_nodes):
@@ -300,6 +306,37 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         curves.samples = int(rows.size)
     curves.windows, curves.window_ticks = n_k, width
     return width
+
+
+def _missed_drift(r: np.ndarray, u: np.ndarray, d_key: np.ndarray, n_kinds: int, u0: float,
+                  width: float, tol: float) -> bool:
+    """Do the first lines seem to miss a drift by more than ``tol`` ticks? Per kind and node
+    pair, the half difference of the two directions' fastest residuals in each window of
+    ``width`` that has both and whose two fastest sum to within ``tol`` of the least such
+    sum (neither late; the lines' error there plus half the difference of the two
+    directions' least latencies): true when its median distance from its median over
+    those windows exceeds ``tol`` for every kind of some node pair (a missed rate change
+    moves the windows of every kind), or no kind has three such windows."""
+    groups, at = np.unique(d_key // 2, return_inverse=True)
+    win = ((u - u0) // width).astype(np.int64)
+    n_win = int(win.max()) + 1
+    floor = np.full((groups.size, 2, n_win), np.inf)  # [group, direction, window]
+    np.minimum.at(floor, (at.ravel(), d_key % 2, win), r)
+    both = np.isfinite(floor).all(axis=1)
+    f0, f1 = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
+    total = np.where(both, f0 + f1, np.inf)
+    both &= total <= total.min(axis=1)[:, None] + tol  # neither direction's fastest late
+    half = np.where(both, 0.5 * (f0 - f1), np.nan)
+    g = np.flatnonzero(both.sum(axis=1) >= 3)  # kinds and pairs with three such windows
+    if g.size:
+        spread = np.nanmedian(np.abs(half[g] - np.nanmedian(half[g], axis=1)[:, None]),
+                              axis=1)
+    else:
+        spread = np.zeros(0)
+    pairs, pair_at = np.unique(groups // n_kinds, return_inverse=True)
+    pair_min = np.full(pairs.size, np.inf)
+    np.minimum.at(pair_min, pair_at.ravel()[g], spread)
+    return bool((pair_min > tol).any())
 
 
 def _moved(knots0: list, values0: list, knots: list, values: list, tol: float) -> bool:
