@@ -19,6 +19,7 @@ from scipy.linalg import LinAlgError, solveh_banded
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import splu, spsolve
 
+from .disagree import two_way_centres
 from .points import ORDER_ONLY, FitOptions, by_node
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
@@ -320,14 +321,10 @@ def _missed_drift(r: np.ndarray, u: np.ndarray, d_key: np.ndarray, n_kinds: int,
     groups, at = np.unique(d_key // 2, return_inverse=True)
     win = ((u - u0) // width).astype(np.int64)
     n_win = int(win.max()) + 1
-    floor = np.full((groups.size, 2, n_win), np.inf)  # [group, direction, window]
-    np.minimum.at(floor, (at.ravel(), d_key % 2, win), r)
-    both = np.isfinite(floor).all(axis=1)
-    f0, f1 = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
-    total = np.where(both, f0 + f1, np.inf)
-    both &= total <= total.min(axis=1)[:, None] + tol  # neither direction's fastest late
-    half = np.where(both, 0.5 * (f0 - f1), np.nan)
-    g = np.flatnonzero(both.sum(axis=1) >= 3)  # kinds and pairs with three such windows
+    gi, wi, centre = two_way_centres(r, at.ravel(), d_key % 2, win, groups.size, n_win, tol)
+    half = np.full((groups.size, n_win), np.nan)
+    half[gi, wi] = centre
+    g = np.flatnonzero(np.isfinite(half).sum(axis=1) >= 3)  # with three such windows
     if g.size:
         spread = np.nanmedian(np.abs(half[g] - np.nanmedian(half[g], axis=1)[:, None]),
                               axis=1)

@@ -19,6 +19,7 @@ from ...damage import DamageKind, DamageLog
 from ...input import format as fmt
 from ...model import Decoded, DomainKind, Matches, NodeMap
 from ..synchronize import start_time_maps
+from .disagree import path_disagreement
 from .estimate import curve_at, estimate, offsets_at
 from .hard import Infeasible, apexes, blame, bound_at, build_graph, envelope, keep_order
 from .lp import lp_maps
@@ -242,6 +243,12 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         maps[n] = m
         fit.segments[n] = kn.size - 1
         fit.knots[n] = kn + c[n]
+    if method == "fit":  # a floor for the stated error that the fit's residuals cannot hide
+        off = path_disagreement(pts, maps, n_nodes, ref, 4.0 * o.outlier_us * 1e-6 * hz)
+        for n in np.flatnonzero(off > o.disagree_us * 1e-6 * hz).tolist():
+            m = maps[n]
+            if m is not None and n != ref:
+                m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))
     secs["bounds"] = time.perf_counter() - t3
     slack = slacks(pts, maps)
     fit.min_slack = float(np.nanmin(slack)) if slack.size else np.inf

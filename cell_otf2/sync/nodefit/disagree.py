@@ -1,0 +1,93 @@
+"""How far the fitted node maps are from what their own messages say under the estimate's
+assumption (messages of one kind take the same least time both ways): per node pair, in
+windows of a few messages each way where neither direction's fastest was received late, half
+the difference of the two directions' fastest delays under the maps is the maps' error there;
+its typical size (the root of the median square) per pair, and per node the largest along
+its path of pairs from the reference. A floor for the stated expected error of a node's map
+that no residual of the fit can hide (a rate change the curves missed leaves the fitted
+messages close to the curves and the two-way centres far from them). It changes no map and
+bounds nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+from scipy.sparse.csgraph import breadth_first_order
+
+from ...model import NodeMap
+from .points import ORDER_ONLY, by_node, map_to_reference, slacks
+
+
+def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
+                    n_groups: int, n_win: int, late_ticks: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group (a kind and node pair) and window with messages both ways, unless their two
+    fastest ``delay`` s sum to more than ``late_ticks`` above the least such sum of the group
+    (one of them was received late): half the difference of the forward and the backward
+    fastest (``back`` 0 / 1), which is the offset error there of the clocks the delays were
+    taken under, plus half the difference of the two directions' least latencies. Returns
+    (group, window, half) of those windows."""
+    floor = np.full((n_groups, 2, n_win), np.inf)
+    np.minimum.at(floor, (group, back, win), delay)
+    both = np.isfinite(floor).all(axis=1)
+    forward, backward = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
+    total = np.where(both, forward + backward, np.inf)
+    both &= total <= total.min(axis=1)[:, None] + late_ticks
+    g, w = np.nonzero(both)
+    return g, w, 0.5 * (forward[g, w] - backward[g, w])
+
+
+def path_disagreement(pts: np.ndarray, maps: list[NodeMap | None], n_nodes: int, ref: int,
+                      late_ticks: float, window_messages: int = 2) -> np.ndarray:
+    """Per node, the largest two-way disagreement (ticks) of the node pairs on its path from
+    the reference (breadth first over the pairs that have such windows); 0 for the reference
+    and for nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``late_ticks``: a window
+    whose two fastest delays sum to more than this above the least such sum of its kind and
+    pair is left out (one of them was received late)."""
+    out = np.zeros(n_nodes)
+    use = (pts["a"] != pts["b"]) & (pts["a"] >= 0) & (pts["b"] >= 0) & (
+        pts["kind"] != ORDER_ONLY)
+    pts = pts[use]
+    if pts.size == 0:
+        return out
+    delay = slacks(pts, maps)
+    ok = np.isfinite(delay)
+    pts, delay = pts[ok], delay[ok]
+    if pts.size == 0:
+        return out
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    back = (a != lo).astype(np.int64)
+    _, kind = np.unique(pts["kind"], return_inverse=True)
+    groups, group = np.unique((lo * n_nodes + hi) * (int(kind.max()) + 1) + kind.ravel(),
+                              return_inverse=True)
+    group = group.ravel()
+    t = np.zeros(pts.size)  # the send in reference ticks
+    for n, sel in by_node(a):
+        m = maps[n]
+        if m is not None:
+            t[sel] = map_to_reference(m, pts["ta"][sel])
+    t -= t.min()
+    count = np.bincount(group * 2 + back, minlength=2 * groups.size)
+    span = float(t.max())
+    per = span / max(float(np.median(count[count > 0])), 1.0)
+    width = max(per * window_messages, span / 2000.0, 1.0)
+    n_win = int(span // width) + 1
+    win = np.minimum((t // width).astype(np.int64), n_win - 1)
+    g, w, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks)
+    if g.size == 0:
+        return out
+    pair = groups[g] // (int(kind.max()) + 1)
+    pairs, at = np.unique(pair, return_inverse=True)
+    size = np.zeros(pairs.size)
+    for i in range(pairs.size):  # per node pair (a handful): the root of the median square
+        size[i] = float(np.sqrt(np.median(half[at.ravel() == i] ** 2)))
+    p_lo, p_hi = pairs // n_nodes, pairs % n_nodes
+    graph = sparse.coo_matrix((np.ones(pairs.size), (p_lo, p_hi)),
+                              shape=(n_nodes, n_nodes)).tocsr()
+    order, pred = breadth_first_order(graph, ref, directed=False)
+    weight = {(int(x), int(y)): float(s) for x, y, s in zip(p_lo, p_hi, size, strict=True)}
+    for n in order[1:].tolist():
+        p = int(pred[n])
+        out[n] = max(out[p], weight[(min(n, p), max(n, p))])
+    return out
