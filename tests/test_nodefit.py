@@ -419,9 +419,9 @@ def test_rate_steps_followed(tmp_path, name):
 def test_stated_error_not_hidden_by_the_fit(tmp_path, seed, steps, topology, missed):
     """A rate step the curves missed leaves the fitted messages near the curves: the fit's
     residuals alone stated 0.3 us where the map is 28 us off (a chain of 4 nodes, 8 steps,
-    MPI every 2 s). The two-way disagreement of the pairs on a node's path is a floor for
-    its stated error: within 4x of the truth's RMS there; and no floor where the maps are
-    good (a ring with 4 steps: the residuals' figure stands)."""
+    MPI every 2 s). Where the estimate followed such a drift, the two-way disagreement of
+    the pairs on a node's path is a floor for its stated error: within 4x of the truth's
+    RMS there; and under 1 us where the maps are good (a ring with 4 steps)."""
     import json
 
     from cellbench.nodetruth import evaluate

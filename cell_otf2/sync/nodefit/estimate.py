@@ -40,6 +40,9 @@ class Curves:
     windows: int = 0
     window_ticks: float = 0.0
     samples: int = 0  # symmetric (pair, kind, window) samples of the last round
+    #: the first lines missed a drift, and the curves were followed from a first pass: the
+    #: rounds' residuals may then understate the error (``disagree.py``)
+    followed_drift: bool = False
 
 
 def curve_at(knots: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -156,7 +159,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 width = _grid_width(span, u, d_key, r, o, late_ticks)
                 if not used / _REGRID <= width <= used * _REGRID:
                     _joint_rounds(*args, width=width)
-                followed = True
+                followed = curves.followed_drift = True
             else:
                 knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
                 curves.error[:] = start[3]

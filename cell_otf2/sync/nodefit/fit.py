@@ -243,9 +243,9 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         maps[n] = m
         fit.segments[n] = kn.size - 1
         fit.knots[n] = kn + c[n]
-    if method == "fit":  # a floor for the stated error that the fit's residuals cannot hide
+    if method == "fit" and curves.followed_drift:  # the residuals may hide a missed drift
         off = path_disagreement(pts, maps, n_nodes, ref, 4.0 * o.outlier_us * 1e-6 * hz)
-        for n in np.flatnonzero(off > o.disagree_us * 1e-6 * hz).tolist():
+        for n in np.flatnonzero(off > 0).tolist():
             m = maps[n]
             if m is not None and n != ref:
                 m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))

@@ -39,10 +39,6 @@ class FitOptions:
     window_messages: int = 2
     #: ... and the run is cut into at most this many windows
     max_windows: int = 2000
-    #: a node's stated expected error is at least the two-way disagreement of the pairs on
-    #: its path from the reference (``disagree.py``) where that exceeds this (their noise,
-    #: the fastest message of a few not being the least, is below 1 us on the family)
-    disagree_us: float = 5.0
     #: a window's sample further than this (or 8 robust deviations) from its neighbours'
     #: running median is set aside (its fastest messages one way were all received late)
     outlier_us: float = 20.0
