@@ -6,7 +6,8 @@ maps are an estimate only: ``fit.py`` keeps every message ordered and states the
 
 from __future__ import annotations
 
-import time
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -35,8 +36,6 @@ def lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float,
 
 def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOptions
              ) -> list[NodeMap | None]:
-    secs = {"prepare": 0.0, "curves": 0.0, "reduce": 0.0, "lp": 0.0, "bounds": 0.0}
-    t0 = time.perf_counter()
     pts = points[(points["a"] != points["b"]) & (points["a"] >= 0) & (points["b"] >= 0)]
     maps: list[NodeMap | None] = [None] * n_nodes
     maps[ref] = NodeMap(0.0, 1.0, 0.0, "reference")
@@ -49,8 +48,6 @@ def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOption
     a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
     lo_r = float(min((pts["ta"] + c[a]).min(), (pts["tb"] + c[b]).min())) - 1.0
     hi_r = float(max((pts["ta"] + c[a]).max(), (pts["tb"] + c[b]).max())) + 1.0
-    secs["prepare"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
     nodes = [n for n in np.flatnonzero(fitted).tolist() if n != ref]
     bends = {n: np.zeros(0) for n in nodes}
     spacing = {n: np.inf for n in nodes}
@@ -74,33 +71,29 @@ def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOption
             kref[n] = kr
             z = prior_offsets(centers, curves[:, n], kr, width)
             prior[n] = _map(kr - c[n], kr + z)
-    secs["curves"] = time.perf_counter() - t1
     # knots every h besides the bends: the fit is the mean of ``spins`` fits whose knots are
     # shifted by h / spins (each keeps every slack >= its smallest, so does their mean; the
     # mean follows a curve between knots and averages the noise of knots pinned by few
     # messages)
     spins = max(int(o.spins), 1) if any(h > 0 and np.isfinite(h)
                                         for h in spacing.values()) else 1
-    fits: list[list[tuple[np.ndarray, np.ndarray]]] = []
-    for spin in range(spins):
+
+    def spin_fit(spin: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        kref_s = list(kref)
         for n in nodes:
             h = spacing[n]
-            kref[n] = node_knots(bends[n], lo_r, hi_r, min(longest, abs(h)),
-                             spin / spins if h > 0 else 0.0)
-        t2 = time.perf_counter()
-        knots = [None if k is None else k - c[n] for n, k in enumerate(kref)]
-        tknots = [None if k is None else grid - c[n] for n, k in enumerate(kref)]
+            kref_s[n] = node_knots(bends[n], lo_r, hi_r, min(longest, abs(h)),
+                                   spin / spins if h > 0 else 0.0)
+        knots = [None if k is None else k - c[n] for n, k in enumerate(kref_s)]
+        tknots = [None if k is None else grid - c[n] for n, k in enumerate(kref_s)]
         fine = [None if k is None else np.unique(np.r_[k, tk])
                 for k, tk in zip(knots, tknots, strict=True)]
         cell = cells(a, b, piece_of(a, pts["ta"], fine), piece_of(b, pts["tb"], fine),
                       fine)
         y = pts["tb"] - pts["ta"] + (c[b] - c[a])
         pool = pts[hull(cell, pts["ta"], y, slope_limit(o.max_ppm))]
-        score = slacks(pool, prior)
-        secs["reduce"] += time.perf_counter() - t2
-        t3 = time.perf_counter()
         prog = Program(ref, knots, tknots, per_edge, c, o, hz)
-        z = prog.solve(pool, score)
+        z = prog.solve(pool, slacks(pool, prior))
         per_node: list[tuple[np.ndarray, np.ndarray]] = []
         for n in range(n_nodes):
             kn = knots[n]
@@ -108,8 +101,17 @@ def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOption
                 per_node.append((kn, kn + c[n] + z[prog.zoff[n]: prog.zoff[n] + kn.size]))
             else:
                 per_node.append((np.zeros(0), np.zeros(0)))
-        fits.append(per_node)
-        secs["lp"] += time.perf_counter() - t3
+        return per_node
+
+    # the spins' programs are independent and HiGHS releases the interpreter while it
+    # solves: on two cores or more they run side by side (the same fits, in spin order)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = min(spins, cpus or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool_ex:
+            fits = list(pool_ex.map(spin_fit, range(spins)))
+    else:
+        fits = [spin_fit(spin) for spin in range(spins)]
     for n in nodes:
         kn = np.unique(np.concatenate([f[n][0] for f in fits]))
         kr = np.mean([_extend(kn, *f[n]) for f in fits], axis=0)
