@@ -5,8 +5,9 @@ the difference of the two directions' fastest delays under the maps is the maps'
 its typical size (the root of the median square) per pair, and per node the largest along
 its path of pairs from the reference. A floor for the stated expected error of a node's map
 that no residual of the fit can hide (a rate change the curves missed leaves the fitted
-messages close to the curves and the two-way centres far from them). It changes no map and
-bounds nothing."""
+messages close to the curves and the two-way centres far from them). The two-way centres
+(``two_way_centres``) also serve the estimate's test for a missed drift. It changes no map
+and bounds nothing."""
 
 from __future__ import annotations
 

@@ -23,8 +23,10 @@ from .disagree import two_way_centres
 from .points import ORDER_ONLY, FitOptions, by_node
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
-_REGRID = 1.5  # the joint rounds again on a grid this much finer or coarser, or not
 _LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
+#: after a first pass that followed a missed drift: the joint rounds again on the grid of
+#: the messages timely under its curves when that is this much finer or coarser
+_REGRID = 1.5
 
 
 @dataclass
