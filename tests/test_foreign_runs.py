@@ -92,7 +92,8 @@ def test_order_violations_are_counted_from_the_archive(tmp_path, monkeypatch):
     from cell_otf2.sync.synchronize import start_time_maps
 
     monkeypatch.setattr(fit, "fitted_node_maps",
-                        lambda dec, matches, options=None, damage=None: start_time_maps(dec))
+                        lambda dec, matches, options=None, damage=None,
+                        extents=None: start_time_maps(dec))
     anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
     summary = convert(run, anchor, report=report)
     found = _reversed(anchor)

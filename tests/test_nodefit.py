@@ -466,3 +466,39 @@ def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
     assert lin.reversed > 0
 
 
+
+
+def test_bound_covers_records_before_the_first_message(tmp_path):
+    """The converter fits the node clocks on the MPI records alone; its guaranteed bound is
+    stated over each node's whole span of records all the same (before, it stopped at the
+    first and last MPI record: a map off at the run's start left 82 events of a node outside
+    their bound, by up to 0.2 ms). The report's bound per node equals that of the fit on the
+    whole decoded trace, and the first exchange (3 s in) lies well inside the span."""
+    import json
+
+    from cell_otf2.damage import DamageLog
+    from cell_otf2.decode.decoder import decode
+    from cell_otf2.decode.match import match
+    from cell_otf2.input.dumps import Dumps, read_summaries
+    from cell_otf2.input.manifest import load_manifest
+    from cell_otf2.run.conversion import convert
+    from cell_otf2.sim.run import simulate_run
+
+    run = tmp_path / "run"
+    simulate_run(run, "cluster", 104, nodes=3, ranks=6, spes=2, max_ppm=50.0,
+                 exchange_s=3.0, duration_s=30.0, topology="chain")
+    report = tmp_path / "a.json"
+    convert(run, tmp_path / "a.otf2", report=report)
+    rep = json.loads(report.read_text())
+    man = load_manifest(run)
+    log = DamageLog()
+    summaries = read_summaries(man, log, None)
+    dec = decode(man, Dumps(man, summaries), log, release=True, summaries=summaries)
+    whole = fit_nodes(dec, match(dec, log))
+    for n, entry in enumerate(rep["nodes"]):
+        m = whole.maps[n]
+        if entry["method"] != "fit" or m is None:
+            continue
+        assert entry["bound_ticks"] == pytest.approx(m.bound, rel=1e-9), entry["node"]
+        first = entry["segments"][0]["first_timebase"]
+        assert first > float(np.nanmin(dec.records["local"][dec.records["domain"] == n]))

@@ -34,6 +34,7 @@ from ..model import (
     SyncResult,
 )
 from ..native.record_loops import time_bounds
+from ..sync.extents import node_extents, widest
 from ..sync.synchronize import pair_table, reversed_pairs
 
 P = fmt.PpeCode
@@ -73,9 +74,10 @@ class MpiState:
     n_proc: int
 
 
-#: one group's MPI records as ``match_mpi`` takes them: the records, their loss epochs and
-#: their indexes in the group's record table
-MpiRecords = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: one group's MPI records as ``match_mpi`` takes them: the records, their loss epochs, their
+#: indexes in the group's record table, and per node the node timebase span of all the
+#: group's records (``extents.node_extents``: the span the node fit's bound covers)
+MpiRecords = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -139,11 +141,12 @@ def _mpi_index(dec: Decoded) -> np.ndarray:
 
 
 def mpi_subset(dec: Decoded) -> MpiRecords:
-    """``dec``'s MPI records, their loss epochs and their indexes in ``dec.records``."""
+    """``dec``'s MPI records, their loss epochs, their indexes in ``dec.records`` and the span
+    of node timebase of all its records per node."""
     sel = _mpi_index(dec)
     epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
              else np.zeros(sel.size, np.int32))
-    return dec.records[sel], epoch, sel
+    return dec.records[sel], epoch, sel, node_extents(dec)
 
 
 def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
@@ -166,7 +169,9 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
         links=np.zeros(0, LINK_DTYPE), n_nodes=len(man.nodes), loss_epoch=epoch[order],
     )
     found = match(mini, damage)
-    node_maps = fitted_node_maps(mini, found, damage=damage)
+    # the bound is stated over every record of a node, not only over its MPI records
+    node_maps = fitted_node_maps(mini, found, damage=damage,
+                                 extents=widest([p[3] for p in parts], len(man.nodes)))
     own, loc = owner[order], local[order]
     pairs = []
     for q in range(len(parts)):

@@ -18,6 +18,7 @@ import numpy as np
 from ...damage import DamageKind, DamageLog
 from ...input import format as fmt
 from ...model import Decoded, DomainKind, Matches, NodeMap
+from ..extents import node_extents
 from ..synchronize import start_time_maps
 from .disagree import path_disagreement
 from .estimate import curve_at, estimate, offsets_at
@@ -81,38 +82,21 @@ def points_from_trace(dec: Decoded, matches: Matches) -> np.ndarray:
     return pts[pts["a"] != pts["b"]]
 
 
-def node_extents(dec: Decoded) -> np.ndarray:
-    """Per node, the smallest and largest node timebase of its records with a node clock
-    (NaN where none)."""
-    rec = dec.records
-    out = np.full((dec.n_nodes, 2), np.nan)
-    dom = rec["domain"]
-    ok = dom >= 0
-    ok[ok] = dec.domains["kind"][dom[ok]] == DomainKind.NODE
-    if not ok.any():
-        return out
-    node = dec.domains["node"][dom[ok]].astype(np.int64)
-    x = rec["local"][ok].astype(np.float64)
-    lo = np.full(dec.n_nodes, np.inf)
-    hi = np.full(dec.n_nodes, -np.inf)
-    np.minimum.at(lo, node, x)
-    np.maximum.at(hi, node, x)
-    seen = np.isfinite(lo)
-    out[seen, 0], out[seen, 1] = lo[seen], hi[seen]
-    return out
-
-
 def fitted_node_maps(dec: Decoded, matches: Matches, options: FitOptions | None = None,
-                     damage: DamageLog | None = None) -> list[NodeMap]:
+                     damage: DamageLog | None = None, extents: np.ndarray | None = None
+                     ) -> list[NodeMap]:
     """The converter's node maps: the fit where the messages reach a node both ways, the
     manifest's start times (``synchronize.start_time_maps``) for the other nodes. Messages
-    that no clock maps can keep ordered together go to ``damage`` (first file and slot)."""
+    that no clock maps can keep ordered together go to ``damage`` (first file and slot).
+    ``extents``: per node the node timebase span of all its records, over which the
+    guaranteed bound is stated (default: of ``dec``'s records, which may be the MPI records
+    only)."""
     maps = start_time_maps(dec)
     if dec.n_nodes < 2:
         return maps
     pts = points_from_trace(dec, matches)
     fit = fit_points(pts, dec.n_nodes, dec.manifest.node_of_rank(0), dec.manifest.timebase_hz,
-                     options, extents=node_extents(dec))
+                     options, extents=node_extents(dec) if extents is None else extents)
     if fit.contradicting.size and damage is not None:
         bad = pts[fit.contradicting]
         recs = np.concatenate([bad["before"], bad["after"]])
