@@ -20,6 +20,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import splu, spsolve
 
 from .disagree import two_way_centres
+from .oneway import late_one_way, mirrored
 from .points import ORDER_ONLY, FitOptions, by_node
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
@@ -95,6 +96,21 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     a, b, lo, hi, fwd, u, group = (a[keep], b[keep], lo[keep], hi[keep], fwd[keep], u[keep],
                                    group[keep])
     ta, tb = pts["ta"][keep], pts["tb"][keep]
+    # a node pair late one way in every exchange: its late direction's messages give way to
+    # the timely direction's, mirrored (``oneway.py``), so that the pair is centred on its
+    # kind's usual least latency, not between a timely and a late direction
+    d_kept = group * 2 + (~fwd)
+    late, usual = late_one_way((tb + c[b]) - (ta + c[a]), d_kept, u,
+                               _window_width(d_kept, u, max(float(np.ptp(u)), 1.0), o),
+                               kinds.size, max(o.late_window_us, o.timely_us) * 1e-6 * hz)
+    if late.size:
+        stay, which, sums = mirrored(d_kept, late, usual)
+        a, b, ta, tb, group = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
+                               np.r_[ta[stay], tb[which]], np.r_[tb[stay], ta[which] + sums],
+                               np.r_[group[stay], group[which]])
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        fwd = a == lo
+        u = ta + c[a]
     u0, u1 = float(u.min()), float(u.max())
     span = max(u1 - u0, 1.0)
     knots: list[np.ndarray | None] = [None] * n_nodes
