@@ -10,6 +10,10 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - dense: exchanges every 0.2 s with 15 us of wander;
 - steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
   0.2-7 s, rings and chains;
+- sparse: few exchanges (1-2 minutes every 1-3 s, or 0.3 s every 30 ms), chains of 4-8 nodes
+  and rings of 8-16, where some link comes late one way in most or every exchange: six
+  shapes, seeds 101-106 each (two seeds of three shapes with ``--quick``), against the wander
+  regime's targets;
 - short: runs of 10 ms to under a second.
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
@@ -18,8 +22,9 @@ terminal, gives the stage times, and the "mpi" stage holds the node fit), then t
 Per regime it prints the worst case of each number against the node clock targets: no reversed
 pair read back and the summary's count equal to the archive's, the bound containing the truth
 at every event, RMS / max error (linear <= 0.2 / 0.5 us; wander <= 0.5 / 3 us, <= 2 us away
-from the first and last 20 s; dense <= 0.15 / 1 us), and for short runs no node rate at the
-+-200 ppm limit and finite bounds. It prints numbers and PASS/FAIL; it asserts nothing.
+from the first and last 20 s; dense <= 0.15 / 1 us; sparse <= 0.5 / 3 us), and for short
+runs no node rate at the +-200 ppm limit and finite bounds. It prints numbers and PASS/FAIL;
+it asserts nothing.
 
     python bench/node_family.py [--quick] [--regimes linear,short] [--keep DIR]
         [--foreign DIR] [--no-foreign]
@@ -86,6 +91,17 @@ def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
                            drift_segments=steps), seed)
 
 
+#: the sparse regime's shapes: label, nodes, exchange every (s), duration (s), wander (us),
+#: topology, SPE contexts per rank
+_SPARSE = [
+    ("8 nodes chain, 3 s, 1 min", 8, 3.0, 60.0, 0.0, "chain", 2),
+    ("8 nodes chain, 1 s, 1 min, 10 us wander", 8, 1.0, 60.0, 10.0, "chain", 2),
+    ("8 nodes, 2 s, 2 min, 10 us wander", 8, 2.0, 120.0, 10.0, "ring", 2),
+    ("4 nodes chain, 2 s, 2 min", 4, 2.0, 120.0, 0.0, "chain", 2),
+    ("8 nodes chain, 0.3 s, every 30 ms", 8, 0.03, 0.3, 0.0, "chain", 2),
+    ("16 nodes, 0.3 s, every 30 ms", 16, 0.03, 0.3, 0.0, "ring", 1),
+]
+
 REGIMES: dict[str, Regime] = {
     "linear": Regime(
         "linear drift, exchanges every 2-5 s", Targets(0.2, 0.5),
@@ -146,6 +162,17 @@ REGIMES: dict[str, Regime] = {
                   steps=5)],
         quick=[_c("3 nodes, 2 steps, 0.5 s, 2 min", 41, 3, 0.5, 120.0, steps=2),
                _c("4 nodes, 4 steps, 0.2 s, 2 min", 6, 4, 0.2, 120.0, steps=4)]),
+    "sparse": Regime(
+        "1-2 minutes, few exchanges, links late one way (seeds 101-106 of each shape)",
+        Targets(0.5, 3.0),
+        cases=[_c(f"{label}, seed {seed}", seed, nodes, ex, dur, wander, 60.0, topology=topo,
+                  spes=spes)
+               for label, nodes, ex, dur, wander, topo, spes in _SPARSE
+               for seed in range(101, 107)],
+        quick=[_c(f"{label}, seed {seed}", seed, nodes, ex, dur, wander, 60.0, topology=topo,
+                  spes=spes)
+               for label, nodes, ex, dur, wander, topo, spes in _SPARSE[:3]
+               for seed in (104, 106)]),
     "short": Regime(
         "runs shorter than a second", Targets(short=True),
         cases=[_c("4 nodes, 0.5 s, every 20 ms", 31, 4, 0.02, 0.5),
