@@ -271,8 +271,10 @@ def map_segments(m) -> list[dict]:
 
 #: what a fitted node's estimate assumes (the report's ``assumed.node_latency``)
 NODE_LATENCY = ("messages of the same kind (communicator and size) between two nodes take the "
-                "same least time both ways; the bounds assume only that every message is "
-                "received after it was sent and that node rates stay within the rate limit")
+                "same least time both ways (between two nodes whose messages of a kind came "
+                "late one way in every exchange: the least time the kind takes between the "
+                "other nodes); the bounds assume only that every message is received after it "
+                "was sent and that node rates stay within the rate limit")
 
 
 def _assumed(run: SynchronizedRun) -> dict:
