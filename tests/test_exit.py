@@ -16,28 +16,44 @@ from cell_otf2 import __main__ as entry
 SMALL = SAMPLES / "wraps-heartbeats"
 
 
+#: libraries that act at exit, which ``_exit`` leaves to the ordinary exit
+AT_EXIT = ("mpi4py", "matplotlib", "multiprocessing")
+
+
 @pytest.fixture
 def exits(monkeypatch):
+    """``os._exit`` recorded instead of taken, in a process as the command's is: none of the
+    libraries that act at exit loaded (earlier tests of the suite load some)."""
     taken: list[int] = []
     monkeypatch.setattr(entry.os, "_exit", taken.append)
+    for name in AT_EXIT:
+        monkeypatch.delitem(sys.modules, name, raising=False)
     return taken
 
 
+@pytest.fixture
+def alone(monkeypatch):
+    """No other thread running (earlier tests of the suite may leave some)."""
+    import threading
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+
+
 @pytest.mark.parametrize(("code", "status"), [(None, 0), (0, 0), (1, 1), (4, 4), (130, 130)])
-def test_status_kept(exits, code, status):
+def test_status_kept(exits, alone, code, status):
     entry._exit(SystemExit(code))
     assert exits == [status]
 
 
 @pytest.mark.parametrize("code", ["a message", -1, 256])
-def test_a_status_the_interpreter_must_render_takes_the_ordinary_exit(exits, code):
+def test_a_status_the_interpreter_must_render_takes_the_ordinary_exit(exits, alone, code):
     entry._exit(SystemExit(code))
     assert exits == []
 
 
-@pytest.mark.parametrize("module", ["mpi4py", "matplotlib", "multiprocessing"])
-def test_libraries_that_act_at_exit_keep_the_ordinary_exit(exits, monkeypatch, module):
-    monkeypatch.setitem(sys.modules, module, sys.modules.get(module) or object())
+@pytest.mark.parametrize("module", AT_EXIT)
+def test_libraries_that_act_at_exit_keep_the_ordinary_exit(exits, alone, monkeypatch, module):
+    monkeypatch.setitem(sys.modules, module, object())
     entry._exit(SystemExit(0))
     assert exits == []
 
