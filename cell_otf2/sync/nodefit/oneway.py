@@ -27,9 +27,10 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     """The directions late in every exchange and their kinds' usual two-way sums: per
     direction key (``d_key`` = group * 2 + backward, group = pair * ``n_kinds`` + kind;
     every message of a kind with messages both ways, ``r`` its delay under any curves whose
-    error is smooth over a few windows, ``u`` its time, ``width`` the windows' width), those
-    whose group's two-way sum exceeds its kind's median by more than ``margin``, and that
-    median (twice the kind's usual least latency)."""
+    error is smooth over a few windows, ``u`` its time, ``width`` the windows' width), the
+    scattered directions of timely/scattered pairs whose two-way sum exceeds their kind's
+    usual one by more than ``margin``, and that usual sum (twice the kind's usual least
+    latency: the median of the kind's pairs within ``margin`` of its least)."""
     none = (np.zeros(0, np.int64), np.zeros(0))
     n_dir = int(d_key.max()) + 1 if d_key.size else 0
     n_dir += n_dir % 2
@@ -60,7 +61,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             mine = by_dir[starts[2 * g + late]:starts[2 * g + late + 1]]
             t_late, r_late = u[mine], r[mine]
         else:  # both timely (or no telling): the fastest of each window one way
-            late, t_late, r_late = 0, ft[ways[0]], fr[ways[0]]
+            t_late, r_late = ft[ways[0]], fr[ways[0]]
             timely = ways[1]
             keep = dev[1] <= margin / 2.0
         if keep.sum() < 2:
