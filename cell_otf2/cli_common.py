@@ -202,19 +202,6 @@ def _plain_type(shown: str) -> str:
     return shown.strip("<>").replace(" range", "").upper()
 
 
-def _argument_name(param: typer.core.TyperArgument) -> str:
-    """An argument as the usage line and the help name it: its ``metavar``, else its name (what
-    typer's own ``display_name_raw`` returns; not every typer release has that property)."""
-    return param.metavar if param.metavar is not None else str(param.name)
-
-
-def _shown_type(param: typer.core.TyperOption, ctx: Any) -> str | None:
-    """How typer writes an option's value in the help: ``<int range>`` (``display_type_rich``,
-    typer 0.29) or click's ``INTEGER RANGE`` (``make_metavar``, earlier releases)."""
-    shown = getattr(param, "display_type_rich", None)
-    return shown(ctx) if shown is not None else param.make_metavar(ctx)
-
-
 class PlainHelpCommand(typer.core.TyperCommand):
     """A typer command whose usage line and help read as click's and most command lines':
     typer writes a required argument as ``{RUN_DIR}`` in the usage line, ``RUN_DIR <path>`` in
@@ -229,7 +216,7 @@ class PlainHelpCommand(typer.core.TyperCommand):
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if isinstance(param, typer.core.TyperArgument):
-                name = _argument_name(param)
+                name = param.human_readable_name
                 pieces.append(name if param.required else f"[{name}]")
             else:
                 pieces.extend(param.get_usage_pieces(ctx))
@@ -244,9 +231,9 @@ class PlainHelpCommand(typer.core.TyperCommand):
                 continue
             name, text = record
             if isinstance(param, typer.core.TyperArgument):
-                arguments.append((_argument_name(param), text))
+                arguments.append((param.human_readable_name, text))
             elif isinstance(param, typer.core.TyperOption):
-                shown = _shown_type(param, ctx)
+                shown = param.make_metavar(ctx)
                 if param.metavar is None and shown:
                     name = name.replace(f" {shown}", f" {_plain_type(shown)}")
                 options.append((name, text))
