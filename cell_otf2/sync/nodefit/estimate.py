@@ -21,7 +21,7 @@ from scipy.sparse.linalg import splu, spsolve
 
 from .disagree import two_way_centres
 from .oneway import late_one_way, mirrored
-from .points import ORDER_ONLY, FitOptions, by_node
+from .points import ORDER_ONLY, FitOptions, by_node, curve_at
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
 _LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
@@ -46,16 +46,6 @@ class Curves:
     #: the first lines missed a drift, and the curves were followed from a first pass: the
     #: rounds' residuals may then understate the error (``disagree.py``)
     followed_drift: bool = False
-
-
-def curve_at(knots: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The piecewise-linear curve through (knots, values) at ``x``, extended linearly."""
-    x = np.asarray(x, dtype=np.float64)
-    if knots.size == 1:
-        return np.full(x.shape, float(values[0]))
-    j = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, knots.size - 2)
-    slope = (values[j + 1] - values[j]) / (knots[j + 1] - knots[j])
-    return values[j] + (x - knots[j]) * slope
 
 
 def offsets_at(curves_knots: list[np.ndarray | None], curves_values: list[np.ndarray | None],

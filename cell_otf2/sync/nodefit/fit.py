@@ -21,7 +21,7 @@ from ...model import Decoded, DomainKind, Matches, NodeMap
 from ..extents import node_extents
 from ..synchronize import start_time_maps
 from .disagree import path_disagreement
-from .estimate import curve_at, estimate, offsets_at
+from .estimate import estimate, offsets_at
 from .hard import Infeasible, apexes, blame, bound_at, build_graph, envelope, keep_order
 from .lp import lp_maps
 from .points import (
@@ -29,6 +29,7 @@ from .points import (
     POINT_DTYPE,
     FitOptions,
     PiecewiseMap,
+    curve_at,
     rough_offsets,
     slacks,
     strongly_connected,

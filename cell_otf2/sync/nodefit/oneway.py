@@ -1,25 +1,26 @@
 """Node pairs whose messages of a symmetric kind came late one way in every exchange (a busy
-receiver whose receives all complete in a later ``MPI_Waitall``). The estimate's assumption,
-the same least latency both ways, would centre such a pair between a timely and a late
-direction: off by half the lateness, up to milliseconds. Per kind and node pair, a direction
-is timely when its fastest delay per window lies, over the run, within a quarter of the
-lateness margin of the line through its neighbours' (robustly: the median), and scattered
-when beyond the margin. Adding to a late message's delay the timely direction's at the same
-time (along its fastest messages per window, its own late windows left out) gives what no
-smooth error of the clocks changes: twice the least latency plus that message's lateness;
-the least such sum over the run, against its usual value over the kind's node pairs (the
-median of those within the margin of the least), is the lateness of the direction in every
-exchange. ``late_one_way`` names the directions late by
-more than the margin; the estimate replaces their messages by the timely direction's,
-mirrored (``mirrored``), so that such a pair is centred where its timely direction takes
-half the kind's usual two-way sum: an assumption (a kind's least latency alike on every node
-pair) made only there. It decides nothing where fewer than three node pairs share a kind or
+receiver whose receives all complete in a later ``MPI_Waitall``). The estimate's assumption, the
+same least latency both ways, would centre such a pair between a timely and a late direction:
+off by half the lateness, up to milliseconds. Per kind and node pair, a direction is timely when
+its fastest delay per window lies, over the run, within a quarter of the lateness margin of the
+line through its neighbours' (robustly: the median), and scattered when beyond the margin.
+Adding to a late message's delay the timely direction's at the same time (along its fastest
+messages per window, its own late windows left out) gives what no smooth error of the clocks
+changes: twice the least latency plus that message's lateness; the least such sum over the run,
+against its usual value over the kind's node pairs (the median of those within the margin of the
+least), is the lateness of the direction in every exchange. ``late_one_way`` names the
+directions late by more than the margin; the estimate replaces their messages by the timely
+direction's, mirrored (``mirrored``), so that such a pair is centred where its timely direction
+takes half the kind's usual two-way sum: an assumption (a kind's least latency alike on every
+node pair) made only there. It decides nothing where fewer than three node pairs share a kind or
 fewer than two agree on its usual sum, where no direction is timely or both are, or where the
 late direction was timely once."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from .points import curve_at
 
 
 def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
@@ -66,8 +67,8 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             keep = dev[1] <= margin / 2.0
         if keep.sum() < 2:
             continue
-        two_way[g] = float(np.min(r_late + _through(t_late, ft[timely][keep],
-                                                    fr[timely][keep])))
+        two_way[g] = float(np.min(r_late + curve_at(ft[timely][keep], fr[timely][keep],
+                                                    t_late)))
     kind = np.arange(n_dir // 2) % n_kinds
     keys: list[int] = []
     sums: list[float] = []
@@ -118,10 +119,3 @@ def _line(t: np.ndarray, t0: np.ndarray, y0: np.ndarray, t1: np.ndarray, y1: np.
     span = t1 - t0
     frac = np.divide(t - t0, span, out=np.full(span.size, 0.5), where=span != 0)
     return y0 + frac * (y1 - y0)
-
-
-def _through(t: np.ndarray, tk: np.ndarray, yk: np.ndarray) -> np.ndarray:
-    """The piecewise-linear curve through (tk, yk) (increasing tk, two points at least) at
-    ``t``, extended along its end pieces."""
-    j = np.clip(np.searchsorted(tk, t, side="right") - 1, 0, tk.size - 2)
-    return _line(t, tk[j], yk[j], tk[j + 1], yk[j + 1])

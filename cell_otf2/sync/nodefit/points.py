@@ -1,9 +1,9 @@
 """The message points the node fit works on (``POINT_DTYPE``: happened-before pairs between two
-nodes' timebases, with the kind of message each is), the fit's options (``FitOptions``) and
-what its steps share: a point's slack under node maps (``slacks``), points grouped by node, the
-nodes linked to the reference both ways, rough offsets, and the reduction to the points no
-other point of the same node pair dominates. It fits nothing (``estimate.py``, ``hard.py`` and
-``fit.py`` do) and reads no files."""
+nodes' timebases, with the kind of message each is), the fit's options (``FitOptions``) and what
+its steps share: a point's slack under node maps (``slacks``), points grouped by node, the nodes
+linked to the reference both ways, rough offsets, the reduction to the points no other point of
+the same node pair dominates, and a piecewise-linear curve's values (``curve_at``). It fits
+nothing (``estimate.py``, ``hard.py`` and ``fit.py`` do) and reads no files."""
 
 from __future__ import annotations
 
@@ -205,3 +205,13 @@ def slacks(pts: np.ndarray, maps: list[NodeMap | None]) -> np.ndarray:
                 f[sel] = map_to_reference(m, pts[t][sel])
         out.append(f)
     return out[1] - out[0]
+
+
+def curve_at(knots: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The piecewise-linear curve through (knots, values) at ``x``, extended linearly."""
+    x = np.asarray(x, dtype=np.float64)
+    if knots.size == 1:
+        return np.full(x.shape, float(values[0]))
+    j = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, knots.size - 2)
+    slope = (values[j + 1] - values[j]) / (knots[j + 1] - knots[j])
+    return values[j] + (x - knots[j]) * slope
