@@ -16,7 +16,7 @@ from scipy import sparse
 from scipy.sparse.csgraph import breadth_first_order
 
 from ...model import NodeMap
-from .points import ORDER_ONLY, by_node, map_to_reference, slacks
+from .points import ORDER_ONLY, by_node, map_to_reference
 
 
 def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
@@ -38,22 +38,19 @@ def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win:
     return g, w, 0.5 * (forward[g, w] - backward[g, w])
 
 
-def path_disagreement(pts: np.ndarray, maps: list[NodeMap | None], n_nodes: int, ref: int,
-                      late_ticks: float, window_messages: int = 2) -> np.ndarray:
+def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | None],
+                      n_nodes: int, ref: int, late_ticks: float, window_messages: int = 2
+                      ) -> np.ndarray:
     """Per node, the largest two-way disagreement (ticks) of the node pairs on its path from
     the reference (breadth first over the pairs that have such windows); 0 for the reference
-    and for nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``late_ticks``: a window
-    whose two fastest delays sum to more than this above the least such sum of its kind and
-    pair is left out (one of them was received late)."""
+    and for nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``delay``: their delays
+    under ``maps`` (``points.slacks``); ``late_ticks``: a window whose two fastest delays sum
+    to more than this above the least such sum of its kind and pair is left out (one of them
+    was received late)."""
     out = np.zeros(n_nodes)
     use = (pts["a"] != pts["b"]) & (pts["a"] >= 0) & (pts["b"] >= 0) & (
-        pts["kind"] != ORDER_ONLY)
-    pts = pts[use]
-    if pts.size == 0:
-        return out
-    delay = slacks(pts, maps)
-    ok = np.isfinite(delay)
-    pts, delay = pts[ok], delay[ok]
+        pts["kind"] != ORDER_ONLY) & np.isfinite(delay)
+    pts, delay = pts[use], delay[use]
     if pts.size == 0:
         return out
     a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)

@@ -228,14 +228,15 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         maps[n] = m
         fit.segments[n] = kn.size - 1
         fit.knots[n] = kn + c[n]
+    slack = slacks(pts, maps)
     if method == "fit" and curves.followed_drift:  # the residuals may hide a missed drift
-        off = path_disagreement(pts, maps, n_nodes, ref, 4.0 * o.outlier_us * 1e-6 * hz)
+        off = path_disagreement(pts, slack, maps, n_nodes, ref,
+                                4.0 * o.outlier_us * 1e-6 * hz)
         for n in np.flatnonzero(off > 0).tolist():
             m = maps[n]
             if m is not None and n != ref:
                 m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))
     secs["bounds"] = time.perf_counter() - t3
-    slack = slacks(pts, maps)
     fit.min_slack = float(np.nanmin(slack)) if slack.size else np.inf
     fit.reversed = int((slack < 0).sum())
     fit.seconds = secs
