@@ -146,7 +146,9 @@ def mpi_subset(dec: Decoded) -> MpiRecords:
     sel = _mpi_index(dec)
     epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
              else np.zeros(sel.size, np.int32))
-    return dec.records[sel], epoch, sel, node_extents(dec)
+    # the span matters to the node fit only, which a run of one node does not have
+    span = node_extents(dec) if dec.n_nodes > 1 else np.full((dec.n_nodes, 2), np.nan)
+    return dec.records[sel], epoch, sel, span
 
 
 def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,

@@ -14,12 +14,18 @@ def node_extents(dec: Decoded) -> np.ndarray:
     (NaN where none)."""
     rec = dec.records
     out = np.full((dec.n_nodes, 2), np.nan)
-    dom = rec["domain"]
-    ok = dom >= 0
-    ok[ok] = dec.domains["kind"][dom[ok]] == DomainKind.NODE
+    if dec.n_nodes == 0:
+        return out
+    # the field copied out of the wide rows once; the node domains come first
+    # (``Decoded.domains``), so the domain table is looked up only for their records
+    dom = np.ascontiguousarray(rec["domain"])
+    ok = (dom >= 0) & (dom < dec.n_nodes)
+    first = dom[ok]
+    clock = dec.domains["kind"][first] == DomainKind.NODE
+    ok[ok] = clock
     if not ok.any():
         return out
-    node = dec.domains["node"][dom[ok]].astype(np.int64)
+    node = dec.domains["node"][first[clock]].astype(np.int64)
     x = rec["local"][ok].astype(np.float64)
     lo = np.full(dec.n_nodes, np.inf)
     hi = np.full(dec.n_nodes, -np.inf)
