@@ -505,19 +505,25 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 
 
 #: runs with a node pair whose messages of one kind came late one way in every exchange
-#: (before: 163 us and 36 us RMS; the pair was centred between a timely and a late direction)
+#: (before: 163 us and 36 us RMS; the pair was centred between a timely and a late direction),
+#: or in every exchange but one (chain8-3s-1min-106: 3.4 ms; one timely message pins no
+#: rate, and the timely direction's one late message, mirrored, was impossibly early).
+#: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
+#: queueing, 1-2 us per such pair)
 LATE_ONE_WAY_RUNS = {
     "ring8-2s-2min-w10": dict(nodes=8, exchange_s=2.0, duration_s=120.0, wander_us=10.0,
                               wander_period_s=60.0, seed=104),
     "chain8-30ms-0.3s": dict(nodes=8, exchange_s=0.03, duration_s=0.3, topology="chain",
                              seed=102),
+    "chain8-3s-1min-106": dict(nodes=8, exchange_s=3.0, duration_s=60.0, topology="chain",
+                               seed=106, limit_us=5.0),
 }
 
 
 @pytest.mark.parametrize("name", list(LATE_ONE_WAY_RUNS))
 def test_pair_late_one_way_in_every_exchange(tmp_path, name):
-    """Converted, read back against the truth: within 2 us RMS, no message reversed, the truth
-    inside the bound."""
+    """Converted, read back against the truth: within 2 us RMS (or the run's ``limit_us``), no
+    message reversed, the truth inside the bound."""
     from cellbench.nodetruth import evaluate
 
     from cell_otf2.run.conversion import convert
@@ -525,6 +531,7 @@ def test_pair_late_one_way_in_every_exchange(tmp_path, name):
 
     opts = dict(LATE_ONE_WAY_RUNS[name])
     seed = int(opts.pop("seed"))
+    limit_us = float(opts.pop("limit_us", 2.0))
     run = tmp_path / "run"
     simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=2, max_ppm=50.0,
                  imbalance=0.01, shift_bytes=4096, drift_segments=1, **opts)
@@ -532,25 +539,31 @@ def test_pair_late_one_way_in_every_exchange(tmp_path, name):
     convert(run, anchor, report=report)
     res = evaluate(run, anchor, report)
     assert res["reversed_mpi"] == 0 and res["outside_bound"] == 0
-    assert res["rms_us"] <= 2.0, res["rms_us"]
+    assert res["rms_us"] <= limit_us, res["rms_us"]
 
 
 def test_late_one_way_named_with_its_lateness():
-    """Three node pairs of one kind, messages every second both ways for a minute, the
-    curves' error a line: the pair whose one direction is 1-5 ms late in every exchange is
-    named, with a lateness within 1 us of the least; a pair whose directions take turns at
-    being late is not, nor is one late by a constant (which way, the messages cannot tell)."""
+    """Node pairs of one kind, messages every second both ways for a minute, the curves'
+    error a line: a pair whose one direction is 1-5 ms late in every exchange is named, with a
+    lateness within 1 us of the least, and so is one whose late direction was timely once (one
+    message pins no rate); a pair whose directions take turns at being late is not, nor is one
+    late by a constant (which way, the messages cannot tell). The timely direction's own late
+    messages, a run of them at the start included, are not mirrored."""
     from cell_otf2.sync.nodefit.oneway import late_one_way, mirrored
 
     rng = np.random.default_rng(7)
     t = np.arange(60.0) * 1e6  # microsecond ticks, one exchange a second
     rows = []  # (group, backward, time, delay)
-    for g in range(4):
+    for g in range(6):
         drift = 20e-6 * (g + 1) * t  # the curves' error: a line per pair
         fwd = 10.0 + rng.exponential(0.5, t.size) + drift
         back = 10.0 + rng.exponential(0.5, t.size) - drift
-        if g == 1:  # late one way in every exchange
+        if g in (1, 4, 5):  # late one way in every exchange (4: but once)
             back = back + 1000.0 + rng.uniform(0.0, 4000.0, t.size)
+        if g == 4:
+            back[37] = 10.5 - drift[37]
+        if g == 5:  # its timely direction late in the first five exchanges
+            fwd[:5] += rng.uniform(2000.0, 30000.0, 5)
         if g == 2:  # the directions take turns
             fwd = fwd + np.where(np.arange(t.size) % 2 == 0, 3000.0, 0.0)
             back = back + np.where(np.arange(t.size) % 2 == 1, 3000.0, 0.0)
@@ -560,9 +573,12 @@ def test_late_one_way_named_with_its_lateness():
     d_key = np.concatenate([np.full(t.size, 2 * g + s) for g, s, _, _ in rows])
     u = np.concatenate([x for _, _, x, _ in rows])
     r = np.concatenate([y for _, _, _, y in rows])
-    late, usual = late_one_way(r, d_key, u, 2e6, 1, 48.0)
-    assert late.tolist() == [3]
-    assert usual[0] == pytest.approx(20.0, abs=2.0)
-    keep, which, sums = mirrored(d_key, late, usual)
-    assert not keep[d_key == 3].any() and keep[d_key != 3].all()
-    assert (d_key[which] == 2).all() and which.size == t.size
+    late, usual, on_time = late_one_way(r, d_key, u, 2e6, 1, 48.0, 200e-6)
+    assert late.tolist() == [3, 9, 11]
+    assert usual == pytest.approx(20.0, abs=2.0)
+    assert not on_time[d_key == 10][:5].any() and on_time[d_key == 10][5:].all()
+    assert on_time[d_key != 10].all()
+    keep, which, sums = mirrored(d_key, late, usual, on_time)
+    assert not keep[np.isin(d_key, late)].any() and keep[~np.isin(d_key, late)].all()
+    assert np.array_equal(which, np.flatnonzero(np.isin(d_key, [2, 8, 10]) & on_time))
+    assert which.size == 3 * t.size - 5

@@ -90,11 +90,12 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     # the timely direction's, mirrored (``oneway.py``), so that the pair is centred on its
     # kind's usual least latency, not between a timely and a late direction
     d_kept = group * 2 + (~fwd)
-    late, usual = late_one_way((tb + c[b]) - (ta + c[a]), d_kept, u,
-                               _window_width(d_kept, u, max(float(np.ptp(u)), 1.0), o),
-                               kinds.size, max(o.late_window_us, o.timely_us) * 1e-6 * hz)
+    late, usual, on_time = late_one_way(
+        (tb + c[b]) - (ta + c[a]), d_kept, u,
+        _window_width(d_kept, u, max(float(np.ptp(u)), 1.0), o), kinds.size,
+        max(o.late_window_us, o.timely_us) * 1e-6 * hz, 2.0 * o.max_ppm * 1e-6)
     if late.size:
-        stay, which, sums = mirrored(d_kept, late, usual)
+        stay, which, sums = mirrored(d_kept, late, usual, on_time)
         a, b, ta, tb, group = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
                                np.r_[ta[stay], tb[which]], np.r_[tb[stay], ta[which] + sums],
                                np.r_[group[stay], group[which]])

@@ -1,20 +1,23 @@
 """Node pairs whose messages of a symmetric kind came late one way in every exchange (a busy
-receiver whose receives all complete in a later ``MPI_Waitall``). The estimate's assumption, the
-same least latency both ways, would centre such a pair between a timely and a late direction:
-off by half the lateness, up to milliseconds. Per kind and node pair, a direction is timely when
-its fastest delay per window lies, over the run, within a quarter of the lateness margin of the
-line through its neighbours' (robustly: the median), and scattered when beyond the margin.
-Adding to a late message's delay the timely direction's at the same time (along its fastest
-messages per window, its own late windows left out) gives what no smooth error of the clocks
-changes: twice the least latency plus that message's lateness; the least such sum over the run,
+receiver whose receives all complete in a later ``MPI_Waitall``), or in all but one or two. The
+estimate's assumption, the same least latency both ways, would centre such a pair between a
+timely and a late direction, off by half the lateness, or tilt it through its few timely
+messages: milliseconds. Per kind and node pair, a window is late one way when its fastest delay
+that way lies above the line through its neighbours' or above what the rate limit lets the
+direction's other windows allow (a run of late windows passes the first test at a run's ends); a
+direction is timely when few of its windows are late (the chord's robust scatter within a
+quarter of the lateness margin, or at most a quarter of its windows), scattered when that
+scatter exceeds the margin. Adding to a late message's delay the timely direction's at the
+same time (along its fastest messages per window, its late windows left out) gives what no
+smooth error of the clocks changes: twice the least latency plus that message's lateness;
 against its usual value over the kind's node pairs (the median of those within the margin of the
-least), is the lateness of the direction in every exchange. ``late_one_way`` names the
-directions late by more than the margin; the estimate replaces their messages by the timely
-direction's, mirrored (``mirrored``), so that such a pair is centred where its timely direction
-takes half the kind's usual two-way sum: an assumption (a kind's least latency alike on every
-node pair) made only there. It decides nothing where fewer than three node pairs share a kind or
-fewer than two agree on its usual sum, where no direction is timely or both are, or where the
-late direction was timely once."""
+least, from pairs timely both ways or timely one way), a scattered direction with at most two
+messages within the margin of it is late one way. ``late_one_way`` names those directions; the
+estimate replaces their messages by the timely direction's, mirrored (``mirrored``; the timely
+direction's own late messages are not), so that such a pair is centred where its timely
+direction takes half the kind's usual two-way sum: an assumption (a kind's least latency alike
+on every node pair) made only there. It decides nothing where fewer than three node pairs share
+a kind or fewer than two agree on its usual sum, or where no direction is timely."""
 
 from __future__ import annotations
 
@@ -22,17 +25,27 @@ import numpy as np
 
 from .points import curve_at
 
+#: a scattered direction timely in at most this many messages is late one way
+_TIMELY_MESSAGES = 2
+#: a direction with at most this share of its windows late is timely
+_LATE_SHARE = 0.25
+
 
 def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
-                 n_kinds: int, margin: float) -> tuple[np.ndarray, np.ndarray]:
+                 n_kinds: int, margin: float, rate: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The directions late in every exchange and their kinds' usual two-way sums: per
     direction key (``d_key`` = group * 2 + backward, group = pair * ``n_kinds`` + kind;
     every message of a kind with messages both ways, ``r`` its delay under any curves whose
     error is smooth over a few windows, ``u`` its time, ``width`` the windows' width), the
-    scattered directions of timely/scattered pairs whose two-way sum exceeds their kind's
-    usual one by more than ``margin``, and that usual sum (twice the kind's usual least
-    latency: the median of the kind's pairs within ``margin`` of its least)."""
-    none = (np.zeros(0, np.int64), np.zeros(0))
+    scattered directions of timely/scattered pairs with at most ``_TIMELY_MESSAGES`` messages
+    whose two-way sum lies within ``margin`` of their kind's usual one, that usual sum (twice
+    the kind's usual least latency: the median of the kind's pairs within ``margin`` of its
+    least) and, per message, whether it may be mirrored (False for the timely direction's own
+    late messages of such pairs). ``rate``: the largest slope of a curve's error (ticks per
+    tick)."""
+    on_time = np.ones(r.size, dtype=bool)
+    none = (np.zeros(0, np.int64), np.zeros(0), on_time)
     n_dir = int(d_key.max()) + 1 if d_key.size else 0
     n_dir += n_dir % 2
     if n_dir == 0 or not np.isfinite(width) or width <= 0:
@@ -48,27 +61,44 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     starts = np.searchsorted(d_key[by_dir], np.arange(n_dir + 1))
     two_way = np.full(n_dir // 2, np.nan)  # twice the least latency plus what came late
     slow = np.full(n_dir // 2, -1)
+    late_sums: dict[int, np.ndarray] = {}  # a scattered direction's sums, per message
     for g in np.unique(d_key // 2).tolist():
         ways = [slice(bounds[2 * g + s], bounds[2 * g + s + 1]) for s in (0, 1)]
         if any(w.stop - w.start < 4 for w in ways):
             continue
         dev = [_off_chord(ft[w], fr[w]) for w in ways]
         scatter = [1.4826 * float(np.median(np.abs(d))) for d in dev]
+        # a window late that way: above the chord through its neighbours, or above what the
+        # rate limit lets the others allow (a run of late windows passes the chord test)
+        out = [(d > margin / 2.0) | _above_reach(ft[w], fr[w], rate, margin / 2.0)
+               for d, w in zip(dev, ways, strict=True)]
+        # timely: few windows late (the chord's robust scatter, which a late window spoils
+        # for its neighbours too, or the share of windows late)
+        prompt = [sc < margin / 4.0 or float(np.mean(o)) <= _LATE_SHARE
+                  for sc, o in zip(scatter, out, strict=True)]
         late = int(np.argmax(scatter))
         timely = ways[1 - late]
-        keep = dev[1 - late] <= margin / 2.0  # its windows late that way too: out
-        if scatter[late] > margin and scatter[1 - late] < margin / 4.0:
+        keep = ~out[1 - late]
+        if scatter[late] > margin and prompt[1 - late]:
             slow[g] = late
             mine = by_dir[starts[2 * g + late]:starts[2 * g + late + 1]]
             t_late, r_late = u[mine], r[mine]
-        else:  # both timely (or no telling): the fastest of each window one way
-            t_late, r_late = ft[ways[0]], fr[ways[0]]
+        elif prompt[0] and prompt[1]:  # both timely: the fastest of each window one way
+            t_late, r_late = ft[ways[0]][~out[0]], fr[ways[0]][~out[0]]
             timely = ways[1]
-            keep = dev[1] <= margin / 2.0
-        if keep.sum() < 2:
+            keep = ~out[1]
+        else:  # no telling
             continue
-        two_way[g] = float(np.min(r_late + curve_at(ft[timely][keep], fr[timely][keep],
-                                                    t_late)))
+        if keep.sum() < 2 or t_late.size == 0:
+            continue
+        pair_sums = r_late + curve_at(ft[timely][keep], fr[timely][keep], t_late)
+        two_way[g] = float(np.min(pair_sums))
+        if slow[g] >= 0:
+            late_sums[g] = pair_sums
+            # the timely direction's own late messages are not mirrored
+            own = by_dir[starts[2 * g + 1 - late]:starts[2 * g + 2 - late]]
+            on_time[own] = (r[own] - curve_at(ft[timely][keep], fr[timely][keep], u[own])
+                            <= margin / 2.0)
     kind = np.arange(n_dir // 2) % n_kinds
     keys: list[int] = []
     sums: list[float] = []
@@ -82,28 +112,45 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
         if near.sum() < 2:
             continue
         usual = float(np.median(two_way[near]))
-        for g in np.flatnonzero(of_k & (slow >= 0) & (two_way > usual + margin)).tolist():
+        for g in np.flatnonzero(of_k & (slow >= 0) & np.isfinite(two_way)).tolist():
+            # late in every exchange but at most ``_TIMELY_MESSAGES``: so few timely messages
+            # pin no rate, and a support line through them tilts the pair by its lateness
+            if np.count_nonzero(late_sums[g] <= usual + margin) > _TIMELY_MESSAGES:
+                continue
             keys.append(2 * g + int(slow[g]))
             sums.append(usual)
     if not keys:
         return none
-    return np.array(keys, np.int64), np.array(sums)
+    return np.array(keys, np.int64), np.array(sums), on_time
 
 
-def mirrored(d_key: np.ndarray, late: np.ndarray, usual: np.ndarray
+def mirrored(d_key: np.ndarray, late: np.ndarray, usual: np.ndarray, on_time: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """How the directions ``late`` give way: which messages to keep (those of no late
     direction), which to mirror in their place (the timely direction's of the same kind and
-    pair) and, per mirrored message, its kind's ``usual`` two-way sum. A message mirrored is
-    sent where and when its original was received and received where its original was sent,
-    ``usual`` after that was sent: under any curves its delay is ``usual`` minus its
-    original's, so the pair is centred where the timely direction takes half the kind's
-    usual two-way sum."""
+    pair, those ``on_time``) and, per mirrored message, its kind's ``usual`` two-way sum. A
+    message mirrored is sent where and when its original was received and received where
+    its original was sent, ``usual`` after that was sent: under any curves its delay is
+    ``usual`` minus its original's, so the pair is centred where the timely direction takes
+    half the kind's usual two-way sum (a late original, mirrored, would be impossibly
+    early)."""
     keep = ~np.isin(d_key, late)
     timely_of = np.full(int(max(d_key.max(), late.max())) + 2, -1)
     timely_of[late ^ 1] = np.arange(late.size)
-    which = np.flatnonzero(timely_of[d_key] >= 0)
+    which = np.flatnonzero((timely_of[d_key] >= 0) & on_time)
     return keep, which, usual[timely_of[d_key[which]]]
+
+
+def _above_reach(t: np.ndarray, y: np.ndarray, rate: float, margin: float) -> np.ndarray:
+    """Which points lie more than ``margin`` above every other's reach: the least
+    ``y[j] + rate * |t - t[j]|`` over the others (``t`` ascending), what a curve whose slope
+    stays within ``rate`` allows through them. A run of late points, which the chord through
+    neighbours lets pass at a run's ends, does not pass this once a timely point is within
+    reach."""
+    big = np.inf
+    from_left = np.r_[big, np.minimum.accumulate(y - rate * t)[:-1]] + rate * t
+    from_right = np.r_[np.minimum.accumulate((y + rate * t)[::-1])[::-1][1:], big] - rate * t
+    return y > np.minimum(from_left, from_right) + margin
 
 
 def _off_chord(t: np.ndarray, y: np.ndarray) -> np.ndarray:
