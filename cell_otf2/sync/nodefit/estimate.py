@@ -329,7 +329,8 @@ def _missed_drift(r: np.ndarray, u: np.ndarray, d_key: np.ndarray, n_kinds: int,
     sum (neither late; the lines' error there plus half the difference of the two
     directions' least latencies): true when its median distance from its median over
     those windows exceeds ``tol`` for every kind of some node pair (a missed rate change
-    moves the windows of every kind), or no kind has three such windows."""
+    moves the windows of every kind), or no node pair has a kind with three such windows
+    (a pair without, late one way or the other in every window, tells nothing)."""
     groups, at = np.unique(d_key // 2, return_inverse=True)
     win = ((u - u0) // width).astype(np.int64)
     n_win = int(win.max()) + 1
@@ -345,7 +346,8 @@ def _missed_drift(r: np.ndarray, u: np.ndarray, d_key: np.ndarray, n_kinds: int,
     pairs, pair_at = np.unique(groups // n_kinds, return_inverse=True)
     pair_min = np.full(pairs.size, np.inf)
     np.minimum.at(pair_min, pair_at.ravel()[g], spread)
-    return bool((pair_min > tol).any())
+    told = np.isfinite(pair_min)  # a pair late one way or the other in every window tells
+    return bool((pair_min[told] > tol).any() or not told.any())  # nothing
 
 
 def _moved(knots0: list, values0: list, knots: list, values: list, tol: float) -> bool:
