@@ -509,7 +509,8 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: or in every exchange but one (chain8-3s-1min-106: 3.4 ms; one timely message pins no
 #: rate, and the timely direction's one late message, mirrored, was impossibly early), or
 #: late one way or the other in every exchange (chain8-3s-1min-102: 1.5 ms; no window of such
-#: a pair tells whether the lines missed a drift).
+#: a pair tells whether the lines missed a drift), or in the first three exchanges one way and
+#: the last seven the other (chain8-30ms-0.3s-104: 7.3 us; its support lines tilted by 840 ppm).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
 LATE_ONE_WAY_RUNS = {
@@ -521,6 +522,8 @@ LATE_ONE_WAY_RUNS = {
                                seed=106, limit_us=5.0),
     "chain8-3s-1min-102": dict(nodes=8, exchange_s=3.0, duration_s=60.0, topology="chain",
                                seed=102),
+    "chain8-30ms-0.3s-104": dict(nodes=8, exchange_s=0.03, duration_s=0.3, topology="chain",
+                                 seed=104, limit_us=3.0),
 }
 
 
@@ -586,3 +589,42 @@ def test_late_one_way_named_with_its_lateness():
     assert not keep[np.isin(d_key, late)].any() and keep[~np.isin(d_key, late)].all()
     assert np.array_equal(which, np.flatnonzero(np.isin(d_key, [2, 8, 10]) & on_time))
     assert which.size == 3 * t.size - 5
+
+
+def test_pair_taking_turns_at_being_late_gets_its_line():
+    """Ten exchanges in 0.3 s, one direction timely in the first three and late (60-600 us)
+    after, the other the reverse, the clocks' difference drifting 30 ppm: the line through the
+    most messages has the drift within 3 ppm and the offset within 1 us, and the late messages
+    are named; a pair whose difference steps by 200 us halfway, or whose drift changes, gets
+    no line."""
+    from cell_otf2.sync.nodefit.counted import counted_lines
+
+    rng = np.random.default_rng(3)
+    t = np.linspace(-0.15e6, 0.15e6, 10)  # microsecond ticks about the run's middle
+    diff = 5.0 + 30e-6 * t  # the clocks' difference under the rough offsets
+    fwd_late = np.arange(10) >= 3
+    fwd_d = 10.0 + rng.exponential(0.5, 10) + diff + np.where(fwd_late,
+                                                              rng.uniform(60, 600, 10), 0.0)
+    back_d = 10.0 + rng.exponential(0.5, 10) - diff + np.where(~fwd_late,
+                                                               rng.uniform(60, 600, 10), 0.0)
+    group = np.zeros(20, np.int64)
+    fwd = np.r_[np.ones(10, bool), np.zeros(10, bool)]
+    tt, r = np.r_[t, t + 2.0], np.r_[fwd_d, back_d]
+    d0, beta, support, off = counted_lines(group, fwd, tt, r, 20.0, 200e-6, np.array([0]))
+    assert support[0] >= 3
+    assert beta[0] == pytest.approx(30e-6, abs=3e-6)
+    assert d0[0] == pytest.approx(5.0, abs=1.0)
+    assert np.array_equal(off, np.r_[fwd_late, ~fwd_late])
+    # both ways timely, the difference stepping by 200 us halfway (the same shape of delays,
+    # but the two-way sums stay level), or its drift changing by 15 ppm over two minutes
+    timely = np.r_[10.0 + rng.exponential(0.5, 10) + diff, 10.0 + rng.exponential(0.5, 10) - diff]
+    stepped = timely + np.where(tt > 0, 200.0, 0.0) * np.where(fwd, 1.0, -1.0)
+    t2 = np.linspace(-60e6, 60e6, 60)
+    bend = np.where(t2 > 0, 15e-6 * t2, 0.0)
+    kinked = np.r_[10.0 + rng.exponential(0.5, 60) + bend, 10.0 + rng.exponential(0.5, 60) - bend]
+    for times, delays in ((tt, stepped), (np.r_[t2, t2 + 2.0], kinked)):
+        n = times.size // 2
+        _, _, support, off = counted_lines(np.zeros(2 * n, np.int64),
+                                           np.r_[np.ones(n, bool), np.zeros(n, bool)], times,
+                                           delays, 20.0, 200e-6, np.array([0]))
+        assert support[0] == 0 and not off.any()

@@ -19,6 +19,7 @@ from scipy.linalg import LinAlgError, solveh_banded
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import splu, spsolve
 
+from .counted import counted_lines
 from .disagree import two_way_centres
 from .oneway import late_one_way, mirrored
 from .points import ORDER_ONLY, FitOptions, by_node, curve_at
@@ -114,6 +115,18 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     r = (tb + c[b]) - (ta + c[a])
     tbar = 0.5 * (u0 + u1)
     gk, d0, beta, support = _support_lines(group, fwd, u - tbar, r, late_ticks)
+    # a pair whose directions take turns at being late tilts its support lines until late
+    # messages touch them, and pins nothing: a line through the most messages instead
+    # (its messages off that line are set aside in the first joint round, whose test of
+    # late windows is loose)
+    weak = np.flatnonzero(support < 3)
+    off_line = None
+    if weak.size:
+        d0_w, beta_w, support_w, off_line = counted_lines(
+            group, fwd, u - tbar, r, late_ticks, 2.0 * o.max_ppm * 1e-6, gk[weak])
+        now = support_w >= 3
+        d0[weak[now]], beta[weak[now]], support[weak[now]] = (d0_w[now], beta_w[now],
+                                                              support_w[now])
     # a line is pinned by three messages on it each way at least (two make any line)
     pinned = np.where(support >= 3, support, 0.0)
     if gk.size:
@@ -148,7 +161,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         reached[n] |= knots[n] is not None and n != ref
     if all(reached[n] for n in np.unique(np.r_[lo, hi]).tolist() if n != ref):
         args = (span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots, values, curves,
-                n_nodes, ref, o, late_ticks, hz)
+                n_nodes, ref, o, late_ticks, hz, off_line)
         d_key = group * 2 + (~fwd)
         # Where the lines seem to miss a drift (a rate that changed: a line is centred
         # between the hulls of the curve; ``_missed_drift``), a first pass on a grid of
@@ -227,10 +240,12 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                   lo: np.ndarray, hi: np.ndarray, ta: np.ndarray, tb: np.ndarray,
                   a: np.ndarray, b: np.ndarray, c: np.ndarray, knots: list, values: list,
                   curves: Curves, n_nodes: int, ref: int, o: FitOptions, late_ticks: float,
-                  hz: float, width: float, missed_drift: bool = True) -> float:
+                  hz: float, set_aside: np.ndarray | None, width: float,
+                  missed_drift: bool = True) -> float:
     """The final rounds, on a grid of windows ``width`` long (``missed_drift``: the curves
     may still miss a drift by far more than any lateness; the first round's late windows are
-    then judged on the sum of both directions, ``_late_windows``): every timely message (within
+    then judged on the sum of both directions, ``_late_windows``; ``set_aside``: messages
+    late in any case in the first round): every timely message (within
     ``timely_us`` of its direction's fastest in its window, and the window not one whose
     messages that way all came late:
     its fastest within ``late_window_us`` of the direction's fastest over the run, four
@@ -275,6 +290,8 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         else:
             late = floor[key] > gmin[d_key] + (4.0 * late_ticks if rnd == 0
                                                else late_window_ticks)
+        if rnd == 0 and set_aside is not None:
+            late = late | set_aside
         use = (r <= floor[key] + timely_ticks) & ~late
         rows = np.flatnonzero(use)
         if rows.size == 0:
