@@ -92,6 +92,8 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
         if keep.sum() < 2 or t_late.size == 0:
             continue
         pair_sums = r_late + curve_at(ft[timely][keep], fr[timely][keep], t_late)
+        if not float(np.min(pair_sums)) > 0.0:
+            continue  # no two-way sum is negative: the timely direction's curve is off there
         two_way[g] = float(np.min(pair_sums))
         if slow[g] >= 0:
             late_sums[g] = pair_sums
