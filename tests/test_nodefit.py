@@ -512,7 +512,9 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: a pair tells whether the lines missed a drift), or in the first three exchanges one way and
 #: the last seven the other (chain8-30ms-0.3s-104: 7.3 us; its support lines tilted by 840 ppm),
 #: or whose timely direction's curve gave a negative two-way sum (chain8-1s-40s-w15-201: 1.1 ms;
-#: it became the kind's least and left no usual sum).
+#: it became the kind's least and left no usual sum), or received a few tens of microseconds
+#: late in a run too short for the lateness margin of long runs (chain8-0.2s-9s-w15-201:
+#: 22 us; ring16-30ms-0.3s-101: two nodes at the rate limit).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
 LATE_ONE_WAY_RUNS = {
@@ -528,13 +530,18 @@ LATE_ONE_WAY_RUNS = {
                                  seed=104, limit_us=3.0),
     "chain8-1s-40s-w15-201": dict(nodes=8, exchange_s=1.0, duration_s=40.0, wander_us=15.0,
                                   wander_period_s=60.0, topology="chain", seed=201),
+    "chain8-0.2s-9s-w15-201": dict(nodes=8, exchange_s=0.2, duration_s=9.0, wander_us=15.0,
+                                   wander_period_s=60.0, topology="chain", seed=201,
+                                   limit_us=3.0),
+    "ring16-30ms-0.3s-101": dict(nodes=16, exchange_s=0.03, duration_s=0.3, seed=101, spes=1,
+                                 limit_us=3.0),
 }
 
 
 @pytest.mark.parametrize("name", list(LATE_ONE_WAY_RUNS))
 def test_pair_late_one_way_in_every_exchange(tmp_path, name):
     """Converted, read back against the truth: within 2 us RMS (or the run's ``limit_us``), no
-    message reversed, the truth inside the bound."""
+    message reversed, the truth inside the bound, no node's rate at the 100 ppm limit."""
     from cellbench.nodetruth import evaluate
 
     from cell_otf2.run.conversion import convert
@@ -543,14 +550,16 @@ def test_pair_late_one_way_in_every_exchange(tmp_path, name):
     opts = dict(LATE_ONE_WAY_RUNS[name])
     seed = int(opts.pop("seed"))
     limit_us = float(opts.pop("limit_us", 2.0))
+    spes = int(opts.pop("spes", 2))
     run = tmp_path / "run"
-    simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=2, max_ppm=50.0,
+    simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=spes, max_ppm=50.0,
                  imbalance=0.01, shift_bytes=4096, drift_segments=1, **opts)
     anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
     convert(run, anchor, report=report)
     res = evaluate(run, anchor, report)
     assert res["reversed_mpi"] == 0 and res["outside_bound"] == 0
     assert res["rms_us"] <= limit_us, res["rms_us"]
+    assert max(abs(n["rate_ppm"]) for n in res["nodes"]) < 100.0 * (1 - 1e-6)  # not at the limit
 
 
 def test_late_one_way_named_with_its_lateness():

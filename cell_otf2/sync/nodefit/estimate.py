@@ -274,7 +274,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     pen = _penalty(len(nodes), n_k, n_x)
     win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
     timely_ticks = o.timely_us * 1e-6 * hz
-    late_window_ticks = max(o.late_window_us * 1e-6 * hz, timely_ticks)
+    late_window_ticks = max(late_window_us(o, span / hz) * 1e-6 * hz, timely_ticks)
     key = d_key * n_k + win
     strength: float | None = None
     for rnd in range(max(1, o.rounds)):
@@ -336,6 +336,16 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         curves.samples = int(rows.size)
     curves.windows, curves.window_ticks = n_k, width
     return width
+
+
+def late_window_us(o: FitOptions, span_s: float) -> float:
+    """The joint rounds' margin for a late window (after the first round) in a run of
+    ``span_s`` seconds: ``late_window_us``, or less in a run shorter than ``short_span_s``
+    (over which no wander bends a curve), down to ``short_late_us``."""
+    if o.short_span_s <= 0 or span_s >= o.short_span_s:
+        return o.late_window_us
+    scaled = o.late_window_us * (span_s / o.short_span_s) ** 2
+    return max(scaled, min(o.short_late_us, o.late_window_us))
 
 
 def _missed_drift(r: np.ndarray, u: np.ndarray, d_key: np.ndarray, n_kinds: int, u0: float,

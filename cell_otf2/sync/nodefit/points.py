@@ -49,6 +49,11 @@ class FitOptions:
     #: is taken as late (every message of it that way was received late); the first round
     #: allows four times ``outlier_us``
     late_window_us: float = 48.0
+    #: ... but in a run shorter than ``short_span_s``, whose curves cannot miss wander (its
+    #: periods are minutes), that margin shrinks with the square of the span, to no less
+    #: than ``short_late_us`` (receives of a short run come late by tens of microseconds)
+    short_span_s: float = 30.0
+    short_late_us: float = 16.0
     #: when the joint rounds fit lines, a kind and node pair is re-centred between the least
     #: residuals of its two directions (not the means of its timely messages, which differ
     #: with how each direction's messages queue) when each direction has at least this many
