@@ -14,7 +14,9 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   and rings of 8-16, where some link comes late one way in most or every exchange: six
   shapes, seeds 101-106 each (two seeds of three shapes with ``--quick``), against the wander
   regime's targets;
-- short: runs of 10 ms to under a second.
+- short: runs of 10 ms to under a second;
+- mid: runs of 2-40 s (exchanges every 0.05-1 s, 15 us wander), 8-node chains and rings,
+  seeds 201-202: between the two (no targets but the order, bound and rate checks).
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
 this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
@@ -92,6 +94,10 @@ def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
                            imbalance=imbalance, shift_bytes=shift_bytes,
                            drift_segments=steps), seed)
 
+
+#: the mid regime's durations (s) and exchange intervals (s): between the short runs and the
+#: minutes-long ones, where the lateness margin of long runs is too wide
+_MID = [(2.0, 0.05), (5.0, 0.1), (9.0, 0.2), (15.0, 0.2), (25.0, 0.5), (40.0, 1.0)]
 
 #: the sparse regime's shapes: label, nodes, exchange every (s), duration (s), wander (us),
 #: topology, SPE contexts per rank
@@ -186,6 +192,14 @@ REGIMES: dict[str, Regime] = {
         quick=[_c("4 nodes, 0.5 s, every 20 ms", 31, 4, 0.02, 0.5),
                _c("2 nodes, 10 ms, one exchange", 33, 2, 0.01, 0.01),
                _c("8 nodes chain, 0.3 s, every 30 ms", 34, 8, 0.03, 0.3, topology="chain")]),
+    "mid": Regime(
+        "runs of 2-40 s, 15 us wander (seeds 201-202 of each shape)", Targets(),
+        cases=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed {seed}", seed, 8, ex, dur,
+                  15.0, 60.0, topology=topo)
+               for dur, ex in _MID for topo in ("chain", "ring") for seed in (201, 202)],
+        quick=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed 201", 201, 8, ex, dur,
+                  15.0, 60.0, topology=topo)
+               for dur, ex in _MID[::2] for topo in ("chain", "ring")]),
 }
 
 _STAGES = re.compile(r"wall time ([\d.]+)s \((.*) s\)")
