@@ -11,7 +11,8 @@ scatter exceeds the margin. Adding to a late message's delay the timely directio
 same time (along its fastest messages per window, its late windows left out) gives what no
 smooth error of the clocks changes: twice the least latency plus that message's lateness;
 against its usual value over the kind's node pairs (the median of those within the margin of the
-least, from pairs timely both ways or timely one way), a scattered direction with at most two
+least, from pairs timely both ways or timely one way, none from a pair whose least sum is not
+positive: its timely direction's curve is off), a scattered direction with at most two
 messages within the margin of it is late one way. ``late_one_way`` names those directions; the
 estimate replaces their messages by the timely direction's, mirrored (``mirrored``; the timely
 direction's own late messages are not), so that such a pair is centred where its timely
