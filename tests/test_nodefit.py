@@ -514,7 +514,10 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: or whose timely direction's curve gave a negative two-way sum (chain8-1s-40s-w15-201: 1.1 ms;
 #: it became the kind's least and left no usual sum), or received a few tens of microseconds
 #: late in a run too short for the lateness margin of long runs (chain8-0.2s-9s-w15-201:
-#: 22 us; ring16-30ms-0.3s-101: two nodes at the rate limit).
+#: 22 us; ring16-30ms-0.3s-101: two nodes at the rate limit), or few exchanges on few nodes
+#: (chain3-2s-30s-w10-9314: 54 ms, c->b 155 ms late in every exchange, two node pairs only;
+#: ring4-5s-30s-6291: 0.9 ms, three windows each way, and a first pass that took late messages
+#: for timely ones moved the lines by 100 ms).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
 LATE_ONE_WAY_RUNS = {
@@ -535,6 +538,11 @@ LATE_ONE_WAY_RUNS = {
                                    limit_us=3.0),
     "ring16-30ms-0.3s-101": dict(nodes=16, exchange_s=0.03, duration_s=0.3, seed=101, spes=1,
                                  limit_us=3.0),
+    "chain3-2s-30s-w10-9314": dict(nodes=3, exchange_s=2.0, duration_s=30.0, wander_us=10.0,
+                                   wander_period_s=60.0, topology="chain", imbalance=0.15,
+                                   seed=9314),
+    "ring4-5s-30s-6291": dict(nodes=4, exchange_s=5.0, duration_s=30.0, wander_period_s=60.0,
+                              seed=6291),
 }
 
 
@@ -551,9 +559,10 @@ def test_pair_late_one_way_in_every_exchange(tmp_path, name):
     seed = int(opts.pop("seed"))
     limit_us = float(opts.pop("limit_us", 2.0))
     spes = int(opts.pop("spes", 2))
+    imbalance = float(opts.pop("imbalance", 0.01))
     run = tmp_path / "run"
     simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=spes, max_ppm=50.0,
-                 imbalance=0.01, shift_bytes=4096, drift_segments=1, **opts)
+                 imbalance=imbalance, shift_bytes=4096, drift_segments=1, **opts)
     anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
     convert(run, anchor, report=report)
     res = evaluate(run, anchor, report)

@@ -17,8 +17,10 @@ messages within the margin of it is late one way. ``late_one_way`` names those d
 estimate replaces their messages by the timely direction's, mirrored (``mirrored``; the timely
 direction's own late messages are not), so that such a pair is centred where its timely
 direction takes half the kind's usual two-way sum: an assumption (a kind's least latency alike
-on every node pair) made only there. It decides nothing where fewer than three node pairs share
-a kind or fewer than two agree on its usual sum, or where no direction is timely."""
+on every node pair) made only there (with two node pairs of a kind, the other pair's sum: the
+smaller sum is the one no lateness raised). It decides nothing where fewer than two node pairs
+share a kind, where a direction has fewer than three windows, or where no direction is
+timely."""
 
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     late_sums: dict[int, np.ndarray] = {}  # a scattered direction's sums, per message
     for g in np.unique(d_key // 2).tolist():
         ways = [slice(bounds[2 * g + s], bounds[2 * g + s + 1]) for s in (0, 1)]
-        if any(w.stop - w.start < 4 for w in ways):
+        if any(w.stop - w.start < 3 for w in ways):
             continue
         dev = [_off_chord(ft[w], fr[w]) for w in ways]
         scatter = [1.4826 * float(np.median(np.abs(d))) for d in dev]
@@ -107,13 +109,11 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     sums: list[float] = []
     for k in np.unique(kind[np.isfinite(two_way)]).tolist():
         of_k = np.isfinite(two_way) & (kind == k)
-        if of_k.sum() < 3:
+        if of_k.sum() < 2:
             continue
         # the kind's usual two-way sum: the median of the pairs within the margin of its
         # least (a pair late by a constant, which no test here tells, does not raise it)
         near = of_k & (two_way <= float(np.min(two_way[of_k])) + margin)
-        if near.sum() < 2:
-            continue
         usual = float(np.median(two_way[near]))
         for g in np.flatnonzero(of_k & (slow >= 0) & np.isfinite(two_way)).tolist():
             # late in every exchange but at most ``_TIMELY_MESSAGES``: so few timely messages
