@@ -176,8 +176,13 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
             start = (list(knots), list(values), list(curves.model), curves.error.copy())
             used = _joint_rounds(*args, width=fine)
-            if _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
-                r = _residuals(ta, tb, a, b, c, knots, values)
+            # followed where the curves moved, but not to where messages arrive before they
+            # are sent (a pass that took late messages for timely ones can move by
+            # milliseconds: no clock does that to every message of a direction)
+            r_pass = _residuals(ta, tb, a, b, c, knots, values)
+            possible = float(r_pass.min()) >= min(float(r.min()), 0.0) - 4.0 * late_ticks
+            if possible and _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
+                r = r_pass
                 width = _grid_width(span, u, d_key, r, o, late_ticks)
                 if not used / _REGRID <= width <= used * _REGRID:
                     _joint_rounds(*args, width=width)
