@@ -15,6 +15,8 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   shapes, seeds 101-106 each (two seeds of three shapes with ``--quick``), against the wander
   regime's targets;
 - short: runs of 10 ms to under a second;
+- random: 60 shapes drawn from the whole family by two seeded sweeps (``_drawn``), to meet
+  the runs the regimes above do not make;
 - mid: runs of 2-40 s (exchanges every 0.05-1 s, 15 us wander), 8-node chains and rings,
   seeds 201-202: between the two (no targets but the order, bound and rate checks).
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -93,6 +96,30 @@ def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
                            wander_period_s=period_s, topology=topology, max_ppm=50.0,
                            imbalance=imbalance, shift_bytes=shift_bytes,
                            drift_segments=steps), seed)
+
+
+def _drawn(sweep: int, count: int) -> list[Case]:
+    """``count`` shapes drawn from the family at random (``random.Random(sweep)``): 2-16
+    nodes, ring or chain, 0.5 s to 5 min, MPI every 0.01-5 s (5 to 3000 exchanges), wander
+    0-20 us over 1-5 min, 1 % or 15 % uneven ranks."""
+    rng = random.Random(sweep)
+    out = []
+    for i in range(count):
+        nodes = rng.choice([2, 3, 4, 6, 8, 12, 16])
+        topo = rng.choice(["ring", "chain"])
+        dur = rng.choice([0.5, 2.0, 10.0, 30.0, 60.0, 120.0, 300.0])
+        ex = rng.choice([0.02, 0.1, 0.5, 1.0, 2.0, 5.0])
+        if dur / ex < 5 or dur / ex > 3000:
+            ex = dur / rng.choice([10, 50, 200])
+        wander = rng.choice([0.0, 5.0, 10.0, 20.0])
+        period = rng.choice([60.0, 120.0, 300.0])
+        imbalance = rng.choice([0.01, 0.15])
+        seed = rng.randrange(300, 10000)
+        name = (f"{sweep}/{i:02d}: {nodes} nodes {topo}, {dur:g} s, every {ex:.3g} s, "
+                f"{wander:g} us / {period:g} s, {imbalance:.0%} uneven, seed {seed}")
+        out.append(_c(name, seed, nodes, ex, dur, wander, period, topology=topo,
+                      spes=1 if nodes > 8 else 2, imbalance=imbalance))
+    return out
 
 
 #: the mid regime's durations (s) and exchange intervals (s): between the short runs and the
@@ -192,6 +219,9 @@ REGIMES: dict[str, Regime] = {
         quick=[_c("4 nodes, 0.5 s, every 20 ms", 31, 4, 0.02, 0.5),
                _c("2 nodes, 10 ms, one exchange", 33, 2, 0.01, 0.01),
                _c("8 nodes chain, 0.3 s, every 30 ms", 34, 8, 0.03, 0.3, topology="chain")]),
+    "random": Regime(
+        "shapes drawn at random from the family (two sweeps of 30)", Targets(),
+        cases=_drawn(7, 30) + _drawn(11, 30), quick=_drawn(7, 10)),
     "mid": Regime(
         "runs of 2-40 s, 15 us wander (seeds 201-202 of each shape)", Targets(),
         cases=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed {seed}", seed, 8, ex, dur,
