@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .disagree import two_way_centres
+
 #: a line is taken when this share of the pair's stretches has a message on it
 _COVER = 0.8
 
@@ -33,43 +35,59 @@ def counted_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndarr
     for i, g in enumerate(groups.tolist()):
         sel = np.flatnonzero(group == g)
         back = (~fwd[sel]).astype(np.int64)
-        if np.bincount(back, minlength=2).min() < 2:
+        n_each = int(np.bincount(back, minlength=2).min())
+        if n_each < 2:
             continue
-        ts = np.where(back == 0, t[sel], -t[sel])  # backward: the opposite slope
-        rs = r[sel]
-        ys = rs[None, :] - grid[:, None] * ts[None, :]
-        low = np.stack([np.where(back == k, ys, np.inf).min(axis=1) for k in (0, 1)], axis=1)
-        close = ys <= low[:, back] + near
-        score = close.sum(axis=1)
+        t_sel, rs = t[sel], r[sel]
+        ts = np.where(back == 0, t_sel, -t_sel)  # backward: the opposite slope
+        score = _scores(grid, ts, rs, back, near)
         best = np.flatnonzero(score == score.max())
-        use = close[best[best.size // 2]]
+        middle = float(grid[best[best.size // 2]])
+        use = _on_lines(rs - middle * ts, back, near)
         slope = _common_slope(ts[use], rs[use], back[use])
-        b = float(np.clip(slope, -limit, limit)) if np.isfinite(slope) else float(
-            grid[best[best.size // 2]])
+        b = float(np.clip(slope, -limit, limit)) if np.isfinite(slope) else middle
         y = rs - b * ts
-        lows = [float(y[back == k].min()) for k in (0, 1)]
-        on = y <= np.array(lows)[back] + near
+        on = _on_lines(y, back, near)
         counts = [int(np.count_nonzero(on & (back == k))) for k in (0, 1)]
         if min(counts) < 3:
             continue
-        t_sel = ts * np.where(back == 0, 1.0, -1.0)
-        n_each = int(np.bincount(back, minlength=2).min())
         if _covered(t_sel, on, max(4, n_each // 2)) < _COVER:
             continue  # stretches where neither direction is on its line: not a line
         if not _off_is_late(t_sel, y, back, on, n_each, near):
             continue  # off the line and not late: the clocks' difference is not a line
+        lows = [float(y[back == k].min()) for k in (0, 1)]
         d0[i], beta[i], support[i] = 0.5 * (lows[0] - lows[1]), b, float(min(counts))
         off[sel[~on]] = True
     return d0, beta, support, off
 
 
+def _on_lines(y: np.ndarray, back: np.ndarray, near: float) -> np.ndarray:
+    """Which of ``y`` lie within ``near`` of their direction's least (``back`` 0 / 1)."""
+    lows = np.array([y[back == k].min() for k in (0, 1)])
+    return y <= lows[back] + near
+
+
+def _scores(grid: np.ndarray, ts: np.ndarray, rs: np.ndarray, back: np.ndarray,
+            near: float, cells: int = 1 << 21) -> np.ndarray:
+    """Per slope of ``grid``, how many of the messages lie within ``near`` of their
+    direction's lower line at that slope; a few slopes at a time (a long run's pair holds
+    hundreds of thousands of messages)."""
+    out = np.zeros(grid.size, np.int64)
+    step = max(1, cells // max(rs.size, 1))
+    ways = [back == k for k in (0, 1)]
+    for s in range(0, grid.size, step):
+        ys = rs[None, :] - grid[s:s + step, None] * ts[None, :]
+        low = np.stack([ys[:, w].min(axis=1) for w in ways], axis=1)
+        out[s:s + step] = (ys <= low[:, back] + near).sum(axis=1)
+    return out
+
+
 def _covered(t: np.ndarray, on: np.ndarray, n_bins: int) -> float:
     """The share of the pair's stretches (its span cut in ``n_bins``) that have messages and
     a message on its line."""
-    span = float(t.max() - t.min())
-    if span <= 0:
+    at = _stretch(t, n_bins)
+    if at is None:
         return 1.0
-    at = np.minimum(((t - t.min()) / span * n_bins).astype(np.int64), n_bins - 1)
     have = np.bincount(at, minlength=n_bins) > 0
     hit = np.bincount(at[on], minlength=n_bins) > 0
     return float(hit[have].sum() / max(have.sum(), 1))
@@ -79,23 +97,32 @@ def _off_is_late(t: np.ndarray, y: np.ndarray, back: np.ndarray, on: np.ndarray,
                  n_bins: int, near: float) -> bool:
     """Are the messages off the line late? Per stretch of the run (``n_bins``, about one
     exchange each) with messages both ways, the least ``y`` each way summed: twice the least
-    latency plus any lateness, whatever the clocks' difference does. A stretch with a message
-    off the line must sum to more than ``near`` above the least such sum in at least half of
-    such stretches; where the difference of the clocks bends or steps, the messages leave the
-    line without being late, and the sums stay level."""
-    span = float(t.max() - t.min())
-    if span <= 0 or on.all():
+    latency plus any lateness, whatever the clocks' difference does
+    (``disagree.two_way_centres`` keeps the stretches within ``near`` of the least such
+    sum). A stretch with a message off the line must be one it leaves out in at least half
+    of such stretches; where the difference of the clocks bends or steps, the messages
+    leave the line without being late, and the sums stay level."""
+    at = _stretch(t, n_bins)
+    if at is None or on.all():
         return True
-    at = np.minimum(((t - t.min()) / span * n_bins).astype(np.int64), n_bins - 1)
-    low = np.full((2, n_bins), np.inf)
-    np.minimum.at(low, (back, at), y)
-    both = np.isfinite(low).all(axis=0)
-    total = low.sum(axis=0)
-    has_off = np.bincount(at[~on], minlength=n_bins) > 0
-    judged = both & has_off
+    both = np.ones(n_bins, dtype=bool)
+    for k in (0, 1):
+        both &= np.bincount(at[back == k], minlength=n_bins) > 0
+    judged = both & (np.bincount(at[~on], minlength=n_bins) > 0)
     if not judged.any():
         return True
-    return bool(np.mean(total[judged] > float(total[both].min()) + near) >= 0.5)
+    _, level, _ = two_way_centres(y, np.zeros(y.size, np.int64), back, at, 1, n_bins, near)
+    late = np.ones(n_bins, dtype=bool)
+    late[level] = False
+    return bool(np.mean(late[judged]) >= 0.5)
+
+
+def _stretch(t: np.ndarray, n_bins: int) -> np.ndarray | None:
+    """Each time's stretch of the span of ``t`` cut in ``n_bins`` (None: no span)."""
+    span = float(t.max() - t.min())
+    if span <= 0:
+        return None
+    return np.minimum(((t - t.min()) / span * n_bins).astype(np.int64), n_bins - 1)
 
 
 def _common_slope(ts: np.ndarray, rs: np.ndarray, back: np.ndarray) -> float:

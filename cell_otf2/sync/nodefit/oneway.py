@@ -94,7 +94,8 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             continue
         if keep.sum() < 2 or t_late.size == 0:
             continue
-        pair_sums = r_late + curve_at(ft[timely][keep], fr[timely][keep], t_late)
+        kt, kr = ft[timely][keep], fr[timely][keep]  # the timely direction's curve
+        pair_sums = r_late + curve_at(kt, kr, t_late)
         if not float(np.min(pair_sums)) > 0.0:
             continue  # no two-way sum is negative: the timely direction's curve is off there
         two_way[g] = float(np.min(pair_sums))
@@ -102,8 +103,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             late_sums[g] = pair_sums
             # the timely direction's own late messages are not mirrored
             own = by_dir[starts[2 * g + 1 - late]:starts[2 * g + 2 - late]]
-            on_time[own] = (r[own] - curve_at(ft[timely][keep], fr[timely][keep], u[own])
-                            <= margin / 2.0)
+            on_time[own] = r[own] - curve_at(kt, kr, u[own]) <= margin / 2.0
     kind = np.arange(n_dir // 2) % n_kinds
     keys: list[int] = []
     sums: list[float] = []
