@@ -277,6 +277,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     frac = pos - j0 if n_k > 1 else np.zeros(u.size)
     sign = np.where(fwd, 1.0, -1.0)
     pen = _penalty(len(nodes), n_k, n_x)
+    order = _knot_major(len(nodes), n_k, n_x)
     win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
     timely_ticks = o.timely_us * 1e-6 * hz
     late_window_ticks = max(late_window_us(o, span / hz) * 1e-6 * hz, timely_ticks)
@@ -304,13 +305,13 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         mat = _design(rows, lo, hi, sign, j0, frac, g_inv, col_of, n_k, n_x)
         rhs = r[rows]
         if strength is None:  # chosen once: later rounds only refine the centring
-            strength = _choose(mat, rhs, pen, win[rows], o)
-        x = _solve(mat, rhs, pen, strength)
+            strength = _choose(mat, rhs, pen, win[rows], o, order)
+        x = _solve(mat, rhs, pen, strength, order)
         res = mat @ x - rhs
         scale = 1.4826 * float(np.median(np.abs(res)))
         keep = np.abs(res) <= max(5.0 * scale, 1.0)
         if not keep.all() and keep.sum() > n_x:
-            x = _solve(mat[keep], rhs[keep], pen, strength)
+            x = _solve(mat[keep], rhs[keep], pen, strength, order)
             res = mat[keep] @ x - rhs[keep]
         else:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
@@ -320,7 +321,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                                int(d_key.max()) + 1, o.floor_messages,
                                o.floor_near_us * 1e-6 * hz)
             if lift.any():
-                x = _solve(mat[keep], rhs[keep] + lift, pen, strength)
+                x = _solve(mat[keep], rhs[keep] + lift, pen, strength, order)
                 res = mat[keep] @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
             return width  # singular: the curves stay as the rounds before left them
@@ -483,20 +484,32 @@ def _penalty(n_nodes: int, n_k: int, n_x: int) -> sparse.csr_matrix:
     return (full.T @ full).tocsr()
 
 
+def _knot_major(n_nodes: int, n_k: int, n_x: int) -> np.ndarray:
+    """The columns' order for the factorization: every node's value at knot 0, then at
+    knot 1, ..., the latency columns last. Messages couple nodes at one knot and its
+    neighbour and the penalty a node's knots two apart, so the normal matrix is then a band
+    about three nodes wide bordered by the latency columns: its factor stays a band. (A
+    fill-reducing ordering of the node-major matrix, MMD or COLAMD, filled it 3-9x and took
+    10-100x longer, depending on how the nodes are linked.)"""
+    n_e = n_nodes * n_k
+    return np.r_[np.arange(n_e).reshape(n_nodes, n_k).T.ravel(), np.arange(n_e, n_x)]
+
+
 def _solve(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
-           strength: float) -> np.ndarray:
-    normal = (mat.T @ mat + strength * pen
-              + 1e-9 * sparse.identity(mat.shape[1])).tocsc()
-    # symmetric positive definite: an ordering of A + A' keeps the factor sparse (COLAMD,
-    # the default, fills it in: 10-20x slower on chains of nodes)
+           strength: float, order: np.ndarray) -> np.ndarray:
+    normal = (mat.T @ mat + strength * pen + 1e-9 * sparse.identity(mat.shape[1])).tocsr()
+    normal = normal[order][:, order].tocsc()
     try:
-        return np.atleast_1d(splu(normal, permc_spec="MMD_AT_PLUS_A").solve(mat.T @ rhs))
+        y = np.atleast_1d(splu(normal, permc_spec="NATURAL").solve((mat.T @ rhs)[order]))
     except RuntimeError:  # exactly singular (a node no timely message pins): no solution
         return np.full(mat.shape[1], np.nan)
+    x = np.empty_like(y)
+    x[order] = y
+    return x
 
 
 def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
-            win: np.ndarray, o: FitOptions, folds: int = 3) -> float:
+            win: np.ndarray, o: FitOptions, order: np.ndarray, folds: int = 3) -> float:
     """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
     the strongest (straightest) within ``simpler_within`` of the best."""
     fold = win % folds
@@ -507,7 +520,7 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
             test = fold == f
             if not test.any() or test.all():
                 continue
-            x = _solve(mat[~test], rhs[~test], pen, strength)
+            x = _solve(mat[~test], rhs[~test], pen, strength, order)
             err += float(np.sum((mat[test] @ x - rhs[test]) ** 2))
         scores.append(err)
     scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
