@@ -518,7 +518,9 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: (chain3-2s-30s-w10-9314: 54 ms, c->b 155 ms late in every exchange, two node pairs only;
 #: ring4-5s-30s-6291: 0.9 ms, three windows each way, and a first pass that took late messages
 #: for timely ones moved the lines by 100 ms; ring3-2s-10s-6464: from such a pass's curves the
-#: order-keeping step found no map, and both nodes fell back to start readings).
+#: order-keeping step found no map, and both nodes fell back to start readings), or five
+#: exchanges in 10 s (chain3-2s-10s-w5-2567: 29 ms, c->b 83-536 ms late in every exchange;
+#: chain3-2s-10s-w10-2189: 2.0 ms; windows of two exchanges, three each way, named no pair).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
 LATE_ONE_WAY_RUNS = {
@@ -546,6 +548,11 @@ LATE_ONE_WAY_RUNS = {
                               seed=6291),
     "ring3-2s-10s-6464": dict(nodes=3, exchange_s=2.0, duration_s=10.0, wander_period_s=60.0,
                               seed=6464),
+    "chain3-2s-10s-w5-2567": dict(nodes=3, exchange_s=2.0, duration_s=10.0, wander_us=5.0,
+                                  wander_period_s=60.0, topology="chain", imbalance=0.15,
+                                  seed=2567),
+    "chain3-2s-10s-w10-2189": dict(nodes=3, exchange_s=2.0, duration_s=10.0, wander_us=10.0,
+                                   wander_period_s=120.0, topology="chain", seed=2189),
 }
 
 

@@ -11,7 +11,7 @@ no message ordered (``hard.py`` does) and reads no files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import sparse
@@ -26,6 +26,9 @@ from .points import ORDER_ONLY, FitOptions, by_node, curve_at
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
 _LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
+#: fewer windows than this over the run: the late directions are judged on windows of one
+#: exchange as well (five exchanges make three windows of two, too few to tell one)
+_FEW_WINDOWS = 4.0
 #: after a first pass that followed a missed drift: the joint rounds again on the grid of
 #: the messages timely under its curves when that is this much finer or coarser
 _REGRID = 1.5
@@ -91,10 +94,19 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     # the timely direction's, mirrored (``oneway.py``), so that the pair is centred on its
     # kind's usual least latency, not between a timely and a late direction
     d_kept = group * 2 + (~fwd)
-    late, usual, on_time = late_one_way(
-        (tb + c[b]) - (ta + c[a]), d_kept, u,
-        _window_width(d_kept, u, max(float(np.ptp(u)), 1.0), o), kinds.size,
-        max(o.late_window_us, o.timely_us) * 1e-6 * hz, 2.0 * o.max_ppm * 1e-6)
+    run = max(float(np.ptp(u)), 1.0)
+    delay = (tb + c[b]) - (ta + c[a])
+    margin = max(o.late_window_us, o.timely_us) * 1e-6 * hz
+    w_ow = _window_width(d_kept, u, run, o)
+    late, usual, on_time = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin,
+                                        2.0 * o.max_ppm * 1e-6)
+    if run / w_ow < _FEW_WINDOWS:  # few windows: those of one exchange tell more directions
+        late_1, usual_1, on_time_1 = late_one_way(
+            delay, d_kept, u, _window_width(d_kept, u, run, replace(o, window_messages=1)),
+            kinds.size, margin, 2.0 * o.max_ppm * 1e-6)
+        more = ~np.isin(late_1, late)
+        late, usual = np.r_[late, late_1[more]], np.r_[usual, usual_1[more]]
+        on_time &= on_time_1
     if late.size:
         stay, which, sums = mirrored(d_kept, late, usual, on_time)
         a, b, ta, tb, group = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
