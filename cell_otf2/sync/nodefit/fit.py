@@ -214,8 +214,8 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
             continue
         v = np.flatnonzero(g.node == n)
         xs, zv = g.x[v], z[v]
-        kn, kz = _map_knots(curves, n, xs, zv, h[v])
         ext = extents[n] if extents is not None else np.array([np.nan, np.nan])
+        kn, kz = _map_knots(curves, n, xs, zv, h[v], ext)
         span = np.array([np.nanmin(np.r_[xs, kn, ext]), np.nanmax(np.r_[xs, kn, ext])])
         mid = 0.5 * float(span[0] + span[1])
         m = midpoint_map(kn, kn + c[n] + kz, mid, label)
@@ -269,11 +269,13 @@ def _envelope_lines(g, n_nodes: int, ref: int, eps: float
     return out
 
 
-def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray,
+               ext: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A node's knots (node timebase) and offsets beyond ``x + c`` there: the estimate's
     curve (its two ends where it is a line) plus the vertices the hard constraints moved and
-    their neighbours, the move interpolated between vertices."""
+    their neighbours, the move interpolated between vertices. Beyond the first and last
+    vertex the move is held, so the map follows the estimate's rate out to the node's records
+    ``ext`` (first, last), not the slope of a short piece between two moved vertices."""
     kc = curves.knots[n]
     if kc is None:  # no estimate: the offsets the constraints leave, vertex by vertex
         kn, kz = xs, zv
@@ -285,6 +287,11 @@ def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray
         near[1:] |= moved[:-1]
         near[:-1] |= moved[1:]
         kn = np.unique(np.r_[est, xs[near]])
+        if moved.any():  # out to the records where a move at an end would tilt the map
+            fin = ext[np.isfinite(ext)]
+            ends = np.r_[fin[fin < kn[0]] if moved[0] or near[0] else [],
+                         fin[fin > kn[-1]] if moved[-1] or near[-1] else []]
+            kn = np.unique(np.r_[kn, ends])
         kz = curve_at(kc, curves.values[n], kn)
         if moved.any():
             kz = kz + np.interp(kn, xs, np.where(moved, move, 0.0))
