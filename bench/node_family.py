@@ -18,7 +18,10 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - random: 60 shapes drawn from the whole family by two seeded sweeps (``_drawn``), to meet
   the runs the regimes above do not make;
 - mid: runs of 2-40 s (exchanges every 0.05-1 s, 15 us wander), 8-node chains and rings,
-  seeds 201-202: between the two (no targets but the order, bound and rate checks).
+  seeds 201-202: between the two (no targets but the order, bound and rate checks);
+- few: 30 runs of 4-12 exchanges drawn at random (``_few``): 2-12 nodes, MPI every
+  0.01-5 s, where a direction late in every exchange has the fewest windows to be told by
+  (no targets but the order, bound and rate checks).
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
 this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
@@ -118,6 +121,28 @@ def _drawn(sweep: int, count: int) -> list[Case]:
         name = (f"{sweep}/{i:02d}: {nodes} nodes {topo}, {dur:g} s, every {ex:.3g} s, "
                 f"{wander:g} us / {period:g} s, {imbalance:.0%} uneven, seed {seed}")
         out.append(_c(name, seed, nodes, ex, dur, wander, period, topology=topo,
+                      spes=1 if nodes > 8 else 2, imbalance=imbalance))
+    return out
+
+
+def _few(sweep: int, count: int) -> list[Case]:
+    """``count`` runs of few exchanges drawn at random (``random.Random(sweep)``): 4-12
+    exchanges every 0.01-5 s (40 ms to 60 s), 2-12 nodes, ring or chain, wander 0-20 us,
+    1 % or 15 % uneven ranks: where a late direction has the fewest windows to be told by."""
+    rng = random.Random(sweep)
+    out = []
+    for i in range(count):
+        nodes = rng.choice([2, 3, 4, 6, 8, 12])
+        topo = rng.choice(["ring", "chain"])
+        n_ex = rng.choice([4, 5, 6, 7, 8, 10, 12])
+        ex = rng.choice([0.01, 0.1, 1.0, 2.0, 5.0])
+        wander = rng.choice([0.0, 5.0, 10.0, 20.0])
+        period = rng.choice([60.0, 120.0, 300.0])
+        imbalance = rng.choice([0.01, 0.15])
+        seed = rng.randrange(300, 10000)
+        name = (f"{sweep}/{i:02d}: {nodes} nodes {topo}, {n_ex} exchanges every {ex:g} s, "
+                f"{wander:g} us / {period:g} s, {imbalance:.0%} uneven, seed {seed}")
+        out.append(_c(name, seed, nodes, ex, n_ex * ex, wander, period, topology=topo,
                       spes=1 if nodes > 8 else 2, imbalance=imbalance))
     return out
 
@@ -222,6 +247,9 @@ REGIMES: dict[str, Regime] = {
     "random": Regime(
         "shapes drawn at random from the family (two sweeps of 30)", Targets(),
         cases=_drawn(7, 30) + _drawn(11, 30), quick=_drawn(7, 10)),
+    "few": Regime(
+        "4-12 exchanges, shapes drawn at random (one sweep of 30)", Targets(),
+        cases=_few(41, 30), quick=_few(41, 10)),
     "mid": Regime(
         "runs of 2-40 s, 15 us wander (seeds 201-202 of each shape)", Targets(),
         cases=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed {seed}", seed, 8, ex, dur,
