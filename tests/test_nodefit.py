@@ -628,6 +628,46 @@ def test_late_one_way_named_with_its_lateness():
     assert which.size == 3 * t.size - 5
 
 
+def test_late_one_way_named_beside_a_pair_taking_turns():
+    """Two node pairs of a kind, ten exchanges 2 s apart, each pair's ranks sending 10-30 ms
+    apart: one pair late one way in every exchange, the other taking turns (each direction
+    late in a third of the exchanges, both in time in the rest). The second pair's windows
+    tell no late direction, but its messages sent together give the usual two-way sum, so
+    the first pair's late direction is named; without the exchanges where both came in
+    time, nothing is."""
+    from cell_otf2.sync.nodefit.oneway import late_one_way
+
+    rng = np.random.default_rng(11)
+    t = np.arange(10.0) * 2e6  # microsecond ticks
+    k = np.arange(t.size)
+
+    def run(both_in_time: bool) -> np.ndarray:
+        rows = []
+        for g in range(2):
+            drift = 15e-6 * (g + 1) * t
+            fwd = 10.0 + rng.exponential(0.5, t.size) + drift
+            back = 10.0 + rng.exponential(0.5, t.size) - drift
+            if g == 0:
+                back = back + rng.uniform(1000.0, 5000.0, t.size)
+            else:
+                fwd = fwd + np.where(k % 3 == 0, rng.uniform(1000.0, 5000.0, t.size), 0.0)
+                back = back + np.where(k % 3 == (1 if both_in_time else 2),
+                                       rng.uniform(1000.0, 5000.0, t.size), 0.0)
+                if not both_in_time:
+                    fwd = fwd + np.where(k % 3 == 1, rng.uniform(1000.0, 5000.0, t.size), 0.0)
+            rows += [(g, 0, t, fwd), (g, 1, t + rng.uniform(1e4, 3e4, t.size), back)]
+        d_key = np.concatenate([np.full(t.size, 2 * g + s) for g, s, _, _ in rows])
+        u = np.concatenate([x for _, _, x, _ in rows])
+        r = np.concatenate([y for _, _, _, y in rows])
+        late, usual, _ = late_one_way(r, d_key, u, 2e6, 1, 48.0, 200e-6)
+        if late.size:
+            assert usual == pytest.approx(20.0, abs=3.0)
+        return late
+
+    assert run(True).tolist() == [1]
+    assert run(False).tolist() == []
+
+
 def test_pair_taking_turns_at_being_late_gets_its_line():
     """Ten exchanges in 0.3 s, one direction timely in the first three and late (60-600 us)
     after, the other the reverse, the clocks' difference drifting 30 ppm: the line through the

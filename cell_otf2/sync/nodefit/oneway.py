@@ -18,9 +18,10 @@ estimate replaces their messages by the timely direction's, mirrored (``mirrored
 direction's own late messages are not), so that such a pair is centred where its timely
 direction takes half the kind's usual two-way sum: an assumption (a kind's least latency alike
 on every node pair) made only there (with two node pairs of a kind, the other pair's sum: the
-smaller sum is the one no lateness raised). It decides nothing where fewer than two node pairs
-share a kind, where a direction has fewer than three windows, or where no direction is
-timely."""
+smaller sum is the one no lateness raised). A pair whose directions take turns at being late
+gives its kind a two-way sum only from messages sent together (one exchange), where two
+exchanges agree on it. It decides nothing where fewer than two node pairs share a kind, where
+a direction has fewer than three windows, or where no direction is timely."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ from .points import curve_at
 _TIMELY_MESSAGES = 2
 #: a direction with at most this share of its windows late is timely
 _LATE_SHARE = 0.25
+#: messages of a pair sent so close that clocks drifting apart at the largest rate move their
+#: two-way sum by at most this share of the lateness margin were sent together (48 ms with
+#: the defaults: one exchange, its ranks a few milliseconds apart)
+_TOGETHER_SHARE = 0.2
 
 
 def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
@@ -90,7 +95,10 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             t_late, r_late = ft[ways[0]][~out[0]], fr[ways[0]][~out[0]]
             timely = ways[1]
             keep = ~out[1]
-        else:  # no telling
+        else:  # no telling which way is late: only messages sent together give a sum
+            two_way[g] = _together(u, r, [by_dir[starts[2 * g + s]:starts[2 * g + s + 1]]
+                                          for s in (0, 1)], _TOGETHER_SHARE * margin / rate,
+                                   margin)
             continue
         if keep.sum() < 2 or t_late.size == 0:
             continue
@@ -142,6 +150,32 @@ def mirrored(d_key: np.ndarray, late: np.ndarray, usual: np.ndarray, on_time: np
     timely_of[late ^ 1] = np.arange(late.size)
     which = np.flatnonzero((timely_of[d_key] >= 0) & on_time)
     return keep, which, usual[timely_of[d_key[which]]]
+
+
+def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: float,
+              margin: float) -> float:
+    """The least two-way sum of a pair's messages sent together (each forward message with
+    the nearest backward one, ``within`` ticks of it): twice the least latency plus what came
+    late, whatever the offset, off by the clocks' drift over their distance. NaN unless two
+    exchanges at least agree on it within ``margin`` (one could have come late both ways) and
+    it is positive."""
+    fwd, bwd = ways
+    if fwd.size == 0 or bwd.size == 0:
+        return np.nan
+    tb = np.sort(u[bwd])
+    rb = r[bwd][np.argsort(u[bwd])]
+    j = np.clip(np.searchsorted(tb, u[fwd]), 1, max(tb.size - 1, 1))
+    near = np.where(np.abs(tb[j - 1] - u[fwd]) <= np.abs(tb[np.minimum(j, tb.size - 1)]
+                                                         - u[fwd]), j - 1,
+                    np.minimum(j, tb.size - 1))
+    gap = np.abs(tb[near] - u[fwd])
+    ok = gap <= within
+    if not ok.any():
+        return np.nan
+    sums = r[fwd][ok] + rb[near[ok]]
+    least = float(np.min(sums))
+    agree = np.count_nonzero(sums <= least + margin) >= 2
+    return least if agree and least > 0.0 else np.nan
 
 
 def _above_reach(t: np.ndarray, y: np.ndarray, rate: float, margin: float) -> np.ndarray:
