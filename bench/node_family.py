@@ -114,15 +114,21 @@ def _drawn(sweep: int, count: int) -> list[Case]:
         ex = rng.choice([0.02, 0.1, 0.5, 1.0, 2.0, 5.0])
         if dur / ex < 5 or dur / ex > 3000:
             ex = dur / rng.choice([10, 50, 200])
-        wander = rng.choice([0.0, 5.0, 10.0, 20.0])
-        period = rng.choice([60.0, 120.0, 300.0])
-        imbalance = rng.choice([0.01, 0.15])
-        seed = rng.randrange(300, 10000)
-        name = (f"{sweep}/{i:02d}: {nodes} nodes {topo}, {dur:g} s, every {ex:.3g} s, "
-                f"{wander:g} us / {period:g} s, {imbalance:.0%} uneven, seed {seed}")
-        out.append(_c(name, seed, nodes, ex, dur, wander, period, topology=topo,
-                      spes=1 if nodes > 8 else 2, imbalance=imbalance))
+        out.append(_drawn_case(rng, f"{sweep}/{i:02d}: {nodes} nodes {topo}, {dur:g} s, "
+                               f"every {ex:.3g} s", nodes, topo, ex, dur))
     return out
+
+
+def _drawn_case(rng: random.Random, name: str, nodes: int, topology: str, exchange_s: float,
+                duration_s: float) -> Case:
+    """A drawn shape's case, its wander, ranks and seed drawn too."""
+    wander = rng.choice([0.0, 5.0, 10.0, 20.0])
+    period = rng.choice([60.0, 120.0, 300.0])
+    imbalance = rng.choice([0.01, 0.15])
+    seed = rng.randrange(300, 10000)
+    name += f", {wander:g} us / {period:g} s, {imbalance:.0%} uneven, seed {seed}"
+    return _c(name, seed, nodes, exchange_s, duration_s, wander, period, topology=topology,
+              spes=1 if nodes > 8 else 2, imbalance=imbalance)
 
 
 def _few(sweep: int, count: int) -> list[Case]:
@@ -136,14 +142,8 @@ def _few(sweep: int, count: int) -> list[Case]:
         topo = rng.choice(["ring", "chain"])
         n_ex = rng.choice([4, 5, 6, 7, 8, 10, 12])
         ex = rng.choice([0.01, 0.1, 1.0, 2.0, 5.0])
-        wander = rng.choice([0.0, 5.0, 10.0, 20.0])
-        period = rng.choice([60.0, 120.0, 300.0])
-        imbalance = rng.choice([0.01, 0.15])
-        seed = rng.randrange(300, 10000)
-        name = (f"{sweep}/{i:02d}: {nodes} nodes {topo}, {n_ex} exchanges every {ex:g} s, "
-                f"{wander:g} us / {period:g} s, {imbalance:.0%} uneven, seed {seed}")
-        out.append(_c(name, seed, nodes, ex, n_ex * ex, wander, period, topology=topo,
-                      spes=1 if nodes > 8 else 2, imbalance=imbalance))
+        out.append(_drawn_case(rng, f"{sweep}/{i:02d}: {nodes} nodes {topo}, {n_ex} exchanges "
+                               f"every {ex:g} s", nodes, topo, ex, n_ex * ex))
     return out
 
 
