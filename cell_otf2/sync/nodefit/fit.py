@@ -273,9 +273,9 @@ def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray,
                ext: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A node's knots (node timebase) and offsets beyond ``x + c`` there: the estimate's
     curve (its two ends where it is a line) plus the vertices the hard constraints moved and
-    their neighbours, the move interpolated between vertices. Beyond the first and last
-    vertex the move is held, so the map follows the estimate's rate out to the node's records
-    ``ext`` (first, last), not the slope of a short piece between two moved vertices."""
+    their neighbours, the move interpolated between vertices. Where a vertex at an end moved,
+    the map goes on to the node's records ``ext`` (first, last) at its mean rate over its
+    knots, not with the slope of a short piece between two moved vertices."""
     kc = curves.knots[n]
     if kc is None:  # no estimate: the offsets the constraints leave, vertex by vertex
         kn, kz = xs, zv
@@ -287,14 +287,19 @@ def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray,
         near[1:] |= moved[:-1]
         near[:-1] |= moved[1:]
         kn = np.unique(np.r_[est, xs[near]])
-        if moved.any():  # out to the records where a move at an end would tilt the map
-            fin = ext[np.isfinite(ext)]
-            ends = np.r_[fin[fin < kn[0]] if moved[0] or near[0] else [],
-                         fin[fin > kn[-1]] if moved[-1] or near[-1] else []]
-            kn = np.unique(np.r_[kn, ends])
         kz = curve_at(kc, curves.values[n], kn)
         if moved.any():
             kz = kz + np.interp(kn, xs, np.where(moved, move, 0.0))
+            # out to the records where a move at an end would tilt the map: on at the map's
+            # mean rate over its knots (a smooth estimate's end piece can be as steep)
+            fin = ext[np.isfinite(ext)]
+            before = fin[fin < kn[0]] if moved[0] or near[0] else np.zeros(0)
+            after = fin[fin > kn[-1]] if moved[-1] or near[-1] else np.zeros(0)
+            if (before.size or after.size) and kn[-1] > kn[0]:
+                slope = (kz[-1] - kz[0]) / (kn[-1] - kn[0])
+                kn, kz = (np.r_[before, kn, after],
+                          np.r_[kz[0] + slope * (before - kn[0]), kz,
+                                kz[-1] + slope * (after - kn[-1])])
     if kn.size == 1:
         kn, kz = np.r_[kn, kn + 1.0], np.r_[kz, kz]
     return kn, kz
