@@ -289,7 +289,6 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     frac = pos - j0 if n_k > 1 else np.zeros(u.size)
     sign = np.where(fwd, 1.0, -1.0)
     pen = _penalty(len(nodes), n_k, n_x)
-    order = _knot_major(len(nodes), n_k, n_x)
     win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
     timely_ticks = o.timely_us * 1e-6 * hz
     late_window_ticks = max(late_window_us(o, span / hz) * 1e-6 * hz, timely_ticks)
@@ -314,16 +313,16 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         rows = np.flatnonzero(use)
         if rows.size == 0:
             return np.inf
-        mat = _design(rows, lo, hi, sign, j0, frac, g_inv, col_of, n_k, n_x)
+        mat = _design(rows, lo, hi, sign, j0, frac, g_inv, col_of, len(nodes), n_k, n_x)
         rhs = r[rows]
         if strength is None:  # chosen once: later rounds only refine the centring
-            strength = _choose(mat, rhs, pen, win[rows], o, order)
-        x = _solve(mat, rhs, pen, strength, order)
+            strength = _choose(mat, rhs, pen, win[rows], o)
+        x = _solve(mat, rhs, pen, strength)
         res = mat @ x - rhs
         scale = 1.4826 * float(np.median(np.abs(res)))
         keep = np.abs(res) <= max(5.0 * scale, 1.0)
         if not keep.all() and keep.sum() > n_x:
-            x = _solve(mat[keep], rhs[keep], pen, strength, order)
+            x = _solve(mat[keep], rhs[keep], pen, strength)
             res = mat[keep] @ x - rhs[keep]
         else:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
@@ -333,11 +332,11 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                                int(d_key.max()) + 1, o.floor_messages,
                                o.floor_near_us * 1e-6 * hz)
             if lift.any():
-                x = _solve(mat[keep], rhs[keep] + lift, pen, strength, order)
+                x = _solve(mat[keep], rhs[keep] + lift, pen, strength)
                 res = mat[keep] @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
             return width  # singular: the curves stay as the rounds before left them
-        e = x[:n_e].reshape(len(nodes), n_k)
+        e = x[:n_e].reshape(n_k, len(nodes)).T  # knot-major, as numbered in ``_design``
         sigma = float(np.sqrt(np.mean(res ** 2)))
         model = "line" if strength >= _LAMBDAS[0] else "smooth"
         for i, n in enumerate(nodes):
@@ -467,9 +466,15 @@ def _residuals(ta: np.ndarray, tb: np.ndarray, a: np.ndarray, b: np.ndarray, c: 
 
 def _design(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: np.ndarray,
             j0: np.ndarray, frac: np.ndarray, g_inv: np.ndarray, col_of: np.ndarray,
-            n_k: int, n_x: int) -> sparse.csr_matrix:
+            n_fit: int, n_k: int, n_x: int) -> sparse.csr_matrix:
     """The equations of ``rows``: +-(E_hi - E_lo) on the hat basis, plus the group's least
-    latency."""
+    latency. The unknowns are numbered knot-major (every fitted node's value at knot 0, then
+    at knot 1, ..., the ``n_fit`` nodes' values at knot j in columns ``j * n_fit ...``), the
+    latency columns last: messages couple nodes at one knot and its neighbour and the
+    penalty a node's knots two apart, so the normal matrix is a band about three nodes wide
+    bordered by the latency columns, and its factor in that order stays a band (``_solve``;
+    a fill-reducing ordering of node-major unknowns, MMD or COLAMD, filled it 3-9x and took
+    10-100x longer, depending on how the nodes are linked)."""
     n = rows.size
     n_g = int(g_inv.max()) + 1
     ri, ci, vi = [np.arange(n)], [(n_x - n_g) + g_inv[rows]], [np.ones(n)]
@@ -480,48 +485,35 @@ def _design(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: np.ndarray,
             if n_k == 1 and dj == 1:
                 continue
             ri.append(np.arange(n)[ok])
-            ci.append(cn[ok] * n_k + j0[rows][ok] + dj)
+            ci.append((j0[rows][ok] + dj) * n_fit + cn[ok])
             vi.append((s * sign[rows] * wgt)[ok])
     return sparse.csr_matrix((np.concatenate(vi), (np.concatenate(ri), np.concatenate(ci))),
                              shape=(n, n_x))
 
 
 def _penalty(n_nodes: int, n_k: int, n_x: int) -> sparse.csr_matrix:
-    """Second differences of every node's grid values (zero on the latency columns)."""
+    """Second differences of every node's grid values (zero on the latency columns), the
+    unknowns numbered knot-major as in ``_design``."""
     if n_k < 3 or n_nodes == 0:
         return sparse.csr_matrix((n_x, n_x))
     d = sparse.diags([1.0, -2.0, 1.0], [0, 1, 2], shape=(n_k - 2, n_k))
-    blocks = sparse.block_diag([d] * n_nodes)
+    blocks = sparse.kron(d, sparse.identity(n_nodes), format="csr")
     full = sparse.hstack([blocks, sparse.csr_matrix((blocks.shape[0], n_x - blocks.shape[1]))])
     return (full.T @ full).tocsr()
 
 
-def _knot_major(n_nodes: int, n_k: int, n_x: int) -> np.ndarray:
-    """The columns' order for the factorization: every node's value at knot 0, then at
-    knot 1, ..., the latency columns last. Messages couple nodes at one knot and its
-    neighbour and the penalty a node's knots two apart, so the normal matrix is then a band
-    about three nodes wide bordered by the latency columns: its factor stays a band. (A
-    fill-reducing ordering of the node-major matrix, MMD or COLAMD, filled it 3-9x and took
-    10-100x longer, depending on how the nodes are linked.)"""
-    n_e = n_nodes * n_k
-    return np.r_[np.arange(n_e).reshape(n_nodes, n_k).T.ravel(), np.arange(n_e, n_x)]
-
-
 def _solve(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
-           strength: float, order: np.ndarray) -> np.ndarray:
-    normal = (mat.T @ mat + strength * pen + 1e-9 * sparse.identity(mat.shape[1])).tocsr()
-    normal = normal[order][:, order].tocsc()
+           strength: float) -> np.ndarray:
+    normal = (mat.T @ mat + strength * pen + 1e-9 * sparse.identity(mat.shape[1])).tocsc()
+    # the unknowns knot-major (``_design``): in natural order the factor stays a band
     try:
-        y = np.atleast_1d(splu(normal, permc_spec="NATURAL").solve((mat.T @ rhs)[order]))
+        return np.atleast_1d(splu(normal, permc_spec="NATURAL").solve(mat.T @ rhs))
     except RuntimeError:  # exactly singular (a node no timely message pins): no solution
         return np.full(mat.shape[1], np.nan)
-    x = np.empty_like(y)
-    x[order] = y
-    return x
 
 
 def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
-            win: np.ndarray, o: FitOptions, order: np.ndarray, folds: int = 3) -> float:
+            win: np.ndarray, o: FitOptions, folds: int = 3) -> float:
     """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
     the strongest (straightest) within ``simpler_within`` of the best."""
     fold = win % folds
@@ -532,7 +524,7 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
             test = fold == f
             if not test.any() or test.all():
                 continue
-            x = _solve(mat[~test], rhs[~test], pen, strength, order)
+            x = _solve(mat[~test], rhs[~test], pen, strength)
             err += float(np.sum((mat[test] @ x - rhs[test]) ** 2))
         scores.append(err)
     scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
