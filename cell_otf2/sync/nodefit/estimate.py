@@ -96,14 +96,13 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     d_kept = group * 2 + (~fwd)
     run = max(float(np.ptp(u)), 1.0)
     delay = (tb + c[b]) - (ta + c[a])
-    margin = max(o.late_window_us, o.timely_us) * 1e-6 * hz
+    margin, rate = max(o.late_window_us, o.timely_us) * 1e-6 * hz, 2.0 * o.max_ppm * 1e-6
     w_ow = _window_width(d_kept, u, run, o)
-    late, usual, on_time = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin,
-                                        2.0 * o.max_ppm * 1e-6)
+    late, usual, on_time = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin, rate)
     if run / w_ow < _FEW_WINDOWS:  # few windows: those of one exchange tell more directions
         late_1, usual_1, on_time_1 = late_one_way(
             delay, d_kept, u, _window_width(d_kept, u, run, replace(o, window_messages=1)),
-            kinds.size, margin, 2.0 * o.max_ppm * 1e-6)
+            kinds.size, margin, rate)
         more = ~np.isin(late_1, late)
         late, usual = np.r_[late, late_1[more]], np.r_[usual, usual_1[more]]
         on_time &= on_time_1
@@ -135,7 +134,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     off_line = None
     if weak.size:
         d0_w, beta_w, support_w, off_line = counted_lines(
-            group, fwd, u - tbar, r, late_ticks, 2.0 * o.max_ppm * 1e-6, gk[weak])
+            group, fwd, u - tbar, r, late_ticks, rate, gk[weak])
         now = support_w >= 3
         d0[weak[now]], beta[weak[now]], support[weak[now]] = (d0_w[now], beta_w[now],
                                                               support_w[now])

@@ -162,13 +162,13 @@ def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: floa
     fwd, bwd = ways
     if fwd.size == 0 or bwd.size == 0:
         return np.nan
-    tb = np.sort(u[bwd])
-    rb = r[bwd][np.argsort(u[bwd])]
-    j = np.clip(np.searchsorted(tb, u[fwd]), 1, max(tb.size - 1, 1))
-    near = np.where(np.abs(tb[j - 1] - u[fwd]) <= np.abs(tb[np.minimum(j, tb.size - 1)]
-                                                         - u[fwd]), j - 1,
-                    np.minimum(j, tb.size - 1))
-    gap = np.abs(tb[near] - u[fwd])
+    by_time = np.argsort(u[bwd])
+    tb, rb = u[bwd][by_time], r[bwd][by_time]
+    j = np.searchsorted(tb, u[fwd])
+    left, right = np.clip(j - 1, 0, tb.size - 1), np.clip(j, 0, tb.size - 1)
+    gap_l, gap_r = np.abs(tb[left] - u[fwd]), np.abs(tb[right] - u[fwd])
+    near = np.where(gap_l <= gap_r, left, right)
+    gap = np.minimum(gap_l, gap_r)
     ok = gap <= within
     if not ok.any():
         return np.nan
