@@ -308,10 +308,17 @@ def counters_written(dec: Decoded, usable: np.ndarray | None) -> frozenset[Count
         at = by_code[code_start[code]:code_start[code + 1]]
         if usable is not None:
             at = at[usable[at]]
-        loc = (rec["loc"][at].astype(np.int64) if code == P.COUNTER
-               else np.full(at.size, -1, dtype=np.int64))
-        pairs = np.unique(np.stack([rec["a"][at].astype(np.int64), loc], axis=1), axis=0)
-        out.update(CounterUse(int(c), int(x)) for c, x in pairs.tolist())
+        counters, which = np.unique(rec["a"][at].astype(np.int64), return_inverse=True)
+        if code != P.COUNTER:  # an SPE's samples: no PPE thread
+            out.update(CounterUse(int(c), -1) for c in counters.tolist())
+            continue
+        # the distinct (counter, thread) pairs by one key per record: np.unique(axis=0) on
+        # the two columns sorts rows as a structured view, 1 s for 3 M samples
+        threads, thread_of = np.unique(rec["loc"][at], return_inverse=True)
+        key = np.unique(which.ravel().astype(np.int64) * threads.size + thread_of.ravel())
+        out.update(CounterUse(int(c), int(x)) for c, x in zip(
+            counters[key // threads.size].tolist(), threads[key % threads.size].tolist(),
+            strict=True))
     return frozenset(out)
 
 
