@@ -165,11 +165,7 @@ class EventTable:
         loc = np.asarray(loc, dtype=np.int64)
         if not loc.size:
             return
-        first = self.loc_first_rec
-        if first is None:
-            first = np.zeros(self.n_locations + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self.rec_loc, minlength=self.n_locations), out=first[1:])
-            self.loc_first_rec = first
+        first = self._loc_first_rec()
         rec = (np.asarray(anchor, dtype=np.int64) if where == "own"
                else first[loc] if where == "start" else first[loc + 1] - 1)
         part = EventPart(rec.astype(self.index), 7, int(typ),
@@ -186,12 +182,27 @@ class EventTable:
         self.foreign.append(part)
         self.laid_out = False
 
+    def _loc_first_rec(self) -> np.ndarray:
+        """Where each location's records start (the records are ordered by location), and
+        the end of the last."""
+        first = self.loc_first_rec
+        if first is None:
+            first = np.zeros(self.n_locations + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.rec_loc, minlength=self.n_locations), out=first[1:])
+            self.loc_first_rec = first
+        return first
+
     def has_timed_events(self) -> np.ndarray:
         """Per location, whether it has an event placed by its own time (own, or foreign and
         not pinned): where "start" and "end" pins find a time."""
         has = np.zeros(self.n_locations, dtype=bool)
-        for part in self.own_parts:
-            has[self.rec_loc[part.rec]] = True
+        if self.own_parts:  # records ordered by location: which locations' runs hold a mark
+            marked = np.zeros(self.rec_loc.size, dtype=bool)
+            for part in self.own_parts:
+                marked[part.rec] = True
+            first = self._loc_first_rec()
+            held = np.flatnonzero(first[1:] > first[:-1])
+            has[held] = np.logical_or.reduceat(marked, first[held])
         for part in self.foreign:
             if part.pin is None and part.loc is not None:
                 has[part.loc] = True
@@ -233,12 +244,7 @@ class EventTable:
             self.own_parts[k].pos = pos
         self.n_own = int(base[-1])
         # own events of location L: own positions [own_start[L], own_start[L + 1])
-        rec_loc = self.rec_loc
-        loc_first_rec = self.loc_first_rec
-        if loc_first_rec is None:
-            loc_first_rec = np.zeros(self.n_locations + 1, dtype=np.int64)
-            np.cumsum(np.bincount(rec_loc, minlength=self.n_locations), out=loc_first_rec[1:])
-            self.loc_first_rec = loc_first_rec
+        loc_first_rec = self._loc_first_rec()
         self.own_start = base[loc_first_rec]
         # foreign events: destination location, insertion point among its own events
         if self.foreign:
