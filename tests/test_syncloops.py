@@ -1,7 +1,8 @@
 """The compiled loops of ordering and synchronization (native/_syncloops.c) and their numpy
 twins give the same constraints and times (both ways through the ``native_ways`` fixture):
 random record tables (hypothesis) with every edge the numpy code handles (no domain, negative
-anchors, NaN, negative and too large times, ties at half a tick), and whole simulated runs
+anchors, NaN, negative and too large times, ties at half a tick), the count of pairs written
+in reverse order against a plain count (no record, unusable ones), and whole simulated runs
 converted both ways, damaged and with context switches, byte for byte."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from archive_compare import same_archive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cell_otf2.model import ANCHOR_DTYPE, RECORD_DTYPE, NodeMap
+from cell_otf2.model import ANCHOR_DTYPE, DMA_DTYPE, MSG_DTYPE, RECORD_DTYPE, NodeMap
 from cell_otf2.native import sync_loops as syncloops
 from cell_otf2.sync.nodefit.fit import PiecewiseMap
 
@@ -169,6 +170,39 @@ def test_place_uses_the_compiled_loop_for_both_kinds_of_map():
             return np.asarray(x, dtype=np.float64)
 
     assert not syncloops.NodeMaps([*maps, Other(0.0, 1.0, None, "x")]).native_kinds
+
+
+def pair_table(rng, n: int, m: int, dtype: np.dtype, first: str, then: str) -> np.ndarray:
+    pairs = np.zeros(m, dtype)
+    pairs[first] = rng.integers(-1, max(n, 1), m) if n else -1
+    pairs[then] = rng.integers(-1, max(n, 1), m) if n else -1
+    return pairs
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), m=st.integers(0, 300))
+def test_reversed_count_agrees_with_a_plain_count(monkeypatch_module, native_ways, seed, n, m):
+    rng = np.random.default_rng(seed)
+    rec = np.zeros(n, RECORD_DTYPE)
+    rec["time"] = rng.choice(np.array([0, 5, 7, -3, 2**62]), n) + rng.integers(0, 3, n)
+    usable = rng.random(n) < 0.8
+    for dtype, first, then in ((MSG_DTYPE, "send", "recv"), (DMA_DTYPE, "issue", "complete")):
+        pairs = pair_table(rng, n, m, dtype, first, then)
+        plain = sum(1 for a, b in zip(pairs[first].tolist(), pairs[then].tolist(), strict=True)
+                    if a >= 0 and b >= 0 and usable[a] and usable[b]
+                    and rec["time"][b] < rec["time"][a])
+        got = both(monkeypatch_module, native_ways,
+                   lambda p=pairs, f=first, t=then: syncloops.reversed_count(rec, usable, p, f, t))
+        assert got == [plain, plain]
+
+
+def test_reversed_count_refuses_a_record_out_of_range(monkeypatch, native_ways):
+    rec = np.zeros(4, RECORD_DTYPE)
+    pairs = np.zeros(2, MSG_DTYPE)
+    pairs["recv"] = [1, 4]
+    for _way in native_ways(monkeypatch):
+        with pytest.raises(IndexError):
+            syncloops.reversed_count(rec, np.ones(4, dtype=bool), pairs, "send", "recv")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@
  * table, where numpy needed a gather and a dozen strided passes over every record for
  * constraints that most runs do not have; `settle` gives one location's records their times
  * from their reference readings (synchronize.apply_times: rounding, the no-decrease rule,
- * records without a clock, what is unusable), in two sweeps instead of numpy's fifteen.
+ * records without a clock, what is unusable), in two sweeps instead of numpy's fifteen;
+ * `reversed_count` counts the matched pairs written in reverse order.
  *
  * Built by setuptools at install time (setup.py, optional); cell_otf2/native/sync_loops.py
  * takes its numpy twins, with the same results, where native.helper does not give it.
@@ -358,6 +359,51 @@ done:
     return result;
 }
 
+/* reversed_count(rec, itemsize, time_off, usable, pairs, pair_itemsize, first_off, then_off)
+ * -> how many rows of `pairs` (int64 record indexes at first_off and then_off; a negative
+ * index: no such record, the row skipped) have both records usable (one byte per record) and
+ * the second record's time (int64 at time_off) below the first's: the written order
+ * violations of synchronize.written_order_violations, in one sweep over the pairs where numpy
+ * gathers each column into temporaries of the pairs' size. An index past the table is an
+ * IndexError, as numpy's indexing raises. */
+static PyObject *reversed_count(PyObject *self, PyObject *args)
+{
+    Py_buffer rec, usable, pairs;
+    Py_ssize_t item, time_off, p_item, first_off, then_off;
+    if (!PyArg_ParseTuple(args, "y*nny*y*nnn", &rec, &item, &time_off, &usable, &pairs,
+                          &p_item, &first_off, &then_off))
+        return NULL;
+    PyObject *result = NULL;
+    if (item <= 0 || time_off < 0 || time_off + 8 > item || p_item <= 0 || first_off < 0
+        || first_off + 8 > p_item || then_off < 0 || then_off + 8 > p_item
+        || usable.len != rec.len / item) {
+        PyErr_SetString(PyExc_ValueError, "reversed_count: bad layout");
+        goto done;
+    }
+    const unsigned char *r = (const unsigned char *)rec.buf;
+    const unsigned char *u = (const unsigned char *)usable.buf;
+    const unsigned char *p = (const unsigned char *)pairs.buf;
+    Py_ssize_t n = rec.len / item, m = pairs.len / p_item;
+    long long count = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t a = i64(p + i * p_item + first_off), b = i64(p + i * p_item + then_off);
+        if (a < 0 || b < 0)
+            continue;
+        if (a >= n || b >= n) {
+            PyErr_SetString(PyExc_IndexError, "reversed_count: record index out of range");
+            goto done;
+        }
+        if (u[a] && u[b] && i64(r + b * item + time_off) < i64(r + a * item + time_off))
+            count++;
+    }
+    result = PyLong_FromLongLong(count);
+done:
+    PyBuffer_Release(&rec);
+    PyBuffer_Release(&usable);
+    PyBuffer_Release(&pairs);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"block_pairs", block_pairs, METH_VARARGS,
      "block_pairs(rec, itemsize, loc_off, code_off, domain_off, local_off, anchor_off, anc, "
@@ -368,6 +414,9 @@ static PyMethodDef methods[] = {
      "place(rec, itemsize, domain_off, local_off, time_off, dom_offset, dom_node, kind, "
      "offset, rate, knot_start, knots_node, knots_ref, usable): one location's record "
      "times from their clocks"},
+    {"reversed_count", reversed_count, METH_VARARGS,
+     "reversed_count(rec, itemsize, time_off, usable, pairs, pair_itemsize, first_off, "
+     "then_off): the pairs whose usable records are written in reverse order"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,7 @@
 """The per-record loops of ordering and synchronization: ``block_pairs`` finds the block
 constraints of ``order.build_constraints``, ``place`` gives one location's records their
-times for ``synchronize.apply_times`` (their node's clock map, then ``settle``); all through
+times for ``synchronize.apply_times`` (their node's clock map, then ``settle``),
+``reversed_count`` counts the matched pairs written in reverse order; all through
 the compiled helper ``cell_otf2/native/_syncloops.c`` where ``native.helper`` gives it and
 the tables and maps have the expected layout, else through numpy, with the same result
 either way (``tests/test_syncloops.py``). It decides no constraint's soundness and solves
@@ -150,6 +151,29 @@ class NodeMaps:
                 knots_node[-1].size if self.kind[i] == 1 else 0)
         self.knots_node = np.concatenate(knots_node) if knots_node else np.zeros(0)
         self.knots_ref = np.concatenate(knots_ref) if knots_ref else np.zeros(0)
+
+
+def reversed_count(rec: np.ndarray, usable: np.ndarray, pairs: np.ndarray, first: str,
+                   then: str) -> int:
+    """How many rows of ``pairs`` (a structured array whose int64 fields ``first`` and
+    ``then`` index ``rec``; a negative index: no such record, the row left out) have both
+    records ``usable`` and the ``then`` record's time below the ``first`` record's."""
+    c_helper = helper("syncloops")
+    fields = pairs.dtype.fields
+    if (c_helper is not None and fields is not None and _compiled_layout(rec)
+            and usable.dtype == np.bool_ and usable.flags.c_contiguous
+            and len(usable) == len(rec) and pairs.ndim == 1 and pairs.flags.c_contiguous
+            and fields[first][0] == np.dtype("<i8") and fields[then][0] == np.dtype("<i8")):
+        return int(c_helper.reversed_count(rec, RECORD_DTYPE.itemsize,
+                                           _offset(RECORD_DTYPE, "time"), usable, pairs,
+                                           pairs.dtype.itemsize, _offset(pairs.dtype, first),
+                                           _offset(pairs.dtype, then)))
+    a, b = pairs[first], pairs[then]
+    ok = (a >= 0) & (b >= 0)
+    a, b = a[ok], b[ok]
+    both = usable[a] & usable[b]
+    times = rec["time"]
+    return int(np.count_nonzero(times[b[both]] < times[a[both]]))
 
 
 def _nodes(node: np.ndarray) -> list[int]:

@@ -11,7 +11,7 @@ import numpy as np
 from ..damage import DamageKind, DamageLog
 from ..decode.intervals import MOD
 from ..model import Constraints, Decoded, DomainKind, LinkKind, Matches, NodeMap, SyncResult
-from ..native.sync_loops import NodeMaps, place
+from ..native.sync_loops import NodeMaps, place, reversed_count
 from .solver import pair_width_stats, solve
 
 
@@ -399,8 +399,6 @@ def written_order_violations(dec: Decoded, matches: Matches, usable: np.ndarray)
     """The matched pairs of ``matches`` (messages, mailboxes, signals, DMA issue and
     completion) whose written times (``dec.records['time']``, after ``apply_times``) are
     reversed."""
-    t = dec.records["time"]
-    m, dma = matches.messages, matches.dma
-    done = dma[dma["complete"] >= 0]
-    return (reversed_pairs(t, usable, m["send"], m["recv"])
-            + reversed_pairs(t, usable, done["issue"], done["complete"]))
+    rec = dec.records  # a DMA without completion (complete -1) is left out
+    return (reversed_count(rec, usable, matches.messages, "send", "recv")
+            + reversed_count(rec, usable, matches.dma, "issue", "complete"))
