@@ -17,6 +17,8 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - short: runs of 10 ms to under a second;
 - random: 60 shapes drawn from the whole family by two seeded sweeps (``_drawn``), to meet
   the runs the regimes above do not make;
+- slow: MPI every 5-10 s over 10-20 minutes with 0-20 us of wander (the family's slowest
+  exchanges; no targets but the order, bound and rate checks), 2-8 nodes, 1 % or 15 % uneven;
 - mid: runs of 2-40 s (exchanges every 0.05-1 s, 15 us wander), 8-node chains and rings,
   seeds 201-202: between the two (no targets but the order, bound and rate checks);
 - few: 30 runs of 4-12 exchanges drawn at random (``_few``): 2-12 nodes, MPI every
@@ -250,6 +252,21 @@ REGIMES: dict[str, Regime] = {
     "few": Regime(
         "4-12 exchanges, shapes drawn at random (one sweep of 30)", Targets(),
         cases=_few(41, 30), quick=_few(41, 10)),
+    "slow": Regime(
+        "MPI every 5-10 s, 10-20 minutes, wander 0-20 us over 2-5 min", Targets(),
+        cases=[_c("3 nodes chain, 10 s, 20 min, 20 us / 5 min, 15 % imbalance", 61, 3, 10.0,
+                  1200.0, 20.0, 300.0, topology="chain", imbalance=0.15),
+               _c("3 nodes chain, 10 s, 20 min, 20 us / 5 min", 61, 3, 10.0, 1200.0, 20.0,
+                  300.0, topology="chain"),
+               _c("2 nodes, 10 s, 20 min, 10 us / 3 min", 62, 2, 10.0, 1200.0, 10.0, 180.0),
+               _c("4 nodes, 5 s, 15 min, 15 us / 2 min, 15 % imbalance", 63, 4, 5.0, 900.0,
+                  15.0, 120.0, imbalance=0.15),
+               _c("8 nodes chain, 10 s, 10 min, 20 us / 4 min", 64, 8, 10.0, 600.0, 20.0,
+                  240.0, topology="chain"),
+               _c("4 nodes, 10 s, 20 min, linear", 65, 4, 10.0, 1200.0)],
+        quick=[_c("3 nodes chain, 10 s, 5 min, 20 us / 2 min, 15 % imbalance", 61, 3, 10.0,
+                  300.0, 20.0, 120.0, topology="chain", imbalance=0.15),
+               _c("4 nodes, 10 s, 5 min, linear", 65, 4, 10.0, 300.0)]),
     "mid": Regime(
         "runs of 2-40 s, 15 us wander (seeds 201-202 of each shape)", Targets(),
         cases=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed {seed}", seed, 8, ex, dur,
