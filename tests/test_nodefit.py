@@ -555,6 +555,8 @@ LATE_ONE_WAY_RUNS = {
                                   seed=2567),
     "chain3-2s-10s-w10-2189": dict(nodes=3, exchange_s=2.0, duration_s=10.0, wander_us=10.0,
                                    wander_period_s=120.0, topology="chain", seed=2189),
+    "pair2-10s-20min-w10-62": dict(nodes=2, exchange_s=10.0, duration_s=1200.0,
+                                   wander_us=10.0, wander_period_s=180.0, seed=62),
     "chain6-2s-10s-w5-2370": dict(nodes=6, exchange_s=2.0, duration_s=10.0, wander_us=5.0,
                                   wander_period_s=300.0, topology="chain", seed=2370,
                                   limit_us=8.0),

@@ -32,6 +32,9 @@ _FEW_WINDOWS = 4.0
 #: after a first pass that followed a missed drift: the joint rounds again on the grid of
 #: the messages timely under its curves when that is this much finer or coarser
 _REGRID = 1.5
+#: the joint rounds' windows are at most this many times those of each node pair's densest
+#: direction (``_grid_width``)
+_DENSEST_SHARE = 3.0
 
 
 @dataclass
@@ -182,7 +185,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         # finer or coarser). Otherwise the rounds start from the lines, on the grid of the
         # messages timely under them (late receives do not resolve a curve).
         r = _residuals(ta, tb, a, b, c, knots, values)
-        fine = _grid_width(span, u, d_key, None, o, late_ticks)
+        fine = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size)
         followed = False
         if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
             start = (list(knots), list(values), list(curves.model), curves.error.copy())
@@ -194,7 +197,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             possible = float(r_pass.min()) >= min(float(r.min()), 0.0) - 4.0 * late_ticks
             if possible and _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
                 r = r_pass
-                width = _grid_width(span, u, d_key, r, o, late_ticks)
+                width = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size)
                 if not used / _REGRID <= width <= used * _REGRID:
                     _joint_rounds(*args, width=width)
                 followed = curves.followed_drift = True
@@ -202,8 +205,8 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
                 curves.error[:] = start[3]
         if not followed:
-            _joint_rounds(*args, width=_grid_width(span, u, d_key, r, o, late_ticks),
-                          missed_drift=False)
+            _joint_rounds(*args, missed_drift=False,
+                          width=_grid_width(span, u, d_key, r, o, late_ticks, kinds.size))
     for n in range(n_nodes):
         if not reached[n]:
             knots[n] = values[n] = None
@@ -403,16 +406,25 @@ def _moved(knots0: list, values0: list, knots: list, values: list, tol: float) -
 
 
 def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | None,
-                o: FitOptions, late_ticks: float) -> float:
-    """The joint rounds' window width: ``window_messages`` messages per direction of a kind,
-    and no more than ``max_knots`` windows. With the residuals ``r`` under some curves, the
-    timely messages only (within four times ``outlier_us`` of the direction's fastest)."""
+                o: FitOptions, late_ticks: float, n_kinds: int) -> float:
+    """The joint rounds' window width: ``window_messages`` messages per direction of a kind
+    (the median over the directions), but at most ``_DENSEST_SHARE`` times the width that
+    holds ``window_messages`` messages of each node pair's densest direction (of any kind;
+    the median over the pairs); no more than ``max_knots`` windows. With the residuals ``r``
+    under some curves, the timely messages only (within four times ``outlier_us`` of the
+    direction's fastest). A pair whose one direction is received late in most exchanges
+    (MPI every 10 s: one timely message in 110 s one way, every 5 s the other) made the
+    median's windows as long as the wander's period (150 s against 3 minutes); each row
+    pins the offset given its kind's latency, which the windows with both directions pin,
+    so the other direction's messages keep the curve's detail."""
     timely = np.ones(d_key.size, dtype=bool)
     if r is not None:
         gmin = np.full(int(d_key.max()) + 1, np.inf)
         np.minimum.at(gmin, d_key, r)
         timely = r <= gmin[d_key] + 4.0 * late_ticks
     width = _window_width(d_key[timely], u[timely], span, o)
+    densest = _window_width(d_key[timely], u[timely], span, o, pair_of=n_kinds * 2)
+    width = min(width, _DENSEST_SHARE * densest)
     return span / int(min(max(1, np.ceil(span / width)), o.max_knots))
 
 
@@ -586,9 +598,12 @@ def _support_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndar
     return sk[both] // 2, 0.5 * (h[:, 0] - h[:, 1]), beta, count.min(axis=1)
 
 
-def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions) -> float:
+def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions,
+                  pair_of: int = 0) -> float:
     """Windows hold about ``window_messages`` messages per direction of a kind (the median
-    over the directions), and are at most ``max_windows``."""
+    over the directions), and are at most ``max_windows``. With ``pair_of`` (the directions
+    of one node pair: ``d_key // pair_of``), per node pair its densest direction's instead,
+    the median over the node pairs."""
     order = np.lexsort((u, d_key))
     k, t = d_key[order], u[order]
     start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
@@ -598,6 +613,11 @@ def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions) 
     if not many.any():
         return span
     period = (t[end[many] - 1] - t[start[many]]) / (count[many] - 1)
+    if pair_of:
+        pairs, at = np.unique(k[start[many]] // pair_of, return_inverse=True)
+        densest = np.full(pairs.size, np.inf)
+        np.minimum.at(densest, at.ravel(), period)
+        period = densest
     w = o.window_messages * float(np.median(period))
     return float(min(max(w, span / max(o.max_windows, 1), 1.0), span))
 
