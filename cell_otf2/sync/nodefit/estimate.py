@@ -34,7 +34,7 @@ _FEW_WINDOWS = 4.0
 _REGRID = 1.5
 #: the joint rounds' windows are at most this many times those of each node pair's densest
 #: direction (``_grid_width``)
-_DENSEST_SHARE = 3.0
+_DENSEST_SHARE = 2.0
 
 
 @dataclass
