@@ -293,8 +293,8 @@ def _map_knots(curves, n: int, xs: np.ndarray, zv: np.ndarray, hv: np.ndarray,
             # out to the records where a move at an end would tilt the map: on at the map's
             # mean rate over its knots (a smooth estimate's end piece can be as steep)
             fin = ext[np.isfinite(ext)]
-            before = fin[fin < kn[0]] if moved[0] or near[0] else np.zeros(0)
-            after = fin[fin > kn[-1]] if moved[-1] or near[-1] else np.zeros(0)
+            before = fin[fin < kn[0]] if near[0] else np.zeros(0)  # near: moved or beside
+            after = fin[fin > kn[-1]] if near[-1] else np.zeros(0)
             if (before.size or after.size) and kn[-1] > kn[0]:
                 slope = (kz[-1] - kz[0]) / (kn[-1] - kn[0])
                 kn, kz = (np.r_[before, kn, after],
