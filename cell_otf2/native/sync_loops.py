@@ -1,7 +1,8 @@
 """The per-record loops of ordering and synchronization: ``block_pairs`` finds the block
 constraints of ``order.build_constraints``, ``place`` gives one location's records their
 times for ``synchronize.apply_times`` (their node's clock map, then ``settle``),
-``reversed_count`` counts the matched pairs written in reverse order; all through
+``reversed_count`` counts the matched pairs written in reverse order (``reversed_pairs``, its
+numpy twin's core, also for other tables); all through
 the compiled helper ``cell_otf2/native/_syncloops.c`` where ``native.helper`` gives it and
 the tables and maps have the expected layout, else through numpy, with the same result
 either way (``tests/test_syncloops.py``). It decides no constraint's soundness and solves
@@ -170,10 +171,17 @@ def reversed_count(rec: np.ndarray, usable: np.ndarray, pairs: np.ndarray, first
                                            _offset(pairs.dtype, then)))
     a, b = pairs[first], pairs[then]
     ok = (a >= 0) & (b >= 0)
-    a, b = a[ok], b[ok]
-    both = usable[a] & usable[b]
-    times = rec["time"]
-    return int(np.count_nonzero(times[b[both]] < times[a[both]]))
+    return reversed_pairs(rec["time"], usable, a[ok], b[ok])
+
+
+def reversed_pairs(times: np.ndarray, usable: np.ndarray, first: np.ndarray,
+                   then: np.ndarray) -> int:
+    """How many pairs (record ``first[i]`` happened before record ``then[i]``: a message's
+    send and receive, a DMA's issue and completion) have both records written and the second
+    written at an earlier time than the first: ``times`` are the record times as written
+    (any table's: the root's gathered MPI records as well as a group's records)."""
+    both = usable[first] & usable[then]
+    return int(np.count_nonzero(times[then][both] < times[first][both]))
 
 
 def _nodes(node: np.ndarray) -> list[int]:

@@ -34,8 +34,9 @@ from ..model import (
     SyncResult,
 )
 from ..native.record_loops import time_bounds
+from ..native.sync_loops import reversed_pairs
 from ..sync.extents import node_extents, widest
-from ..sync.synchronize import pair_table, reversed_pairs
+from ..sync.synchronize import pair_table
 
 P = fmt.PpeCode
 

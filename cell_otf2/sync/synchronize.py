@@ -386,15 +386,6 @@ def _lost_at_bounds(part: np.ndarray, usable: np.ndarray, n_lost: int, at_lost: 
     return n_lost, at_lost
 
 
-def reversed_pairs(times: np.ndarray, usable: np.ndarray, first: np.ndarray,
-                   then: np.ndarray) -> int:
-    """How many pairs (record ``first[i]`` happened before record ``then[i]``: a message's
-    send and receive, a DMA's issue and completion) have both records written and the second
-    written at an earlier time than the first: ``times`` are the record times as written."""
-    both = usable[first] & usable[then]
-    return int(np.count_nonzero(times[then][both] < times[first][both]))
-
-
 def written_order_violations(dec: Decoded, matches: Matches, usable: np.ndarray) -> int:
     """The matched pairs of ``matches`` (messages, mailboxes, signals, DMA issue and
     completion) whose written times (``dec.records['time']``, after ``apply_times``) are
