@@ -422,9 +422,16 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
         gmin = np.full(int(d_key.max()) + 1, np.inf)
         np.minimum.at(gmin, d_key, r)
         timely = r <= gmin[d_key] + 4.0 * late_ticks
-    width = _window_width(d_key[timely], u[timely], span, o)
-    densest = _window_width(d_key[timely], u[timely], span, o, pair_of=n_kinds * 2)
-    width = min(width, _DENSEST_SHARE * densest)
+    keys, period = _periods(d_key[timely], u[timely])
+    width = span
+    if period.size:
+        width = _clamped(o.window_messages * float(np.median(period)), span, o)
+        # per node pair its densest direction (d_key // 2 = pair * n_kinds + kind)
+        pairs, at = np.unique(keys // (2 * n_kinds), return_inverse=True)
+        densest = np.full(pairs.size, np.inf)
+        np.minimum.at(densest, at.ravel(), period)
+        width = min(width, _DENSEST_SHARE * _clamped(
+            o.window_messages * float(np.median(densest)), span, o))
     return span / int(min(max(1, np.ceil(span / width)), o.max_knots))
 
 
@@ -598,27 +605,31 @@ def _support_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndar
     return sk[both] // 2, 0.5 * (h[:, 0] - h[:, 1]), beta, count.min(axis=1)
 
 
-def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions,
-                  pair_of: int = 0) -> float:
+def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions) -> float:
     """Windows hold about ``window_messages`` messages per direction of a kind (the median
-    over the directions), and are at most ``max_windows``. With ``pair_of`` (the directions
-    of one node pair: ``d_key // pair_of``), per node pair its densest direction's instead,
-    the median over the node pairs."""
+    over the directions), and are at most ``max_windows``."""
+    period = _periods(d_key, u)[1]
+    if not period.size:
+        return span
+    return _clamped(o.window_messages * float(np.median(period)), span, o)
+
+
+def _periods(d_key: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per direction (``d_key``) with two messages or more: its key and the mean interval
+    between its messages (times ``u``)."""
     order = np.lexsort((u, d_key))
     k, t = d_key[order], u[order]
     start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     end = np.r_[start[1:], k.size]
     count = end - start
     many = count > 1
-    if not many.any():
-        return span
     period = (t[end[many] - 1] - t[start[many]]) / (count[many] - 1)
-    if pair_of:
-        pairs, at = np.unique(k[start[many]] // pair_of, return_inverse=True)
-        densest = np.full(pairs.size, np.inf)
-        np.minimum.at(densest, at.ravel(), period)
-        period = densest
-    w = o.window_messages * float(np.median(period))
+    return k[start[many]], period
+
+
+def _clamped(w: float, span: float, o: FitOptions) -> float:
+    """A window width within the run, at least a tick, and no more than ``max_windows``
+    windows."""
     return float(min(max(w, span / max(o.max_windows, 1), 1.0), span))
 
 
