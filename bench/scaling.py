@@ -108,12 +108,17 @@ def _mpiexec(procs: int) -> list[str]:
     return cmd
 
 
+def _command(run: Path, anchor: Path, own_sessions: bool) -> list[str]:
+    """One serial conversion of ``run`` into ``anchor`` through ``_WRAPPER`` (with ``setsid``
+    in a session of its own)."""
+    args = [sys.executable, "-c", _WRAPPER, str(run), "-o", str(anchor), "--force"]
+    return ["setsid", *args] if own_sessions else args
+
+
 def convert(run: Path, anchor: Path, procs: int, own_sessions: bool = False) -> dict:
     """One conversion; wall time of the command, converter wall time, peak RSS and CPU
     seconds per process."""
-    args = [sys.executable, "-c", _WRAPPER, str(run), "-o", str(anchor), "--force"]
-    if own_sessions:
-        args = ["setsid", *args]
+    args = _command(run, anchor, own_sessions)
     cmd = args if procs == 1 else _mpiexec(procs) + args
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=_env())
@@ -132,11 +137,7 @@ def convert(run: Path, anchor: Path, procs: int, own_sessions: bool = False) -> 
 def side_by_side(run: Path, work: Path, procs: int, own_sessions: bool = False) -> float:
     """Wall seconds from starting ``procs`` independent serial conversions of ``run`` at
     once (each to its own archive under ``work``) until the last one ends."""
-    cmds = []
-    for k in range(procs):
-        args = [sys.executable, "-c", _WRAPPER, str(run), "-o",
-                str(work / f"side{k}" / "a.otf2"), "--force"]
-        cmds.append(["setsid", *args] if own_sessions else args)
+    cmds = [_command(run, work / f"side{k}" / "a.otf2", own_sessions) for k in range(procs)]
     t0 = time.perf_counter()
     children = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  text=True, env=_env()) for c in cmds]
