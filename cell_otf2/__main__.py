@@ -1,9 +1,9 @@
 """``python -m cell_otf2`` and the ``cell2otf2`` command: installs the signal handling before
 anything heavy is imported (so Ctrl-C or SIGTERM during start-up is one message and 130/143,
-not a traceback), keeps OpenBLAS to one thread unless the environment says otherwise
-(``process_setup``, before numpy is imported), then runs the command line (``cli.main``), and
-ends the process without the interpreter's teardown once everything is written (``_exit``).
-Nothing else.
+not a traceback), keeps OpenBLAS to one thread unless the environment says otherwise and
+numpy's unused submodules unloaded until used (``process_setup``, before numpy is imported),
+then runs the command line (``cli.main``), and ends the process without the interpreter's
+teardown once everything is written (``_exit``). Nothing else.
 """
 
 from __future__ import annotations
@@ -16,13 +16,19 @@ def main() -> None:
     """Console entry point."""
     try:
         from . import signals
-        from .process_setup import one_blas_thread
+        from .process_setup import defer_numpy_extras, one_blas_thread
     except KeyboardInterrupt:  # Ctrl-C before any handler is in place: nothing was done
         sys.stderr.write("cell2otf2: interrupted\n")
         raise SystemExit(130) from None
 
     one_blas_thread(os.environ)  # before anything imports numpy
     signals.install()
+    try:
+        defer_numpy_extras()
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
+        signals.forget_unhandled_interrupt()
+        raise SystemExit(signals.exit_status(exc)) from None
     try:
         from .cli import main as cli_main
     except KeyboardInterrupt as exc:

@@ -103,6 +103,28 @@ print(summary.lossy, calls, dict(os.environ) == before,
     assert r.stderr == ""
 
 
+def test_the_command_defers_numpy_extras_that_scipy_asks_for(tmp_path):
+    """The command (``process_setup.defer_numpy_extras``) keeps numpy's optional submodules
+    unloaded through ``scipy.sparse``'s import and the whole conversion of a two-node run
+    (whose node fit imports scipy); each still works in full on first use."""
+    code = """
+import sys, types
+from cell_otf2.process_setup import NUMPY_EXTRAS, defer_numpy_extras
+print(defer_numpy_extras())
+import scipy.sparse.csgraph
+import cell_otf2
+cell_otf2.convert(sys.argv[1], sys.argv[2])
+loaded = [n for n in NUMPY_EXTRAS if type(sys.modules["numpy." + n]) is types.ModuleType]
+print(loaded)
+import numpy
+print(int(numpy.polynomial.Polynomial([1, 2])(1)), callable(numpy.testing.assert_array_equal))
+print(type(sys.modules["numpy.testing"]) is types.ModuleType)
+"""
+    r = python(code, str(SAMPLES / "two-nodes-hybrid"), str(tmp_path / "a.otf2"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["4", "[]", "3 True", "True"]
+
+
 def numbers(line: str) -> list[float]:
     return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", line)]
 
