@@ -19,6 +19,10 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   the runs the regimes above do not make;
 - slow: MPI every 5-10 s over 10-20 minutes with 0-20 us of wander (the family's slowest
   exchanges; no targets but the order, bound and rate checks), 2-8 nodes, 1 % or 15 % uneven;
+- busy: MPI every 5-10 s over 5-8 minutes, 10-20 us of wander, ranks 15 % uneven, chains of
+  3-4 nodes and a ring of 4, seeds 1-7 and 61 each: where every exchange has a receive
+  recorded seconds late, one way or the other, and pairs take turns at it (no targets but
+  the order, bound and rate checks);
 - mid: runs of 2-40 s (exchanges every 0.05-1 s, 15 us wander), 8-node chains and rings,
   seeds 201-202: between the two (no targets but the order, bound and rate checks);
 - few: 30 runs of 4-12 exchanges drawn at random (``_few``): 2-12 nodes, MPI every
@@ -88,6 +92,13 @@ class Regime:
     targets: Targets
     cases: list[Case] = field(default_factory=list)
     quick: list[Case] = field(default_factory=list)
+
+
+#: the busy regime's shapes: (label, nodes, topology, exchange s, duration s, wander us,
+#: wander period s)
+_BUSY = [("3 nodes chain, 10 s, 5 min, 20 us / 2 min", 3, "chain", 10.0, 300.0, 20.0, 120.0),
+         ("4 nodes chain, 5 s, 5 min, 15 us / 150 s", 4, "chain", 5.0, 300.0, 15.0, 150.0),
+         ("4 nodes ring, 10 s, 8 min, 10 us / 200 s", 4, "ring", 10.0, 480.0, 10.0, 200.0)]
 
 
 def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
@@ -267,6 +278,16 @@ REGIMES: dict[str, Regime] = {
         quick=[_c("3 nodes chain, 10 s, 5 min, 20 us / 2 min, 15 % imbalance", 61, 3, 10.0,
                   300.0, 20.0, 120.0, topology="chain", imbalance=0.15),
                _c("4 nodes, 10 s, 5 min, linear", 65, 4, 10.0, 300.0)]),
+    "busy": Regime(
+        "MPI every 5-10 s, 5-8 minutes, 15 % uneven ranks (seeds 1-7, 61)", Targets(),
+        cases=[_c(f"{label}, seed {seed}", seed, nodes, ex, dur, wander, period,
+                  topology=topo, imbalance=0.15)
+               for label, nodes, topo, ex, dur, wander, period in _BUSY
+               for seed in (1, 2, 3, 4, 5, 6, 7, 61)],
+        quick=[_c(f"{label}, seed {seed}", seed, nodes, ex, dur, wander, period,
+                  topology=topo, imbalance=0.15)
+               for label, nodes, topo, ex, dur, wander, period in _BUSY[:1]
+               for seed in (2, 6, 61)]),
     "mid": Regime(
         "runs of 2-40 s, 15 us wander (seeds 201-202 of each shape)", Targets(),
         cases=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed {seed}", seed, 8, ex, dur,
