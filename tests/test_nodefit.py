@@ -523,6 +523,12 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: chain3-2s-10s-w10-2189: 2.0 ms; chain6-2s-10s-w5-2370: 6.1 ms, and once its pairs were
 #: named, 21 us: the order-keeping step moved a node's first vertices, and the map went on
 #: before them with the slope of that short piece, 57 ppm where the truth drifts 13).
+#: Chains of 5 minutes, MPI every 5-10 s, 15 % uneven ranks, 15-20 us of wander: a link late
+#: one way in every exchange beside one whose late direction was timely in 3 of 15 windows,
+#: whose sum along its timely direction's windows' fastest came out negative (the wander
+#: bends a 73 s chord by more than the latency) and left the kind no usual sum
+#: (chain3-10s-5min-w20-61: 583 ms), or beside one whose directions took turns and were never
+#: timely together (chain3-10s-5min-w20-6: 119 ms; chain4-5s-5min-w15-2: 25 us).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
 LATE_ONE_WAY_RUNS = {
@@ -560,6 +566,15 @@ LATE_ONE_WAY_RUNS = {
     "chain6-2s-10s-w5-2370": dict(nodes=6, exchange_s=2.0, duration_s=10.0, wander_us=5.0,
                                   wander_period_s=300.0, topology="chain", seed=2370,
                                   limit_us=8.0),
+    "chain3-10s-5min-w20-61": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
+                                   wander_period_s=120.0, topology="chain", imbalance=0.15,
+                                   seed=61, limit_us=20.0),
+    "chain3-10s-5min-w20-6": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
+                                  wander_period_s=120.0, topology="chain", imbalance=0.15,
+                                  seed=6, limit_us=10.0),
+    "chain4-5s-5min-w15-2": dict(nodes=4, exchange_s=5.0, duration_s=300.0, wander_us=15.0,
+                                 wander_period_s=150.0, topology="chain", imbalance=0.15,
+                                 seed=2),
 }
 
 
@@ -632,31 +647,40 @@ def test_late_one_way_named_with_its_lateness():
 
 def test_late_one_way_named_beside_a_pair_taking_turns():
     """Two node pairs of a kind, ten exchanges 2 s apart, each pair's ranks sending 10-30 ms
-    apart: one pair late one way in every exchange, the other taking turns (each direction
-    late in a third of the exchanges, both in time in the rest). The second pair's windows
-    tell no late direction, but its messages sent together give the usual two-way sum, so
-    the first pair's late direction is named; without the exchanges where both came in
-    time, nothing is."""
+    apart: one pair late one way in every exchange, the other taking turns. The second
+    pair's windows tell no late direction, but its two-way sum is known where both came in
+    time in some exchanges (each direction late in a third of them), or where they never
+    did but each direction's timely messages lie between two of the other's timely ones
+    (``oneway._interleaved``: one direction timely every third exchange, the other in the
+    rest), so the first pair's late direction is named; where one direction was timely only
+    in the first half and the other only in the second, nothing gives that sum, nothing is
+    named."""
     from cell_otf2.sync.nodefit.oneway import late_one_way
 
     rng = np.random.default_rng(11)
     t = np.arange(10.0) * 2e6  # microsecond ticks
     k = np.arange(t.size)
 
-    def run(both_in_time: bool) -> np.ndarray:
+    def late_ms() -> np.ndarray:
+        return rng.uniform(1000.0, 5000.0, t.size)
+
+    def run(turns: str) -> np.ndarray:
         rows = []
         for g in range(2):
             drift = 15e-6 * (g + 1) * t
             fwd = 10.0 + rng.exponential(0.5, t.size) + drift
             back = 10.0 + rng.exponential(0.5, t.size) - drift
             if g == 0:
-                back = back + rng.uniform(1000.0, 5000.0, t.size)
-            else:
-                fwd = fwd + np.where(k % 3 == 0, rng.uniform(1000.0, 5000.0, t.size), 0.0)
-                back = back + np.where(k % 3 == (1 if both_in_time else 2),
-                                       rng.uniform(1000.0, 5000.0, t.size), 0.0)
-                if not both_in_time:
-                    fwd = fwd + np.where(k % 3 == 1, rng.uniform(1000.0, 5000.0, t.size), 0.0)
+                back = back + late_ms()
+            elif turns == "together":  # both in time where k % 3 == 2
+                fwd = fwd + np.where(k % 3 == 0, late_ms(), 0.0)
+                back = back + np.where(k % 3 == 1, late_ms(), 0.0)
+            elif turns == "interleaved":  # never both in time
+                fwd = fwd + np.where(k % 3 != 2, late_ms(), 0.0)
+                back = back + np.where(k % 3 == 2, late_ms(), 0.0)
+            else:  # forward timely in the first half only, backward in the second only
+                fwd = fwd + np.where(k >= 5, late_ms(), 0.0)
+                back = back + np.where(k < 5, late_ms(), 0.0)
             rows += [(g, 0, t, fwd), (g, 1, t + rng.uniform(1e4, 3e4, t.size), back)]
         d_key = np.concatenate([np.full(t.size, 2 * g + s) for g, s, _, _ in rows])
         u = np.concatenate([x for _, _, x, _ in rows])
@@ -666,8 +690,9 @@ def test_late_one_way_named_beside_a_pair_taking_turns():
             assert usual == pytest.approx(20.0, abs=3.0)
         return late
 
-    assert run(True).tolist() == [1]
-    assert run(False).tolist() == []
+    assert run("together").tolist() == [1]
+    assert run("interleaved").tolist() == [1]
+    assert run("apart").tolist() == []
 
 
 def test_pair_taking_turns_at_being_late_gets_its_line():

@@ -109,6 +109,19 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         more = ~np.isin(late_1, late)
         late, usual = np.r_[late, late_1[more]], np.r_[usual, usual_1[more]]
         on_time &= on_time_1
+    # the start lines also mirror directions timely in at most a quarter of their windows:
+    # a few timely windows of a wandering clock pin no line
+    late_l, usual_l, on_time_l = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin,
+                                              rate, timely_share=0.25)
+    more = ~np.isin(late, late_l)
+    late_l, usual_l = np.r_[late_l, late[more]], np.r_[usual_l, usual[more]]
+    on_time_l &= on_time
+    lines_of = (a, b, ta, tb, group)
+    if late_l.size:
+        stay, which, sums = mirrored(d_kept, late_l, usual_l, on_time_l)
+        lines_of = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
+                    np.r_[ta[stay], tb[which]], np.r_[tb[stay], ta[which] + sums],
+                    np.r_[group[stay], group[which]])
     if late.size:
         stay, which, sums = mirrored(d_kept, late, usual, on_time)
         a, b, ta, tb, group = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
@@ -117,6 +130,8 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         fwd = a == lo
         u = ta + c[a]
+    if not late_l.size:
+        lines_of = (a, b, ta, tb, group)
     u0, u1 = float(u.min()), float(u.max())
     span = max(u1 - u0, 1.0)
     knots: list[np.ndarray | None] = [None] * n_nodes
@@ -126,9 +141,12 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     # first a straight line per node from the lower support lines of every kind's delays in
     # each direction over the whole run: late receives lie above them, and a drift that a
     # window's fastest messages would turn into a bias is taken out before any window
-    r = (tb + c[b]) - (ta + c[a])
+    a_l, b_l, ta_l, tb_l, group_l = lines_of
+    fwd_l = a_l < b_l
+    u_l = ta_l + c[a_l]
+    r_l = (tb_l + c[b_l]) - (ta_l + c[a_l])
     tbar = 0.5 * (u0 + u1)
-    gk, d0, beta, support = _support_lines(group, fwd, u - tbar, r, late_ticks)
+    gk, d0, beta, support = _support_lines(group_l, fwd_l, u_l - tbar, r_l, late_ticks)
     # a pair whose directions take turns at being late tilts its support lines until late
     # messages touch them, and pins nothing: a line through the most messages instead
     # (its messages off that line are set aside in the first joint round, whose test of
@@ -137,7 +155,10 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     off_line = None
     if weak.size:
         d0_w, beta_w, support_w, off_line = counted_lines(
-            group, fwd, u - tbar, r, late_ticks, rate, gk[weak])
+            group_l, fwd_l, u_l - tbar, r_l, late_ticks, rate, gk[weak])
+        if group_l is not group:  # the messages set aside: of those the rounds use
+            off_line = counted_lines(group, fwd, u - tbar, (tb + c[b]) - (ta + c[a]),
+                                     late_ticks, rate, gk[weak])[3]
         now = support_w >= 3
         d0[weak[now]], beta[weak[now]], support[weak[now]] = (d0_w[now], beta_w[now],
                                                               support_w[now])

@@ -4,24 +4,27 @@ estimate's assumption, the same least latency both ways, would centre such a pai
 timely and a late direction, off by half the lateness, or tilt it through its few timely
 messages: milliseconds. Per kind and node pair, a window is late one way when its fastest delay
 that way lies above the line through its neighbours' or above what the rate limit lets the
-direction's other windows allow (a run of late windows passes the first test at a run's ends); a
-direction is timely when few of its windows are late (the chord's robust scatter within a
+direction's other windows allow (a run of late windows passes the first test at a run's ends);
+a direction is timely when few of its windows are late (the chord's robust scatter within a
 quarter of the lateness margin, or at most a quarter of its windows), scattered when that
-scatter exceeds the margin. Adding to a late message's delay the timely direction's at the
-same time (along its fastest messages per window, its late windows left out) gives what no
-smooth error of the clocks changes: twice the least latency plus that message's lateness;
-against its usual value over the kind's node pairs (the median of those within the margin of the
-least, from pairs timely both ways or timely one way, none from a pair whose least sum is not
-positive: its timely direction's curve is off), a scattered direction with at most two
-messages within the margin of it is late one way. ``late_one_way`` names those directions; the
-estimate replaces their messages by the timely direction's, mirrored (``mirrored``; the timely
+scatter exceeds the margin. Adding to a late message's delay the timely direction's at the same
+time (along its own messages near its windows' fastest, its late windows left out: a wandering
+clock moves within a window) gives what no smooth error of the clocks changes: twice the least
+latency plus that message's lateness; against its usual value over the kind's node pairs (the
+median of those within the margin of the least, from pairs timely both ways or timely one way,
+none from a pair whose least sum is not positive: its timely direction's curve is off), a
+scattered direction with at most two messages within the margin of it (for the estimate's start
+lines: or in at most ``timely_share`` of its windows, as a few timely windows of a wandering
+clock pin no line) is late one way. ``late_one_way`` names those directions; the estimate
+replaces their messages by the timely direction's, mirrored (``mirrored``; the timely
 direction's own late messages are not), so that such a pair is centred where its timely
 direction takes half the kind's usual two-way sum: an assumption (a kind's least latency alike
 on every node pair) made only there (with two node pairs of a kind, the other pair's sum: the
 smaller sum is the one no lateness raised). A pair whose directions take turns at being late
-gives its kind a two-way sum only from messages sent together (one exchange), where two
-exchanges agree on it. It decides nothing where fewer than two node pairs share a kind, where
-a direction has fewer than three windows, or where no direction is timely."""
+gives its kind a two-way sum from messages sent together (one exchange), where two exchanges
+agree on it, else from each direction's timely messages between two of the other's close around
+it. It decides nothing where fewer than two node pairs share a kind, where a direction has
+fewer than three windows, or where no direction is timely."""
 
 from __future__ import annotations
 
@@ -37,10 +40,13 @@ _LATE_SHARE = 0.25
 #: two-way sum by at most this share of the lateness margin were sent together (48 ms with
 #: the defaults: one exchange, its ranks a few milliseconds apart)
 _TOGETHER_SHARE = 0.2
+#: a pair taking turns: a sum from a direction's message and the chord through the other's
+#: two around it, those at most this many of its usual spacings apart
+_BRACKET_SPACINGS = 2.5
 
 
 def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
-                 n_kinds: int, margin: float, rate: float
+                 n_kinds: int, margin: float, rate: float, timely_share: float = 0.0
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The directions late in every exchange and their kinds' usual two-way sums: per
     direction key (``d_key`` = group * 2 + backward, group = pair * ``n_kinds`` + kind;
@@ -51,7 +57,9 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     the kind's usual least latency: the median of the kind's pairs within ``margin`` of its
     least) and, per message, whether it may be mirrored (False for the timely direction's own
     late messages of such pairs). ``rate``: the largest slope of a curve's error (ticks per
-    tick)."""
+    tick). ``timely_share``: also name the scattered directions with at most this share of
+    their windows' count of such messages (for the start lines, which a few timely windows
+    of a wandering clock do not pin)."""
     on_time = np.ones(r.size, dtype=bool)
     none = (np.zeros(0, np.int64), np.zeros(0), on_time)
     n_dir = int(d_key.max()) + 1 if d_key.size else 0
@@ -70,6 +78,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     two_way = np.full(n_dir // 2, np.nan)  # twice the least latency plus what came late
     slow = np.full(n_dir // 2, -1)
     late_sums: dict[int, np.ndarray] = {}  # a scattered direction's sums, per message
+    late_windows = np.zeros(n_dir // 2, np.int64)  # a scattered direction's windows
     for g in np.unique(d_key // 2).tolist():
         ways = [slice(bounds[2 * g + s], bounds[2 * g + s + 1]) for s in (0, 1)]
         if any(w.stop - w.start < 3 for w in ways):
@@ -95,20 +104,26 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             t_late, r_late = ft[ways[0]][~out[0]], fr[ways[0]][~out[0]]
             timely = ways[1]
             keep = ~out[1]
-        else:  # no telling which way is late: only messages sent together give a sum
-            two_way[g] = _together(u, r, [by_dir[starts[2 * g + s]:starts[2 * g + s + 1]]
-                                          for s in (0, 1)], _TOGETHER_SHARE * margin / rate,
-                                   margin)
+        else:  # no telling which way is late: messages sent together give a sum, else
+            # each direction's messages within reach of its others, between each other's
+            mine2 = [by_dir[starts[2 * g + s]:starts[2 * g + s + 1]] for s in (0, 1)]
+            two_way[g] = _together(u, r, mine2, _TOGETHER_SHARE * margin / rate, margin)
+            if not np.isfinite(two_way[g]):
+                two_way[g] = _interleaved(u, r, mine2, rate, margin)
             continue
         if keep.sum() < 2 or t_late.size == 0:
             continue
         kt, kr = ft[timely][keep], fr[timely][keep]  # the timely direction's curve
-        pair_sums = r_late + curve_at(kt, kr, t_late)
+        timely_dir = 2 * g + (1 if timely.start == ways[1].start else 0)
+        mine_t = by_dir[starts[timely_dir]:starts[timely_dir + 1]]
+        pair_sums = r_late + curve_at(*_through_messages(u[mine_t], r[mine_t], kt, kr, margin),
+                                      t_late)
         if not float(np.min(pair_sums)) > 0.0:
             continue  # no two-way sum is negative: the timely direction's curve is off there
         two_way[g] = float(np.min(pair_sums))
         if slow[g] >= 0:
             late_sums[g] = pair_sums
+            late_windows[g] = ways[late].stop - ways[late].start
             # the timely direction's own late messages are not mirrored
             own = by_dir[starts[2 * g + 1 - late]:starts[2 * g + 2 - late]]
             on_time[own] = r[own] - curve_at(kt, kr, u[own]) <= margin / 2.0
@@ -126,7 +141,8 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
         for g in np.flatnonzero(of_k & (slow >= 0) & np.isfinite(two_way)).tolist():
             # late in every exchange but at most ``_TIMELY_MESSAGES``: so few timely messages
             # pin no rate, and a support line through them tilts the pair by its lateness
-            if np.count_nonzero(late_sums[g] <= usual + margin) > _TIMELY_MESSAGES:
+            timely_at_most = max(_TIMELY_MESSAGES, timely_share * late_windows[g])
+            if np.count_nonzero(late_sums[g] <= usual + margin) > timely_at_most:
                 continue
             keys.append(2 * g + int(slow[g]))
             sums.append(usual)
@@ -152,6 +168,23 @@ def mirrored(d_key: np.ndarray, late: np.ndarray, usual: np.ndarray, on_time: np
     return keep, which, usual[timely_of[d_key[which]]]
 
 
+def _through_messages(t: np.ndarray, y: np.ndarray, kt: np.ndarray, kr: np.ndarray,
+                      margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """The curve through a timely direction's own messages (times ``t``, delays ``y``) that
+    lie within half the ``margin`` above its windows' curve (``kt``, ``kr``): its messages
+    follow a clock that wanders within a window, where the windows' fastest do not; at a
+    time shared by several, the least. The windows' curve where fewer than two are left."""
+    near = y - curve_at(kt, kr, t) <= margin / 2.0
+    if np.count_nonzero(near) < 2:
+        return kt, kr
+    order = np.lexsort((y[near], t[near]))
+    t_n, y_n = t[near][order], y[near][order]
+    first = np.r_[True, t_n[1:] != t_n[:-1]]
+    if np.count_nonzero(first) < 2:
+        return kt, kr
+    return t_n[first], y_n[first]
+
+
 def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: float,
               margin: float) -> float:
     """The least two-way sum of a pair's messages sent together (each forward message with
@@ -175,6 +208,44 @@ def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: floa
     sums = r[fwd][ok] + rb[near[ok]]
     least = float(np.min(sums))
     agree = np.count_nonzero(sums <= least + margin) >= 2
+    return least if agree and least > 0.0 else np.nan
+
+
+def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
+                 margin: float) -> float:
+    """The least two-way sum of a pair whose directions take turns at being late but never
+    together: each direction's messages within half the ``margin`` of every other's reach
+    under the rate limit (``_above_reach``: a late message does not pass once a timely one
+    is within reach), each such message's delay plus the other direction's at its time,
+    along the line through that direction's two such messages around it (a drift between
+    them is taken out; a wander's curvature is not). NaN unless two sums agree within
+    ``margin`` and the least is positive."""
+    curves = []
+    spacing = []
+    for way in ways:
+        order = np.argsort(u[way], kind="stable")
+        t, y = u[way][order], r[way][order]
+        timely = ~_above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
+        spacing.append(float(np.median(np.diff(t))) if t.size > 1 else 0.0)
+        t, y = t[timely], y[timely]
+        first = np.r_[True, t[1:] != t[:-1]] if t.size else np.zeros(0, bool)
+        curves.append((t[first], y[first]))
+    sums = []
+    for (t, y), (t_o, y_o), gap in ((curves[0], curves[1], spacing[1]),
+                                    (curves[1], curves[0], spacing[0])):
+        if t_o.size < 2:
+            continue
+        j = np.searchsorted(t_o, t)
+        inside = (j > 0) & (j < t_o.size)
+        j = np.clip(j, 1, t_o.size - 1)
+        # between two of the other's at most this far apart: a wander bends a longer chord
+        inside &= t_o[j] - t_o[j - 1] <= _BRACKET_SPACINGS * gap
+        sums.append(y[inside] + curve_at(t_o, y_o, t[inside]))
+    every = np.concatenate(sums) if sums else np.zeros(0)
+    if every.size < 2:
+        return np.nan
+    least = float(np.min(every))
+    agree = np.count_nonzero(every <= least + margin) >= 2
     return least if agree and least > 0.0 else np.nan
 
 
