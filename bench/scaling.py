@@ -320,6 +320,9 @@ def main() -> None:
                   f"{s.records} records, {s.bytes_written / 1e6:.1f} MB of dumps")
         else:
             print(f"run: {run}")
+        from cellbench.bytecode import compile_package
+
+        compile_package(ROOT)  # as an install does: the timed commands do not compile it
         print(f"machine: {os.cpu_count()} cores, load average before "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         serial, parallel, side = [], [], []

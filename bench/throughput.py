@@ -282,6 +282,10 @@ def main() -> None:
         ap.error("--repeat must be 0 or more and --conversions 1 or more")
     if args.quick and not args.family:
         ap.error("--quick goes with --family")
+    if not args.child:  # as an install does: the timed commands do not compile the package
+        from cellbench.bytecode import compile_package
+
+        compile_package(ROOT)
     if args.family:
         import family  # bench/family.py, beside this file
 
