@@ -116,22 +116,15 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     more = ~np.isin(late, late_l)
     late_l, usual_l = np.r_[late_l, late[more]], np.r_[usual_l, usual[more]]
     on_time_l &= on_time
-    lines_of = (a, b, ta, tb, group)
-    if late_l.size:
-        stay, which, sums = mirrored(d_kept, late_l, usual_l, on_time_l)
-        lines_of = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
-                    np.r_[ta[stay], tb[which]], np.r_[tb[stay], ta[which] + sums],
-                    np.r_[group[stay], group[which]])
+    real = (a, b, ta, tb, group)
     if late.size:
-        stay, which, sums = mirrored(d_kept, late, usual, on_time)
-        a, b, ta, tb, group = (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]],
-                               np.r_[ta[stay], tb[which]], np.r_[tb[stay], ta[which] + sums],
-                               np.r_[group[stay], group[which]])
+        a, b, ta, tb, group = _with_mirrored(real, d_kept, late, usual, on_time)
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         fwd = a == lo
         u = ta + c[a]
-    if not late_l.size:
-        lines_of = (a, b, ta, tb, group)
+    lines_of: tuple[np.ndarray, ...] = (a, b, ta, tb, group)
+    if late_l.size > late.size:
+        lines_of = _with_mirrored(real, d_kept, late_l, usual_l, on_time_l)
     u0, u1 = float(u.min()), float(u.max())
     span = max(u1 - u0, 1.0)
     knots: list[np.ndarray | None] = [None] * n_nodes
@@ -233,6 +226,16 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             knots[n] = values[n] = None
     curves.knots, curves.values = knots, values
     return curves
+
+
+def _with_mirrored(real: tuple[np.ndarray, ...], d_key: np.ndarray, late: np.ndarray,
+                   usual: np.ndarray, on_time: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The messages (a, b, ta, tb, group) with those of the directions ``late`` replaced by
+    their timely directions', mirrored (``oneway.mirrored``)."""
+    a, b, ta, tb, group = real
+    stay, which, sums = mirrored(d_key, late, usual, on_time)
+    return (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]], np.r_[ta[stay], tb[which]],
+            np.r_[tb[stay], ta[which] + sums], np.r_[group[stay], group[which]])
 
 
 def _window_round(n_win: int, span: float, u0: float, u: np.ndarray, group: np.ndarray,
