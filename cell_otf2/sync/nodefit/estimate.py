@@ -546,12 +546,20 @@ def _penalty(n_nodes: int, n_k: int, n_x: int) -> sparse.csr_matrix:
 
 def _solve(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
            strength: float) -> np.ndarray:
-    normal = (mat.T @ mat + strength * pen + 1e-9 * sparse.identity(mat.shape[1])).tocsc()
+    return _solve_normal(mat.T @ mat, mat.T @ rhs, pen, strength)
+
+
+def _solve_normal(gram: sparse.csr_matrix, mat_t_rhs: np.ndarray, pen: sparse.csr_matrix,
+                  strength: float) -> np.ndarray:
+    """The penalized least-squares solution from the normal equations' parts (``gram`` =
+    mat.T @ mat, ``mat_t_rhs`` = mat.T @ rhs), which a caller solving for several strengths
+    computes once."""
+    normal = (gram + strength * pen + 1e-9 * sparse.identity(gram.shape[1])).tocsc()
     # the unknowns knot-major (``_design``): in natural order the factor stays a band
     try:
-        return np.atleast_1d(splu(normal, permc_spec="NATURAL").solve(mat.T @ rhs))
+        return np.atleast_1d(splu(normal, permc_spec="NATURAL").solve(mat_t_rhs))
     except RuntimeError:  # exactly singular (a node no timely message pins): no solution
-        return np.full(mat.shape[1], np.nan)
+        return np.full(gram.shape[1], np.nan)
 
 
 def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
@@ -559,16 +567,17 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
     """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
     the strongest (straightest) within ``simpler_within`` of the best."""
     fold = win % folds
-    scores = []
-    for strength in _LAMBDAS:
-        err = 0.0
-        for f in range(folds):
-            test = fold == f
-            if not test.any() or test.all():
-                continue
-            x = _solve(mat[~test], rhs[~test], pen, strength)
-            err += float(np.sum((mat[test] @ x - rhs[test]) ** 2))
-        scores.append(err)
+    scores = [0.0] * len(_LAMBDAS)
+    for f in range(folds):  # the fold's normal equations once, solved for every strength
+        test = fold == f
+        if not test.any() or test.all():
+            continue
+        train = mat[~test]
+        gram, mat_t_rhs = train.T @ train, train.T @ rhs[~test]
+        held, held_rhs = mat[test], rhs[test]
+        for i, strength in enumerate(_LAMBDAS):
+            x = _solve_normal(gram, mat_t_rhs, pen, strength)
+            scores[i] += float(np.sum((held @ x - held_rhs) ** 2))
     scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
     best = min(scores)
     if not np.isfinite(best):
