@@ -94,29 +94,26 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
         prompt = [sc < margin / 4.0 or float(np.mean(o)) <= _LATE_SHARE
                   for sc, o in zip(scatter, out, strict=True)]
         late = int(np.argmax(scatter))
-        timely = ways[1 - late]
-        keep = ~out[1 - late]
-        if scatter[late] > margin and prompt[1 - late]:
+        side = 1 - late  # the timely direction
+        mine = [by_dir[starts[2 * g + s]:starts[2 * g + s + 1]] for s in (0, 1)]
+        if scatter[late] > margin and prompt[side]:
             slow[g] = late
-            mine = by_dir[starts[2 * g + late]:starts[2 * g + late + 1]]
-            t_late, r_late = u[mine], r[mine]
+            t_late, r_late = u[mine[late]], r[mine[late]]
         elif prompt[0] and prompt[1]:  # both timely: the fastest of each window one way
             t_late, r_late = ft[ways[0]][~out[0]], fr[ways[0]][~out[0]]
-            timely = ways[1]
-            keep = ~out[1]
+            side = 1
         else:  # no telling which way is late: messages sent together give a sum, else
             # each direction's messages within reach of its others, between each other's
-            mine2 = [by_dir[starts[2 * g + s]:starts[2 * g + s + 1]] for s in (0, 1)]
-            two_way[g] = _together(u, r, mine2, _TOGETHER_SHARE * margin / rate, margin)
+            two_way[g] = _together(u, r, mine, _TOGETHER_SHARE * margin / rate, margin)
             if not np.isfinite(two_way[g]):
-                two_way[g] = _interleaved(u, r, mine2, rate, margin)
+                two_way[g] = _interleaved(u, r, mine, rate, margin)
             continue
+        keep = ~out[side]
         if keep.sum() < 2 or t_late.size == 0:
             continue
-        kt, kr = ft[timely][keep], fr[timely][keep]  # the timely direction's curve
-        timely_dir = 2 * g + (1 if timely.start == ways[1].start else 0)
-        mine_t = by_dir[starts[timely_dir]:starts[timely_dir + 1]]
-        pair_sums = r_late + curve_at(*_through_messages(u[mine_t], r[mine_t], kt, kr, margin),
+        kt, kr = ft[ways[side]][keep], fr[ways[side]][keep]  # the timely direction's curve
+        own = mine[side]
+        pair_sums = r_late + curve_at(*_through_messages(u[own], r[own], kt, kr, margin),
                                       t_late)
         if not float(np.min(pair_sums)) > 0.0:
             continue  # no two-way sum is negative: the timely direction's curve is off there
@@ -125,7 +122,6 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             late_sums[g] = pair_sums
             late_windows[g] = ways[late].stop - ways[late].start
             # the timely direction's own late messages are not mirrored
-            own = by_dir[starts[2 * g + 1 - late]:starts[2 * g + 2 - late]]
             on_time[own] = r[own] - curve_at(kt, kr, u[own]) <= margin / 2.0
     kind = np.arange(n_dir // 2) % n_kinds
     keys: list[int] = []
@@ -175,14 +171,17 @@ def _through_messages(t: np.ndarray, y: np.ndarray, kt: np.ndarray, kr: np.ndarr
     follow a clock that wanders within a window, where the windows' fastest do not; at a
     time shared by several, the least. The windows' curve where fewer than two are left."""
     near = y - curve_at(kt, kr, t) <= margin / 2.0
-    if np.count_nonzero(near) < 2:
-        return kt, kr
-    order = np.lexsort((y[near], t[near]))
-    t_n, y_n = t[near][order], y[near][order]
-    first = np.r_[True, t_n[1:] != t_n[:-1]]
-    if np.count_nonzero(first) < 2:
-        return kt, kr
-    return t_n[first], y_n[first]
+    t_n, y_n = _least_per_time(t[near], y[near])
+    return (t_n, y_n) if t_n.size >= 2 else (kt, kr)
+
+
+def _least_per_time(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points by time, one per distinct time (the least ``y`` there): knots for
+    ``curve_at``."""
+    order = np.lexsort((y, t))
+    t_s, y_s = t[order], y[order]
+    first = np.r_[True, t_s[1:] != t_s[:-1]] if t_s.size else np.zeros(0, dtype=bool)
+    return t_s[first], y_s[first]
 
 
 def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: float,
@@ -223,13 +222,10 @@ def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: flo
     curves = []
     spacing = []
     for way in ways:
-        order = np.argsort(u[way], kind="stable")
-        t, y = u[way][order], r[way][order]
+        t, y = _least_per_time(u[way], r[way])
         timely = ~_above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
-        spacing.append(float(np.median(np.diff(t))) if t.size > 1 else 0.0)
-        t, y = t[timely], y[timely]
-        first = np.r_[True, t[1:] != t[:-1]] if t.size else np.zeros(0, bool)
-        curves.append((t[first], y[first]))
+        spacing.append(float(np.median(np.diff(np.sort(u[way])))) if way.size > 1 else 0.0)
+        curves.append((t[timely], y[timely]))
     sums = []
     for (t, y), (t_o, y_o), gap in ((curves[0], curves[1], spacing[1]),
                                     (curves[1], curves[0], spacing[0])):
