@@ -25,11 +25,6 @@ def main() -> None:
     signals.install()
     try:
         defer_numpy_extras()
-    except KeyboardInterrupt as exc:
-        sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
-        signals.forget_unhandled_interrupt()
-        raise SystemExit(signals.exit_status(exc)) from None
-    try:
         from .cli import main as cli_main
     except KeyboardInterrupt as exc:
         sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
