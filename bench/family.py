@@ -28,8 +28,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cellbench.bytecode import compile_package
-
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "out" / "family"
 FOREIGN = ROOT.parent / "shared" / "foreign-runs"
@@ -319,7 +317,6 @@ def print_exponents(results: list[dict]) -> None:
 
 def main(quick: bool, repeat: int) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    compile_package(ROOT)  # as an install does: the commands do not compile the package
     shapes = family(quick)
     t0 = time.perf_counter()
     results = measure(shapes, repeat)
