@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 
 def main() -> None:
@@ -27,9 +28,12 @@ def main() -> None:
         defer_numpy_extras()
         from .cli import main as cli_main
     except KeyboardInterrupt as exc:
-        sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
-        signals.forget_unhandled_interrupt()
-        raise SystemExit(signals.exit_status(exc)) from None
+        _stopped(exc)
+    except Exception:  # what an interruption broke: a C extension's import it stopped
+        cause = signals.received()  # reports "ImportError: ... failed", not the Ctrl-C
+        if cause is None:
+            raise
+        _stopped(cause)
     try:
         cli_main()
         done = SystemExit(0)
@@ -39,6 +43,15 @@ def main() -> None:
         signals.ignore_from_now_on()
     _exit(done)
     raise done
+
+
+def _stopped(exc: KeyboardInterrupt) -> NoReturn:
+    """Start-up interrupted (Ctrl-C, SIGTERM, SIGHUP): one line and 130 (143, 129)."""
+    from . import signals
+
+    sys.stderr.write(f"cell2otf2: {signals.describe(exc)}\n")
+    signals.forget_unhandled_interrupt()
+    raise SystemExit(signals.exit_status(exc)) from None
 
 
 def _exit(done: SystemExit) -> None:

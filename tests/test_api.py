@@ -290,6 +290,37 @@ def test_ctrl_c_that_typer_handles_itself(capsys, monkeypatch):
     assert (status, capsys.readouterr().err) == (130, "cell2otf2: interrupted\n")
 
 
+@pytest.mark.parametrize("sig, status, line", [
+    (signal.SIGINT, 130, "cell2otf2: interrupted"),
+    (signal.SIGTERM, 143, "cell2otf2: interrupted (SIGTERM)")])
+def test_interruption_that_breaks_a_start_up_import(sig, status, line):
+    """A signal that stops a C extension's import during start-up (numpy's, which turns it
+    into "ImportError: ... failed") is one line and the signal's status, not a traceback:
+    the command's ``__main__`` asks ``signals.received`` what broke the import. Without a
+    signal, such an error stays what it is."""
+    code = """
+import os, signal, sys, time
+import cell_otf2.process_setup as setup
+from cell_otf2 import __main__ as entry
+which = sys.argv[1]
+def broken_import():
+    if which != "none":
+        try:
+            os.kill(os.getpid(), int(which))
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+    raise ImportError("initialization failed")
+setup.defer_numpy_extras = broken_import
+sys.argv = ["cell2otf2", "--version"]
+entry.main()
+"""
+    r = python(code, str(int(sig)))
+    assert (r.returncode, r.stderr) == (status, line + "\n")
+    r = python(code, "none")
+    assert r.returncode == 1 and "ImportError: initialization failed" in r.stderr
+
+
 def test_real_sigint_during_conversion(tmp_path):
     """SIGINT to a running cell2otf2: message, status 130, the output path as it was."""
     code = """
