@@ -11,10 +11,9 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import dijkstra
 
+from .highs import GrowingLp
 from .points import LpOptions as FitOptions
 from .points import by_node
-
-_LP_METHOD = "highs-ipm"
 
 
 class Program:
@@ -32,7 +31,8 @@ class Program:
 
     def __init__(self, ref: int, knots: list[np.ndarray | None],
                  tknots: list[np.ndarray | None], per_edge: int, c: np.ndarray,
-                 o: FitOptions, hz: float) -> None:
+                 o: FitOptions, hz: float, warm: bool = True) -> None:
+        self.warm = warm  # later rounds from the last basis (``highs.GrowingLp``)
         self.ref, self.knots, self.tknots, self.c, self.o, self.hz = ref, knots, tknots, c, o, hz
         self.per_edge = per_edge
         n_nodes = len(knots)
@@ -72,11 +72,6 @@ class Program:
     def solve(self, pool: np.ndarray, score: np.ndarray) -> np.ndarray:
         """z (with the t and u columns after it) for the pool of points; ``score`` (a prior
         slack per point) picks the rows of the first round."""
-        # scipy.optimize (HiGHS) is imported here, not with the module: a conversion of one
-        # node, or a parallel converter process other than 0, never fits and saves its
-        # import (about 0.2 s and 17 MB)
-        from scipy.optimize import linprog
-
         c, n_nodes = self.c, len(self.knots)
         a, b = pool["a"].astype(np.int64), pool["b"].astype(np.int64)
         ca0, wa0, ca1, wa1 = self._interp(a, pool["ta"])
@@ -115,13 +110,17 @@ class Program:
         if n_u:  # u columns were numbered per direction to pick a first row of each
             sides[2] = self.n_zt + (sides[2] - self.n_zt) // 2
         rate_on = np.zeros((seg_col.size, 2), dtype=bool)
+        in_model = np.zeros_like(active)  # the rows the program holds so far
+        rate_in_model = np.zeros_like(rate_on)
+        lp = GrowingLp(cost, bounds, warm=self.warm)
         tol, margin = 1.0, 2.0  # ticks: a window's smallest slack 1 tick high is no matter
         for self.rounds in range(1, 101):
+            # the rows activated since the last solve (all of them the first time)
             parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
             rhs = []
             row0 = 0
             for side, tcol in enumerate(sides):
-                i = np.flatnonzero(active[:, side])
+                i = np.flatnonzero(active[:, side] & ~in_model[:, side])
                 r = row0 + np.arange(i.size)
                 for col, wgt in ((ca0, wa0), (ca1, wa1), (cb0, -wb0), (cb1, -wb1)):
                     ok = col[i] >= 0
@@ -130,7 +129,7 @@ class Program:
                 rhs.append(d[i])
                 row0 += i.size
             for side, sign in ((0, 1.0), (1, -1.0)):
-                j = np.flatnonzero(rate_on[:, side])
+                j = np.flatnonzero(rate_on[:, side] & ~rate_in_model[:, side])
                 r = row0 + np.arange(j.size)
                 parts.append((r, seg_col[j] + 1, np.full(j.size, sign)))
                 parts.append((r, seg_col[j], np.full(j.size, -sign)))
@@ -139,13 +138,12 @@ class Program:
             rr = np.concatenate([p[0] for p in parts])
             cc = np.concatenate([p[1] for p in parts])
             vv = np.concatenate([p[2] for p in parts])
-            a_ub = sparse.csr_matrix((vv, (rr, cc)), shape=(row0, n_cols))
-            res = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds,
-                          method=_LP_METHOD)
-            if res.x is None or res.status != 0:
-                raise RuntimeError(f"node fit: HiGHS found no solution ({res.message})")
-            sol = res.x
-            self.rows = row0
+            lp.add_rows(sparse.csr_matrix((vv, (rr, cc)), shape=(row0, n_cols)),
+                        np.concatenate(rhs))
+            in_model |= active
+            rate_in_model |= rate_on
+            sol = lp.solve()
+            self.rows = lp.n_rows
             zz = np.r_[sol[:self.n_z], 0.0]  # index -1 -> the reference's zero
             slack = d + wb0 * zz[cb0] + wb1 * zz[cb1] - wa0 * zz[ca0] - wa1 * zz[ca1]
             low = np.stack([slack - sol[tcol] for tcol in sides], axis=1)

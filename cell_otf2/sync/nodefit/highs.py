@@ -1,0 +1,117 @@
+"""A linear program that grows by rows between solves (``GrowingLp``: minimize ``cost @ x``
+subject to ``A x <= b`` and column bounds), for the node fit's row generation: the first solve
+by HiGHS's interior point method with crossover, as scipy's ``linprog(method="highs-ipm")``
+does it; later solves, after rows are added, by the dual simplex from the last basis, which
+the added rows leave dual feasible (tens of pivots instead of a new interior-point solve).
+The model is kept in the HiGHS library's own object, through the bindings that scipy ships
+(``scipy.optimize._highspy``, scipy 1.15 and later); where they are missing, every solve is
+``linprog`` over all rows from scratch, with the same optimum. It builds no rows (``program.py``
+does)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+
+def _bindings() -> Any:
+    """HiGHS's own bindings as scipy bundles them (its ``linprog`` calls the same library),
+    None before scipy 1.15. Imported on first use, as ``scipy.optimize`` is: a conversion
+    that never fits a node saves the import (about 0.2 s)."""
+    try:
+        from scipy.optimize._highspy import _core
+    except ImportError:
+        return None
+    return _core
+
+
+class LpFailed(RuntimeError):
+    """HiGHS found no optimal solution (its status in the message)."""
+
+
+class GrowingLp:
+    """Minimize ``cost @ x`` with ``bounds`` (n x 2, +-inf for none) over the rows added so
+    far (``add_rows``), each ``row @ x <= rhs``; ``solve`` returns x."""
+
+    def __init__(self, cost: np.ndarray, bounds: np.ndarray, warm: bool = True) -> None:
+        self.cost = np.asarray(cost, dtype=np.float64)
+        self.bounds = np.asarray(bounds, dtype=np.float64)
+        self.n_rows = 0
+        self.warm = warm and _bindings() is not None
+        self._blocks: list[sparse.csr_matrix] = []  # every row so far: linprog's input
+        self._rhs: list[np.ndarray] = []
+        self._pending: list[tuple[sparse.csr_matrix, np.ndarray]] = []
+        self._highs: Any = None  # the HiGHS object (its bindings ship no types)
+
+    def add_rows(self, rows: sparse.csr_matrix, rhs: np.ndarray) -> None:
+        """Rows ``rows @ x <= rhs`` (``rows`` with the program's columns)."""
+        rows = sparse.csr_matrix(rows)
+        rhs = np.asarray(rhs, dtype=np.float64)
+        self.n_rows += rows.shape[0]
+        if self.warm:
+            self._pending.append((rows, rhs))
+        else:
+            self._blocks.append(rows)
+            self._rhs.append(rhs)
+
+    def solve(self) -> np.ndarray:
+        """The optimum over every row added so far; ``LpFailed`` where HiGHS finds none."""
+        if not self.warm:
+            return self._from_scratch()
+        h = _bindings()
+        assert h is not None
+        if self._highs is None:
+            self._highs = self._first_model(h)
+        else:
+            for rows, rhs in self._pending:
+                if not rhs.size:
+                    continue
+                self._highs.addRows(rows.shape[0], np.full(rhs.size, -h.kHighsInf), rhs,
+                                    rows.nnz, rows.indptr[:-1].astype(np.int32),
+                                    rows.indices.astype(np.int32), rows.data)
+            self._highs.setOptionValue("solver", "simplex")
+        self._pending = []
+        self._highs.run()
+        status = self._highs.getModelStatus()
+        if status != h.HighsModelStatus.kOptimal:
+            raise LpFailed(f"node fit: HiGHS found no solution "
+                           f"({self._highs.modelStatusToString(status)})")
+        return np.asarray(self._highs.getSolution().col_value, dtype=np.float64)
+
+    def _first_model(self, h: Any) -> Any:
+        rows = sparse.vstack([r for r, _ in self._pending], format="csc")
+        rhs = np.concatenate([b for _, b in self._pending])
+        lp = h.HighsLp()
+        lp.num_col_, lp.num_row_ = self.cost.size, rhs.size
+        lp.col_cost_ = self.cost
+        lp.col_lower_ = np.where(np.isfinite(self.bounds[:, 0]), self.bounds[:, 0],
+                                 -h.kHighsInf)
+        lp.col_upper_ = np.where(np.isfinite(self.bounds[:, 1]), self.bounds[:, 1],
+                                 h.kHighsInf)
+        lp.row_lower_ = np.full(rhs.size, -h.kHighsInf)
+        lp.row_upper_ = rhs
+        lp.a_matrix_.format_ = h.MatrixFormat.kColwise
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = self.cost.size, rhs.size
+        lp.a_matrix_.start_ = rows.indptr
+        lp.a_matrix_.index_ = rows.indices
+        lp.a_matrix_.value_ = rows.data
+        highs = h._Highs()
+        for key, value in (("output_flag", False), ("log_to_console", False),
+                           ("solver", "ipm"), ("run_crossover", "on"),
+                           ("simplex_strategy", 1)):  # 1: the dual simplex
+            highs.setOptionValue(key, value)
+        if highs.passModel(lp) == h.HighsStatus.kError:
+            raise LpFailed("node fit: HiGHS refused the program")
+        return highs
+
+    def _from_scratch(self) -> np.ndarray:
+        # imported here, as ``program.py`` did: a conversion that never fits saves the import
+        from scipy.optimize import linprog
+
+        res = linprog(self.cost, A_ub=sparse.vstack(self._blocks, format="csr"),
+                      b_ub=np.concatenate(self._rhs), bounds=self.bounds, method="highs-ipm")
+        if res.x is None or res.status != 0:
+            raise LpFailed(f"node fit: HiGHS found no solution ({res.message})")
+        return np.asarray(res.x, dtype=np.float64)

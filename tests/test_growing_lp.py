@@ -1,0 +1,109 @@
+"""The node fit's growing linear program (cell_otf2.sync.nodefit.highs.GrowingLp): rows added
+after a solve are solved from the last basis, and that must give the optimum of every row so
+far, as a solve from scratch (scipy's linprog over all rows at once) does: over a family of
+random bounded programs grown in 1-5 batches, with the bindings and without them (the fallback
+where scipy lacks them). Then the fallback centring (``lp_maps``, which runs the program by row
+generation) gives the same node maps warm and from scratch on a one-way ring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import sparse
+from scipy.optimize import linprog
+
+from cell_otf2.sync.nodefit import highs
+from cell_otf2.sync.nodefit.highs import GrowingLp, LpFailed
+from cell_otf2.sync.nodefit.lp import lp_maps
+from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference
+
+
+def random_program(seed: int) -> tuple[np.ndarray, np.ndarray, sparse.csr_matrix, np.ndarray]:
+    """A feasible bounded LP: max of random positive weights over a box cut by random
+    half-spaces that keep the origin inside."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 40))
+    m = int(rng.integers(n, 6 * n))
+    mat = sparse.random(m, n, density=min(1.0, 4.0 / n), random_state=seed, format="csr")
+    mat.data = rng.normal(size=mat.data.size)
+    rhs = rng.uniform(0.1, 5.0, m)  # the origin is strictly inside every row
+    cost = -rng.uniform(0.1, 1.0, n)
+    bounds = np.c_[np.full(n, -10.0), np.full(n, 10.0)]
+    if seed % 3 == 0:  # some columns free below
+        bounds[rng.random(n) < 0.3, 0] = -np.inf
+    return cost, bounds, mat, rhs
+
+
+@pytest.mark.parametrize("warm", [True, False])
+@pytest.mark.parametrize("seed", range(40))
+def test_rows_added_after_a_solve_give_the_whole_optimum(seed, warm):
+    cost, bounds, mat, rhs = random_program(seed)
+    ref = linprog(cost, A_ub=mat, b_ub=rhs, bounds=bounds, method="highs")
+    assert ref.status == 0
+    lp = GrowingLp(cost, bounds, warm=warm)
+    batches = np.array_split(np.random.default_rng(seed).permutation(rhs.size),
+                             1 + seed % 5)
+    for rows in batches:
+        lp.add_rows(mat[rows], rhs[rows])
+        x = lp.solve()
+    assert lp.n_rows == rhs.size
+    assert cost @ x == pytest.approx(ref.fun, rel=1e-7, abs=1e-7)
+    assert (mat @ x <= rhs + 1e-7).all()
+    assert ((x >= bounds[:, 0] - 1e-7) & (x <= bounds[:, 1] + 1e-7)).all()
+
+
+def test_without_the_bindings_every_solve_is_from_scratch(monkeypatch):
+    monkeypatch.setattr(highs, "_bindings", lambda: None)
+    cost, bounds, mat, rhs = random_program(5)
+    lp = GrowingLp(cost, bounds, warm=True)
+    assert not lp.warm
+    lp.add_rows(mat, rhs)
+    ref = linprog(cost, A_ub=mat, b_ub=rhs, bounds=bounds, method="highs")
+    assert cost @ lp.solve() == pytest.approx(ref.fun, rel=1e-7, abs=1e-7)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_an_infeasible_program_is_a_failure_not_a_solution(warm):
+    lp = GrowingLp(np.array([-1.0]), np.array([[0.0, 10.0]]), warm=warm)
+    lp.add_rows(sparse.csr_matrix(np.array([[1.0]])), np.array([5.0]))
+    assert lp.solve()[0] == pytest.approx(5.0)
+    lp.add_rows(sparse.csr_matrix(np.array([[-1.0]])), np.array([-6.0]))  # x >= 6
+    with pytest.raises(LpFailed):
+        lp.solve()
+
+
+def _one_way_ring(seed: int) -> tuple[np.ndarray, list]:
+    """Messages one way round a ring of 5 nodes, linear clocks: only the fallback centring
+    fits these nodes."""
+    hz, t0, span = 14_318_000.0, 2.0e11, 60.0
+    rng = np.random.default_rng(seed)
+    n_nodes, n = 5, 6000
+    start = rng.uniform(1e10, 1e11, n_nodes)
+    start[0] = t0
+    rate = 1.0 + rng.uniform(-30.0, 30.0, n_nodes) * 1e-6
+    rate[0] = 1.0
+    a = rng.integers(0, n_nodes, n)
+    b = (a + 1) % n_nodes
+    ts = rng.uniform(t0, t0 + span * hz, n)
+    tr = ts + rng.uniform(5.0, 12.0, n) * hz / 1e6
+    pts = np.zeros(n, POINT_DTYPE)
+    pts["a"], pts["b"] = a, b
+    pts["ta"] = np.floor(start[a] + (ts - t0) * rate[a])
+    pts["tb"] = np.floor(start[b] + (tr - t0) * rate[b])
+    pts["before"] = pts["after"] = np.arange(n)
+    return pts, [(start[i], rate[i]) for i in range(n_nodes)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fallback_centring_the_same_warm_and_from_scratch(monkeypatch, seed):
+    pts, _ = _one_way_ring(seed)
+    hz = 14_318_000.0
+    warm = lp_maps(pts, 5, 0, hz)
+    monkeypatch.setattr(highs, "_bindings", lambda: None)
+    cold = lp_maps(pts, 5, 0, hz)
+    for n in range(1, 5):
+        assert warm[n] is not None and cold[n] is not None
+        mine = pts["ta"][pts["a"] == n]
+        x = np.linspace(mine.min(), mine.max(), 200)
+        gap = map_to_reference(warm[n], x) - map_to_reference(cold[n], x)
+        assert np.abs(gap).max() < 1.0  # ticks: the same optimum, up to HiGHS's tolerances
