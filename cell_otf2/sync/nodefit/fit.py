@@ -156,7 +156,9 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     lonely = [n for n in np.flatnonzero(fitted).tolist()
               if n != ref and curves.knots[n] is None]
     if lonely:  # no symmetric kind links them: centred between all messages instead
-        centred = lp_maps(pts, n_nodes, ref, hz)
+        # lp_maps keeps the undominated points only: given them, it keeps them all (the
+        # same fit) without sorting every point once more
+        centred = lp_maps(pts[hard], n_nodes, ref, hz)
         for n in lonely:
             m = centred[n]
             if isinstance(m, PiecewiseMap):  # lp_maps gives piecewise maps or None
