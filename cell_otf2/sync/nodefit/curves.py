@@ -52,9 +52,10 @@ def choose_model(centers: np.ndarray, v: np.ndarray, width: float, lo_r: float, 
     def score(i: int, h: float, shift: float = 0.0) -> float:
         err = np.zeros(centers.size)
         kr = None if i == 0 else node_knots(np.zeros(0), lo_r, hi_r, h, shift)
+        basis = None if kr is None else _hat_basis(centers, kr)  # every fold's, rows apart
         for (test, train), fb in zip(sets, fold_bends, strict=True):
             err[test] = _holdout_error(centers, v, train, test, fb if i == 0 else np.zeros(0),
-                                       lo_r, hi_r, h, width, shift, kr)
+                                       lo_r, hi_r, h, width, shift, kr, basis)
         return float(np.median(err[ok]))
 
     sets_b = [(0, full), (1, np.zeros(0))] if full.size else [(0, full)]
@@ -88,17 +89,22 @@ def _spacing_candidates(span: float, width: float, o: FitOptions) -> list[float]
 
 def _holdout_error(centers: np.ndarray, v: np.ndarray, train: np.ndarray, test: np.ndarray,
                    bends: np.ndarray, lo_r: float, hi_r: float, h: float, width: float,
-                   shift: float = 0.0, kr: np.ndarray | None = None) -> np.ndarray:
+                   shift: float = 0.0, kr: np.ndarray | None = None,
+                   basis: np.ndarray | None = None) -> np.ndarray:
     """Squared errors on ``test`` of the least-squares pieces on knots (``bends``, every h)
-    fitted to ``train`` (windows straddling a bend left out of the fit)."""
+    fitted to ``train`` (windows straddling a bend left out of the fit); ``basis``: the hat
+    functions of ``kr`` at every centre, if the caller has them (a row depends on its centre
+    only, so its rows are the train and test sets' own)."""
     if kr is None:
         kr = node_knots(bends, lo_r, hi_r, h, shift)
+    if basis is None:
+        basis = _hat_basis(centers, kr)
     x, y = centers[train], v[train]
     keep = np.ones(x.size, dtype=bool)
     for k in bends:
         keep &= np.abs(x - k) >= width / 2
-    coef = _fit_knots(x[keep], y[keep], kr)
-    pred = _hat_basis(centers[test], kr) @ coef
+    coef = _fit_basis(basis[train[keep]], y[keep], kr.size)
+    pred = basis[test] @ coef
     return (pred - v[test]) ** 2
 
 
@@ -371,8 +377,11 @@ def prior_offsets(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: flo
 def _fit_knots(x: np.ndarray, y: np.ndarray, kr: np.ndarray) -> np.ndarray:
     """Values at knots ``kr`` of the least-squares piecewise-linear fit to (x, y), with a
     light pull towards straight lines where no point pins a knot."""
-    h = _hat_basis(x, kr)
-    k = kr.size
+    return _fit_basis(_hat_basis(x, kr), y, kr.size)
+
+
+def _fit_basis(h: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
+    """``_fit_knots`` from the hat functions ``h`` of its points (one row each, k knots)."""
     d = np.zeros((max(k - 2, 0), k))
     i = np.arange(k - 2)
     d[i, i], d[i, i + 1], d[i, i + 2] = 1.0, -2.0, 1.0
