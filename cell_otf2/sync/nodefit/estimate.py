@@ -26,6 +26,14 @@ from .points import ORDER_ONLY, FitOptions, by_node, curve_at
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
 _LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
+#: the joint rounds' weaker strengths, taken only where one of them predicts the held-out
+#: windows at least ``_FINER_GAIN`` times better than every strength above, over at least
+#: ``_FINER_WINDOWS`` windows (three held out per fold): with one or two timely messages per
+#: window a strength of 1 still straightens a wander of minutes, while elsewhere (and over
+#: a few windows, where a held-out error means little) the weaker ones mostly fit noise
+_FINER = (0.1, 0.01, 0.001)
+_FINER_GAIN = 2.5
+_FINER_WINDOWS = 9
 #: fewer windows than this over the run: the late directions are judged on windows of one
 #: exchange as well (five exchanges make three windows of two, too few to tell one)
 _FEW_WINDOWS = 4.0
@@ -565,9 +573,12 @@ def _solve_normal(gram: sparse.csr_matrix, mat_t_rhs: np.ndarray, pen: sparse.cs
 def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
             win: np.ndarray, o: FitOptions, folds: int = 3) -> float:
     """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
-    the strongest (straightest) within ``simpler_within`` of the best."""
+    the strongest (straightest) within ``simpler_within`` of the best of ``_LAMBDAS``; or
+    of ``_FINER`` too, where one of those predicts ``_FINER_GAIN`` times better over
+    ``_FINER_WINDOWS`` windows or more."""
+    grid: tuple[float, ...] = _LAMBDAS + _FINER
     fold = win % folds
-    scores = [0.0] * len(_LAMBDAS)
+    scores = [0.0] * len(grid)
     for f in range(folds):  # the fold's normal equations once, solved for every strength
         test = fold == f
         if not test.any() or test.all():
@@ -575,14 +586,18 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
         train = mat[~test]
         gram, mat_t_rhs = train.T @ train, train.T @ rhs[~test]
         held, held_rhs = mat[test], rhs[test]
-        for i, strength in enumerate(_LAMBDAS):
+        for i, strength in enumerate(grid):
             x = _solve_normal(gram, mat_t_rhs, pen, strength)
             scores[i] += float(np.sum((held @ x - held_rhs) ** 2))
     scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
+    base = len(_LAMBDAS)
+    if (np.unique(win).size < _FINER_WINDOWS
+            or not min(scores[base:]) * _FINER_GAIN <= min(scores[:base])):
+        grid, scores = _LAMBDAS, scores[:base]
     best = min(scores)
     if not np.isfinite(best):
         return _LAMBDAS[0]
-    return next(lam for lam, sc in zip(_LAMBDAS, scores, strict=True)
+    return next(lam for lam, sc in zip(grid, scores, strict=True)
                 if sc <= o.simpler_within * best + 1e-9)
 
 
