@@ -62,6 +62,21 @@ def test_without_the_bindings_every_solve_is_from_scratch(monkeypatch):
     assert cost @ lp.solve() == pytest.approx(ref.fun, rel=1e-7, abs=1e-7)
 
 
+def test_bindings_not_as_expected_fall_back_to_a_solve_from_scratch(monkeypatch):
+    """A private module of scipy may change: a HiGHS object without the calls this code
+    makes (here: none at all) must leave the solve to linprog, not fail it."""
+    monkeypatch.setattr(highs, "_bindings", lambda: object())
+    cost, bounds, mat, rhs = random_program(7)
+    ref = linprog(cost, A_ub=mat, b_ub=rhs, bounds=bounds, method="highs")
+    lp = GrowingLp(cost, bounds)
+    assert lp.warm
+    lp.add_rows(mat[: rhs.size // 2], rhs[: rhs.size // 2])
+    lp.solve()
+    assert not lp.warm
+    lp.add_rows(mat[rhs.size // 2:], rhs[rhs.size // 2:])
+    assert cost @ lp.solve() == pytest.approx(ref.fun, rel=1e-7, abs=1e-7)
+
+
 @pytest.mark.parametrize("warm", [True, False])
 def test_an_infeasible_program_is_a_failure_not_a_solution(warm):
     lp = GrowingLp(np.array([-1.0]), np.array([[0.0, 10.0]]), warm=warm)

@@ -4,8 +4,9 @@ by HiGHS's interior point method with crossover, as scipy's ``linprog(method="hi
 does it; later solves, after rows are added, by the dual simplex from the last basis, which
 the added rows leave dual feasible (tens of pivots instead of a new interior-point solve).
 The model is kept in the HiGHS library's own object, through the bindings that scipy ships
-(``scipy.optimize._highspy``, scipy 1.15 and later); where they are missing, every solve is
-``linprog`` over all rows from scratch, with the same optimum. It builds no rows (``program.py``
+(``scipy.optimize._highspy``, scipy 1.15 and later); where they are missing, or not as
+this module knows them, every solve is ``linprog`` over all rows from scratch, with the same
+optimum. It builds no rows (``program.py``
 does)."""
 
 from __future__ import annotations
@@ -40,39 +41,42 @@ class GrowingLp:
         self.bounds = np.asarray(bounds, dtype=np.float64)
         self.n_rows = 0
         self.warm = warm and _bindings() is not None
-        self._blocks: list[sparse.csr_matrix] = []  # every row so far: linprog's input
+        self._blocks: list[sparse.csr_matrix] = []  # every row so far, in blocks
         self._rhs: list[np.ndarray] = []
-        self._pending: list[tuple[sparse.csr_matrix, np.ndarray]] = []
+        self._in_model = 0  # blocks HiGHS holds
         self._highs: Any = None  # the HiGHS object (its bindings ship no types)
 
     def add_rows(self, rows: sparse.csr_matrix, rhs: np.ndarray) -> None:
         """Rows ``rows @ x <= rhs`` (``rows`` with the program's columns)."""
-        rows = sparse.csr_matrix(rows)
-        rhs = np.asarray(rhs, dtype=np.float64)
-        self.n_rows += rows.shape[0]
-        if self.warm:
-            self._pending.append((rows, rhs))
-        else:
-            self._blocks.append(rows)
-            self._rhs.append(rhs)
+        self._blocks.append(sparse.csr_matrix(rows))
+        self._rhs.append(np.asarray(rhs, dtype=np.float64))
+        self.n_rows += self._blocks[-1].shape[0]
 
     def solve(self) -> np.ndarray:
         """The optimum over every row added so far; ``LpFailed`` where HiGHS finds none."""
-        if not self.warm:
-            return self._from_scratch()
+        if self.warm:
+            try:
+                return self._warm_solve()
+            except (AttributeError, TypeError, ValueError):
+                # bindings not as this code knows them (a private module of scipy may
+                # change): this program goes on from scratch
+                self.warm, self._highs = False, None
+        return self._from_scratch()
+
+    def _warm_solve(self) -> np.ndarray:
         h = _bindings()
-        assert h is not None
         if self._highs is None:
             self._highs = self._first_model(h)
         else:
-            for rows, rhs in self._pending:
+            for rows, rhs in zip(self._blocks[self._in_model:], self._rhs[self._in_model:],
+                                 strict=True):
                 if not rhs.size:
                     continue
                 self._highs.addRows(rows.shape[0], np.full(rhs.size, -h.kHighsInf), rhs,
                                     rows.nnz, rows.indptr[:-1].astype(np.int32),
                                     rows.indices.astype(np.int32), rows.data)
             self._highs.setOptionValue("solver", "simplex")
-        self._pending = []
+        self._in_model = len(self._blocks)
         self._highs.run()
         status = self._highs.getModelStatus()
         if status != h.HighsModelStatus.kOptimal:
@@ -81,8 +85,8 @@ class GrowingLp:
         return np.asarray(self._highs.getSolution().col_value, dtype=np.float64)
 
     def _first_model(self, h: Any) -> Any:
-        rows = sparse.vstack([r for r, _ in self._pending], format="csc")
-        rhs = np.concatenate([b for _, b in self._pending])
+        rows = sparse.vstack(self._blocks, format="csc")
+        rhs = np.concatenate(self._rhs)
         lp = h.HighsLp()
         lp.num_col_, lp.num_row_ = self.cost.size, rhs.size
         lp.col_cost_ = self.cost
