@@ -6,8 +6,7 @@ the added rows leave dual feasible (tens of pivots instead of a new interior-poi
 The model is kept in the HiGHS library's own object, through the bindings that scipy ships
 (``scipy.optimize._highspy``, scipy 1.15 and later); where they are missing, or not as
 this module knows them, every solve is ``linprog`` over all rows from scratch, with the same
-optimum. It builds no rows (``program.py``
-does)."""
+optimum. It builds no rows (``program.py`` does)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,7 @@ class Program:
 
     def __init__(self, ref: int, knots: list[np.ndarray | None],
                  tknots: list[np.ndarray | None], per_edge: int, c: np.ndarray,
-                 o: FitOptions, hz: float, warm: bool = True) -> None:
-        self.warm = warm  # later rounds from the last basis (``highs.GrowingLp``)
+                 o: FitOptions, hz: float) -> None:
         self.ref, self.knots, self.tknots, self.c, self.o, self.hz = ref, knots, tknots, c, o, hz
         self.per_edge = per_edge
         n_nodes = len(knots)
@@ -112,7 +111,7 @@ class Program:
         rate_on = np.zeros((seg_col.size, 2), dtype=bool)
         in_model = np.zeros_like(active)  # the rows the program holds so far
         rate_in_model = np.zeros_like(rate_on)
-        lp = GrowingLp(cost, bounds, warm=self.warm)
+        lp = GrowingLp(cost, bounds)  # later rounds from the last basis
         tol, margin = 1.0, 2.0  # ticks: a window's smallest slack 1 tick high is no matter
         for self.rounds in range(1, 101):
             # the rows activated since the last solve (all of them the first time)
