@@ -576,7 +576,8 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
     the strongest (straightest) within ``simpler_within`` of the best of ``_LAMBDAS``; or
     of ``_FINER`` too, where one of those predicts ``_FINER_GAIN`` times better over
     ``_FINER_WINDOWS`` windows or more."""
-    grid: tuple[float, ...] = _LAMBDAS + _FINER
+    # the weaker strengths scored only where they may be taken
+    grid = _LAMBDAS + (_FINER if np.unique(win).size >= _FINER_WINDOWS else ())
     fold = win % folds
     scores = [0.0] * len(grid)
     for f in range(folds):  # the fold's normal equations once, solved for every strength
@@ -591,8 +592,7 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
             scores[i] += float(np.sum((held @ x - held_rhs) ** 2))
     scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
     base = len(_LAMBDAS)
-    if (np.unique(win).size < _FINER_WINDOWS
-            or not min(scores[base:]) * _FINER_GAIN <= min(scores[:base])):
+    if len(grid) > base and not min(scores[base:]) * _FINER_GAIN <= min(scores[:base]):
         grid, scores = _LAMBDAS, scores[:base]
     best = min(scores)
     if not np.isfinite(best):
