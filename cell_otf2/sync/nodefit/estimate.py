@@ -43,6 +43,16 @@ _REGRID = 1.5
 #: the joint rounds' windows are at most this many times those of each node pair's densest
 #: direction (``_grid_width``)
 _DENSEST_SHARE = 2.0
+#: long runs whose timely messages are sparse: where that grid's windows are
+#: ``_SPARSE_WIDTH_S`` long or more and the directions carry ``_SPARSE_MESSAGES`` messages
+#: or more over the run, windows of about one timely message of either direction instead
+#: (four times as many windows at most, ``_SPARSE_MAX_WINDOWS`` at most): each timely row
+#: pins the offset given its kind's latency, and the cross-validated smoothing decides how
+#: much of that detail a curve keeps. A busy 3-node chain (MPI every 10 s, every exchange
+#: received late one way or the other) had 6-8 windows of 41-58 s for a 2-minute wander
+_SPARSE_WIDTH_S = 15.0
+_SPARSE_MESSAGES = 24
+_SPARSE_MAX_WINDOWS = 48
 
 
 @dataclass
@@ -207,7 +217,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         # finer or coarser). Otherwise the rounds start from the lines, on the grid of the
         # messages timely under them (late receives do not resolve a curve).
         r = _residuals(ta, tb, a, b, c, knots, values)
-        fine = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size)
+        fine = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size, hz)
         followed = False
         if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
             start = (list(knots), list(values), list(curves.model), curves.error.copy())
@@ -219,7 +229,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             possible = float(r_pass.min()) >= min(float(r.min()), 0.0) - 4.0 * late_ticks
             if possible and _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
                 r = r_pass
-                width = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size)
+                width = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
                 if not used / _REGRID <= width <= used * _REGRID:
                     _joint_rounds(*args, width=width)
                 followed = curves.followed_drift = True
@@ -228,7 +238,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 curves.error[:] = start[3]
         if not followed:
             _joint_rounds(*args, missed_drift=False,
-                          width=_grid_width(span, u, d_key, r, o, late_ticks, kinds.size))
+                          width=_grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz))
     for n in range(n_nodes):
         if not reached[n]:
             knots[n] = values[n] = None
@@ -438,7 +448,7 @@ def _moved(knots0: list, values0: list, knots: list, values: list, tol: float) -
 
 
 def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | None,
-                o: FitOptions, late_ticks: float, n_kinds: int) -> float:
+                o: FitOptions, late_ticks: float, n_kinds: int, hz: float) -> float:
     """The joint rounds' window width: ``window_messages`` messages per direction of a kind
     (the median over the directions), but at most ``_DENSEST_SHARE`` times the width that
     holds ``window_messages`` messages of each node pair's densest direction (of any kind;
@@ -448,7 +458,9 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
     (MPI every 10 s: one timely message in 110 s one way, every 5 s the other) made the
     median's windows as long as the wander's period (150 s against 3 minutes); each row
     pins the offset given its kind's latency, which the windows with both directions pin,
-    so the other direction's messages keep the curve's detail."""
+    so the other direction's messages keep the curve's detail. Where those windows are long
+    and the run is too (``_SPARSE_WIDTH_S``), windows of about one timely message of either
+    direction."""
     timely = np.ones(d_key.size, dtype=bool)
     if r is not None:
         gmin = np.full(int(d_key.max()) + 1, np.inf)
@@ -464,6 +476,11 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
         np.minimum.at(densest, at.ravel(), period)
         width = min(width, _DENSEST_SHARE * _clamped(
             o.window_messages * float(np.median(densest)), span, o))
+        if (r is not None and width >= _SPARSE_WIDTH_S * hz
+                and span >= _SPARSE_MESSAGES * float(np.median(_periods(d_key, u)[1]))):
+            n_fine = min(2.0 * span / float(np.median(period)), 4.0 * span / width,
+                         _SPARSE_MAX_WINDOWS)
+            width = min(width, span / n_fine)
     return span / int(min(max(1, np.ceil(span / width)), o.max_knots))
 
 
