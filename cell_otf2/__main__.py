@@ -22,8 +22,11 @@ def main() -> None:
         sys.stderr.write("cell2otf2: interrupted\n")
         raise SystemExit(130) from None
 
-    one_blas_thread(os.environ)  # before anything imports numpy
-    signals.install()
+    try:  # a signal while the handlers go in: one line too (CI once saw the traceback)
+        one_blas_thread(os.environ)  # before anything imports numpy
+        signals.install()
+    except KeyboardInterrupt as exc:
+        _stopped(exc)
     try:
         defer_numpy_extras()
         from .cli import main as cli_main
