@@ -86,16 +86,22 @@ class Program:
             n_u = upair.size
             sides.append(self.n_zt + inv.ravel() * 2 + (a == lo))
         d = pool["tb"] + c[b] - pool["ta"] - c[a]
-        # per segment: rate rows, added when violated
-        seg_lo, seg_dx, seg_nd = [], [], []
-        for n, kn in enumerate(self.knots):
+        # per segment: rate rows, added when violated, or from the first round for a node
+        # with as many segments as objective windows or more: a window holding a knot is
+        # made wider by tilting the node's map about it where its first rows of one direction
+        # lie left of the knot and of the other right, so such knots zig-zag away, the
+        # slacks run to their cap and the first solve ends in thousands of simplex pivots (an
+        # 8-node ring: 0.35 s instead of 0.09); every node's rate rows, though, cost the
+        # interior-point solve a fifth more on 16 nodes
+        seg_lo, seg_dx, seg_first = [], [], []
+        for n, (kn, tk) in enumerate(zip(self.knots, self.tknots, strict=True)):
             if kn is not None and n != self.ref:
                 seg_lo.append(self.zoff[n] + np.arange(kn.size - 1))
                 seg_dx.append(np.diff(kn))
-                seg_nd.append(np.full(kn.size - 1, n))
+                seg_first.append(np.full(kn.size - 1, tk is not None and kn.size >= tk.size))
         seg_col = np.concatenate(seg_lo) if seg_lo else np.zeros(0, np.int64)
         seg_len = np.concatenate(seg_dx) if seg_dx else np.zeros(0)
-        seg_node = np.concatenate(seg_nd) if seg_nd else np.zeros(0, np.int64)
+        first_rates = np.concatenate(seg_first) if seg_first else np.zeros(0, dtype=bool)
         eps = self.o.max_ppm * 1e-6
         n_cols = self.n_zt + n_u
         cost = np.zeros(n_cols)
@@ -111,17 +117,7 @@ class Program:
             active[:, side] = score <= best[tcol] + self.o.start_us * 1e-6 * self.hz
         if n_u:  # u columns were numbered per direction to pick a first row of each
             sides[2] = self.n_zt + (sides[2] - self.n_zt) // 2
-        # every rate row of a node with as many segments as objective windows or more: a
-        # window holding a knot is made wider by tilting the node's map about it where its
-        # first rows of one direction lie left of the knot and of the other right, so such
-        # knots zig-zag away, the slacks run to their cap and the first solve ends in
-        # thousands of simplex pivots (an 8-node ring: 0.35 s instead of 0.09); every node's
-        # rate rows, though, cost the interior-point solve a fifth more on 16 nodes
-        loose = np.array([kn is not None and tk is not None and n != self.ref
-                          and kn.size - 1 >= tk.size - 1
-                          for n, (kn, tk) in enumerate(zip(self.knots, self.tknots,
-                                                           strict=True))])
-        rate_on = np.repeat(loose[seg_node][:, None], 2, axis=1)
+        rate_on = np.c_[first_rates, first_rates]
         in_model = np.zeros_like(active)  # the rows the program holds so far
         rate_in_model = np.zeros_like(rate_on)
         lp = GrowingLp(cost, bounds)  # later rounds from the last basis
