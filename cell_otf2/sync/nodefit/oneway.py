@@ -115,16 +115,17 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
         own = mine[side]
         tn, yn = _through_messages(u[own], r[own], kt, kr, margin)
         pair_sums = r_late + curve_at(tn, yn, t_late)
-        if not float(np.min(pair_sums)) > 0.0:
+        least = float(np.min(pair_sums))
+        if not least > 0.0:
             continue  # no two-way sum is negative: the timely direction's curve is off there
         # beyond the timely direction's first and last message its curve is extrapolated,
         # microseconds off where the clock wanders (a busy 3-node chain: a sum of 8.8 us 13 s
         # before the first, where twice the least latency is 20 us, became its kind's usual
         # sum and put a node 7.8 us off): the least sum between them where it is as timely
         # (within the margin; a few exchanges may have their only timely sums outside)
-        two_way[g] = float(np.min(pair_sums))
         inside = pair_sums[(t_late >= tn[0]) & (t_late <= tn[-1])]
-        if inside.size and float(np.min(inside)) <= two_way[g] + margin:
+        two_way[g] = least
+        if inside.size and float(np.min(inside)) <= least + margin:
             two_way[g] = float(np.min(inside))
         if slow[g] >= 0:
             late_sums[g] = pair_sums
