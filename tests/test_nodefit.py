@@ -540,6 +540,13 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: timely (within the margin): 2.0 us (seed 61 2.2, its extrapolated sum the better one).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
+def _busy_chain3(seed: int, **limit: float) -> dict:
+    """The family's busy 3-node chain: MPI every 10 s for 5 minutes, 20 us of wander over 2
+    minutes, ranks 15 % uneven."""
+    return dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
+                wander_period_s=120.0, topology="chain", imbalance=0.15, seed=seed, **limit)
+
+
 LATE_ONE_WAY_RUNS = {
     "ring8-2s-2min-w10": dict(nodes=8, exchange_s=2.0, duration_s=120.0, wander_us=10.0,
                               wander_period_s=60.0, seed=104),
@@ -575,21 +582,11 @@ LATE_ONE_WAY_RUNS = {
     "chain6-2s-10s-w5-2370": dict(nodes=6, exchange_s=2.0, duration_s=10.0, wander_us=5.0,
                                   wander_period_s=300.0, topology="chain", seed=2370,
                                   limit_us=8.0),
-    "chain3-10s-5min-w20-61": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
-                                   wander_period_s=120.0, topology="chain", imbalance=0.15,
-                                   seed=61, limit_us=3.0),
-    "chain3-10s-5min-w20-6": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
-                                  wander_period_s=120.0, topology="chain", imbalance=0.15,
-                                  seed=6),
-    "chain3-10s-5min-w20-1": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
-                                  wander_period_s=120.0, topology="chain", imbalance=0.15,
-                                  seed=1),
-    "chain3-10s-5min-w20-3": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
-                                  wander_period_s=120.0, topology="chain", imbalance=0.15,
-                                  seed=3, limit_us=3.0),
-    "chain3-10s-5min-w20-7": dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
-                                  wander_period_s=120.0, topology="chain", imbalance=0.15,
-                                  seed=7, limit_us=3.0),
+    "chain3-10s-5min-w20-61": _busy_chain3(61, limit_us=3.0),
+    "chain3-10s-5min-w20-6": _busy_chain3(6),
+    "chain3-10s-5min-w20-1": _busy_chain3(1),
+    "chain3-10s-5min-w20-3": _busy_chain3(3, limit_us=3.0),
+    "chain3-10s-5min-w20-7": _busy_chain3(7, limit_us=3.0),
     "chain4-5s-5min-w15-2": dict(nodes=4, exchange_s=5.0, duration_s=300.0, wander_us=15.0,
                                  wander_period_s=150.0, topology="chain", imbalance=0.15,
                                  seed=2),
