@@ -150,9 +150,18 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     secs["prepare"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     hard = undominated(pts, n_nodes)
+    eps = o.max_ppm * 1e-6
+    # the graph of every message and its envelope at the rate limit, latency 0: the
+    # estimate's first curves, and the bounds below unless messages are set aside or the
+    # limit raised (the same graph, latency and limit: the same shortest paths)
+    g_first = build_graph(pts[hard], n_nodes, ref, c)
+    try:
+        env_first: tuple[np.ndarray, np.ndarray] | None = envelope(g_first, 0.0, eps,
+                                                                   np.zeros(g_first.size))
+    except Infeasible:
+        env_first = None
     curves = estimate(pts, n_nodes, ref, c, hz, o,
-                      prior=_envelope_lines(build_graph(pts[hard], n_nodes, ref, c), n_nodes,
-                                            ref, o.max_ppm * 1e-6))
+                      prior=_envelope_lines(g_first, env_first, n_nodes, ref))
     lonely = [n for n in np.flatnonzero(fitted).tolist()
               if n != ref and curves.knots[n] is None]
     if lonely:  # no symmetric kind links them: centred between all messages instead
@@ -177,12 +186,13 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     fit.models = list(curves.model)
     secs["estimate"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    eps = o.max_ppm * 1e-6
     lat = o.min_latency_ticks if method == "fit" else 0.0
     dropped = np.zeros(0, np.int64)
     z = None
+    g = g_first
     for _ in range(_BLAME_ROUNDS + _RATE_DOUBLINGS):
-        g = build_graph(pts[hard], n_nodes, ref, c)
+        if dropped.size:  # messages set aside: the graph of those kept
+            g = build_graph(pts[hard], n_nodes, ref, c)
         h = offsets_at(curves.knots, curves.values, g.node, g.x)
         h[np.array([curves.knots[n] is None for n in range(n_nodes)])[g.node]] = np.nan
         h[0] = 0.0
@@ -209,7 +219,11 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     fit.pool, fit.rows = int(hard.size), g.size
     secs["order"] = time.perf_counter() - t2
     t3 = time.perf_counter()
-    lower, upper = envelope(g, 0.0, eps, z)  # every map that keeps every message
+    # every map that keeps every message
+    if env_first is not None and g is g_first and eps == o.max_ppm * 1e-6:
+        lower, upper = env_first
+    else:
+        lower, upper = envelope(g, 0.0, eps, z)
     label = "fit" if method == "fit" else method
     for n in np.flatnonzero(fitted).tolist():
         if n == ref:
@@ -245,17 +259,17 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     return fit
 
 
-def _envelope_lines(g, n_nodes: int, ref: int, eps: float
+def _envelope_lines(g, env: tuple[np.ndarray, np.ndarray] | None, n_nodes: int, ref: int
                     ) -> list[tuple[np.ndarray, np.ndarray] | None]:
-    """Per node a straight line through the middle of the envelope the messages leave it
-    (every map within the rate limit that keeps every message ordered), each vertex weighted
-    by how narrow the envelope is there: a first curve that needs no assumption on latencies,
-    for nodes no symmetric kind pins. None where the envelope is open."""
+    """Per node a straight line through the middle of the envelope ``env`` the messages
+    leave it in graph ``g`` (every map within the rate limit that keeps every message
+    ordered; None: no map does), each vertex weighted by how narrow the envelope is there: a
+    first curve that needs no assumption on latencies, for nodes no symmetric kind pins. None
+    where the envelope is open."""
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_nodes
-    try:
-        lower, upper = envelope(g, 0.0, eps, np.zeros(g.size))
-    except Infeasible:
+    if env is None:
         return out
+    lower, upper = env
     for n in range(n_nodes):
         v = np.flatnonzero((g.node == n) & np.isfinite(lower) & np.isfinite(upper))
         if n == ref or v.size == 0:
