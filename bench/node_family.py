@@ -17,9 +17,9 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - short: runs of 10 ms to under a second;
 - random: 60 shapes drawn from the whole family by two seeded sweeps (``_drawn``), to meet
   the runs the regimes above do not make;
-- slow: MPI every 5-10 s over 10-20 minutes with 0-20 us of wander (the family's slowest
+- slow: MPI every 5-10 s over 5-20 minutes with 0-20 us of wander (the family's slowest
   exchanges; no targets but the order, bound and rate checks), 2-8 nodes, 1 % or 15 % uneven;
-- busy: MPI every 5-10 s over 5-8 minutes, 10-20 us of wander, ranks 15 % uneven, chains of
+- busy: MPI every 5-10 s over 5-20 minutes, 10-20 us of wander, ranks 15 % uneven, chains of
   3-4 nodes and a ring of 4, seeds 1-7 and 61 each: where every exchange has a receive
   recorded seconds late, one way or the other, and pairs take turns at it (no targets but
   the order, bound and rate checks);
@@ -98,7 +98,8 @@ class Regime:
 #: wander period s)
 _BUSY = [("3 nodes chain, 10 s, 5 min, 20 us / 2 min", 3, "chain", 10.0, 300.0, 20.0, 120.0),
          ("4 nodes chain, 5 s, 5 min, 15 us / 150 s", 4, "chain", 5.0, 300.0, 15.0, 150.0),
-         ("4 nodes ring, 10 s, 8 min, 10 us / 200 s", 4, "ring", 10.0, 480.0, 10.0, 200.0)]
+         ("4 nodes ring, 10 s, 8 min, 10 us / 200 s", 4, "ring", 10.0, 480.0, 10.0, 200.0),
+         ("3 nodes chain, 10 s, 20 min, 20 us / 2 min", 3, "chain", 10.0, 1200.0, 20.0, 120.0)]
 
 
 def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
@@ -264,7 +265,7 @@ REGIMES: dict[str, Regime] = {
         "4-12 exchanges, shapes drawn at random (one sweep of 30)", Targets(),
         cases=_few(41, 30), quick=_few(41, 10)),
     "slow": Regime(
-        "MPI every 5-10 s, 10-20 minutes, wander 0-20 us over 2-5 min", Targets(),
+        "MPI every 5-10 s, 5-20 minutes, wander 0-20 us over 2-5 min", Targets(),
         cases=[_c("3 nodes chain, 10 s, 20 min, 20 us / 5 min, 15 % imbalance", 61, 3, 10.0,
                   1200.0, 20.0, 300.0, topology="chain", imbalance=0.15),
                _c("3 nodes chain, 10 s, 20 min, 20 us / 5 min", 61, 3, 10.0, 1200.0, 20.0,
@@ -274,12 +275,16 @@ REGIMES: dict[str, Regime] = {
                   15.0, 120.0, imbalance=0.15),
                _c("8 nodes chain, 10 s, 10 min, 20 us / 4 min", 64, 8, 10.0, 600.0, 20.0,
                   240.0, topology="chain"),
-               _c("4 nodes, 10 s, 20 min, linear", 65, 4, 10.0, 1200.0)],
+               _c("4 nodes, 10 s, 20 min, linear", 65, 4, 10.0, 1200.0),
+               # shorter 8-node chains: 30-40 exchanges, most directions late in half of them
+               *[_c(f"8 nodes chain, 10 s, {dur:g} s, 20 us / 4 min, seed {seed}", seed, 8, 10.0,
+                    dur, 20.0, 240.0, topology="chain")
+                 for seed, dur in ((64, 300.0), (65, 300.0), (64, 400.0))]],
         quick=[_c("3 nodes chain, 10 s, 5 min, 20 us / 2 min, 15 % imbalance", 61, 3, 10.0,
                   300.0, 20.0, 120.0, topology="chain", imbalance=0.15),
                _c("4 nodes, 10 s, 5 min, linear", 65, 4, 10.0, 300.0)]),
     "busy": Regime(
-        "MPI every 5-10 s, 5-8 minutes, 15 % uneven ranks (seeds 1-7, 61)", Targets(),
+        "MPI every 5-10 s, 5-20 minutes, 15 % uneven ranks (seeds 1-7, 61)", Targets(),
         cases=[_c(f"{label}, seed {seed}", seed, nodes, ex, dur, wander, period,
                   topology=topo, imbalance=0.15)
                for label, nodes, topo, ex, dur, wander, period in _BUSY
