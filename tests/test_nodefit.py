@@ -538,12 +538,19 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: direction's first message, where that direction's curve is extrapolated (8.8 us, where
 #: twice the least latency is 20 us); a sum within their span preferred where one is as
 #: timely (within the margin): 2.0 us (seed 61 2.2, its extrapolated sum the better one).
+#: The same shape over 20 minutes (seeds 2 and 7: 14.4 and 19.5 us, a wander of 20 us not
+#: followed at all) until the sparse grid's windows were 6.25 s long
+#: (``estimate._SPARSE_MIN_S``) instead of one timely message of either direction (20-25 s
+#: there), late messages told on windows of about one exchange: 1.7 and 2.2 us; that judging
+#: costs the 5-minute seed 7 what its windows of 6.25 s gave it (2.0 -> 3.9 us), and keeps
+#: an 8-node chain of 5 minutes (``chain8-10s-5min-w20-65``) from taking late messages for
+#: timely ones on such windows (5.2 ms before, 4.7 us).
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
-def _busy_chain3(seed: int, **limit: float) -> dict:
-    """The family's busy 3-node chain: MPI every 10 s for 5 minutes, 20 us of wander over 2
-    minutes, ranks 15 % uneven."""
-    return dict(nodes=3, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
+def _busy_chain3(seed: int, duration_s: float = 300.0, **limit: float) -> dict:
+    """The family's busy 3-node chain: MPI every 10 s for 5 minutes (or ``duration_s``), 20
+    us of wander over 2 minutes, ranks 15 % uneven."""
+    return dict(nodes=3, exchange_s=10.0, duration_s=duration_s, wander_us=20.0,
                 wander_period_s=120.0, topology="chain", imbalance=0.15, seed=seed, **limit)
 
 
@@ -586,7 +593,12 @@ LATE_ONE_WAY_RUNS = {
     "chain3-10s-5min-w20-6": _busy_chain3(6),
     "chain3-10s-5min-w20-1": _busy_chain3(1),
     "chain3-10s-5min-w20-3": _busy_chain3(3, limit_us=3.0),
-    "chain3-10s-5min-w20-7": _busy_chain3(7, limit_us=3.0),
+    "chain3-10s-5min-w20-7": _busy_chain3(7, limit_us=4.5),
+    "chain3-10s-20min-w20-2": _busy_chain3(2, 1200.0, limit_us=2.5),
+    "chain3-10s-20min-w20-7": _busy_chain3(7, 1200.0, limit_us=3.0),
+    "chain8-10s-5min-w20-65": dict(nodes=8, exchange_s=10.0, duration_s=300.0, wander_us=20.0,
+                                   wander_period_s=240.0, topology="chain", seed=65,
+                                   limit_us=6.0),
     "chain4-5s-5min-w15-2": dict(nodes=4, exchange_s=5.0, duration_s=300.0, wander_us=15.0,
                                  wander_period_s=150.0, topology="chain", imbalance=0.15,
                                  seed=2),

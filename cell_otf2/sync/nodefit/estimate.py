@@ -45,14 +45,20 @@ _REGRID = 1.5
 _DENSEST_SHARE = 2.0
 #: long runs whose timely messages are sparse: where that grid's windows are
 #: ``_SPARSE_WIDTH_S`` long or more and the directions carry ``_SPARSE_MESSAGES`` messages
-#: or more over the run, windows of about one timely message of either direction instead
-#: (four times as many windows at most, ``_SPARSE_MAX_WINDOWS`` at most): each timely row
-#: pins the offset given its kind's latency, and the cross-validated smoothing decides how
-#: much of that detail a curve keeps. A busy 3-node chain (MPI every 10 s, every exchange
-#: received late one way or the other) had 6-8 windows of 41-58 s for a 2-minute wander
+#: or more over the run, windows of ``_SPARSE_MIN_S`` instead (knots that often): each
+#: timely row pins the offset given its kind's latency, and the cross-validated smoothing
+#: decides how much of that detail a curve keeps. A busy 3-node chain (MPI every 10 s, every
+#: exchange received late one way or the other) had 6-8 windows of 41-58 s for a 2-minute
+#: wander. Which messages are timely is still judged on windows of about one exchange
+#: (``_SPARSE_SPACINGS`` times the messages' usual spacing, ``_SPARSE_MIN_S`` at least):
+#: judged on windows of one message or none, late messages pass for timely (8-node chains
+#: with MPI every 10 s over 5-10 minutes: 0.5-5 ms off on windows of 6-10 s). Before, the
+#: grid held about one timely message of either direction, at most 48 windows: 25 s long
+#: over 20 minutes, where such chains came out 14 and 19 us off (now 1.7 and 2.2)
 _SPARSE_WIDTH_S = 15.0
 _SPARSE_MESSAGES = 24
-_SPARSE_MAX_WINDOWS = 48
+_SPARSE_SPACINGS = 1.25
+_SPARSE_MIN_S = 6.25
 
 
 @dataclass
@@ -217,11 +223,11 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         # finer or coarser). Otherwise the rounds start from the lines, on the grid of the
         # messages timely under them (late receives do not resolve a curve).
         r = _residuals(ta, tb, a, b, c, knots, values)
-        fine = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size, hz)
+        fine, fine_judge = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size, hz)
         followed = False
         if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
             start = (list(knots), list(values), list(curves.model), curves.error.copy())
-            used = _joint_rounds(*args, width=fine)
+            used = _joint_rounds(*args, width=fine, judge=fine_judge)
             # followed where the curves moved, but not to where messages arrive before they
             # are sent (a pass that took late messages for timely ones can move by
             # milliseconds: no clock does that to every message of a direction)
@@ -229,16 +235,16 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             possible = float(r_pass.min()) >= min(float(r.min()), 0.0) - 4.0 * late_ticks
             if possible and _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
                 r = r_pass
-                width = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
+                width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
                 if not used / _REGRID <= width <= used * _REGRID:
-                    _joint_rounds(*args, width=width)
+                    _joint_rounds(*args, width=width, judge=judge)
                 followed = curves.followed_drift = True
             else:
                 knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
                 curves.error[:] = start[3]
         if not followed:
-            _joint_rounds(*args, missed_drift=False,
-                          width=_grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz))
+            width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
+            _joint_rounds(*args, missed_drift=False, width=width, judge=judge)
     for n in range(n_nodes):
         if not reached[n]:
             knots[n] = values[n] = None
@@ -302,8 +308,9 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                   a: np.ndarray, b: np.ndarray, c: np.ndarray, knots: list, values: list,
                   curves: Curves, n_nodes: int, ref: int, o: FitOptions, late_ticks: float,
                   hz: float, set_aside: np.ndarray | None, width: float,
-                  missed_drift: bool = True) -> float:
-    """The final rounds, on a grid of windows ``width`` long (``missed_drift``: the curves
+                  missed_drift: bool = True, judge: float | None = None) -> float:
+    """The final rounds, on a grid of windows ``width`` long, late and timely messages told
+    apart on windows ``judge`` long (default: ``width``; ``missed_drift``: the curves
     may still miss a drift by far more than any lateness; the first round's late windows are
     then judged on the sum of both directions, ``_late_windows``; ``set_aside``: messages
     late in any case in the first round): every timely message (within
@@ -336,7 +343,9 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
     timely_ticks = o.timely_us * 1e-6 * hz
     late_window_ticks = max(late_window_us(o, span / hz) * 1e-6 * hz, timely_ticks)
-    key = d_key * n_k + win
+    n_j = max(1, int(round(span / (judge or width))))  # the windows late ones are told on
+    win_j = np.clip(((u - u0) // (span / n_j)).astype(np.int64), 0, n_j - 1)
+    key = d_key * n_j + win_j
     strength: float | None = None
     for rnd in range(max(1, o.rounds)):
         r = _residuals(ta, tb, a, b, c, knots, values)
@@ -347,7 +356,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         # the first round's curves may still miss wander by tens of microseconds: a loose
         # test of late windows there, a tighter one once the curves follow the clocks
         if rnd == 0 and missed_drift:  # curves that may miss a drift by far more than any
-            late = _late_windows(floor, key, d_key, n_k, 4.0 * late_ticks)  # lateness
+            late = _late_windows(floor, key, d_key, n_j, 4.0 * late_ticks)  # lateness
         else:
             late = floor[key] > gmin[d_key] + (4.0 * late_ticks if rnd == 0
                                                else late_window_ticks)
@@ -448,8 +457,10 @@ def _moved(knots0: list, values0: list, knots: list, values: list, tol: float) -
 
 
 def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | None,
-                o: FitOptions, late_ticks: float, n_kinds: int, hz: float) -> float:
-    """The joint rounds' window width: ``window_messages`` messages per direction of a kind
+                o: FitOptions, late_ticks: float, n_kinds: int, hz: float
+                ) -> tuple[float, float]:
+    """The joint rounds' window width and that of the windows their late messages are told
+    on (``_joint_rounds``): ``window_messages`` messages per direction of a kind
     (the median over the directions), but at most ``_DENSEST_SHARE`` times the width that
     holds ``window_messages`` messages of each node pair's densest direction (of any kind;
     the median over the pairs); no more than ``max_knots`` windows. With the residuals ``r``
@@ -459,8 +470,11 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
     median's windows as long as the wander's period (150 s against 3 minutes); each row
     pins the offset given its kind's latency, which the windows with both directions pin,
     so the other direction's messages keep the curve's detail. Where those windows are long
-    and the run is too (``_SPARSE_WIDTH_S``), windows of about one timely message of either
-    direction."""
+    and the run is too (``_SPARSE_WIDTH_S``), windows of ``_SPARSE_MIN_S``, late messages
+    told on windows of about one exchange."""
+    def fitted(w: float) -> float:  # a whole number of windows, at most ``max_knots``
+        return span / int(min(max(1, np.ceil(span / w)), o.max_knots))
+
     timely = np.ones(d_key.size, dtype=bool)
     if r is not None:
         gmin = np.full(int(d_key.max()) + 1, np.inf)
@@ -476,12 +490,13 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
         np.minimum.at(densest, at.ravel(), period)
         width = min(width, _DENSEST_SHARE * _clamped(
             o.window_messages * float(np.median(densest)), span, o))
+        spacing = float(np.median(_periods(d_key, u)[1]))  # every message, late or not
         if (r is not None and width >= _SPARSE_WIDTH_S * hz
-                and span >= _SPARSE_MESSAGES * float(np.median(_periods(d_key, u)[1]))):
-            n_fine = min(2.0 * span / float(np.median(period)), 4.0 * span / width,
-                         _SPARSE_MAX_WINDOWS)
-            width = min(width, span / n_fine)
-    return span / int(min(max(1, np.ceil(span / width)), o.max_knots))
+                and span >= _SPARSE_MESSAGES * spacing):
+            judge = min(width, max(_SPARSE_SPACINGS * spacing, _SPARSE_MIN_S * hz))
+            fine = fitted(min(width, _SPARSE_MIN_S * hz))
+            return fine, max(fine, fitted(judge))
+    return fitted(width), fitted(width)
 
 
 def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
