@@ -90,7 +90,7 @@ class LpOptions:
     edge_weight: float = 0.1  # weight of the node-pair terms
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
-    start_us: float = 2.0  # first rows: prior slack within this of its window's smallest
+    start_us: float = 0.5  # first rows: prior slack within this of its window's smallest
     max_segment_s: float = np.inf  # knots at least this often (default: only at bends)
     refine: int = 1  # rounds of node curves with the rates of the last round's maps
     min_spacing: float = 2.0  # knot spacings tried: down to this many curve windows
