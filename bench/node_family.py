@@ -18,7 +18,8 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - random: 60 shapes drawn from the whole family by two seeded sweeps (``_drawn``), to meet
   the runs the regimes above do not make;
 - slow: MPI every 5-10 s over 5-20 minutes with 0-20 us of wander (the family's slowest
-  exchanges; no targets but the order, bound and rate checks), 2-8 nodes, 1 % or 15 % uneven;
+  exchanges; no targets but the order, bound and rate checks), 2-8 nodes, 1 % or 15 % uneven,
+  and 24 shapes drawn at random of 4-12 nodes over 3-10 minutes (``_slow_drawn``);
 - busy: MPI every 5-10 s over 5-20 minutes, 10-20 us of wander, ranks 15 % uneven, chains of
   3-4 nodes and a ring of 4, seeds 1-7 and 61 each: where every exchange has a receive
   recorded seconds late, one way or the other, and pairs take turns at it (no targets but
@@ -161,6 +162,22 @@ def _few(sweep: int, count: int) -> list[Case]:
     return out
 
 
+def _slow_drawn(sweep: int, count: int) -> list[Case]:
+    """``count`` slow shapes drawn at random (``random.Random(sweep)``): 4-12 nodes, ring or
+    chain, MPI every 5 or 10 s over 3-10 minutes (18-120 exchanges), wander 0-20 us over
+    1-5 min, 1 % or 15 % uneven ranks: where a few late exchanges can cut a chain."""
+    rng = random.Random(sweep)
+    out = []
+    for i in range(count):
+        nodes = rng.choice([4, 6, 8, 12])
+        topo = rng.choice(["ring", "chain"])
+        ex = rng.choice([5.0, 10.0])
+        dur = rng.choice([180.0, 300.0, 400.0, 600.0])
+        out.append(_drawn_case(rng, f"{sweep}/{i:02d}: {nodes} nodes {topo}, every {ex:g} s, "
+                               f"{dur:g} s", nodes, topo, ex, dur))
+    return out
+
+
 #: the mid regime's durations (s) and exchange intervals (s): between the short runs and the
 #: minutes-long ones, where the lateness margin of long runs is too wide
 _MID = [(2.0, 0.05), (5.0, 0.1), (9.0, 0.2), (15.0, 0.2), (25.0, 0.5), (40.0, 1.0)]
@@ -279,7 +296,8 @@ REGIMES: dict[str, Regime] = {
                # shorter 8-node chains: 30-40 exchanges, most directions late in half of them
                *[_c(f"8 nodes chain, 10 s, {dur:g} s, 20 us / 4 min, seed {seed}", seed, 8, 10.0,
                     dur, 20.0, 240.0, topology="chain")
-                 for seed, dur in ((64, 300.0), (65, 300.0), (64, 400.0))]],
+                 for seed, dur in ((64, 300.0), (65, 300.0), (64, 400.0))],
+               *_slow_drawn(2026, 24)],
         quick=[_c("3 nodes chain, 10 s, 5 min, 20 us / 2 min, 15 % imbalance", 61, 3, 10.0,
                   300.0, 20.0, 120.0, topology="chain", imbalance=0.15),
                _c("4 nodes, 10 s, 5 min, linear", 65, 4, 10.0, 300.0)]),
