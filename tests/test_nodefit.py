@@ -547,7 +547,10 @@ def test_bound_covers_records_before_the_first_message(tmp_path):
 #: timely ones on such windows (5.2 ms before, 4.7 us). Over 400 s that chain (seed 64) was
 #: 1.25 ms off until support lines with two messages on them one way linked their pair
 #: (``estimate._WEAK_LINE``): one pair's 20 us of wander had cut the chain, and the nodes
-#: beyond started from the envelope's lines, 3-5 ms off: 1.6 us (seed 65 1.4).
+#: beyond started from the envelope's lines, 3-5 ms off: 1.6 us (seed 65 1.4). Shapes drawn
+#: for the slow regime (``node_family._slow_drawn``) cut their chains at a line with one
+#: message on it one way: a 6-node chain of 3 minutes 287 us, a 4-node chain 14.2 us, until
+#: such lines linked pairs of 24 messages each way or more: 6.8 and 1.2 us.
 #: ``limit_us``: the RMS allowed (a mirrored pair is centred on its timely direction's mean
 #: queueing, 1-2 us per such pair)
 def _busy_chain3(seed: int, duration_s: float = 300.0, **limit: float) -> dict:
@@ -604,6 +607,12 @@ LATE_ONE_WAY_RUNS = {
     "chain8-10s-400s-w20-64": dict(nodes=8, exchange_s=10.0, duration_s=400.0, wander_us=20.0,
                                    wander_period_s=240.0, topology="chain", seed=64,
                                    limit_us=2.5),
+    "chain6-5s-3min-w20-5985": dict(nodes=6, exchange_s=5.0, duration_s=180.0, wander_us=20.0,
+                                    wander_period_s=60.0, topology="chain", seed=5985,
+                                    limit_us=8.0),
+    "chain4-10s-5min-w20-6143": dict(nodes=4, exchange_s=10.0, duration_s=300.0,
+                                     wander_us=20.0, wander_period_s=120.0, topology="chain",
+                                     imbalance=0.15, seed=6143),
     "chain4-5s-5min-w15-2": dict(nodes=4, exchange_s=5.0, duration_s=300.0, wander_us=15.0,
                                  wander_period_s=150.0, topology="chain", imbalance=0.15,
                                  seed=2),

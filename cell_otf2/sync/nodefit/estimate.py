@@ -43,11 +43,12 @@ _REGRID = 1.5
 #: the joint rounds' windows are at most this many times those of each node pair's densest
 #: direction (``_grid_width``)
 _DENSEST_SHARE = 2.0
-#: the weight of a support line with two messages on it one way (three or more weigh their
-#: count): such a line can be tilted by a pair's late messages, but without it a chain is cut
-#: there and the nodes beyond start from the envelope's lines: an 8-node chain with MPI
-#: every 10 s over 400 s, whose 20 us of wander left one pair's line two timely messages
-#: one way, started 3-5 ms off and stayed 1.25 ms off (1.6 us with the line)
+#: the weight of a support line with one or two messages on it one way (three or more
+#: weigh their count): such a line can be tilted by a pair's late messages, but without it a
+#: chain is cut there and the nodes beyond start from the envelope's lines: an 8-node chain
+#: with MPI every 10 s over 400 s, whose 20 us of wander left one pair's line two timely
+#: messages one way, started 3-5 ms off and stayed 1.25 ms off (1.6 us with the line); a
+#: 6-node chain of 3 minutes with one message on a line, 287 us (6.8 us with it)
 _WEAK_LINE = 0.5
 #: long runs whose timely messages are sparse: where that grid's windows are
 #: ``_SPARSE_WIDTH_S`` long or more and the directions carry ``_SPARSE_MESSAGES`` messages
@@ -186,8 +187,12 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         d0[weak[now]], beta[weak[now]], support[weak[now]] = (d0_w[now], beta_w[now],
                                                               support_w[now])
     # a line is pinned by three messages on it each way at least (two make any line); one
-    # with two on it one way still links its pair, lightly (``_WEAK_LINE``)
-    pinned = np.where(support >= 3, support, np.where(support >= 2, _WEAK_LINE, 0.0))
+    # with two on it one way still links its pair, lightly (``_WEAK_LINE``), and so does one
+    # with one where the pair has ``_SPARSE_MESSAGES`` messages each way or more
+    each = np.bincount(group_l * 2 + (~fwd_l), minlength=2 * (int(group_l.max()) + 1))
+    many = np.minimum(each[0::2], each[1::2])[gk] >= _SPARSE_MESSAGES if gk.size else gk
+    pinned = np.where(support >= 3, support,
+                      np.where((support >= 2) | ((support >= 1) & many), _WEAK_LINE, 0.0))
     if gk.size:
         ends = np.array([u0, u1])
         gw = np.repeat([0, 1], gk.size)  # window 0: the run's start, 1: its end
