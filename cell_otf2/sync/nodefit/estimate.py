@@ -48,8 +48,11 @@ _DENSEST_SHARE = 2.0
 #: chain is cut there and the nodes beyond start from the envelope's lines: an 8-node chain
 #: with MPI every 10 s over 400 s, whose 20 us of wander left one pair's line two timely
 #: messages one way, started 3-5 ms off and stayed 1.25 ms off (1.6 us with the line); a
-#: 6-node chain of 3 minutes with one message on a line, 287 us (6.8 us with it)
+#: 6-node chain of 3 minutes with one message on a line, 287 us (6.8 us with it). A line
+#: with one message on it one way counts only for a pair with ``_ONE_ON_LINE_MESSAGES``
+#: messages each way or more (in runs of a few exchanges it pins nothing: 1.6 -> 65 us)
 _WEAK_LINE = 0.5
+_ONE_ON_LINE_MESSAGES = 24
 #: long runs whose timely messages are sparse: where that grid's windows are
 #: ``_SPARSE_WIDTH_S`` long or more and the directions carry ``_SPARSE_MESSAGES`` messages
 #: or more over the run, windows of ``_SPARSE_MIN_S`` instead (knots that often): each
@@ -188,9 +191,9 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                                                               support_w[now])
     # a line is pinned by three messages on it each way at least (two make any line); one
     # with two on it one way still links its pair, lightly (``_WEAK_LINE``), and so does one
-    # with one where the pair has ``_SPARSE_MESSAGES`` messages each way or more
+    # with one where the pair has ``_ONE_ON_LINE_MESSAGES`` messages each way or more
     each = np.bincount(group_l * 2 + (~fwd_l), minlength=2 * (int(group_l.max()) + 1))
-    many = np.minimum(each[0::2], each[1::2])[gk] >= _SPARSE_MESSAGES if gk.size else gk
+    many = np.minimum(each[0::2], each[1::2])[gk] >= _ONE_ON_LINE_MESSAGES
     pinned = np.where(support >= 3, support,
                       np.where((support >= 2) | ((support >= 1) & many), _WEAK_LINE, 0.0))
     if gk.size:
@@ -502,13 +505,14 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
         np.minimum.at(densest, at.ravel(), period)
         width = min(width, _DENSEST_SHARE * _clamped(
             o.window_messages * float(np.median(densest)), span, o))
-        spacing = float(np.median(_periods(d_key, u)[1]))  # every message, late or not
-        if (r is not None and width >= _SPARSE_WIDTH_S * hz
-                and span >= _SPARSE_MESSAGES * spacing):
-            judge = min(width, max(_SPARSE_SPACINGS * spacing, _SPARSE_MIN_S * hz))
-            fine = fitted(min(width, _SPARSE_MIN_S * hz))
-            return fine, max(fine, fitted(judge))
-    return fitted(width), fitted(width)
+        if r is not None and width >= _SPARSE_WIDTH_S * hz:
+            spacing = float(np.median(_periods(d_key, u)[1]))  # every message, late or not
+            if span >= _SPARSE_MESSAGES * spacing:
+                judge = min(width, max(_SPARSE_SPACINGS * spacing, _SPARSE_MIN_S * hz))
+                fine = fitted(min(width, _SPARSE_MIN_S * hz))
+                return fine, max(fine, fitted(judge))
+    usual = fitted(width)
+    return usual, usual
 
 
 def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,

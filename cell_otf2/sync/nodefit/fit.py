@@ -150,7 +150,7 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     secs["prepare"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     hard = undominated(pts, n_nodes)
-    eps = o.max_ppm * 1e-6
+    eps = eps_first = o.max_ppm * 1e-6
     # the graph of every message and its envelope at the rate limit, latency 0: the
     # estimate's first curves, and the bounds below unless messages are set aside or the
     # limit raised (the same graph, latency and limit: the same shortest paths)
@@ -191,8 +191,6 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     z = None
     g = g_first
     for _ in range(_BLAME_ROUNDS + _RATE_DOUBLINGS):
-        if dropped.size:  # messages set aside: the graph of those kept
-            g = build_graph(pts[hard], n_nodes, ref, c)
         h = offsets_at(curves.knots, curves.values, g.node, g.x)
         h[np.array([curves.knots[n] is None for n in range(n_nodes)])[g.node]] = np.nan
         h[0] = 0.0
@@ -208,6 +206,7 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
             if bad.size:
                 dropped = np.r_[dropped, hard[bad]]
                 hard = np.delete(hard, bad)
+                g = build_graph(pts[hard], n_nodes, ref, c)  # of the messages kept
             elif eps < 0.25:
                 eps *= 2.0
             else:
@@ -219,8 +218,8 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     fit.pool, fit.rows = int(hard.size), g.size
     secs["order"] = time.perf_counter() - t2
     t3 = time.perf_counter()
-    # every map that keeps every message
-    if env_first is not None and g is g_first and eps == o.max_ppm * 1e-6:
+    # every map that keeps every message (the first envelope's, on its graph and limit)
+    if env_first is not None and g is g_first and eps == eps_first:
         lower, upper = env_first
     else:
         lower, upper = envelope(g, 0.0, eps, z)
