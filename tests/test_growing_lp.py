@@ -7,6 +7,9 @@ generation) gives the same node maps warm and from scratch on a one-way ring."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from scipy import sparse
@@ -122,3 +125,33 @@ def test_fallback_centring_the_same_warm_and_from_scratch(monkeypatch, seed):
         x = np.linspace(mine.min(), mine.max(), 200)
         gap = map_to_reference(warm[n], x) - map_to_reference(cold[n], x)
         assert np.abs(gap).max() < 1.0  # ticks: the same optimum, up to HiGHS's tolerances
+
+
+def test_the_bindings_load_without_scipy_optimize_and_linprog_shares_them():
+    """The bindings come from scipy's folder without ``scipy.optimize``'s set-up (a fresh
+    interpreter: this one imported it above); a later ``import scipy.optimize`` finds the
+    same module, and ``linprog`` still solves; without the folder's file the usual import
+    gives the same module."""
+    code = """
+import sys
+from cell_otf2.sync.nodefit import highs
+core = highs._bindings()
+assert core is not None and "scipy.optimize" not in sys.modules, sorted(sys.modules)
+from scipy.optimize import linprog
+from scipy.optimize._highspy import _core
+assert _core is core
+res = linprog([-1, -1], A_ub=[[1, 2], [3, 1]], b_ub=[4, 5], method="highs")
+assert res.status == 0 and abs(res.x[0] - 1.2) < 1e-9 and abs(res.x[1] - 1.4) < 1e-9
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_bindings_by_the_usual_import_where_the_file_is_not_found(monkeypatch):
+    monkeypatch.delitem(sys.modules, highs._CORE, raising=False)
+    monkeypatch.setattr(highs, "_load_core", lambda: None)
+    from scipy.optimize._highspy import _core
+
+    assert highs._bindings() is _core
