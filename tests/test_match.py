@@ -1,6 +1,7 @@
 """match.py's grouped lookups against the per-context and per-instance loops they replaced:
-collective pairs instance by instance, MPI channels, SNDSIG targets (random tables, the
-loops written out as they were)."""
+collective pairs instance by instance (and, between nodes, only the pairs that imply the
+others: the same undominated points for the node fit), MPI channels, SNDSIG targets (random
+tables, the loops written out as they were)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from cell_otf2.decode.match import (
     _channels,
     _channels_by_rows,
     _collective_pairs,
+    _cross_node_pairs,
     _pair_search,
     _position_in_group,
 )
 from cell_otf2.input import format as fmt
+from cell_otf2.sync.nodefit.points import POINT_DTYPE, undominated
 
 
 def _collective_pairs_loop(bg, e, op, root):
@@ -54,6 +57,76 @@ def test_collective_pairs_as_the_loop_gave_them(seed):
     got = _collective_pairs(bg, e, op, root)
     want = _collective_pairs_loop(bg, e, op, root)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def _random_collectives(seed):
+    rng = np.random.default_rng(seed)
+    members, n = int(rng.integers(1, 9)), int(rng.integers(0, 30))
+    e = rng.integers(0, 1000, (members, n))
+    bg = np.where(rng.random((members, n)) < 0.1, -1, rng.integers(0, 1000, (members, n)))
+    same = rng.random((members, n)) < 0.05  # a BEGIN that is its END gives no pair
+    bg[same] = e[same]
+    ops = [int(o) for o in fmt.CollOp]
+    op = rng.choice(ops + [max(ops) + 7], n)
+    root = rng.integers(0, members + 2, n)
+    member_node = rng.integers(0, int(rng.integers(1, 5)), members)
+    return bg, e, op, root, member_node
+
+
+def _unique_records(e, bg):
+    """The same tables with one record index per member and instance (END 2 k, BEGIN
+    2 k + 1), so that a record names its member; BEGINs missing or equal to their END stay
+    so."""
+    members, n = e.shape
+    e2 = np.arange(members * n).reshape(members, n) * 2
+    bg2 = np.where(bg < 0, -1, np.where(bg == e, e2, e2 + 1))
+    return e2, bg2, np.repeat(np.arange(members), 2 * n)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_collective_pairs_within_a_node_as_the_loop_gave_them(seed):
+    bg, e, op, root, member_node = _random_collectives(seed)
+    e, bg, member_of = _unique_records(e, bg)
+    same = member_node[:, None] == member_node[None, :]
+    got = _collective_pairs(bg, e, op, root, same)
+    want = _collective_pairs_loop(bg, e, op, root)
+    keep = member_node[member_of[want[0]]] == member_node[member_of[want[1]]]
+    assert np.array_equal(got[0], want[0][keep]) and np.array_equal(got[1], want[1][keep])
+
+
+def _points(before, after, member_of_record, member_node, local):
+    pts = np.zeros(before.size, POINT_DTYPE)
+    pts["a"] = member_node[member_of_record[before]]
+    pts["b"] = member_node[member_of_record[after]]
+    pts["ta"], pts["tb"] = local[before], local[after]
+    return pts
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_cross_node_pairs_leave_the_node_fit_the_same_undominated_points(seed):
+    """Between nodes only the latest BEGIN before the earliest END per instance and node
+    pair: a subset of every pair between members of different nodes whose undominated
+    points (what the node fit keeps) are the same."""
+    bg, e, op, root, member_node = _random_collectives(seed)
+    e, bg, member_of = _unique_records(e, bg)
+    # node timebase ticks of the records, with ties now and then
+    local = np.random.default_rng(seed).integers(0, 50 if seed % 2 else 100_000,
+                                                 member_of.size).astype(np.uint64)
+    full = _collective_pairs(bg, e, op, root)
+    cross = member_node[member_of[full[0]]] != member_node[member_of[full[1]]]
+    want = _points(full[0][cross], full[1][cross], member_of, member_node, local)
+    got_pairs = _cross_node_pairs(bg, e, op, root, member_node, local)
+    got = _points(*got_pairs, member_of, member_node, local)
+    full_set = set(zip(full[0][cross].tolist(), full[1][cross].tolist(), strict=True))
+    assert set(zip(*[g.tolist() for g in got_pairs], strict=True)) <= full_set
+    n_nodes = int(member_node.max()) + 1
+
+    def kept(pts):
+        u = pts[undominated(pts, n_nodes)] if pts.size else pts
+        return sorted(zip(u["a"].tolist(), u["b"].tolist(), u["ta"].tolist(),
+                          u["tb"].tolist(), strict=True))
+
+    assert kept(got) == kept(want)
 
 
 @pytest.mark.parametrize("seed", range(6))

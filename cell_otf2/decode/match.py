@@ -600,15 +600,16 @@ def _collectives(b: _Builder, node_of: np.ndarray, epoch: np.ndarray) -> int:
         bg = begin_of_end[np.searchsorted(ends, e)]
         op = (rec["b"][e[0]] >> np.uint64(32)).astype(np.int64)
         root = (rec["b"][e[0]] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        before, after = _collective_pairs(bg, e, op, root)
-        cross = node_of[b.loc_rank[before]] != node_of[b.loc_rank[after]]
-        b.add_pairs(before[~cross], after[~cross])
-        b.add_pairs(before[cross], after[cross], cross_node=True)
+        member_node = node_of[np.asarray(comm.ranks, dtype=np.int64)]
+        same = member_node[:, None] == member_node[None, :]
+        b.add_pairs(*_collective_pairs(bg, e, op, root, same))
+        b.add_pairs(*_cross_node_pairs(bg, e, op, root, member_node, rec["local"]),
+                    cross_node=True)
     return instances
 
 
-def _collective_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def _collective_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.ndarray,
+                      allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The happened-before pairs (BEGIN record, END record) of a communicator's instances,
     instance by instance: ``bg`` and ``e`` are [member, instance] BEGIN and END record
     indexes (BEGIN -1: none), ``op`` and ``root`` each instance's operation and root. One-to-all
@@ -617,18 +618,21 @@ def _collective_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.nd
     k >= i; the rest (barrier, all-to-all kinds): every BEGIN before every END. Within an
     instance the pairs come BEGIN member by BEGIN member (SCAN: END member by END member);
     a root outside the communicator gives none (emit counts it); a missing BEGIN or a
-    BEGIN that is its END gives no pair."""
-    m, n = e.shape
+    BEGIN that is its END gives no pair. ``allowed``: [BEGIN member, END member], the
+    member pairs to give (default: all)."""
+    m, _ = e.shape
     every = np.arange(m)
     src_all, dst_all = np.repeat(every, m), np.tile(every, m)
     k_scan = np.repeat(every, every + 1)
     i_scan = np.concatenate([np.arange(k + 1) for k in range(m)]) if m else every
-    one_to_all = np.isin(op, [fmt.CollOp.BCAST, fmt.CollOp.SCATTER])
-    all_to_one = np.isin(op, [fmt.CollOp.GATHER, fmt.CollOp.REDUCE])
-    scan = op == fmt.CollOp.SCAN
-    parts = []  # (instance, place within it, BEGIN member, END member), per kind
-    for kind, src, dst in ((~(one_to_all | all_to_one | scan), src_all, dst_all),
-                           (scan, i_scan, k_scan)):
+    if allowed is not None:
+        ok = allowed[src_all, dst_all]
+        src_all, dst_all = src_all[ok], dst_all[ok]
+        ok = allowed[i_scan, k_scan]
+        i_scan, k_scan = i_scan[ok], k_scan[ok]
+    one_to_all, all_to_one, scan, everyone = _collective_kinds(op)
+    parts = []  # (instance, BEGIN member, END member), per kind
+    for kind, src, dst in ((everyone, src_all, dst_all), (scan, i_scan, k_scan)):
         j = np.flatnonzero(kind)
         if j.size and src.size:
             parts.append((np.repeat(j, src.size), np.tile(src, j.size),
@@ -638,8 +642,77 @@ def _collective_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.nd
         if j.size and m:
             r = np.repeat(root[j], m)
             other = np.tile(every, j.size)
-            parts.append((np.repeat(j, m), r if rooted_src else other,
-                          other if rooted_src else r))
+            i, k = (r, other) if rooted_src else (other, r)
+            ok = np.ones(i.size, dtype=bool) if allowed is None else allowed[i, k]
+            parts.append((np.repeat(j, m)[ok], i[ok], k[ok]))
+    return _in_instance_order(parts, bg, e)
+
+
+def _cross_node_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.ndarray,
+                      member_node: np.ndarray, local: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of ``_collective_pairs`` between members on different nodes, as the node
+    clock fit needs them: per instance and ordered pair of nodes only the latest BEGIN on
+    the one (node timebase, ``local``) before the earliest END on the other, which implies
+    every other pair of the two nodes (a node's ranks share its clock, and clock maps
+    increase); SCAN's pairs, which are not every BEGIN before every END, all of them.
+    An instance gives at most nodes x (nodes - 1) pairs, not members squared."""
+    m, _ = e.shape
+    one_to_all, all_to_one, scan, everyone = _collective_kinds(op)
+    cross = member_node[:, None] != member_node[None, :]
+    parts = []  # (instance, BEGIN member, END member), per kind
+    j = np.flatnonzero(scan)
+    if j.size:  # every pair, as ``_collective_pairs`` gives it, of these instances only
+        i_scan = np.concatenate([np.arange(k + 1) for k in range(m)])
+        k_scan = np.repeat(np.arange(m), np.arange(m) + 1)
+        ok = cross[i_scan, k_scan]
+        i_scan, k_scan = i_scan[ok], k_scan[ok]
+        parts.append((np.repeat(j, i_scan.size), np.tile(i_scan, j.size),
+                      np.tile(k_scan, j.size)))
+    nodes, node_at = np.unique(member_node, return_inverse=True)
+    t_begin = np.where(bg >= 0, local[np.maximum(bg, 0)].astype(np.float64), -np.inf)
+    t_end = local[e].astype(np.float64)
+    latest = np.zeros((nodes.size, e.shape[1]), np.int64)  # [node, instance]: a member
+    earliest = np.zeros_like(latest)
+    for u in range(nodes.size):
+        on = np.flatnonzero(node_at == u)
+        latest[u] = on[np.argmax(t_begin[on], axis=0)]
+        earliest[u] = on[np.argmin(t_end[on], axis=0)]
+    uu, ww = np.nonzero(~np.eye(nodes.size, dtype=bool))  # ordered pairs of nodes
+    j = np.flatnonzero(everyone)
+    if j.size and uu.size:
+        parts.append((np.repeat(j, uu.size), latest[uu][:, j].T.reshape(-1),
+                      earliest[ww][:, j].T.reshape(-1)))
+    for kind, rooted_src in ((one_to_all, True), (all_to_one, False)):
+        j = np.flatnonzero(kind & (root < m))
+        if not j.size:
+            continue
+        r = root[j]
+        other = np.tile(np.arange(nodes.size), j.size)
+        jj = np.repeat(j, nodes.size)
+        rr = np.repeat(r, nodes.size)
+        ok = other != node_at[rr]
+        jj, rr, other = jj[ok], rr[ok], other[ok]
+        if rooted_src:
+            parts.append((jj, rr, earliest[other, jj]))
+        else:
+            parts.append((jj, latest[other, jj], rr))
+    return _in_instance_order(parts, bg, e)
+
+
+def _collective_kinds(op: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per instance: one-to-all, all-to-one, SCAN, every BEGIN before every END."""
+    one_to_all = np.isin(op, [fmt.CollOp.BCAST, fmt.CollOp.SCATTER])
+    all_to_one = np.isin(op, [fmt.CollOp.GATHER, fmt.CollOp.REDUCE])
+    scan = op == fmt.CollOp.SCAN
+    return one_to_all, all_to_one, scan, ~(one_to_all | all_to_one | scan)
+
+
+def _in_instance_order(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                       bg: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(BEGIN, END) records of (instance, BEGIN member, END member) triples, instance by
+    instance (stable: each kind's own order within one), without the pairs that have no
+    BEGIN or whose BEGIN is their END."""
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     inst = np.concatenate([p[0] for p in parts])
