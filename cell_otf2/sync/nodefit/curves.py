@@ -7,6 +7,8 @@ does) and chooses no final map (``lp.py`` does)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
@@ -59,7 +61,7 @@ def choose_model(centers: np.ndarray, v: np.ndarray, width: float, lo_r: float, 
         return float(np.median(err[ok]))
 
     sets_b = [(0, full), (1, np.zeros(0))] if full.size else [(0, full)]
-    cands = sorted((node_knots(b, lo_r, hi_r, h).size, i, j) for i, b in sets_b
+    cands = sorted((_knot_count(b, lo_r, hi_r, h), i, j) for i, b in sets_b
                    for j, h in enumerate(spacings))
     scores: list[tuple[float, int, int, int]] = []
     for size, i, j in cands:
@@ -132,12 +134,17 @@ def _bend_knots(centers: np.ndarray, v: np.ndarray, o: FitOptions, hz: float,
     best = np.full(n + 1, np.inf)
     cut = np.full(n + 1, -1)  # the left-out window before the last piece, -1: none
     best[m:] = sse[0, m:]
-    for e in range(2 * m + 1, n + 1):
-        left_out = np.arange(m, e - m)  # window g left out: pieces [.., g) and [g + 1, e)
-        c = best[left_out] + penalty + sse[left_out + 1, e]
-        k = int(np.argmin(c))
-        if c[k] < best[e]:
-            best[e], cut[e] = c[k], left_out[k]
+    # window g left out: pieces [.., g) and [g + 1, e), for g in m .. e - m - 1; the ends
+    # e of a block of m need ``best`` of earlier ends only, so a block is one array step
+    for e0 in range(2 * m + 1, n + 1, m):
+        ends = np.arange(e0, min(e0 + m, n + 1))
+        left_out = np.arange(m, ends[-1] - m)
+        c = best[left_out][None, :] + penalty + sse[left_out[None, :] + 1, ends[:, None]]
+        c[left_out[None, :] >= ends[:, None] - m] = np.inf
+        k = np.argmin(c, axis=1)
+        low = c[np.arange(ends.size), k]
+        better = low < best[ends]
+        best[ends[better]], cut[ends[better]] = low[better], left_out[k[better]]
     gaps: list[int] = []
     end = n  # walk the left-out windows back from the last
     while cut[end] >= 0:
@@ -349,7 +356,7 @@ def node_knots(bends: np.ndarray, lo_r: float, hi_r: float, longest: float,
     them that no segment is longer than ``longest``; with ``shift`` (a fraction), knots
     every ``longest`` from ``lo_r + shift * longest`` instead, but none within a quarter of
     it of a bend or an end."""
-    k = np.unique(np.r_[lo_r, bends[(bends > lo_r) & (bends < hi_r)], hi_r])
+    k = _ends_and_bends(bends, lo_r, hi_r)
     longest = max(longest, 1.0)
     if not np.isfinite(longest):
         return k
@@ -363,6 +370,23 @@ def node_knots(bends: np.ndarray, lo_r: float, hi_r: float, longest: float,
     seg = np.repeat(np.arange(k.size - 1), pieces)  # every piece of every span
     j = np.arange(seg.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
     return np.r_[k[seg] + j * (np.diff(k) / pieces)[seg], k[-1]]
+
+
+def _knot_count(bends: np.ndarray, lo_r: float, hi_r: float, longest: float) -> int:
+    """``node_knots(bends, lo_r, hi_r, longest).size``, without building them."""
+    k = _ends_and_bends(bends, lo_r, hi_r)
+    longest = max(longest, 1.0)
+    if not np.isfinite(longest):
+        return int(k.size)
+    pieces = np.maximum(np.ceil(np.diff(k) / longest), 1).astype(np.int64)
+    return int(k.size) if (pieces == 1).all() else int(pieces.sum()) + 1
+
+
+def _ends_and_bends(bends: np.ndarray, lo_r: float, hi_r: float) -> np.ndarray:
+    """The run's ends and the bends between them, ascending, once each."""
+    if bends.size == 0 and lo_r < hi_r:  # the usual case, without a sort
+        return np.array([lo_r, hi_r], dtype=np.float64)
+    return np.unique(np.r_[lo_r, bends[(bends > lo_r) & (bends < hi_r)], hi_r])
 
 
 def prior_offsets(centers: np.ndarray, v: np.ndarray, kr: np.ndarray, width: float) -> np.ndarray:
@@ -382,14 +406,26 @@ def _fit_knots(x: np.ndarray, y: np.ndarray, kr: np.ndarray) -> np.ndarray:
 
 def _fit_basis(h: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
     """``_fit_knots`` from the hat functions ``h`` of its points (one row each, k knots)."""
-    d = np.zeros((max(k - 2, 0), k))
-    i = np.arange(k - 2)
-    d[i, i], d[i, i + 1], d[i, i + 2] = 1.0, -2.0, 1.0
+    d, bend_pull, ridge = _pulls(k)
     try:
-        return np.linalg.solve(h.T @ h + 1e-6 * (d.T @ d) + 1e-18 * np.eye(k), h.T @ y)
+        return np.linalg.solve(h.T @ h + bend_pull + ridge, h.T @ y)
     except np.linalg.LinAlgError:  # knots no point pins beyond the pull: the minimum norm
         lhs = np.r_[h, 1e-3 * d, 1e-9 * np.eye(k)]
         return np.linalg.lstsq(lhs, np.r_[y, np.zeros(d.shape[0] + k)], rcond=None)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _pulls(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For k knots: the second differences ``d``, the light pull towards straight lines
+    ``1e-6 d'd`` and the ridge ``1e-18 I`` of ``_fit_basis`` (the cross-validation fits
+    thousands of pieces on a few knot counts; read only)."""
+    d = np.zeros((max(k - 2, 0), k))
+    i = np.arange(k - 2)
+    d[i, i], d[i, i + 1], d[i, i + 2] = 1.0, -2.0, 1.0
+    out = (d, 1e-6 * (d.T @ d), 1e-18 * np.eye(k))
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def _hat_basis(x: np.ndarray, kr: np.ndarray) -> np.ndarray:
