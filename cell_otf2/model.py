@@ -520,6 +520,9 @@ class Constraints:
     counts: dict[str, int] = field(default_factory=dict)  # constraints per source
     #: slacks used, in ticks, and ``slot_order``: "exact" or "read delay" (``OrderOptions``)
     assumed: dict[str, float | str] = field(default_factory=dict)
+    #: per constraint: a message's (mailbox, signal, DMA, MPI or collective within a node),
+    #: sound as it stands, kept exact where the relaxation would reverse it (None: none is)
+    hard: np.ndarray | None = None
 
     @property
     def size(self) -> int:

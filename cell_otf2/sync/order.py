@@ -32,12 +32,14 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     hz = dec.manifest.timebase_hz
     rec, anc = dec.records, dec.anchors
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    hard: list[bool] = []  # per part: the messages' (``Constraints.hard``)
     counts: dict[str, int] = {}
 
     def add(name: str, triple) -> None:
         if opts.sources is not None and name not in opts.sources:
             return
         parts.append(triple)
+        hard.append(name == "semantic")
         counts[name] = counts.get(name, 0) + int(triple[0].size)
 
     # slot order, per process
@@ -119,4 +121,5 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
     src = np.concatenate([t[0] for t in parts]).astype(np.int64)
     dst = np.concatenate([t[1] for t in parts]).astype(np.int64)
     w = np.concatenate([t[2] for t in parts]).astype(np.float64)
-    return Constraints(src, dst, w, counts, assumed)
+    is_hard = np.repeat(np.array(hard, dtype=bool), [t[0].size for t in parts])
+    return Constraints(src, dst, w, counts, assumed, hard=is_hard)

@@ -6,12 +6,15 @@ location (docs/design.md). It does not build constraints and writes nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..damage import DamageKind, DamageLog
 from ..decode.intervals import MOD
 from ..model import Constraints, Decoded, DomainKind, LinkKind, Matches, NodeMap, SyncResult
 from ..native.sync_loops import NodeMaps, place, reversed_count
+from .keep_messages import keep_messages
 from .solver import pair_width_stats, solve
 
 
@@ -153,7 +156,7 @@ def synchronize(dec: Decoded, cons: Constraints, alpha: float = 0.5,
         rep, shift = _joined(links, chain, m, dec.domains.size)
         merged = Constraints(rep[cons.src], rep[cons.dst],
                              cons.weight + shift[cons.src] - shift[cons.dst], cons.counts,
-                             cons.assumed)
+                             cons.assumed, hard=cons.hard)
         result = _synchronize(dec, merged, alpha, node_maps)
         for values in (result.offset, result.lower, result.upper, result.offset_low,
                        result.offset_high):
@@ -240,6 +243,11 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
         keep = (s >= 0) & (d >= 0)
         ref = int(local_index[node])
         sol = solve(members.size, s[keep], d[keep], cons.weight[keep], ref, alpha)
+        if sol.relaxation > 0 and cons.hard is not None:  # messages the relaxation reversed
+            moved = keep_messages(members.size, s[keep], d[keep], cons.weight[keep],
+                                  cons.hard[keep], ref, sol.offset, sol.relaxation)
+            if moved is not None:
+                sol = replace(sol, offset=moved)
         offset[members], lower[members], upper[members] = sol.offset, sol.lower, sol.upper
         offset_low[members], offset_high[members] = sol.offset_low, sol.offset_high
         bounded[members] = sol.bounded

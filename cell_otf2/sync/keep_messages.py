@@ -1,0 +1,69 @@
+"""Offsets that keep a node's messages ordered where the solver's relaxation reverses some.
+The solver (``solver.py``) loosens every constraint of a node by the least uniform amount
+that makes them feasible (slot order is taken as exact, and a reading may trail its slot),
+so the two ends of a mailbox, signal, DMA or MPI message within the node, whose own
+constraint is sound as it stands, may come out up to that many ticks reversed. Here the
+messages' constraints are kept exact (with a margin that survives rounding to whole ticks)
+and only the others loosened, and the solver's offsets move the least within that system:
+clipped to its envelope, then the mean of its greatest solution below them and its least
+solution above them (both feasible, so their mean is). That system lies inside the loosened
+one, so the offsets stay within the solver's bounds. Where it is infeasible the offsets are
+left as they were (the written order violations count what stays reversed). It chooses no
+relaxation and computes no bound."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .nodefit.hard import Infeasible, shortest
+
+#: ticks by which a message's receive end is kept after its send end: float offsets that
+#: keep the order exactly could round to whole ticks one tick reversed
+MARGIN_TICKS = 1e-3
+_HAIR_TICKS = 1e-6
+
+
+def keep_messages(n_domains: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+                  hard: np.ndarray, reference: int, offset: np.ndarray, relaxation: float
+                  ) -> np.ndarray | None:
+    """New offsets (``offset`` moved) for one node's domains, or None where nothing needs
+    moving or no offsets keep every message. Constraints ``x[dst] - x[src] <= weight``,
+    ``hard`` (bool per constraint) the messages'; ``offset``: the solver's (NaN where a
+    domain has none: left out), which keep every constraint loosened by ``relaxation``."""
+    x = np.asarray(offset, dtype=np.float64)
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    placed = np.isfinite(x)
+    on = placed[src] & placed[dst] & (src != dst)
+    src, dst, hard = src[on], dst[on], np.asarray(hard, dtype=bool)[on]
+    # the others loosened by a hair more than the relaxation: the solver's offsets keep
+    # them to rounding, and an edge left negative by rounding costs ``shortest`` a round
+    w = np.where(hard, np.asarray(weight, dtype=np.float64)[on] - MARGIN_TICKS,
+                 np.asarray(weight, dtype=np.float64)[on] + relaxation + _HAIR_TICKS)
+    if not (hard & (x[dst] - x[src] > w + MARGIN_TICKS)).any():  # none written reversed
+        return None
+    # parallel constraints collapsed to the tightest (the graph sums duplicates)
+    key = src * n_domains + dst
+    order = np.lexsort((w, key))
+    first = np.r_[True, key[order][1:] != key[order][:-1]]
+    src, dst, w = src[order[first]], dst[order[first]], w[order[first]]
+    pot = np.where(placed, x, 0.0)
+    start = np.full(n_domains, np.inf)
+    start[reference] = 0.0
+    try:
+        upper = shortest(n_domains, src, dst, w, start, pot)
+        lower = -shortest(n_domains, dst, src, w, start, -pot)
+        inside = np.clip(x, lower, upper)
+        down = shortest(n_domains, src, dst, w, np.where(placed, inside, np.inf), pot)
+        up = -shortest(n_domains, dst, src, w, np.where(placed, -inside, np.inf), -pot)
+    except Infeasible:
+        return None
+    moved = np.full(n_domains, np.nan)
+    moved[placed] = 0.5 * (down[placed] + up[placed])
+    if not np.isfinite(moved[placed]).all() or abs(moved[reference]) > 1e-6:
+        return None
+    moved[reference] = 0.0
+    # what the shortest paths promise, checked (their weights carry 1e-9 per edge)
+    if (moved[dst] - moved[src] > w + 10 * _HAIR_TICKS).any():
+        return None
+    return moved
