@@ -36,23 +36,26 @@ def _system(seed):
 def test_messages_kept_within_the_relaxation_and_the_bounds(seed):
     n, src, dst, weight, hard = _system(seed)
     sol = solve(n, src, dst, weight, 0, 0.5)
-    moved = keep_messages(n, src, dst, weight, hard, 0, sol.offset, sol.relaxation)
+    kept = keep_messages(n, src, dst, weight, hard, 0, sol.offset, sol.relaxation)
     x = sol.offset
     placed = np.isfinite(x)
     on = placed[src] & placed[dst]
     reversed_before = hard & on & (x[dst] - x[src] > weight)
-    if moved is None:
+    if kept is None:
         # nothing to move, or no offsets keep every message: then a cycle of messages and
-        # slot order needs more than the relaxation
+        # slot order needs more than 4 x the relaxation of the others
         return
+    moved, loosening = kept
     assert reversed_before.any()
+    assert sol.relaxation <= loosening <= 4 * sol.relaxation
     assert moved[0] == 0.0
     assert np.array_equal(np.isfinite(moved), placed)
     d = moved[dst[on]] - moved[src[on]]
     assert (d <= weight[on] - MARGIN_TICKS + 1e-5)[hard[on]].all()
-    assert (d <= weight[on] + sol.relaxation + 1e-5).all()
-    assert (moved[placed] >= sol.lower[placed] - 1e-5).all()
-    assert (moved[placed] <= sol.upper[placed] + 1e-5).all()
+    assert (d <= weight[on] + loosening + 1e-5).all()
+    if loosening == sol.relaxation:  # inside the solver's system: within its bounds
+        assert (moved[placed] >= sol.lower[placed] - 1e-5).all()
+        assert (moved[placed] <= sol.upper[placed] + 1e-5).all()
 
 
 def test_systems_with_reversed_messages_are_mended():
@@ -64,8 +67,8 @@ def test_systems_with_reversed_messages_are_mended():
         on = np.isfinite(x[src]) & np.isfinite(x[dst])
         if (hard & on & (x[dst] - x[src] > weight)).any():
             reversed_ += 1
-            moved = keep_messages(n, src, dst, weight, hard, 0, sol.offset, sol.relaxation)
-            mended += moved is not None
+            kept = keep_messages(n, src, dst, weight, hard, 0, sol.offset, sol.relaxation)
+            mended += kept is not None
     # random systems often tie a reversed message into a cycle of slot order that needs
     # more than the relaxation once the messages are exact: then nothing moves
     assert reversed_ >= 20 and mended >= 20, (mended, reversed_)

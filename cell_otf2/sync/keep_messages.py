@@ -6,9 +6,11 @@ constraint is sound as it stands, may come out up to that many ticks reversed. H
 messages' constraints are kept exact (with a margin that survives rounding to whole ticks)
 and only the others loosened, and the solver's offsets move the least within that system:
 clipped to its envelope, then the mean of its greatest solution below them and its least
-solution above them (both feasible, so their mean is). That system lies inside the loosened
-one, so the offsets stay within the solver's bounds. Where it is infeasible the offsets are
-left as they were (the written order violations count what stays reversed). It chooses no
+solution above them (both feasible, so their mean is). With the others loosened by the
+relaxation, that system lies inside the solver's, so the offsets stay within its bounds;
+where it is infeasible, the others are loosened by up to 4 x the relaxation, and the
+node's bounds widen to hold the offsets. Where even that is infeasible, the offsets stay
+as they were (the written order violations count what stays reversed). It chooses no
 relaxation and computes no bound."""
 
 from __future__ import annotations
@@ -23,25 +25,44 @@ MARGIN_TICKS = 1e-3
 _HAIR_TICKS = 1e-6
 
 
+#: the other constraints loosened by these multiples of the relaxation in turn, until the
+#: messages can be kept: a cycle of slot order through a message needs more of the others
+#: once the message takes none
+LOOSENINGS = (1.0, 1.5, 2.0, 3.0, 4.0)
+
+
 def keep_messages(n_domains: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
                   hard: np.ndarray, reference: int, offset: np.ndarray, relaxation: float
-                  ) -> np.ndarray | None:
-    """New offsets (``offset`` moved) for one node's domains, or None where nothing needs
-    moving or no offsets keep every message. Constraints ``x[dst] - x[src] <= weight``,
-    ``hard`` (bool per constraint) the messages'; ``offset``: the solver's (NaN where a
-    domain has none: left out), which keep every constraint loosened by ``relaxation``."""
+                  ) -> tuple[np.ndarray, float] | None:
+    """(new offsets, the loosening of the other constraints they keep), or None where
+    nothing needs moving or no offsets keep every message. Constraints ``x[dst] - x[src] <=
+    weight``, ``hard`` (bool per constraint) the messages'; ``offset``: the solver's (NaN
+    where a domain has none: left out), which keep every constraint loosened by
+    ``relaxation``. With a loosening above the relaxation the offsets may leave the
+    solver's bounds (by at most the difference per constraint of a path)."""
     x = np.asarray(offset, dtype=np.float64)
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     placed = np.isfinite(x)
     on = placed[src] & placed[dst] & (src != dst)
     src, dst, hard = src[on], dst[on], np.asarray(hard, dtype=bool)[on]
-    # the others loosened by a hair more than the relaxation: the solver's offsets keep
-    # them to rounding, and an edge left negative by rounding costs ``shortest`` a round
-    w = np.where(hard, np.asarray(weight, dtype=np.float64)[on] - MARGIN_TICKS,
-                 np.asarray(weight, dtype=np.float64)[on] + relaxation + _HAIR_TICKS)
-    if not (hard & (x[dst] - x[src] > w + MARGIN_TICKS)).any():  # none written reversed
+    weight = np.asarray(weight, dtype=np.float64)[on]
+    if not (hard & (x[dst] - x[src] > weight)).any():  # none reversed
         return None
+    for factor in LOOSENINGS:
+        moved = _moved(n_domains, src, dst, weight, hard, reference, x, placed,
+                       factor * relaxation)
+        if moved is not None:
+            return moved, factor * relaxation
+    return None
+
+
+def _moved(n_domains: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+           hard: np.ndarray, reference: int, x: np.ndarray, placed: np.ndarray,
+           loosening: float) -> np.ndarray | None:
+    # the others loosened by a hair more: the solver's offsets keep them to rounding, and
+    # an edge left negative by rounding costs ``shortest`` a round
+    w = np.where(hard, weight - MARGIN_TICKS, weight + loosening + _HAIR_TICKS)
     # parallel constraints collapsed to the tightest (the graph sums duplicates)
     key = src * n_domains + dst
     order = np.lexsort((w, key))

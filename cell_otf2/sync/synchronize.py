@@ -244,10 +244,12 @@ def _synchronize(dec: Decoded, cons: Constraints, alpha: float,
         ref = int(local_index[node])
         sol = solve(members.size, s[keep], d[keep], cons.weight[keep], ref, alpha)
         if sol.relaxation > 0 and cons.hard is not None:  # messages the relaxation reversed
-            moved = keep_messages(members.size, s[keep], d[keep], cons.weight[keep],
-                                  cons.hard[keep], ref, sol.offset, sol.relaxation)
-            if moved is not None:
-                sol = replace(sol, offset=moved)
+            kept = keep_messages(members.size, s[keep], d[keep], cons.weight[keep],
+                                 cons.hard[keep], ref, sol.offset, sol.relaxation)
+            if kept is not None:  # the bounds widened to the offsets where they left them
+                moved = kept[0]
+                sol = replace(sol, offset=moved, lower=np.fmin(sol.lower, moved),
+                              upper=np.fmax(sol.upper, moved))
         offset[members], lower[members], upper[members] = sol.offset, sol.lower, sol.upper
         offset_low[members], offset_high[members] = sol.offset_low, sol.offset_high
         bounded[members] = sol.bounded
