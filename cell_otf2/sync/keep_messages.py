@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nodefit.hard import Infeasible, shortest
+from .nodefit.hard import Infeasible, nearest
+from .solver import collapse_parallel
 
 #: ticks by which a message's receive end is kept after its send end: float offsets that
 #: keep the order exactly could round to whole ticks one tick reversed
@@ -63,24 +64,13 @@ def _moved(n_domains: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
     # the others loosened by a hair more: the solver's offsets keep them to rounding, and
     # an edge left negative by rounding costs ``shortest`` a round
     w = np.where(hard, weight - MARGIN_TICKS, weight + loosening + _HAIR_TICKS)
-    # parallel constraints collapsed to the tightest (the graph sums duplicates)
-    key = src * n_domains + dst
-    order = np.lexsort((w, key))
-    first = np.r_[True, key[order][1:] != key[order][:-1]]
-    src, dst, w = src[order[first]], dst[order[first]], w[order[first]]
-    pot = np.where(placed, x, 0.0)
-    start = np.full(n_domains, np.inf)
-    start[reference] = 0.0
-    try:
-        upper = shortest(n_domains, src, dst, w, start, pot)
-        lower = -shortest(n_domains, dst, src, w, start, -pot)
-        inside = np.clip(x, lower, upper)
-        down = shortest(n_domains, src, dst, w, np.where(placed, inside, np.inf), pot)
-        up = -shortest(n_domains, dst, src, w, np.where(placed, -inside, np.inf), -pot)
+    src, dst, w = collapse_parallel(n_domains, src, dst, w)  # the graph sums duplicates
+    try:  # the domains without an offset have no constraint left: they move nothing
+        z, _, _ = nearest(n_domains, src, dst, w, x, np.where(placed, x, 0.0), reference)
     except Infeasible:
         return None
     moved = np.full(n_domains, np.nan)
-    moved[placed] = 0.5 * (down[placed] + up[placed])
+    moved[placed] = z[placed]
     if not np.isfinite(moved[placed]).all() or abs(moved[reference]) > 1e-6:
         return None
     moved[reference] = 0.0

@@ -128,29 +128,44 @@ def envelope(g: Graph, latency: float, eps: float, pot: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper) offset of every vertex over the maps within the rate limit ``eps`` that
     keep every message at least ``latency`` ticks long, the reference at 0."""
-    src, dst, w = g.edges(latency, eps)
-    start = np.full(g.size, np.inf)
-    start[0] = 0.0
-    upper = shortest(g.size, src, dst, w, start, pot)
-    lower = -shortest(g.size, dst, src, w, start, -pot)
+    return envelope_of(g.size, *g.edges(latency, eps), pot)
+
+
+def envelope_of(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, pot: np.ndarray,
+                ref: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of every vertex over the solutions of the constraints ``x[dst] -
+    x[src] <= w`` (parallel edges collapsed) with ``x[ref] = 0``; ``pot`` as ``shortest``
+    takes it."""
+    start = np.full(n, np.inf)
+    start[ref] = 0.0
+    upper = shortest(n, src, dst, w, start, pot)
+    lower = -shortest(n, dst, src, w, start, -pot)
     return lower, upper
+
+
+def nearest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, h: np.ndarray,
+            pot: np.ndarray, ref: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The solution of ``x[dst] - x[src] <= w`` (parallel edges collapsed) closest to ``h``
+    (NaN: the middle of the envelope), before ``x[ref]`` is set to 0 (the caller's), and the
+    envelope about ``ref`` (``envelope_of``): ``h`` clipped to the envelope, then the mean of
+    the greatest feasible solution below it and the least above it (both feasible, so their
+    mean is). Raises ``Infeasible``."""
+    lower, upper = envelope_of(n, src, dst, w, pot, ref)
+    with np.errstate(invalid="ignore"):  # an unconstrained vertex: -inf + inf, not taken
+        mid = np.where(np.isfinite(lower) & np.isfinite(upper), 0.5 * (lower + upper), 0.0)
+    hc = np.clip(np.where(np.isnan(h), mid, h), lower, upper)
+    down = shortest(n, src, dst, w, hc, pot)
+    up = -shortest(n, dst, src, w, -hc, -pot)
+    return 0.5 * (down + up), lower, upper
 
 
 def keep_order(g: Graph, h: np.ndarray, latency: float, eps: float
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The offsets closest to ``h`` (per vertex, 0 at the reference; NaN where there is no
     estimate: the middle of the envelope is taken) that keep every message at least
-    ``latency`` long within the rate limit: ``h`` clipped to the envelope, then the mean of
-    the greatest feasible offsets below it and the least above it. Returns (offsets, lower,
-    upper envelope)."""
-    pot = np.nan_to_num(h, nan=0.0)
-    lower, upper = envelope(g, latency, eps, pot)
-    mid = np.where(np.isfinite(lower) & np.isfinite(upper), 0.5 * (lower + upper), 0.0)
-    hc = np.clip(np.where(np.isnan(h), mid, h), lower, upper)
-    src, dst, w = g.edges(latency, eps)
-    down = shortest(g.size, src, dst, w, hc, pot)
-    up = -shortest(g.size, dst, src, w, -hc, -pot)
-    z = 0.5 * (down + up)
+    ``latency`` long within the rate limit (``nearest``). Returns (offsets, lower, upper
+    envelope)."""
+    z, lower, upper = nearest(g.size, *g.edges(latency, eps), h, np.nan_to_num(h, nan=0.0))
     z[0] = 0.0
     return z, lower, upper
 
