@@ -45,15 +45,7 @@ def _collective_pairs_loop(bg, e, op, root):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_collective_pairs_as_the_loop_gave_them(seed):
-    rng = np.random.default_rng(seed)
-    members, n = int(rng.integers(1, 6)), int(rng.integers(0, 30))
-    e = rng.integers(0, 1000, (members, n))
-    bg = np.where(rng.random((members, n)) < 0.1, -1, rng.integers(0, 1000, (members, n)))
-    same = rng.random((members, n)) < 0.05  # a BEGIN that is its END gives no pair
-    bg[same] = e[same]
-    ops = [int(o) for o in fmt.CollOp]
-    op = rng.choice(ops + [max(ops) + 7], n)
-    root = rng.integers(0, members + 2, n)
+    bg, e, op, root, _ = _random_collectives(seed)
     got = _collective_pairs(bg, e, op, root)
     want = _collective_pairs_loop(bg, e, op, root)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

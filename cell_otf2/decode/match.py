@@ -623,8 +623,7 @@ def _collective_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.nd
     m, _ = e.shape
     every = np.arange(m)
     src_all, dst_all = np.repeat(every, m), np.tile(every, m)
-    k_scan = np.repeat(every, every + 1)
-    i_scan = np.concatenate([np.arange(k + 1) for k in range(m)]) if m else every
+    i_scan, k_scan = _scan_members(m)
     if allowed is not None:
         ok = allowed[src_all, dst_all]
         src_all, dst_all = src_all[ok], dst_all[ok]
@@ -663,8 +662,7 @@ def _cross_node_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.nd
     parts = []  # (instance, BEGIN member, END member), per kind
     j = np.flatnonzero(scan)
     if j.size:  # every pair, as ``_collective_pairs`` gives it, of these instances only
-        i_scan = np.concatenate([np.arange(k + 1) for k in range(m)])
-        k_scan = np.repeat(np.arange(m), np.arange(m) + 1)
+        i_scan, k_scan = _scan_members(m)
         ok = cross[i_scan, k_scan]
         i_scan, k_scan = i_scan[ok], k_scan[ok]
         parts.append((np.repeat(j, i_scan.size), np.tile(i_scan, j.size),
@@ -698,6 +696,15 @@ def _cross_node_pairs(bg: np.ndarray, e: np.ndarray, op: np.ndarray, root: np.nd
         else:
             parts.append((jj, latest[other, jj], rr))
     return _in_instance_order(parts, bg, e)
+
+
+def _scan_members(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """SCAN's (BEGIN member, END member) pairs of ``m`` members, END member by END member:
+    member i's BEGIN before the END of every member k >= i."""
+    every = np.arange(m)
+    k_scan = np.repeat(every, every + 1)
+    i_scan = np.concatenate([np.arange(k + 1) for k in range(m)]) if m else every
+    return i_scan, k_scan
 
 
 def _collective_kinds(op: np.ndarray) -> tuple[np.ndarray, ...]:
