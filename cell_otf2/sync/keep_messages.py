@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nodefit.hard import Infeasible, nearest
-from .solver import collapse_parallel
+from .solver import reduced_graph
 
 #: ticks by which a message's receive end is kept after its send end: float offsets that
 #: keep the order exactly could round to whole ticks one tick reversed
@@ -61,20 +60,30 @@ def keep_messages(n_domains: int, src: np.ndarray, dst: np.ndarray, weight: np.n
 def _moved(n_domains: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
            hard: np.ndarray, reference: int, x: np.ndarray, placed: np.ndarray,
            loosening: float) -> np.ndarray | None:
-    # the others loosened by a hair more: the solver's offsets keep them to rounding, and
-    # an edge left negative by rounding costs ``shortest`` a round
+    # the others loosened by a hair more: the solver's offsets keep them to rounding
     w = np.where(hard, weight - MARGIN_TICKS, weight + loosening + _HAIR_TICKS)
-    src, dst, w = collapse_parallel(n_domains, src, dst, w)  # the graph sums duplicates
-    try:  # the domains without an offset have no constraint left: they move nothing
-        z, _, _ = nearest(n_domains, src, dst, w, x, np.where(placed, x, 0.0), reference)
-    except Infeasible:
+    # the solver's own graph (parallel constraints collapsed, a potential certified by the
+    # least relaxation): Dijkstra once per solution, whatever the offsets leave reversed
+    graph, potential = reduced_graph(n_domains, src, dst, w, reference)
+    if potential.relaxation > _HAIR_TICKS:  # the messages cannot all be kept so
         return None
+    ref, zero = np.array([reference]), np.zeros(1)
+    upper = graph.multi_source(ref, zero)
+    lower = -graph.multi_source(ref, zero, reverse=True)
+    # the domains without an offset have no constraint left: no seeds, nothing moves them
+    seeds = np.flatnonzero(placed)
+    inside = np.clip(x[seeds], lower[seeds], upper[seeds])
+    down = graph.multi_source(seeds, inside)  # the greatest solution below
+    up = -graph.multi_source(seeds, -inside, reverse=True)  # the least above
     moved = np.full(n_domains, np.nan)
-    moved[placed] = z[placed]
-    if not np.isfinite(moved[placed]).all() or abs(moved[reference]) > 1e-6:
+    moved[placed] = 0.5 * (down[placed] + up[placed])
+    # what the shortest paths promise, checked to their rounding (offsets of some 1e11
+    # ticks carry 1e-5 of it; at most half the margin)
+    scale = float(np.abs(x[placed]).max(initial=1.0))
+    tol = min(10 * _HAIR_TICKS + 8 * np.finfo(np.float64).eps * scale, MARGIN_TICKS / 2)
+    if not np.isfinite(moved[placed]).all() or abs(moved[reference]) > tol:
         return None
     moved[reference] = 0.0
-    # what the shortest paths promise, checked (their weights carry 1e-9 per edge)
-    if (moved[dst] - moved[src] > w + 10 * _HAIR_TICKS).any():
+    if (moved[dst] - moved[src] > w + tol).any():
         return None
     return moved
