@@ -28,6 +28,7 @@ from cell_otf2.model import (
     EVENT_DTYPE,
     Ev,
     Location,
+    LocationProperty,
     LocationType,
     Paradigm,
     SystemNode,
@@ -36,6 +37,11 @@ from cell_otf2.model import (
 from cell_otf2.writer import events as writer_events
 from cell_otf2.writer.archive import write_archive
 from cell_otf2.writer.checks import WriterInputError
+from cell_otf2.writer.open_archive import (
+    MAX_DEF_CHUNK_BYTES,
+    MIN_DEF_CHUNK_BYTES,
+    definition_chunk_bytes,
+)
 
 #: reader event class of each Ev
 READER_CLASS = {
@@ -313,3 +319,31 @@ def test_write_ceiling_writes_through_the_c_entry_points(tmp_path):
     rate = write_ceiling(20_000, tmp_path)
     assert rate > 0
     assert list(tmp_path.iterdir()) == []  # the scratch archive is removed again
+
+
+def test_a_definition_string_longer_than_the_smallest_chunk(tmp_path):
+    """A context's ``cell2otf2::sync_intervals`` of some 10,000 intervals is 0.4 MB, more
+    than a 256 KiB definition chunk holds (OTF2 refused it: INVALID_SIZE_GIVEN on a 5 s
+    hybrid run with context switches every few milliseconds): the archive is written with
+    chunks that hold it, and reads back whole."""
+    defs, events = sample_defs(), sample_events()
+    long_value = ";".join(f"{280319736169 + 40_000 * k}:{280319741291 + 40_000 * k}:14.0"
+                          for k in range(12_000))
+    assert len(long_value) > MIN_DEF_CHUNK_BYTES
+    defs.location_properties = [*defs.location_properties,
+                                LocationProperty(SPE, "cell2otf2::sync_intervals", long_value)]
+    write_archive(defs, events, tmp_path, "long")
+    anchor = tmp_path / "long.otf2"
+    otf2_print_ok(anchor)
+    props = read_events(anchor).defs.location_properties
+    assert props[LOC_NAMES[SPE]]["cell2otf2::sync_intervals"] == long_value
+
+
+def test_definition_chunk_sizes():
+    assert definition_chunk_bytes(0) == MIN_DEF_CHUNK_BYTES
+    assert definition_chunk_bytes(MIN_DEF_CHUNK_BYTES - 5000) == MIN_DEF_CHUNK_BYTES
+    assert definition_chunk_bytes(MIN_DEF_CHUNK_BYTES) == 2 * MIN_DEF_CHUNK_BYTES
+    assert definition_chunk_bytes(385_512) == 512 * 1024
+    assert definition_chunk_bytes(MAX_DEF_CHUNK_BYTES - 5000) == MAX_DEF_CHUNK_BYTES
+    with pytest.raises(OutputError, match="largest definition chunk"):
+        definition_chunk_bytes(MAX_DEF_CHUNK_BYTES)

@@ -21,9 +21,9 @@ from ..errors import OutputError
 from ..model import ArchiveDefs, Ev
 from .capi import library_errors
 from .checks import WriterInputError, check_defs, check_events
-from .definitions import write_definitions
+from .definitions import longest_string, write_definitions
 from .events import EventGroups, EventStream
-from .open_archive import OpenArchive
+from .open_archive import OpenArchive, definition_chunk_bytes
 
 if TYPE_CHECKING:
     from .mpi_callbacks import MpiCollectives
@@ -98,7 +98,11 @@ def write_archive(
     errors.clear()
     anchor = f"{Path(archive_dir) / archive_name}.otf2"
     try:
-        archive = OpenArchive(Path(archive_dir), archive_name, collectives)
+        longest = longest_string(defs)
+        if collectives is not None:  # every process opens the archive with the same chunks
+            longest = max(collectives.comm.allgather(longest))
+        archive = OpenArchive(Path(archive_dir), archive_name, collectives,
+                              definition_chunk_bytes(longest))
         try:
             _otf2.Archive_SetCreator(archive.handle, defs.creator)
             if defs.system_nodes:

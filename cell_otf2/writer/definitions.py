@@ -9,6 +9,8 @@ in docs/archive.md.
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
+
 import _otf2
 import numpy as np
 
@@ -82,6 +84,24 @@ class _Strings:
         if ref is None:
             ref = self.refs[text] = len(self.refs)
         return ref
+
+
+def longest_string(defs: ArchiveDefs) -> int:
+    """UTF-8 bytes of the longest string among ``defs`` (their names, descriptions and
+    string values; a string definition is one record, which one definition chunk must
+    hold)."""
+    longest = 0
+    for f in fields(defs):
+        value = getattr(defs, f.name)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            texts = ([item] if isinstance(item, str) else
+                     [getattr(item, g.name) for g in fields(item)] if is_dataclass(item)
+                     else [])
+            for text in texts:
+                if isinstance(text, str):
+                    longest = max(longest, len(text.encode("utf-8", "surrogatepass")))
+    return longest
 
 
 def write_definitions(archive: OpenArchive, defs: ArchiveDefs, counts: np.ndarray) -> None:

@@ -29,15 +29,38 @@ def _pre_flush(*_args: object) -> object:
     return _otf2.FLUSH
 
 
+#: OTF2's smallest and largest chunk sizes (``OTF2_CHUNK_SIZE_MIN`` and ``_MAX``)
+MIN_DEF_CHUNK_BYTES = 256 * 1024
+MAX_DEF_CHUNK_BYTES = 16 * 1024 * 1024
+#: room in a chunk beside a record's own bytes (the chunk's header, the record's header)
+_CHUNK_ROOM = 4096
+
+
+def definition_chunk_bytes(longest_string: int) -> int:
+    """The definition chunk size for definitions whose longest string has ``longest_string``
+    bytes: 256 KiB, doubled until the string's record fits (a context's
+    ``cell2otf2::sync_intervals`` of some 10,000 intervals is 0.4 MB); OutputError where no
+    chunk OTF2 allows (16 MiB) holds it."""
+    size = MIN_DEF_CHUNK_BYTES
+    while size < longest_string + _CHUNK_ROOM and size < MAX_DEF_CHUNK_BYTES:
+        size *= 2
+    if size < longest_string + _CHUNK_ROOM:
+        raise OutputError(f"a definition string of {longest_string} bytes: more than OTF2's "
+                          f"largest definition chunk ({MAX_DEF_CHUNK_BYTES} bytes) holds")
+    return size
+
+
 class OpenArchive:
     """An OTF2 archive open for writing, closed exactly once."""
 
     def __init__(self, archive_dir: Path, archive_name: str,
-                 collectives: MpiCollectives | None = None) -> None:
+                 collectives: MpiCollectives | None = None,
+                 def_chunk_bytes: int = MIN_DEF_CHUNK_BYTES) -> None:
         """``collectives``: an ``mpi_callbacks.MpiCollectives`` for parallel writing (every process
         of its communicator opens the same archive; the master checks the entries, and all
         agree on the opening before OTF2's first collective step, setting the callbacks),
-        None for one writing process."""
+        None for one writing process. ``def_chunk_bytes``: the definition buffers' chunk
+        size, which must hold the largest definition record (``definition_chunk_bytes``)."""
         archive_dir = Path(archive_dir)
         self.collectives = collectives
         self.handle: Any = None  # the bindings' archive handle (untyped)
@@ -57,11 +80,12 @@ class OpenArchive:
                                       f"overwrite an archive)")
             archive_dir.mkdir(parents=True, exist_ok=True)
             # chunk sizes: 1 MiB per event buffer; 256 KiB (OTF2's smallest) per definition
-            # buffer, which grows by chunks as needed: a 4 MiB chunk per location's (empty)
-            # local definition writer cost 2-3 ms each to set up and tear down
+            # buffer unless a record needs more, which grows by chunks as needed: a 4 MiB
+            # chunk per location's (empty) local definition writer cost 2-3 ms each to set up
+            # and tear down
             self.handle = _otf2.Archive_Open(
                 str(archive_dir), archive_name, _otf2.FILEMODE_WRITE, 1024 * 1024,
-                256 * 1024, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
+                def_chunk_bytes, _otf2.SUBSTRATE_POSIX, _otf2.COMPRESSION_NONE,
             )
             self._flush_callbacks = _set_flush_callbacks(
                 self.handle, None if callbacks is None else callbacks[0])
