@@ -9,10 +9,11 @@ DEMO_OUT ?= demo-out
 
 # setup.py builds the C helpers (the writer's cell_otf2/native/_evtwrite.c, reading and decoding's
 # cell_otf2/native/_decodeloops.c, emit's cell_otf2/native/_emitloops.c, ordering and synchronization's
-# cell_otf2/native/_syncloops.c, the report's cell_otf2/native/_evtread.c) into the package: rebuilt when
-# any of them changes
+# cell_otf2/native/_syncloops.c, the SPE solver's cell_otf2/native/_graphloops.c, the report's
+# cell_otf2/native/_evtread.c) into the package: rebuilt when any of them changes
 $(STAMP): pyproject.toml setup.py cell_otf2/native/_evtwrite.c cell_otf2/native/_decodeloops.c \
-		cell_otf2/native/_emitloops.c cell_otf2/native/_syncloops.c cell_otf2/native/_evtread.c
+		cell_otf2/native/_emitloops.c cell_otf2/native/_syncloops.c cell_otf2/native/_evtread.c \
+		cell_otf2/native/_graphloops.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,report]'

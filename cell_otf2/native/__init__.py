@@ -19,7 +19,7 @@ from types import ModuleType
 #: set to anything but empty: every wrapper takes its numpy twin, and no helper is imported
 OFF_VARIABLE = "CELL2OTF2_NO_NATIVE"
 #: the compiled helpers, by the name ``helper`` takes (their modules are ``_<name>``)
-HELPERS = ("decodeloops", "syncloops", "emitloops", "evtwrite", "evtread")
+HELPERS = ("decodeloops", "syncloops", "graphloops", "emitloops", "evtwrite", "evtread")
 
 
 def switched_off() -> bool:

@@ -12,10 +12,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import breadth_first_order, connected_components, dijkstra
 
 from ..model import SyncSolution
+from ..native.graph_loops import breadth_first, dijkstra, strong_components, weak_components
 
 BOTH, UPPER, LOWER, NONE = "both", "upper", "lower", "none"
 
@@ -97,31 +96,36 @@ def _tree_potential(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> 
     if src.size == 0:
         return p
     # one BFS for the whole forest: a virtual root tied to one node per weak component
-    und = csr_matrix((np.ones(src.size), (src, dst)), shape=(n, n))
-    n_comp, comp = connected_components(und, directed=False)
+    n_comp, comp = weak_components(n, src, dst)
     first = np.full(n_comp, n, dtype=np.int64)
     np.minimum.at(first, comp, np.arange(n))
     root = n
     rows = np.concatenate([src, np.full(n_comp, root)])
     cols = np.concatenate([dst, first])
-    und = csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n + 1, n + 1))
-    order, pred = breadth_first_order(und, root, directed=False, return_predecessors=True)
-    # weight of the tree edge pred[v] -> v (+w) or v -> pred[v] (-w)
-    fwd = csr_matrix((np.arange(1, src.size + 1, dtype=np.float64), (src, dst)), shape=(n, n))
+    order, pred = breadth_first(n + 1, rows, cols, root, directed=False)
+    # weight of the tree edge pred[v] -> v (+w) or v -> pred[v] (-w); edges are unique
     child = order[1:]
     parent = pred[child]
     real = parent != root
     child, parent = child[real], parent[real]
     tree_w = np.zeros(n)
     if child.size:
-        e_fwd = np.asarray(fwd[parent, child]).ravel().astype(np.int64)
-        e_bwd = np.asarray(fwd[child, parent]).ravel().astype(np.int64)
-        tree_w[child] = np.where(e_fwd > 0, w[e_fwd - 1], -w[np.maximum(e_bwd, 1) - 1])
+        key = src * n + dst
+        by_key = np.argsort(key, kind="stable")
+        e_fwd = _edge_at(key[by_key], by_key, parent * n + child)
+        e_bwd = _edge_at(key[by_key], by_key, child * n + parent)
+        tree_w[child] = np.where(e_fwd >= 0, w[e_fwd], -w[np.maximum(e_bwd, 0)])
     pl = p.tolist()
     twl = tree_w.tolist()
     for v, u in zip(child.tolist(), parent.tolist(), strict=True):  # BFS order: parent first
         pl[v] = pl[u] + twl[v]
     return np.asarray(pl)
+
+
+def _edge_at(sorted_key: np.ndarray, by_key: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index of the edge with each ``wanted`` key (src * n + dst), -1 where there is none."""
+    at = np.minimum(np.searchsorted(sorted_key, wanted), sorted_key.size - 1)
+    return np.where(sorted_key[at] == wanted, by_key[at], -1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -209,11 +213,8 @@ def _howard(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> tuple[fl
         if outside.any():
             # redirect: BFS on reversed edges from every node of the best basin
             basin = np.flatnonzero(~outside)
-            g = csr_matrix(
-                (np.ones(m + basin.size), (np.r_[dst, np.full(basin.size, n)], np.r_[src, basin])),
-                shape=(n + 1, n + 1),
-            )
-            _, pred = breadth_first_order(g, n, directed=True, return_predecessors=True)
+            _, pred = breadth_first(n + 1, np.r_[dst, np.full(basin.size, n)],
+                                    np.r_[src, basin], n, directed=True)
             u = np.flatnonzero(outside)
             e = np.searchsorted(key, u * n + pred[u])
             pol[u] = e
@@ -269,9 +270,7 @@ def _relax_and_potential(
     mcm = float(w[loop].min()) if loop.any() else math.inf
     s, d, ww = src[~loop], dst[~loop], w[~loop]
     pot = np.zeros(n)
-    n_comp, lab = connected_components(
-        csr_matrix((np.ones(s.size), (s, d)), shape=(n, n)), directed=True, connection="strong"
-    )
+    n_comp, lab = strong_components(n, s, d)
     ls, ld = lab[s], lab[d]
     inner = ls == ld
     # Howard per component with a cycle, on local indexes
@@ -351,8 +350,7 @@ class _Reduced:
         rows = np.concatenate([s, np.full(seeds.size, n)])
         cols = np.concatenate([d, seeds])
         data = np.concatenate([self.red, c - base])
-        g = csr_matrix((data, (rows, cols)), shape=(n + 1, n + 1))
-        dist = dijkstra(g, directed=True, indices=n)[:n]
+        dist = dijkstra(n + 1, rows, cols, data, n)[:n]
         return dist + base - sign * q
 
 
@@ -485,8 +483,7 @@ def all_pairs_bounds(
     extra = max(0.0, relaxation - need)
     rows = np.arange(n_domains) if subset is None else np.asarray(subset, dtype=np.int64)
     graph = graph.loosened(extra)
-    g = csr_matrix((graph.red, (graph.src, graph.dst)), shape=(n_domains,) * 2)
-    dr = dijkstra(g, directed=True, indices=rows)
+    dr = dijkstra(n_domains, graph.src, graph.dst, graph.red, rows)
     q = graph.q
     dist = dr - q[rows][:, None] + q[None, :]
     return dist if subset is None else dist[:, rows]
@@ -522,9 +519,6 @@ def pair_width_stats(
     if relaxation < need - 1e-9 * max(1.0, abs(need)):
         raise ValueError(f"relaxation {relaxation} below the required {need}: negative cycles")
     graph = graph.loosened(max(0.0, relaxation - need))
-    shape = (n_domains, n_domains)
-    fwd = csr_matrix((graph.red, (graph.src, graph.dst)), shape=shape)
-    bwd = csr_matrix((graph.red, (graph.dst, graph.src)), shape=shape)
     ppe_at = int(np.flatnonzero(keep == ppe)[0]) if (keep == ppe).any() else -1
     spe_pos = np.flatnonzero(is_spe)
     max_all = max_spe = -math.inf
@@ -533,8 +527,8 @@ def pair_width_stats(
     block = max(1, max_cells // n_domains)  # Dijkstra gives rows x n_domains
     for at in range(0, k, block):
         rows = np.arange(at, min(k, at + block))
-        w = (dijkstra(fwd, directed=True, indices=keep[rows])[:, keep]
-             + dijkstra(bwd, directed=True, indices=keep[rows])[:, keep])
+        w = (dijkstra(n_domains, graph.src, graph.dst, graph.red, keep[rows])[:, keep]
+             + dijkstra(n_domains, graph.dst, graph.src, graph.red, keep[rows])[:, keep])
         w[np.arange(rows.size), rows] = -math.inf  # not a pair
         max_all = max(max_all, float(w.max()))
         mine = is_spe[rows]

@@ -1,0 +1,115 @@
+"""The SPE solver's graph loops (native/_graphloops.c) give what scipy.sparse.csgraph gives on
+the same rows: the same shortest distances bit for bit (zero weights, parallel edges, self
+loops, nodes not reached, several sources), the same breadth-first order and predecessors,
+directed and undirected, the same weak components with the same numbers, and the same
+partition into strong components; random graphs from sparse to dense (hypothesis), compared
+against scipy called directly, not through the package's fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order, connected_components, dijkstra
+
+from cell_otf2.native import graph_loops
+
+BUILT = pytest.mark.native("graphloops")
+
+
+def random_graph(seed: int, n: int, m: int, zero_share: float):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, m)
+    dst = rng.integers(0, n, m)
+    if m and rng.random() < 0.5:  # a chain through part of the nodes: long paths, one SCC
+        k = int(rng.integers(1, n + 1))
+        perm = rng.permutation(n)[:k]
+        src = np.r_[src, perm, perm[-1]]
+        dst = np.r_[dst, np.roll(perm, -1), perm[0]]
+    w = rng.choice(np.array([0.0, 0.1, 1.0 / 3.0, 7.25, 1e6 + 0.3]), src.size) \
+        * (rng.random(src.size) >= zero_share) + rng.random(src.size) * 1e-3
+    w[rng.random(src.size) < zero_share] = 0.0
+    return src, dst, w
+
+
+def scipy_rows(n, src, dst, w=None):
+    return csr_matrix((np.ones(src.size) if w is None else w, (src, dst)), shape=(n, n))
+
+
+def same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    pairs = np.unique(np.stack([a, b]), axis=1)
+    return pairs.shape[1] == np.unique(a).size == np.unique(b).size
+
+
+graphs = st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 60), st.integers(0, 300),
+                   st.sampled_from([0.0, 0.3, 0.9]))
+
+
+@BUILT
+@settings(max_examples=150, deadline=None)
+@given(graphs)
+def test_dijkstra_same_distances(graph):
+    seed, n, m, zero_share = graph
+    src, dst, w = random_graph(seed, n, m, zero_share)
+    # at most two parallel edges per pair: scipy sums three or more in its sort's order
+    rank = np.zeros(src.size, dtype=np.int64)
+    key = src * n + dst
+    for k in np.unique(key):
+        at = np.flatnonzero(key == k)
+        rank[at] = np.arange(at.size)
+    src, dst, w = src[rank < 2], dst[rank < 2], w[rank < 2]
+    sources = np.unique(np.random.default_rng(seed).integers(0, n, 4))
+    mine = graph_loops.dijkstra(n, src, dst, w, sources)
+    theirs = dijkstra(scipy_rows(n, src, dst, w), directed=True, indices=sources)
+    assert mine.shape == theirs.shape
+    assert np.array_equal(mine, theirs)
+    one = graph_loops.dijkstra(n, src, dst, w, int(sources[0]))
+    assert one.shape == (n,) and np.array_equal(one, theirs[0])
+
+
+@BUILT
+@settings(max_examples=150, deadline=None)
+@given(graphs, st.booleans())
+def test_breadth_first_same_order_and_tree(graph, directed):
+    seed, n, m, _ = graph
+    src, dst, _w = random_graph(seed, n, m, 0.0)
+    root = int(np.random.default_rng(seed + 1).integers(0, n))
+    order, pred = graph_loops.breadth_first(n, src, dst, root, directed=directed)
+    s_order, s_pred = breadth_first_order(scipy_rows(n, src, dst), root, directed=directed,
+                                          return_predecessors=True)
+    assert np.array_equal(order, s_order)
+    assert np.array_equal(pred, s_pred)
+
+
+@BUILT
+@settings(max_examples=150, deadline=None)
+@given(graphs)
+def test_components_same(graph):
+    seed, n, m, _ = graph
+    src, dst, _w = random_graph(seed, n, m, 0.0)
+    count, labels = graph_loops.weak_components(n, src, dst)
+    s_count, s_labels = connected_components(scipy_rows(n, src, dst), directed=False)
+    assert count == s_count and np.array_equal(labels, s_labels)
+    count, labels = graph_loops.strong_components(n, src, dst)
+    s_count, s_labels = connected_components(scipy_rows(n, src, dst), directed=True,
+                                             connection="strong")
+    assert count == s_count and same_partition(labels, s_labels)
+
+
+def test_both_ways_agree(monkeypatch, native_ways):
+    """The package's own fallback (scipy) and the compiled way, through one interface."""
+    src, dst, w = random_graph(5, 40, 150, 0.3)
+    got = [(graph_loops.dijkstra(40, src, dst, w, np.arange(40)),
+            graph_loops.breadth_first(40, src, dst, 3, directed=False),
+            graph_loops.weak_components(40, src, dst))
+           for _way in native_ways(monkeypatch)]
+    (d1, (o1, p1), (c1, l1)), (d2, (o2, p2), (c2, l2)) = got
+    assert np.array_equal(d1, d2) and np.array_equal(o1, o2) and np.array_equal(p1, p2)
+    assert c1 == c2 and np.array_equal(l1, l2)
+
+
+def test_rows_reject_an_edge_outside():
+    with pytest.raises(IndexError):
+        graph_loops.compressed_rows(3, np.array([0]), np.array([3]))
