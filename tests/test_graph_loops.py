@@ -3,9 +3,13 @@ the same rows: the same shortest distances bit for bit (zero weights, parallel e
 loops, nodes not reached, several sources), the same breadth-first order and predecessors,
 directed and undirected, the same weak components with the same numbers, and the same
 partition into strong components; random graphs from sparse to dense (hypothesis), compared
-against scipy called directly, not through the package's fallback."""
+against scipy called directly, not through the package's fallback. A conversion without a
+node fit does not import scipy.sparse at all."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -113,3 +117,23 @@ def test_both_ways_agree(monkeypatch, native_ways):
 def test_rows_reject_an_edge_outside():
     with pytest.raises(IndexError):
         graph_loops.compressed_rows(3, np.array([0]), np.array([3]))
+
+
+@BUILT
+def test_conversion_without_node_fit_imports_no_scipy_sparse(tmp_path):
+    """A one-node run converted in a fresh interpreter: scipy.sparse stays unimported."""
+    from paths import SAMPLES
+
+    code = ("import os, runpy, sys\n"
+            "real_exit = os._exit\n"
+            "def exit_after_telling(code):\n"
+            "    print('scipy.sparse' in sys.modules, flush=True)\n"
+            "    real_exit(code)\n"
+            "os._exit = exit_after_telling\n"
+            f"sys.argv = ['cell2otf2', {str(SAMPLES / 'fft-16spe')!r}, '-o', "
+            f"{str(tmp_path / 'a.otf2')!r}, '-q']\n"
+            "runpy.run_module('cell_otf2', run_name='__main__')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "a.otf2").exists(), out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout

@@ -36,7 +36,7 @@ from ..model import (
 from ..native.record_loops import time_bounds
 from ..native.sync_loops import reversed_pairs
 from ..sync.extents import node_extents, widest
-from ..sync.synchronize import pair_table
+from ..sync.synchronize import pair_table, start_time_maps
 
 P = fmt.PpeCode
 
@@ -156,9 +156,8 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
                parts: list[MpiRecords], damage: DamageLog) -> NodeFit:
     """Process 0: pair every MPI record and fit the node clocks, as the serial pipeline does
     on the whole trace (records in (location, slot) order, so pairs and points come out in
-    the serial order). ``parts``: per group of every process, its ``mpi_subset``."""
-    from ..sync.nodefit.fit import fitted_node_maps
-
+    the serial order). ``parts``: per group of every process, its ``mpi_subset``. A run of
+    one node imports no node fit (and so not scipy.sparse, a quarter of a second)."""
     recs = np.concatenate([p[0] for p in parts])
     epoch = np.concatenate([p[1] for p in parts])
     local = np.concatenate([p[2] for p in parts])
@@ -172,9 +171,14 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
         links=np.zeros(0, LINK_DTYPE), n_nodes=len(man.nodes), loss_epoch=epoch[order],
     )
     found = match(mini, damage)
-    # the bound is stated over every record of a node, not only over its MPI records
-    node_maps = fitted_node_maps(mini, found, damage=damage,
-                                 extents=widest([p[3] for p in parts], len(man.nodes)))
+    if len(man.nodes) < 2:
+        node_maps = start_time_maps(mini)
+    else:
+        from ..sync.nodefit.fit import fitted_node_maps
+
+        # the bound is stated over every record of a node, not only over its MPI records
+        node_maps = fitted_node_maps(mini, found, damage=damage,
+                                     extents=widest([p[3] for p in parts], len(man.nodes)))
     own, loc = owner[order], local[order]
     pairs = []
     for q in range(len(parts)):
