@@ -31,7 +31,7 @@ from ..model import (
     LocKind,
     RunLayout,
 )
-from ..native import pages
+from ..native import pages, whole_rows
 from ..native.record_loops import gather_fields, group_u16, place_readings, readings, wrap_room
 from .intervals import HALF, MOD, split_intervals
 
@@ -332,7 +332,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchors["domain"] = anchor_dom
         anchors["local"] = anchor_loc
         # the PPE records (checked and dropped above) to their places
-        records[ppe_final] = prec
+        whole_rows.put(records, ppe_final, prec)
         if spe_epoch is not None:  # (None: every SPE record of epoch 0, as ``loss_epoch`` starts)
             if spe_final is None:
                 loss_epoch[spe_base:spe_base + spe.size] = spe_epoch
@@ -345,7 +345,7 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         anchor_parts.append(anchors)
         anchor_base += n_anchor
 
-    links = np.concatenate(link_parts) if link_parts else np.zeros(0, LINK_DTYPE)
+    links = whole_rows.concatenate(link_parts) if link_parts else np.zeros(0, LINK_DTYPE)
     dec = Decoded(
         manifest=manifest,
         dump_names=dump_names,
@@ -353,8 +353,9 @@ def decode(manifest: Manifest, dumps: list[Dump], damage: DamageLog,
         locations=locations,
         contexts=contexts,
         records=records,
-        anchors=np.concatenate(anchor_parts) if anchor_parts else np.zeros(0, ANCHOR_DTYPE),
-        domains=np.concatenate(domains),
+        anchors=(whole_rows.concatenate(anchor_parts) if anchor_parts
+                 else np.zeros(0, ANCHOR_DTYPE)),
+        domains=whole_rows.concatenate(domains),
         links=links,
         n_nodes=n_nodes,
         slots_lost=slots_lost,

@@ -12,6 +12,7 @@ import numpy as np
 from ..damage import DamageKind, DamageLog
 from ..input import format as fmt
 from ..model import DMA_DTYPE, MSG_DTYPE, PAIR_DTYPE, Decoded, LocKind, Matches, MsgKind
+from ..native import whole_rows
 from ..native.record_loops import dma_completions, gather_fields
 
 P = fmt.PpeCode
@@ -189,7 +190,7 @@ def match(dec: Decoded, damage: DamageLog, mpi: bool = True) -> Matches:
     dma = _dma(b)
     n_mpi, n_coll = _mpi(b) if mpi else (0, 0)
     def cat(parts: list[np.ndarray], dt: np.dtype) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, dt)
+        return whole_rows.concatenate(parts) if parts else np.zeros(0, dt)
 
     return Matches(
         messages=cat(b.msgs, MSG_DTYPE),

@@ -33,6 +33,7 @@ from ..model import (
     SynchronizedRun,
     SyncResult,
 )
+from ..native import whole_rows
 from ..native.record_loops import time_bounds
 from ..native.sync_loops import reversed_pairs
 from ..sync.extents import node_extents, widest
@@ -149,7 +150,7 @@ def mpi_subset(dec: Decoded) -> MpiRecords:
              else np.zeros(sel.size, np.int32))
     # the span matters to the node fit only, which a run of one node does not have
     span = node_extents(dec) if dec.n_nodes > 1 else np.full((dec.n_nodes, 2), np.nan)
-    return dec.records[sel], epoch, sel, span
+    return whole_rows.take(dec.records, sel), epoch, sel, span
 
 
 def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
@@ -158,7 +159,7 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
     on the whole trace (records in (location, slot) order, so pairs and points come out in
     the serial order). ``parts``: per group of every process, its ``mpi_subset``. A run of
     one node imports no node fit (and so not scipy.sparse, a quarter of a second)."""
-    recs = np.concatenate([p[0] for p in parts])
+    recs = whole_rows.concatenate([p[0] for p in parts])
     epoch = np.concatenate([p[1] for p in parts])
     local = np.concatenate([p[2] for p in parts])
     owner = np.repeat(np.arange(len(parts)), [p[0].size for p in parts])
@@ -166,7 +167,7 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
     mini = Decoded(
         manifest=man, dump_names=layout.dump_names,
         spe_buffer_records=layout.spe_buffer_records, locations=layout.locations,
-        contexts=np.zeros(0, CONTEXT_DTYPE), records=recs[order],
+        contexts=np.zeros(0, CONTEXT_DTYPE), records=whole_rows.take(recs, order),
         anchors=np.zeros(0, ANCHOR_DTYPE), domains=node_domains,
         links=np.zeros(0, LINK_DTYPE), n_nodes=len(man.nodes), loss_epoch=epoch[order],
     )

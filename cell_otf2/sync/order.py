@@ -11,6 +11,7 @@ import numpy as np
 
 from ..input.manifest import DecrementerRestore
 from ..model import Constraints, Decoded, LinkKind, Matches, OrderOptions
+from ..native import whole_rows
 from ..native.sync_loops import block_pairs, pairs
 
 #: the largest read delay accepted (a decrementer step of 2^31 ticks is a possible wrap)
@@ -44,7 +45,7 @@ def build_constraints(dec: Decoded, matches: Matches, opts: OrderOptions | None 
 
     # slot order, per process
     ok = anc["domain"] >= 0
-    a = anc[ok]
+    a = whole_rows.take(anc, ok)
     same_rank = a["rank"][1:] == a["rank"][:-1]
     src, dst, w = pairs(a["domain"][:-1][same_rank], a["local"][:-1][same_rank],
                         a["domain"][1:][same_rank], a["local"][1:][same_rank])

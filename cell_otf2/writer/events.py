@@ -32,6 +32,7 @@ from ..model import (
     ArchiveDefs,
     Ev,
 )
+from ..native import whole_rows
 from .capi import CApi, address, c_api, library_errors, use_compiled
 from .checks import RowsByType, WriterInputError, check_events
 from .open_archive import OpenArchive
@@ -330,7 +331,7 @@ class EventStream:
         moved[moved] = instanced[rows["ref"][moved]]  # refs checked: < len(metrics)
         if not moved.any():
             return rows, rows[:0]
-        return rows[~moved], rows[moved]
+        return whole_rows.take(rows, ~moved), whole_rows.take(rows, moved)
 
     def _write_rows(self, writer_at: int, rows: np.ndarray, per_type: np.ndarray | None) -> None:
         """One location's rows, in pieces that report progress."""
