@@ -246,13 +246,18 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             # followed where the curves moved, but not to where messages arrive before they
             # are sent (a pass that took late messages for timely ones can move by
             # milliseconds: no clock does that to every message of a direction)
+            floor_r = min(float(r.min()), 0.0) - 4.0 * late_ticks
+            msgs = (ta, tb, a, b, c)
+            possible = _undo_impossible(start, knots, values, curves, msgs, floor_r, ref)[0]
             r_pass = _residuals(ta, tb, a, b, c, knots, values)
-            possible = float(r_pass.min()) >= min(float(r.min()), 0.0) - 4.0 * late_ticks
             if possible and _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
                 r = r_pass
                 width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
                 if not used / _REGRID <= width <= used * _REGRID:
+                    passed = (list(knots), list(values), list(curves.model),
+                              curves.error.copy())
                     _joint_rounds(*args, width=width, judge=judge)
+                    _undo_impossible(passed, knots, values, curves, msgs, floor_r, ref)
                 followed = curves.followed_drift = True
             else:
                 knots[:], values[:], curves.model[:] = start[0], start[1], start[2]
@@ -265,6 +270,46 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             knots[n] = values[n] = None
     curves.knots, curves.values = knots, values
     return curves
+
+
+def _undo_impossible(start: tuple, knots: list, values: list, curves: Curves,
+                     msgs: tuple[np.ndarray, ...], floor_r: float, ref: int
+                     ) -> tuple[bool, int]:
+    """After the missed-drift pass: where its curves make messages arrive before they are
+    sent by more than ``floor_r`` allows, the nodes whose own curve does it go back to their
+    start (``start``: knots, values, models, errors before the pass), one at a time, each
+    the node whose return leaves the fewest such messages, until none is left; the other
+    nodes keep the pass's curves (a chain whose end node the pass misled: its other nodes'
+    curves followed their drift). (Whether that leaves some node from the pass and no such
+    message, how many nodes went back.)"""
+    ta, tb, a, b, c = msgs
+
+    def bad_count() -> int:
+        return int((_residuals(ta, tb, a, b, c, knots, values) < floor_r).sum())
+
+    def put(n: int, state: tuple) -> None:
+        knots[n], values[n], curves.model[n] = state[0][n], state[1][n], state[2][n]
+        curves.error[n] = state[3][n]
+
+    moved = [n for n in range(len(knots)) if n != ref and knots[n] is not start[0][n]]
+    left, undone = bad_count(), 0
+    while left and moved:
+        spoiled = _residuals(ta, tb, a, b, c, knots, values) < floor_r
+        suspects = [n for n in moved if spoiled[(a == n) | (b == n)].any()]
+        if not suspects:
+            break
+        trials = []
+        for n in suspects:
+            kept = (knots[n], values[n], curves.model[n], curves.error[n])
+            put(n, start)
+            trials.append((bad_count(), n))
+            knots[n], values[n], curves.model[n] = kept[0], kept[1], kept[2]
+            curves.error[n] = kept[3]
+        left, worst = min(trials)
+        put(worst, start)
+        moved.remove(worst)
+        undone += 1
+    return left == 0 and bool(moved), undone
 
 
 def _with_mirrored(real: tuple[np.ndarray, ...], d_key: np.ndarray, late: np.ndarray,
