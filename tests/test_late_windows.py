@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from estimate_run import curve_errors, estimate_curves
 from node_oracle import load
 
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sync.nodefit import estimate
-from cell_otf2.sync.nodefit.fit import _envelope_lines, build_graph, envelope
-from cell_otf2.sync.nodefit.points import FitOptions, undominated
 
 LATE = 80.0  # ticks
 
@@ -75,18 +74,5 @@ def test_rate_step_chains_are_followed(tmp_path, seed, nodes, exchange_s, durati
                  wander_period_s=240.0, topology="chain", max_ppm=50.0, imbalance=0.01,
                  shift_bytes=4096, drift_segments=steps)
     d = load(run)
-    o = FitOptions()
-    hard = undominated(d.pts, d.n_nodes)
-    g = build_graph(d.pts[hard], d.n_nodes, d.ref, d.c)
-    env = envelope(g, 0.0, o.max_ppm * 1e-6, np.zeros(g.size))
-    curves = estimate.estimate(d.pts, d.n_nodes, d.ref, d.c, d.hz, o,
-                               prior=_envelope_lines(g, env, d.n_nodes, d.ref))
-    errs = []
-    for n in range(d.n_nodes):
-        if n == d.ref:
-            continue
-        x, t = d.x_eval[n], d.t_true[n]
-        errs.append((estimate.offsets_at(curves.knots, curves.values, np.full(x.size, n), x)
-                     - (t - x - d.c[n])) / d.hz)
-    err = np.concatenate(errs)
+    err = np.concatenate(list(curve_errors(d, estimate_curves(d)).values()))
     assert np.sqrt(np.mean(err ** 2)) < 60e-6

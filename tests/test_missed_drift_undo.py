@@ -10,12 +10,11 @@ thrown away (0.6-0.9 ms RMS)."""
 from __future__ import annotations
 
 import numpy as np
+from estimate_run import curve_errors, estimate_curves
 from node_oracle import load
 
 from cell_otf2.sim.run import simulate_run
 from cell_otf2.sync.nodefit import estimate
-from cell_otf2.sync.nodefit.fit import _envelope_lines, build_graph, envelope
-from cell_otf2.sync.nodefit.points import FitOptions, undominated
 
 X = np.linspace(0.0, 1000.0, 11)
 
@@ -76,15 +75,8 @@ def test_steps_chain_keeps_what_the_pass_followed(tmp_path):
                  duration_s=900.0, wander_us=0.0, wander_period_s=240.0, topology="chain",
                  max_ppm=50.0, imbalance=0.01, shift_bytes=4096, drift_segments=5)
     d = load(run)
-    o = FitOptions()
-    hard = undominated(d.pts, d.n_nodes)
-    g = build_graph(d.pts[hard], d.n_nodes, d.ref, d.c)
-    env = envelope(g, 0.0, o.max_ppm * 1e-6, np.zeros(g.size))
-    curves = estimate.estimate(d.pts, d.n_nodes, d.ref, d.c, d.hz, o,
-                               prior=_envelope_lines(g, env, d.n_nodes, d.ref))
+    curves = estimate_curves(d)
     assert curves.followed_drift
+    errors = curve_errors(d, curves)
     for n in (1, 2):  # the chain's nodes next to the reference and one further
-        x, t = d.x_eval[n], d.t_true[n]
-        err = (estimate.offsets_at(curves.knots, curves.values, np.full(x.size, n), x)
-               - (t - x - d.c[n])) / d.hz
-        assert np.sqrt(np.mean(err ** 2)) < 100e-6
+        assert np.sqrt(np.mean(errors[n] ** 2)) < 100e-6
