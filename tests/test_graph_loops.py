@@ -137,3 +137,26 @@ def test_conversion_without_node_fit_imports_no_scipy_sparse(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "a.otf2").exists(), out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout
+
+
+@BUILT
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 80))
+def test_policy_values_same_floats(seed, n):
+    """Howard's value step (``solver._evaluate_policy``) compiled: the same cycle means,
+    biases and handles, bit for bit, on random functional graphs (self loops, several
+    cycles, long tails) with weights of every size."""
+    from cell_otf2.sync import solver
+
+    rng = np.random.default_rng(seed)
+    succ = rng.integers(0, n, n)
+    if rng.random() < 0.3:  # one long cycle and tails into it
+        succ = np.roll(np.arange(n), -1)
+        succ[rng.random(n) < 0.3] = rng.integers(0, n)
+    wp = rng.choice(np.array([0.0, 1e-3, 1.0 / 3.0, -7.5, 1e9 + 0.1]), n) + rng.normal(0, 1, n)
+    prev = rng.normal(0, 1e3, n)
+    want = solver._evaluate_policy(succ.tolist(), wp.tolist(), prev.tolist())
+    got = graph_loops.policy_values(succ, wp, prev)
+    assert got is not None
+    for mine, theirs in zip(got, want, strict=True):
+        assert np.array_equal(mine, np.asarray(theirs))

@@ -4,7 +4,9 @@
  * dijkstra, breadth_first_order and connected_components give on the same rows (the same
  * distances, the same order and predecessors, a partition into the same components), so
  * that a conversion needs scipy.sparse only where a node fit does: importing it costs a
- * quarter of a second, more than the whole conversion of a short run.
+ * quarter of a second, more than the whole conversion of a short run. And the value step of
+ * Howard's policy iteration (solver._evaluate_policy, the same floats), a walk per node
+ * that took most of the solver's time in Python.
  *
  * Built by setuptools at install time (setup.py, optional); cell_otf2/native/graph_loops.py
  * builds the rows and takes scipy's functions, with the same results, where native.helper
@@ -372,6 +374,114 @@ out:
     return result;
 }
 
+/* ---- Howard's policy values ------------------------------------------------------------ */
+
+static PyObject *fsum_fn; /* math.fsum: a cycle's mean is its exactly rounded sum / length */
+
+/* policy_values(succ, wp, prev_x) -> (eta, x, handle), bytes of n doubles, doubles, int64:
+ * solver._evaluate_policy on the functional graph u -> succ[u] of weights wp: per node the
+ * mean of the cycle its walk reaches, the bias x (x[u] = wp[u] - eta + x[succ[u]], the
+ * cycle's first node keeping prev_x) and that first node; the same operations in the same
+ * order, the cycle's sum by math.fsum itself. */
+static PyObject *policy_values(PyObject *self, PyObject *args)
+{
+    Py_buffer sb, wb, pb;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &sb, &wb, &pb))
+        return NULL;
+    PyObject *eta_b = NULL, *x_b = NULL, *h_b = NULL, *result = NULL;
+    int64_t *path = NULL, *pos = NULL;
+    unsigned char *state = NULL;
+    Py_ssize_t n = sb.len / 8;
+    if (sb.len % 8 || wb.len != sb.len || pb.len != sb.len) {
+        PyErr_SetString(PyExc_ValueError, "policy_values: bad layout");
+        goto out;
+    }
+    const int64_t *succ = (const int64_t *)sb.buf;
+    const double *wp = (const double *)wb.buf, *prev_x = (const double *)pb.buf;
+    for (Py_ssize_t u = 0; u < n; u++)
+        if (succ[u] < 0 || succ[u] >= n) {
+            PyErr_SetString(PyExc_IndexError, "policy_values: a successor out of range");
+            goto out;
+        }
+    eta_b = PyBytes_FromStringAndSize(NULL, n * 8);
+    x_b = PyBytes_FromStringAndSize(NULL, n * 8);
+    h_b = PyBytes_FromStringAndSize(NULL, n * 8);
+    path = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    pos = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    state = calloc((size_t)n + 1, 1);
+    if (!eta_b || !x_b || !h_b || !path || !pos || !state) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    double *eta = (double *)PyBytes_AS_STRING(eta_b), *x = (double *)PyBytes_AS_STRING(x_b);
+    int64_t *handle = (int64_t *)PyBytes_AS_STRING(h_b);
+    for (Py_ssize_t s = 0; s < n; s++) {
+        if (state[s])
+            continue;
+        Py_ssize_t plen = 0, rest;
+        int64_t u = s;
+        while (state[u] == 0) {
+            state[u] = 1;
+            pos[u] = plen;
+            path[plen++] = u;
+            u = succ[u];
+        }
+        if (state[u] == 1) { /* the walk closed a new cycle at u */
+            Py_ssize_t i = pos[u], len = plen - i;
+            PyObject *parts = PyList_New(len);
+            if (!parts)
+                goto out;
+            for (Py_ssize_t j = 0; j < len; j++) {
+                PyObject *f = PyFloat_FromDouble(wp[path[i + j]]);
+                if (!f) {
+                    Py_DECREF(parts);
+                    goto out;
+                }
+                PyList_SET_ITEM(parts, j, f);
+            }
+            PyObject *total = PyObject_CallOneArg(fsum_fn, parts);
+            Py_DECREF(parts);
+            if (!total)
+                goto out;
+            double mean = PyFloat_AsDouble(total) / (double)len;
+            Py_DECREF(total);
+            eta[u] = mean;
+            x[u] = prev_x[u];
+            handle[u] = u;
+            state[u] = 2;
+            for (Py_ssize_t j = plen - 1; j > i; j--) {
+                int64_t c = path[j];
+                eta[c] = mean;
+                x[c] = wp[c] - mean + x[succ[c]];
+                handle[c] = u;
+                state[c] = 2;
+            }
+            rest = i;
+        } else {
+            rest = plen;
+        }
+        for (Py_ssize_t j = rest - 1; j >= 0; j--) {
+            int64_t c = path[j], nxt = succ[c];
+            eta[c] = eta[nxt];
+            x[c] = wp[c] - eta[nxt] + x[nxt];
+            handle[c] = handle[nxt];
+            state[c] = 2;
+        }
+    }
+    result = PyTuple_Pack(3, eta_b, x_b, h_b);
+out:
+    Py_XDECREF(eta_b);
+    Py_XDECREF(x_b);
+    Py_XDECREF(h_b);
+    free(path);
+    free(pos);
+    free(state);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&wb);
+    PyBuffer_Release(&pb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"dijkstra", dijkstra, METH_VARARGS,
      "dijkstra(indptr, indices, data, sources): shortest distances from each source"},
@@ -381,6 +491,8 @@ static PyMethodDef methods[] = {
     {"weak", weak, METH_VARARGS,
      "weak(indptr, indices, back_indptr, back_indices): weakly connected components"},
     {"strong", strong, METH_VARARGS, "strong(indptr, indices): strongly connected components"},
+    {"policy_values", policy_values, METH_VARARGS,
+     "policy_values(succ, wp, prev_x): Howard's cycle means, biases and cycle handles"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -390,4 +502,14 @@ static struct PyModuleDef module = {
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__graphloops(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__graphloops(void)
+{
+    PyObject *math = PyImport_ImportModule("math");
+    if (!math)
+        return NULL;
+    fsum_fn = PyObject_GetAttrString(math, "fsum");
+    Py_DECREF(math);
+    if (!fsum_fn)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,13 +1,15 @@
 """The SPE solver's graph algorithms over edge arrays (``src``, ``dst``, weights): shortest
 distances from given sources, breadth-first order with predecessors, weak and strong
-components. Each builds the graph's compressed rows as ``scipy.sparse.csr_matrix`` would
-(sorted by source then destination, parallel edges merged and their weights summed) and runs
-the compiled helper ``cell_otf2/native/_graphloops.c`` where ``native.helper`` gives it,
-else scipy.sparse.csgraph's function of the same name on that matrix, with the same result
-either way (``tests/test_graph_loops.py``): the same distances, order and predecessors, and
-the same partition into components (strong components may be numbered otherwise). The
-compiled way keeps scipy.sparse, a quarter of a second to import, out of a conversion whose
-run needs no node fit. It knows nothing of clocks or constraints."""
+components, and the value step of Howard's policy iteration (``policy_values``, whose twin
+is the solver's own loop: None without the helper). Each of the others builds the graph's
+compressed rows as ``scipy.sparse.csr_matrix`` would (sorted by source then destination,
+parallel edges merged and their weights summed) and runs the compiled helper
+``cell_otf2/native/_graphloops.c`` where ``native.helper`` gives it, else scipy.sparse.csgraph's
+function of the same name on that matrix, with the same result either way
+(``tests/test_graph_loops.py``): the same distances, order and predecessors, and the same
+partition into components (strong components may be numbered otherwise). The compiled way
+keeps scipy.sparse, a quarter of a second to import, out of a conversion whose run needs no
+node fit. It knows nothing of clocks or constraints."""
 
 from __future__ import annotations
 
@@ -118,3 +120,19 @@ def strong_components(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[int, np
         return int(count), labels.astype(np.int64)
     count, raw = c_helper.strong(rows[0], rows[1])
     return int(count), np.frombuffer(raw, dtype=np.int64)
+
+
+def policy_values(succ: np.ndarray, wp: np.ndarray, prev_x: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The value step of Howard's policy iteration on the functional graph u -> succ[u] of
+    weights ``wp`` (``solver._evaluate_policy``: per node the mean of the cycle its walk
+    reaches, its bias, the cycle's first node) through the compiled helper, with the same
+    floats; None where the helper does not run (the caller takes its own loop)."""
+    c_helper = helper("graphloops")
+    if c_helper is None:
+        return None
+    eta, x, handle = c_helper.policy_values(
+        np.ascontiguousarray(succ, dtype=np.int64), np.ascontiguousarray(wp, dtype=np.float64),
+        np.ascontiguousarray(prev_x, dtype=np.float64))
+    return (np.frombuffer(eta, dtype=np.float64), np.frombuffer(x, dtype=np.float64),
+            np.frombuffer(handle, dtype=np.int64))

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import SyncSolution
-from ..native.graph_loops import breadth_first, dijkstra, strong_components, weak_components
+from ..native.graph_loops import (
+    breadth_first,
+    dijkstra,
+    policy_values,
+    strong_components,
+    weak_components,
+)
 
 BOTH, UPPER, LOWER, NONE = "both", "upper", "lower", "none"
 
@@ -201,13 +207,15 @@ def _howard(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> tuple[fl
     eps = 1e-10 * max(1.0, float(np.abs(w).max()))
     gmin = np.minimum.reduceat(w, starts)
     pol = np.minimum.reduceat(np.where(w <= gmin[src], idx, m), starts)
-    x_prev = [0.0] * n
+    x_prev = np.zeros(n)
     for _ in range(_HOWARD_MAX_ITER):
-        eta_l, x_l, handle_l = _evaluate_policy(dst[pol].tolist(), w[pol].tolist(), x_prev)
-        eta = np.asarray(eta_l)
-        x = np.asarray(x_l)
-        handle = np.asarray(handle_l)
-        x_prev = x_l
+        values = policy_values(dst[pol], w[pol], x_prev)
+        if values is None:  # the loop below in Python, the same floats
+            eta_l, x_l, handle_l = _evaluate_policy(dst[pol].tolist(), w[pol].tolist(),
+                                                    x_prev.tolist())
+            values = np.asarray(eta_l), np.asarray(x_l), np.asarray(handle_l)
+        eta, x, handle = values
+        x_prev = x
         best = handle[int(np.argmin(eta))]
         outside = handle != best
         if outside.any():
