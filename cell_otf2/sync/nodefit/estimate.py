@@ -308,13 +308,12 @@ def _undo_impossible(start: tuple, knots: list, values: list, curves: Curves,
         suspects = [n for n in moved if spoiled[(a == n) | (b == n)].any()]
         if not suspects:
             break
+        now = (list(knots), list(values), list(curves.model), curves.error.copy())
         trials = []
         for n in suspects:
-            kept = (knots[n], values[n], curves.model[n], curves.error[n])
             put(n, start)
             trials.append((bad_count(), n))
-            knots[n], values[n], curves.model[n] = kept[0], kept[1], kept[2]
-            curves.error[n] = kept[3]
+            put(n, now)
         left, worst = min(trials)
         put(worst, start)
         moved.remove(worst)
@@ -595,9 +594,9 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     # missed drift moves the two by the same amount in opposite ways), where the pair has
     # ``_SPARING_WINDOWS`` windows or more whose sum is not late (else its least sum may
     # itself hold a late message)
-    go = np.full(n_dir + 1, np.inf)
-    go[:n_dir] = gmin
-    rise, rise_other = floor[key] - gmin[d_key], fo - go[d_key ^ 1]
+    least_of_dir = np.full(n_dir + 1, np.inf)  # gmin, and +inf for the odd direction past it
+    least_of_dir[:n_dir] = gmin
+    rise, rise_other = floor[key] - gmin[d_key], fo - least_of_dir[d_key ^ 1]
     good_windows = np.unique(key[both & ~late_sum & (d_key % 2 == 0)])
     good = np.bincount(good_windows // n_k // 2, minlength=n_dir // 2 + 1)
     spared = ((rise < _SPARED_RISE * rise_other) & (rise_other > late_window)
