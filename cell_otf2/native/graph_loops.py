@@ -60,9 +60,14 @@ def dijkstra(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
              sources: np.ndarray | int) -> np.ndarray:
     """Shortest distances (weights >= 0) from each of ``sources`` to every node, +inf where
     there is no path: shape (len(sources), n), or (n,) for a single int."""
+    return dijkstra_rows(n, compressed_rows(n, src, dst, weight), sources)
+
+
+def dijkstra_rows(n: int, rows: Rows, sources: np.ndarray | int) -> np.ndarray:
+    """``dijkstra`` on the graph's ``compressed_rows``, for a caller that asks it from
+    several batches of sources."""
     single = np.ndim(sources) == 0
     seeds = np.atleast_1d(np.asarray(sources, dtype=np.int64))
-    rows = compressed_rows(n, src, dst, weight)
     c_helper = helper("graphloops")
     if c_helper is None:
         from scipy.sparse.csgraph import dijkstra as scipy_dijkstra

@@ -16,7 +16,9 @@ import numpy as np
 from ..model import SyncSolution
 from ..native.graph_loops import (
     breadth_first,
+    compressed_rows,
     dijkstra,
+    dijkstra_rows,
     policy_values,
     strong_components,
     weak_components,
@@ -527,6 +529,9 @@ def pair_width_stats(
     if relaxation < need - 1e-9 * max(1.0, abs(need)):
         raise ValueError(f"relaxation {relaxation} below the required {need}: negative cycles")
     graph = graph.loosened(max(0.0, relaxation - need))
+    # the rows once: Dijkstra runs on them for every block of sources
+    fwd = compressed_rows(n_domains, graph.src, graph.dst, graph.red)
+    bwd = compressed_rows(n_domains, graph.dst, graph.src, graph.red)
     ppe_at = int(np.flatnonzero(keep == ppe)[0]) if (keep == ppe).any() else -1
     spe_pos = np.flatnonzero(is_spe)
     max_all = max_spe = -math.inf
@@ -535,8 +540,8 @@ def pair_width_stats(
     block = max(1, max_cells // n_domains)  # Dijkstra gives rows x n_domains
     for at in range(0, k, block):
         rows = np.arange(at, min(k, at + block))
-        w = (dijkstra(n_domains, graph.src, graph.dst, graph.red, keep[rows])[:, keep]
-             + dijkstra(n_domains, graph.dst, graph.src, graph.red, keep[rows])[:, keep])
+        w = (dijkstra_rows(n_domains, fwd, keep[rows])[:, keep]
+             + dijkstra_rows(n_domains, bwd, keep[rows])[:, keep])
         w[np.arange(rows.size), rows] = -math.inf  # not a pair
         max_all = max(max_all, float(w.max()))
         mine = is_spe[rows]
