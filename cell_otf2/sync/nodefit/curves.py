@@ -119,13 +119,8 @@ def _shared_knots_errors(basis: np.ndarray, v: np.ndarray,
     equations, solved in one stacked call (LAPACK's solve per system, as one by one), the
     squared errors written to ``err`` at each test set. False, with ``err`` untouched, where a
     system is singular: the caller then takes each set's own way, with its fallback."""
-    k = basis.shape[1]
-    _, bend_pull, ridge = _pulls(k)
-    lhs, rhs = [], []
-    for _, train in sets:
-        h = basis[train]
-        lhs.append(h.T @ h + bend_pull + ridge)
-        rhs.append(h.T @ v[train])
+    lhs, rhs = zip(*(_normal_equations(basis[train], v[train], basis.shape[1])
+                     for _, train in sets), strict=True)
     try:
         coefs = np.linalg.solve(np.stack(lhs), np.stack(rhs)[:, :, None])[:, :, 0]
     except np.linalg.LinAlgError:
@@ -432,12 +427,18 @@ def _fit_knots(x: np.ndarray, y: np.ndarray, kr: np.ndarray) -> np.ndarray:
 
 def _fit_basis(h: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
     """``_fit_knots`` from the hat functions ``h`` of its points (one row each, k knots)."""
-    d, bend_pull, ridge = _pulls(k)
     try:
-        return np.linalg.solve(h.T @ h + bend_pull + ridge, h.T @ y)
+        return np.linalg.solve(*_normal_equations(h, y, k))
     except np.linalg.LinAlgError:  # knots no point pins beyond the pull: the minimum norm
+        d = _pulls(k)[0]
         lhs = np.r_[h, 1e-3 * d, 1e-9 * np.eye(k)]
         return np.linalg.lstsq(lhs, np.r_[y, np.zeros(d.shape[0] + k)], rcond=None)[0]
+
+
+def _normal_equations(h: np.ndarray, y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_fit_basis``'s normal equations (lhs, rhs) for hat functions ``h`` of k knots."""
+    _, bend_pull, ridge = _pulls(k)
+    return h.T @ h + bend_pull + ridge, h.T @ y
 
 
 @functools.lru_cache(maxsize=64)
