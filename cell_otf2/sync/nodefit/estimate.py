@@ -251,7 +251,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         fine, fine_judge = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size, hz)
         followed = False
         if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
-            start = (list(knots), list(values), list(curves.model), curves.error.copy())
+            start = _snapshot(knots, values, curves)
             used = _joint_rounds(*args, width=fine, judge=fine_judge)
             # followed where the curves moved, but not to where messages arrive before they
             # are sent (a pass that took late messages for timely ones can move by
@@ -264,8 +264,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 r = r_pass
                 width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
                 if not used / _REGRID <= width <= used * _REGRID:
-                    passed = (list(knots), list(values), list(curves.model),
-                              curves.error.copy())
+                    passed = _snapshot(knots, values, curves)
                     _joint_rounds(*args, width=width, judge=judge)
                     _undo_impossible(passed, knots, values, curves, msgs, floor_r, ref)
                 followed = curves.followed_drift = True
@@ -280,6 +279,12 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             knots[n] = values[n] = None
     curves.knots, curves.values = knots, values
     return curves
+
+
+def _snapshot(knots: list, values: list, curves: Curves) -> tuple:
+    """Every node's knots, values, model and error as they are now, for ``_undo_impossible``
+    and the estimate to go back to."""
+    return list(knots), list(values), list(curves.model), curves.error.copy()
 
 
 def _undo_impossible(start: tuple, knots: list, values: list, curves: Curves,
@@ -308,7 +313,7 @@ def _undo_impossible(start: tuple, knots: list, values: list, curves: Curves,
         suspects = [n for n in moved if spoiled[(a == n) | (b == n)].any()]
         if not suspects:
             break
-        now = (list(knots), list(values), list(curves.model), curves.error.copy())
+        now = _snapshot(knots, values, curves)
         trials = []
         for n in suspects:
             put(n, start)
