@@ -105,8 +105,9 @@ print(summary.lossy, calls, dict(os.environ) == before,
 
 def test_the_command_defers_numpy_extras_that_scipy_asks_for(tmp_path):
     """The command (``process_setup.defer_numpy_extras``) keeps numpy's optional submodules
-    unloaded through ``scipy.sparse``'s import and the whole conversion of a two-node run
-    (whose node fit imports scipy); each still works in full on first use."""
+    unloaded through ``scipy.sparse``'s import (which a conversion makes where the compiled
+    graph loops are missing) and the whole conversion of a two-node run; each still works in
+    full on first use."""
     code = """
 import sys, types
 from cell_otf2.process_setup import NUMPY_EXTRAS, defer_numpy_extras

@@ -97,14 +97,17 @@ static Item heap_pop(Item *h, Py_ssize_t *size)
     return top;
 }
 
-/* dijkstra(indptr, indices, data, sources) -> bytes of len(sources) x n doubles: the
- * shortest distance from each source to every node, +inf where none. Weights must be >= 0
- * (a stored 0 is an edge). Float addition rounds monotonically, so every correct Dijkstra
- * gives the same minimum over paths of the sums taken from the source: scipy's too. */
+/* dijkstra(indptr, indices, data, sources[, min_only]) -> bytes of len(sources) x n
+ * doubles: the shortest distance from each source to every node, +inf where none; with
+ * min_only, n doubles: the shortest distance from any of the sources (one walk from all of
+ * them at once, as scipy's min_only). Weights must be >= 0 (a stored 0 is an edge). Float
+ * addition rounds monotonically, so every correct Dijkstra gives the same minimum over
+ * paths of the sums taken from the source: scipy's too. */
 static PyObject *dijkstra(PyObject *self, PyObject *args)
 {
     Py_buffer ptr, ind, dat, src;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*", &ptr, &ind, &dat, &src))
+    int min_only = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*|p", &ptr, &ind, &dat, &src, &min_only))
         return NULL;
     PyObject *result = NULL;
     Item *heap = NULL;
@@ -123,8 +126,9 @@ static PyObject *dijkstra(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_IndexError, "dijkstra: a source out of range");
             goto out;
         }
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(k * n * 8));
-    heap = malloc(sizeof(Item) * (size_t)(m + 1));
+    Py_ssize_t walks = min_only ? (k > 0) : k, seeds = min_only ? k : 1;
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((min_only ? 1 : k) * n * 8));
+    heap = malloc(sizeof(Item) * (size_t)(m + seeds + 1));
     done = malloc((size_t)n + 1);
     if (!result || !heap || !done) {
         Py_CLEAR(result);
@@ -133,14 +137,20 @@ static PyObject *dijkstra(PyObject *self, PyObject *args)
     }
     double *all = (double *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t s = 0; s < k; s++) {
+    if (min_only && k == 0)
+        for (Py_ssize_t v = 0; v < n; v++)
+            all[v] = INFINITY;
+    for (Py_ssize_t s = 0; s < walks; s++) {
         double *dist = all + s * n;
         for (Py_ssize_t v = 0; v < n; v++)
             dist[v] = INFINITY;
         memset(done, 0, (size_t)n);
         Py_ssize_t size = 0;
-        dist[sources[s]] = 0.0;
-        heap_push(heap, &size, 0.0, sources[s]);
+        for (Py_ssize_t j = s * seeds; j < s * seeds + seeds; j++)
+            if (dist[sources[j]] != 0.0) {
+                dist[sources[j]] = 0.0;
+                heap_push(heap, &size, 0.0, sources[j]);
+            }
         while (size) {
             Item it = heap_pop(heap, &size);
             int64_t u = it.v;
@@ -484,7 +494,8 @@ out:
 
 static PyMethodDef methods[] = {
     {"dijkstra", dijkstra, METH_VARARGS,
-     "dijkstra(indptr, indices, data, sources): shortest distances from each source"},
+     "dijkstra(indptr, indices, data, sources[, min_only]): shortest distances from each "
+     "source, or from the nearest of them"},
     {"bfs", bfs, METH_VARARGS,
      "bfs(indptr, indices, back_indptr, back_indices, root): breadth-first order and "
      "predecessors"},

@@ -1,15 +1,15 @@
-"""The SPE solver's graph algorithms over edge arrays (``src``, ``dst``, weights): shortest
-distances from given sources, breadth-first order with predecessors, weak and strong
-components, and the value step of Howard's policy iteration (``policy_values``, whose twin
-is the solver's own loop: None without the helper). Each of the others builds the graph's
-compressed rows as ``scipy.sparse.csr_matrix`` would (sorted by source then destination,
-parallel edges merged and their weights summed) and runs the compiled helper
+"""The SPE solver's and the node fit's graph algorithms over edge arrays (``src``, ``dst``,
+weights): shortest distances from given sources, breadth-first order with predecessors, weak
+and strong components, and the value step of Howard's policy iteration (``policy_values``,
+whose twin is the solver's own loop: None without the helper). Each of the others builds the
+graph's compressed rows as ``scipy.sparse.csr_matrix`` would (sorted by source then
+destination, parallel edges merged and their weights summed) and runs the compiled helper
 ``cell_otf2/native/_graphloops.c`` where ``native.helper`` gives it, else scipy.sparse.csgraph's
 function of the same name on that matrix, with the same result either way
 (``tests/test_graph_loops.py``): the same distances, order and predecessors, and the same
 partition into components (strong components may be numbered otherwise). The compiled way
-keeps scipy.sparse, a quarter of a second to import, out of a conversion whose run needs no
-node fit. It knows nothing of clocks or constraints."""
+keeps scipy.sparse, a quarter of a second to import, out of every conversion. It knows
+nothing of clocks or constraints."""
 
 from __future__ import annotations
 
@@ -63,20 +63,25 @@ def dijkstra(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
     return dijkstra_rows(n, compressed_rows(n, src, dst, weight), sources)
 
 
-def dijkstra_rows(n: int, rows: Rows, sources: np.ndarray | int) -> np.ndarray:
+def dijkstra_rows(n: int, rows: Rows, sources: np.ndarray | int,
+                  min_only: bool = False) -> np.ndarray:
     """``dijkstra`` on the graph's ``compressed_rows``, for a caller that asks it from
-    several batches of sources."""
-    single = np.ndim(sources) == 0
+    several batches of sources; ``min_only``: shape (n,), the distance from the nearest
+    source (scipy's ``min_only``: one walk from every source at once)."""
+    single = np.ndim(sources) == 0 or min_only
     seeds = np.atleast_1d(np.asarray(sources, dtype=np.int64))
     c_helper = helper("graphloops")
     if c_helper is None:
         from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
         dist = np.atleast_2d(scipy_dijkstra(_scipy_matrix(n, rows), directed=True,
-                                            indices=seeds))
+                                            indices=seeds, min_only=min_only))
     else:
-        raw = c_helper.dijkstra(rows[0], rows[1], rows[2], np.ascontiguousarray(seeds))
-        dist = np.frombuffer(raw, dtype=np.float64).reshape(seeds.size, n)
+        raw = c_helper.dijkstra(np.ascontiguousarray(rows[0], dtype=np.int64),
+                                np.ascontiguousarray(rows[1], dtype=np.int64),
+                                np.ascontiguousarray(rows[2], dtype=np.float64),
+                                np.ascontiguousarray(seeds), min_only)
+        dist = np.frombuffer(raw, dtype=np.float64).reshape(1 if min_only else seeds.size, n)
     return dist[0] if single else dist
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import connected_components
 
 from ...model import NodeMap
+from ...native.graph_loops import weak_components
+from .compressed import from_triplets, spsolve
 from .points import LpOptions as FitOptions
 from .points import map_to_reference, slacks
 
@@ -301,8 +301,7 @@ def _window_offsets(gk: np.ndarray, alpha: np.ndarray, n_win: int, n_nodes: int,
     ga, gb = pair // n_nodes, pair % n_nodes
     va, vb = gw * n_nodes + ga, gw * n_nodes + gb  # vertices (window, node)
     size = n_win * n_nodes
-    g = sparse.coo_matrix((np.ones(gk.size), (va, vb)), shape=(size, size)).tocsr()
-    _, lab = connected_components(g, directed=False)
+    _, lab = weak_components(size, va, vb)
     linked = lab == np.repeat(lab[np.arange(n_win) * n_nodes + ref], n_nodes)
     unknown = linked.copy()
     unknown[np.arange(n_win) * n_nodes + ref] = False
@@ -318,13 +317,10 @@ def _window_offsets(gk: np.ndarray, alpha: np.ndarray, n_win: int, n_nodes: int,
         vals.append(np.full(int(m.sum()), s))
     if not unknown.any():
         return out
-    mat = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                            shape=(r.size, int(unknown.sum())))
+    mat = from_triplets(np.concatenate(vals), np.concatenate(rows), np.concatenate(cols),
+                        (r.size, int(unknown.sum())))
     flat = out.reshape(-1)
-    # imported by the fit only: see ``program.Program.solve``
-    from scipy.sparse.linalg import spsolve
-
-    flat[unknown] = spsolve((mat.T @ mat).tocsc(), mat.T @ alpha[ok])
+    flat[unknown] = spsolve((mat.T @ mat).converted("csc"), mat.T @ alpha[ok])
     return out
 
 

@@ -12,10 +12,9 @@ and bounds nothing."""
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import breadth_first_order
 
 from ...model import NodeMap
+from ...native.graph_loops import breadth_first
 from .points import ORDER_ONLY, by_node, map_to_reference
 
 
@@ -81,9 +80,7 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     for i in range(pairs.size):  # per node pair (a handful): the root of the median square
         size[i] = float(np.sqrt(np.median(half[at.ravel() == i] ** 2)))
     p_lo, p_hi = pairs // n_nodes, pairs % n_nodes
-    graph = sparse.coo_matrix((np.ones(pairs.size), (p_lo, p_hi)),
-                              shape=(n_nodes, n_nodes)).tocsr()
-    order, pred = breadth_first_order(graph, ref, directed=False)
+    order, pred = breadth_first(n_nodes, p_lo, p_hi, ref, directed=False)
     weight = {(int(x), int(y)): float(s) for x, y, s in zip(p_lo, p_hi, size, strict=True)}
     for n in order[1:].tolist():
         p = int(pred[n])

@@ -14,15 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import sparse
-from scipy.linalg import LinAlgError, solveh_banded
-from scipy.sparse.csgraph import connected_components
-from scipy.sparse.linalg import splu, spsolve
 
+from ...native.graph_loops import weak_components
+from .compressed import Compressed, from_triplets, identity, solve_natural, spsolve, zeros
 from .counted import counted_lines
 from .disagree import two_way_centres
 from .oneway import late_one_way, mirrored
 from .points import ORDER_ONLY, FitOptions, by_node, curve_at
+from .scipy_parts import solveh_banded
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
 _LAMBDAS = (1e12, 1e10, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1.0)
@@ -449,18 +448,18 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         scale = 1.4826 * float(np.median(np.abs(res)))
         keep = np.abs(res) <= max(5.0 * scale, 1.0)
         if not keep.all() and keep.sum() > n_x:
-            x = _solve(mat[keep], rhs[keep], pen, strength)
-            res = mat[keep] @ x - rhs[keep]
+            x = _solve(mat.rows(keep), rhs[keep], pen, strength)
+            res = mat.rows(keep) @ x - rhs[keep]
         else:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
         # a line: centred between each pair's fastest messages both ways, not their means
         if o.floor_messages > 0 and strength >= _LAMBDAS[0] and np.isfinite(x).all():
-            lift = _floor_lift(rhs[keep] - mat[keep] @ x, d_key[rows][keep],
+            lift = _floor_lift(rhs[keep] - mat.rows(keep) @ x, d_key[rows][keep],
                                int(d_key.max()) + 1, o.floor_messages,
                                o.floor_near_us * 1e-6 * hz)
             if lift.any():
-                x = _solve(mat[keep], rhs[keep] + lift, pen, strength)
-                res = mat[keep] @ x - (rhs[keep] + lift)
+                x = _solve(mat.rows(keep), rhs[keep] + lift, pen, strength)
+                res = mat.rows(keep) @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
             return width  # singular: the curves stay as the rounds before left them
         e = x[:n_e].reshape(n_k, len(nodes)).T  # knot-major, as numbered in ``_design``
@@ -635,7 +634,7 @@ def _residuals(ta: np.ndarray, tb: np.ndarray, a: np.ndarray, b: np.ndarray, c: 
 
 def _design(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: np.ndarray,
             j0: np.ndarray, frac: np.ndarray, g_inv: np.ndarray, col_of: np.ndarray,
-            n_fit: int, n_k: int, n_x: int) -> sparse.csr_matrix:
+            n_fit: int, n_k: int, n_x: int) -> Compressed:
     """The equations of ``rows``: +-(E_hi - E_lo) on the hat basis, plus the group's least
     latency. The unknowns are numbered knot-major (every fitted node's value at knot 0, then
     at knot 1, ..., the ``n_fit`` nodes' values at knot j in columns ``j * n_fit ...``), the
@@ -656,45 +655,44 @@ def _design(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: np.ndarray,
             ri.append(np.arange(n)[ok])
             ci.append((j0[rows][ok] + dj) * n_fit + cn[ok])
             vi.append((s * sign[rows] * wgt)[ok])
-    return sparse.csr_matrix((np.concatenate(vi), (np.concatenate(ri), np.concatenate(ci))),
-                             shape=(n, n_x))
+    return from_triplets(np.concatenate(vi), np.concatenate(ri), np.concatenate(ci), (n, n_x))
 
 
-def _penalty(n_nodes: int, n_k: int, n_x: int) -> sparse.csr_matrix:
+def _penalty(n_nodes: int, n_k: int, n_x: int) -> Compressed:
     """Second differences of every node's grid values (zero on the latency columns), the
-    unknowns numbered knot-major as in ``_design``."""
+    unknowns numbered knot-major as in ``_design``: D'D for D with a row per node and knot
+    j < n_k - 2, (1, -2, 1) at that node's knots j, j + 1, j + 2."""
     if n_k < 3 or n_nodes == 0:
-        return sparse.csr_matrix((n_x, n_x))
-    d = sparse.diags([1.0, -2.0, 1.0], [0, 1, 2], shape=(n_k - 2, n_k))
-    blocks = sparse.kron(d, sparse.identity(n_nodes), format="csr")
-    full = sparse.hstack([blocks, sparse.csr_matrix((blocks.shape[0], n_x - blocks.shape[1]))])
-    return (full.T @ full).tocsr()
+        return zeros((n_x, n_x))
+    row = np.arange((n_k - 2) * n_nodes)
+    full = from_triplets(np.tile([1.0, -2.0, 1.0], row.size), np.repeat(row, 3),
+                         (np.repeat(row, 3) + np.tile([0, 1, 2], row.size) * n_nodes),
+                         (row.size, n_x))
+    return (full.T @ full).converted("csr")
 
 
-def _solve(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
+def _solve(mat: Compressed, rhs: np.ndarray, pen: Compressed,
            strength: float) -> np.ndarray:
     return _solve_normal(mat.T @ mat, mat.T @ rhs, pen, strength)
 
 
-def _solve_normal(gram: sparse.csr_matrix, mat_t_rhs: np.ndarray, pen: sparse.csr_matrix,
+def _solve_normal(gram: Compressed, mat_t_rhs: np.ndarray, pen: Compressed,
                   strength: float) -> np.ndarray:
     """The penalized least-squares solution from the normal equations' parts (``gram`` =
     mat.T @ mat, ``mat_t_rhs`` = mat.T @ rhs), which a caller solving for several strengths
     computes once."""
-    normal = (gram + strength * pen + 1e-9 * sparse.identity(gram.shape[1])).tocsc()
+    normal = (gram + strength * pen + identity(gram.shape[1], 1e-9)).converted("csc")
     # the unknowns knot-major (``_design``): in natural order the factor stays a band; the
     # matrix is symmetric positive definite, so its diagonal pivots are taken: with SuperLU's
     # default row pivoting the weak strengths (``_FINER``, a small diagonal) took 0.5-0.7 s
     # each on a 12-node ring's 4,412 unknowns instead of 0.01
     try:
-        lu = splu(normal, permc_spec="NATURAL", diag_pivot_thresh=0.0,
-                  options={"SymmetricMode": True})
-        return np.atleast_1d(lu.solve(mat_t_rhs))
+        return solve_natural(normal, mat_t_rhs)
     except RuntimeError:  # exactly singular (a node no timely message pins): no solution
         return np.full(gram.shape[1], np.nan)
 
 
-def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
+def _choose(mat: Compressed, rhs: np.ndarray, pen: Compressed,
             win: np.ndarray, o: FitOptions, folds: int = 3) -> float:
     """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
     the strongest (straightest) within ``simpler_within`` of the best of ``_LAMBDAS``; or
@@ -708,9 +706,9 @@ def _choose(mat: sparse.csr_matrix, rhs: np.ndarray, pen: sparse.csr_matrix,
         test = fold == f
         if not test.any() or test.all():
             continue
-        train = mat[~test]
+        train = mat.rows(~test)
         gram, mat_t_rhs = train.T @ train, train.T @ rhs[~test]
-        held, held_rhs = mat[test], rhs[test]
+        held, held_rhs = mat.rows(test), rhs[test]
         for i, strength in enumerate(grid):
             x = _solve_normal(gram, mat_t_rhs, pen, strength)
             scores[i] += float(np.sum((held @ x - held_rhs) ** 2))
@@ -817,8 +815,7 @@ def _window_offsets(w: np.ndarray, lo: np.ndarray, hi: np.ndarray, delta: np.nda
         w, lo, hi, delta, weight = w[use], lo[use], hi[use], delta[use], weight[use]
     size = n_win * n_nodes
     va, vb = w * n_nodes + lo, w * n_nodes + hi
-    g = sparse.coo_matrix((np.ones(w.size), (va, vb)), shape=(size, size)).tocsr()
-    _, lab = connected_components(g, directed=False)
+    _, lab = weak_components(size, va, vb)
     refs = np.arange(n_win) * n_nodes + ref
     linked = (lab == np.repeat(lab[refs], n_nodes)).reshape(n_win, n_nodes)
     e = np.zeros((n_win, n_nodes))
@@ -835,11 +832,10 @@ def _window_offsets(w: np.ndarray, lo: np.ndarray, hi: np.ndarray, delta: np.nda
     d = d * sw
     rows = np.arange(d.size)
     m = [(rows[cb >= 0], cb[cb >= 0], sw[cb >= 0]), (rows[ca >= 0], ca[ca >= 0], -sw[ca >= 0])]
-    mat = sparse.csr_matrix((np.concatenate([s for _, _, s in m]),
-                             (np.concatenate([r for r, _, _ in m]),
-                              np.concatenate([cc for _, cc, _ in m]))),
-                            shape=(d.size, int(unknown.sum())))
-    normal = (mat.T @ mat).tocsc()
+    mat = from_triplets(np.concatenate([s for _, _, s in m]),
+                        np.concatenate([r for r, _, _ in m]),
+                        np.concatenate([cc for _, cc, _ in m]), (d.size, int(unknown.sum())))
+    normal = (mat.T @ mat).converted("csc")
     sol = np.atleast_1d(spsolve(normal, mat.T @ d))
     flat = e.ravel()
     flat[unknown] = sol
@@ -936,7 +932,7 @@ def _fit(model: str, lam: float, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     ab = _banded(w, lam)
     try:
         return solveh_banded(ab, w * y)
-    except (LinAlgError, ValueError):
+    except (np.linalg.LinAlgError, ValueError):
         return _fit("line", 0.0, y, w)
 
 
@@ -964,6 +960,6 @@ def _dof(model: str, lam: float, w: np.ndarray, probes: int = 8) -> float:
     v = rng.choice([-1.0, 1.0], size=(w.size, probes))
     try:
         hv = solveh_banded(ab, w[:, None] * v)
-    except (LinAlgError, ValueError):
+    except (np.linalg.LinAlgError, ValueError):
         return 2.0
     return float(np.clip(np.mean(np.sum(v * hv, axis=0)), 1.0, float(np.sum(w > 0))))

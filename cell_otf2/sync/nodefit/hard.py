@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import dijkstra
+
+from ...native.graph_loops import dijkstra_rows
+from .compressed import from_triplets
 
 
 class Infeasible(Exception):
@@ -111,8 +112,8 @@ def shortest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, init: np.n
         rows = np.concatenate([s_pos, np.full(fin.size, n)])
         cols = np.concatenate([d_pos, fin])
         vals = np.concatenate([w_pos, d[fin] - base + 1e-9])
-        g = sparse.csr_matrix((vals, (rows, cols)), shape=(n + 1, n + 1))
-        dist = dijkstra(g, indices=n, min_only=True)[:n] + base
+        g = from_triplets(vals, rows, cols, (n + 1, n + 1))
+        dist = dijkstra_rows(n + 1, (g.indptr, g.indices, g.data), n)[:n] + base
         if not neg.any():
             return dist + pot
         cand = dist[s_neg] + w_neg

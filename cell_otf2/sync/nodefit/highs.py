@@ -10,19 +10,14 @@ optimum. It builds no rows (``program.py`` does)."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import sys
-import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy
-from scipy import sparse
 
-_CORE = "scipy.optimize._highspy._core"
-_LOADING = threading.Lock()  # the spins of ``lp.py`` start their programs side by side
+from .compressed import Compressed, vstack
+from .scipy_parts import HIGHS, load_by_file
+
+_CORE = HIGHS
 
 
 def _bindings() -> Any:
@@ -30,14 +25,10 @@ def _bindings() -> Any:
     None before scipy 1.15. Loaded on first use from scipy's folder without running
     ``scipy.optimize``'s package set-up, which imports every optimizer (0.16 s here against
     0.006 s for the bindings alone); the usual import where that fails."""
-    with _LOADING:
-        core = sys.modules.get(_CORE)
-        if core is not None:
-            return core
-        try:
-            core = _load_core()
-        except (ImportError, OSError, AttributeError, TypeError, ValueError):
-            core = None
+    try:
+        core = _load_core()
+    except (ImportError, OSError, AttributeError, TypeError, ValueError):
+        core = None
     if core is None:
         try:
             from scipy.optimize._highspy import _core
@@ -50,18 +41,7 @@ def _bindings() -> Any:
 def _load_core() -> Any:
     """scipy's bundled HiGHS module, loaded by its file name and entered under its own
     module name (a later ``import scipy.optimize`` finds it there, not a second copy)."""
-    folder = Path(scipy.__file__).parent / "optimize" / "_highspy"
-    found = [folder / f"_core{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
-    found = [f for f in found if f.is_file()]
-    if not found:
-        return None
-    loader = importlib.machinery.ExtensionFileLoader(_CORE, str(found[0]))
-    spec = importlib.util.spec_from_file_location(_CORE, found[0], loader=loader)
-    if spec is None:
-        return None
-    core = importlib.util.module_from_spec(spec)
-    loader.exec_module(core)
-    return sys.modules.setdefault(_CORE, core)
+    return load_by_file(_CORE)
 
 
 class LpFailed(RuntimeError):
@@ -77,14 +57,20 @@ class GrowingLp:
         self.bounds = np.asarray(bounds, dtype=np.float64)
         self.n_rows = 0
         self.warm = warm and _bindings() is not None
-        self._blocks: list[sparse.csr_matrix] = []  # every row so far, in blocks
+        self._blocks: list[Compressed] = []  # every row so far, in blocks (csr)
         self._rhs: list[np.ndarray] = []
         self._in_model = 0  # blocks HiGHS holds
         self._highs: Any = None  # the HiGHS object (its bindings ship no types)
 
-    def add_rows(self, rows: sparse.csr_matrix, rhs: np.ndarray) -> None:
-        """Rows ``rows @ x <= rhs`` (``rows`` with the program's columns)."""
-        self._blocks.append(sparse.csr_matrix(rows))
+    def add_rows(self, rows: Any, rhs: np.ndarray) -> None:
+        """Rows ``rows @ x <= rhs`` (``rows`` with the program's columns: a ``Compressed``
+        or a scipy sparse matrix)."""
+        if not isinstance(rows, Compressed):
+            rows = rows.tocsr()
+            rows.sum_duplicates()
+            rows = Compressed("csr", rows.shape, rows.indptr, rows.indices,
+                              np.asarray(rows.data, dtype=np.float64))
+        self._blocks.append(rows.converted("csr"))
         self._rhs.append(np.asarray(rhs, dtype=np.float64))
         self.n_rows += self._blocks[-1].shape[0]
 
@@ -121,7 +107,7 @@ class GrowingLp:
         return np.asarray(self._highs.getSolution().col_value, dtype=np.float64)
 
     def _first_model(self, h: Any) -> Any:
-        rows = sparse.vstack(self._blocks, format="csc")
+        rows = vstack(self._blocks).converted("csc")
         rhs = np.concatenate(self._rhs)
         lp = h.HighsLp()
         lp.num_col_, lp.num_row_ = self.cost.size, rhs.size
@@ -149,8 +135,11 @@ class GrowingLp:
     def _from_scratch(self) -> np.ndarray:
         # imported here, as ``program.py`` did: a conversion that never fits saves the import
         from scipy.optimize import linprog
+        from scipy.sparse import csr_matrix
 
-        res = linprog(self.cost, A_ub=sparse.vstack(self._blocks, format="csr"),
+        rows = vstack(self._blocks)
+        res = linprog(self.cost, A_ub=csr_matrix((rows.data, rows.indices, rows.indptr),
+                                                  shape=rows.shape),
                       b_ub=np.concatenate(self._rhs), bounds=self.bounds, method="highs-ipm")
         if res.x is None or res.status != 0:
             raise LpFailed(f"node fit: HiGHS found no solution ({res.message})")

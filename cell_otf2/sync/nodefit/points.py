@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import connected_components
 
 from ...model import NodeMap
+from ...native.graph_loops import strong_components
 
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
 #: record ``after`` on node b at ``tb`` (record ids count distinct messages per node); ``kind``
@@ -133,9 +132,7 @@ def map_to_reference(m: NodeMap, x: np.ndarray | float) -> np.ndarray:
 
 def strongly_connected(pts: np.ndarray, n_nodes: int, ref: int) -> np.ndarray:
     """Nodes with a path of messages to and from the reference."""
-    g = sparse.coo_matrix((np.ones(pts.size), (pts["a"], pts["b"])),
-                          shape=(n_nodes, n_nodes)).tocsr()
-    _, lab = connected_components(g, directed=True, connection="strong")
+    _, lab = strong_components(n_nodes, pts["a"], pts["b"])
     return lab == lab[ref]
 
 

@@ -8,9 +8,9 @@ knots (``curves.py`` does) and builds no map (``fit.py`` does)."""
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import dijkstra
 
+from ...native.graph_loops import dijkstra_rows
+from .compressed import from_triplets
 from .highs import GrowingLp
 from .points import LpOptions as FitOptions
 from .points import by_node
@@ -146,7 +146,7 @@ class Program:
             rr = np.concatenate([p[0] for p in parts])
             cc = np.concatenate([p[1] for p in parts])
             vv = np.concatenate([p[2] for p in parts])
-            lp.add_rows(sparse.csr_matrix((vv, (rr, cc)), shape=(row0, n_cols)),
+            lp.add_rows(from_triplets(vv, rr, cc, (row0, n_cols)),
                         np.concatenate(rhs))
             in_model |= active
             rate_in_model |= rate_on
@@ -259,10 +259,13 @@ def shift_bounds(pts: np.ndarray, slack: np.ndarray, n_nodes: int, ref: int, c: 
     wn = key // (n_nodes * n_nodes)
     size = n_win * n_nodes
     wt = np.maximum(wt, 1e-9)  # csgraph drops explicit zeros
-    g = sparse.csr_matrix((wt, (wn * n_nodes + b, wn * n_nodes + a)), shape=(size, size))
+    g = from_triplets(wt, wn * n_nodes + b, wn * n_nodes + a, (size, size))
+    back = g.T.converted("csr")
     src = np.arange(n_win) * n_nodes + ref
-    up = dijkstra(g, indices=src, min_only=True).reshape(n_win, n_nodes)
-    down = dijkstra(g.T.tocsr(), indices=src, min_only=True).reshape(n_win, n_nodes)
+    up = dijkstra_rows(size, (g.indptr, g.indices, g.data), src,
+                       min_only=True).reshape(n_win, n_nodes)
+    down = dijkstra_rows(size, (back.indptr, back.indices, back.data), src,
+                         min_only=True).reshape(n_win, n_nodes)
     both = np.isfinite(up) & np.isfinite(down)
     worst = np.where(both, np.maximum(up, down), -np.inf).max(axis=0)
     return np.where(np.isfinite(worst), worst, np.inf)
