@@ -91,7 +91,7 @@ def check_run(run_dir: str | Path, options: ConvertOptions | None = None) -> Che
     The options are ``convert``'s (None: the defaults): the same phases run with them, so the
     damage lines (the summary's ``unusable``, nodes placed only by their start readings
     included) and the exit status are the conversion's."""
-    # imported here, not with the module: the driver brings scipy
+    # imported here, not with the module: the driver brings every stage's modules
     from ..decode.tracer_bugs import recognize_run
     from .driver import StageClock, run_phases
     from .options import ConvertOptions
