@@ -160,8 +160,9 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
                                                                    np.zeros(g_first.size))
     except Infeasible:
         env_first = None
-    curves = estimate(pts, n_nodes, ref, c, hz, o,
-                      prior=_envelope_lines(g_first, env_first, n_nodes, ref))
+    env_lines = _envelope_lines(g_first, env_first, n_nodes, ref)
+    curves = estimate(pts, n_nodes, ref, c, hz, o, prior=env_lines)
+    _hold_no_rate(curves, eps, g_first, env_first, env_lines)
     lonely = [n for n in np.flatnonzero(fitted).tolist()
               if n != ref and curves.knots[n] is None]
     if lonely:  # no symmetric kind links them: centred between all messages instead
@@ -179,9 +180,8 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         for n, kc in enumerate(curves.knots):
             vals = curves.values[n]
             if kc is not None and vals is not None:
-                middle = curve_at(kc, vals, np.array([0.5 * (kc[0] + kc[-1])]))
                 curves.knots[n] = np.r_[kc[0], max(kc[-1], kc[0] + 1.0)]
-                curves.values[n] = np.r_[middle, middle]
+                curves.values[n] = np.full(2, _middle(kc, vals))
                 curves.model[n] = "constant"
     fit.models = list(curves.model)
     secs["estimate"] = time.perf_counter() - t1
@@ -256,6 +256,42 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     fit.reversed = int((slack < 0).sum())
     fit.seconds = secs
     return fit
+
+
+def _middle(knots: np.ndarray, values: np.ndarray) -> float:
+    """A curve's value halfway between its first and last knot."""
+    return float(curve_at(knots, values, np.array([0.5 * (knots[0] + knots[-1])]))[0])
+
+
+def _hold_no_rate(curves, eps: float, g, env: tuple[np.ndarray, np.ndarray] | None,  # noqa: ANN001
+                  env_lines: list[tuple[np.ndarray, np.ndarray] | None]) -> list[int]:
+    """Where a node's curve runs faster or slower than the rate limit ``eps`` anywhere, its
+    messages did not resolve its rate (a clock cannot drift so far: few exchanges, or a run
+    too short, under latency noise): hold no rate there, the curve's value halfway along its
+    span throughout; where that value leaves the envelope ``env`` of graph ``g`` (the maps
+    that keep every message ordered) at one of the node's vertices, the curve's offset is as
+    unresolved as its rate: the line through the envelope's middle (``env_lines``) instead.
+    Either way no expected error (the guaranteed bound still says how far it may be).
+    Returns those nodes. ``curves``: the estimate's (``estimate.Curves``), changed in place."""
+    held = []
+    for n, (kc, vals) in enumerate(zip(curves.knots, curves.values, strict=True)):
+        if kc is None or vals is None or kc.size < 2:
+            continue
+        if np.max(np.abs(np.diff(vals) / np.maximum(np.diff(kc), 1.0))) <= eps:
+            continue
+        middle = _middle(kc, vals)
+        curves.values[n] = np.full(kc.size, middle)
+        curves.model[n] = "no rate"
+        curves.error[n] = np.nan
+        held.append(n)
+        line = env_lines[n]
+        if env is None or line is None:
+            continue
+        v = g.node == n
+        if np.any((middle < env[0][v]) | (middle > env[1][v])):
+            curves.knots[n], curves.values[n] = line
+            curves.model[n] = "envelope"
+    return held
 
 
 def _envelope_lines(g, env: tuple[np.ndarray, np.ndarray] | None, n_nodes: int, ref: int
