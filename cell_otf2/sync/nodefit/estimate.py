@@ -447,19 +447,21 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         res = mat @ x - rhs
         scale = 1.4826 * float(np.median(np.abs(res)))
         keep = np.abs(res) <= max(5.0 * scale, 1.0)
+        kept = mat
         if not keep.all() and keep.sum() > n_x:
-            x = _solve(mat.rows(keep), rhs[keep], pen, strength)
-            res = mat.rows(keep) @ x - rhs[keep]
+            kept = mat.rows(keep)
+            x = _solve(kept, rhs[keep], pen, strength)
+            res = kept @ x - rhs[keep]
         else:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
         # a line: centred between each pair's fastest messages both ways, not their means
         if o.floor_messages > 0 and strength >= _LAMBDAS[0] and np.isfinite(x).all():
-            lift = _floor_lift(rhs[keep] - mat.rows(keep) @ x, d_key[rows][keep],
+            lift = _floor_lift(rhs[keep] - kept @ x, d_key[rows][keep],
                                int(d_key.max()) + 1, o.floor_messages,
                                o.floor_near_us * 1e-6 * hz)
             if lift.any():
-                x = _solve(mat.rows(keep), rhs[keep] + lift, pen, strength)
-                res = mat.rows(keep) @ x - (rhs[keep] + lift)
+                x = _solve(kept, rhs[keep] + lift, pen, strength)
+                res = kept @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
             return width  # singular: the curves stay as the rounds before left them
         e = x[:n_e].reshape(n_k, len(nodes)).T  # knot-major, as numbered in ``_design``
