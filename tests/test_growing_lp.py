@@ -15,7 +15,7 @@ import pytest
 from scipy import sparse
 from scipy.optimize import linprog
 
-from cell_otf2.sync.nodefit import highs
+from cell_otf2.sync.nodefit import highs, scipy_parts
 from cell_otf2.sync.nodefit.highs import GrowingLp, LpFailed
 from cell_otf2.sync.nodefit.lp import lp_maps
 from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference
@@ -151,7 +151,7 @@ print("ok")
 
 def test_the_bindings_by_the_usual_import_where_the_file_is_not_found(monkeypatch):
     monkeypatch.delitem(sys.modules, highs._CORE, raising=False)
-    monkeypatch.setattr(highs, "_load_core", lambda: None)
+    monkeypatch.setattr(scipy_parts, "load_by_file", lambda name: None)
     from scipy.optimize._highspy import _core
 
     assert highs._bindings() is _core

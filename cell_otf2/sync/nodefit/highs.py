@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .compressed import Compressed, vstack
-from .scipy_parts import HIGHS, load_by_file
+from .scipy_parts import HIGHS, compiled
 
 _CORE = HIGHS
 
@@ -24,24 +24,12 @@ def _bindings() -> Any:
     """HiGHS's own bindings as scipy bundles them (its ``linprog`` calls the same library),
     None before scipy 1.15. Loaded on first use from scipy's folder without running
     ``scipy.optimize``'s package set-up, which imports every optimizer (0.16 s here against
-    0.006 s for the bindings alone); the usual import where that fails."""
+    0.006 s for the bindings alone); the usual import where that fails
+    (``scipy_parts.compiled``)."""
     try:
-        core = _load_core()
-    except (ImportError, OSError, AttributeError, TypeError, ValueError):
-        core = None
-    if core is None:
-        try:
-            from scipy.optimize._highspy import _core
-        except ImportError:
-            return None
-        core = _core
-    return core
-
-
-def _load_core() -> Any:
-    """scipy's bundled HiGHS module, loaded by its file name and entered under its own
-    module name (a later ``import scipy.optimize`` finds it there, not a second copy)."""
-    return load_by_file(_CORE)
+        return compiled(_CORE)
+    except ImportError:
+        return None
 
 
 class LpFailed(RuntimeError):
