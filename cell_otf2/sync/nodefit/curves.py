@@ -326,13 +326,16 @@ def _window_offsets(gk: np.ndarray, alpha: np.ndarray, n_win: int, n_nodes: int,
 
 def _curve_width(pair: np.ndarray, span: float, o: FitOptions, hz: float) -> float:
     """Window of the node curves: ``curve_points`` points of the median directed node pair,
-    at most ``1 / curve_windows`` of the run, within ``curve_window_s``; but never fewer
+    at most ``1 / curve_windows`` of the run, within ``curve_window_s`` (shorter than its
+    least on a run shorter than ``curve_windows`` of it: ``1 / curve_windows`` of the run,
+    so that a run of seconds has windows enough to show a rate change); but never fewer
     than ``curve_min_points`` points (sparse messages: a window's offset needs several
     exchanges)."""
     counts = np.unique(pair, return_counts=True)[1]
     per_point = max(span, 1.0) / max(float(np.median(counts)), 1.0)
-    w = min(o.curve_points * per_point, span / max(o.curve_windows, 1))
-    w = float(np.clip(w, o.curve_window_s[0] * hz, o.curve_window_s[1] * hz))
+    most = span / max(o.curve_windows, 1)
+    w = min(o.curve_points * per_point, most)
+    w = float(np.clip(w, min(o.curve_window_s[0] * hz, most), o.curve_window_s[1] * hz))
     return max(w, min(o.curve_min_points * per_point, span))
 
 
