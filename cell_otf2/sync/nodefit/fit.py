@@ -264,6 +264,25 @@ def _middle(knots: np.ndarray, values: np.ndarray) -> float:
     return float(curve_at(knots, values, np.array([0.5 * (knots[0] + knots[-1])]))[0])
 
 
+def _slopes(knots: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A curve's rate beyond 1 per piece, absolute."""
+    return np.abs(np.diff(values) / np.maximum(np.diff(knots), 1.0))
+
+
+def _inside(env: tuple[np.ndarray, np.ndarray], g, n: int, value: float) -> bool:  # noqa: ANN001
+    """Whether the constant ``value`` lies inside the envelope ``env`` of graph ``g`` at
+    every vertex of node ``n``."""
+    v = g.node == n
+    return not np.any((value < env[0][v]) | (value > env[1][v]))
+
+
+def _hold(curves, n: int, value: float) -> None:  # noqa: ANN001
+    """Node ``n``'s curve held at ``value`` throughout, with no rate and no expected error."""
+    curves.values[n] = np.full(curves.knots[n].size, value)
+    curves.model[n] = "no rate"
+    curves.error[n] = np.nan
+
+
 def _hold_no_rate(curves, eps: float, g, env: tuple[np.ndarray, np.ndarray] | None,  # noqa: ANN001
                   env_lines: list[tuple[np.ndarray, np.ndarray] | None]) -> list[int]:
     """Where a node's curve runs faster or slower than the rate limit ``eps`` anywhere, its
@@ -276,20 +295,13 @@ def _hold_no_rate(curves, eps: float, g, env: tuple[np.ndarray, np.ndarray] | No
     Returns those nodes. ``curves``: the estimate's (``estimate.Curves``), changed in place."""
     held = []
     for n, (kc, vals) in enumerate(zip(curves.knots, curves.values, strict=True)):
-        if kc is None or vals is None or kc.size < 2:
-            continue
-        if np.max(np.abs(np.diff(vals) / np.maximum(np.diff(kc), 1.0))) <= eps:
+        if kc is None or vals is None or kc.size < 2 or np.max(_slopes(kc, vals)) <= eps:
             continue
         middle = _middle(kc, vals)
-        curves.values[n] = np.full(kc.size, middle)
-        curves.model[n] = "no rate"
-        curves.error[n] = np.nan
+        _hold(curves, n, middle)
         held.append(n)
         line = env_lines[n]
-        if env is None or line is None:
-            continue
-        v = g.node == n
-        if np.any((middle < env[0][v]) | (middle > env[1][v])):
+        if env is not None and line is not None and not _inside(env, g, n, middle):
             curves.knots[n], curves.values[n] = line
             curves.model[n] = "envelope"
     return held
@@ -312,17 +324,12 @@ def _hold_railed(curves, nodes: list[int], eps: float, g,  # noqa: ANN001
         kc, vals = curves.knots[n], curves.values[n]
         if kc is None or vals is None or kc.size < 2:
             continue
-        slopes = np.abs(np.diff(vals) / np.maximum(np.diff(kc), 1.0))
-        if np.min(slopes) < eps * (1.0 - 1e-6):
+        if np.min(_slopes(kc, vals)) < eps * (1.0 - 1e-6):
             continue
         middle = _middle(kc, vals)
-        v = g.node == n
-        if np.any((middle < env[0][v]) | (middle > env[1][v])):
-            continue
-        curves.values[n] = np.full(kc.size, middle)
-        curves.model[n] = "no rate"
-        curves.error[n] = np.nan
-        held.append(n)
+        if _inside(env, g, n, middle):
+            _hold(curves, n, middle)
+            held.append(n)
     return held
 
 
