@@ -150,7 +150,7 @@ print("ok")
 
 
 def test_the_bindings_by_the_usual_import_where_the_file_is_not_found(monkeypatch):
-    monkeypatch.delitem(sys.modules, highs._CORE, raising=False)
+    monkeypatch.delitem(sys.modules, scipy_parts.HIGHS, raising=False)
     monkeypatch.setattr(scipy_parts, "load_by_file", lambda name: None)
     from scipy.optimize._highspy import _core
 

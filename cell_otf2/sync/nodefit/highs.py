@@ -17,8 +17,6 @@ import numpy as np
 from .compressed import Compressed, vstack
 from .scipy_parts import HIGHS, compiled
 
-_CORE = HIGHS
-
 
 def _bindings() -> Any:
     """HiGHS's own bindings as scipy bundles them (its ``linprog`` calls the same library),
@@ -27,7 +25,7 @@ def _bindings() -> Any:
     0.006 s for the bindings alone); the usual import where that fails
     (``scipy_parts.compiled``)."""
     try:
-        return compiled(_CORE)
+        return compiled(HIGHS)
     except ImportError:
         return None
 
