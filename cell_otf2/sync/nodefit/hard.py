@@ -4,7 +4,8 @@ message end on a non-reference node, one for the reference, whose offset is 0; a
 a -> b says ``z_a(ta) - z_b(tb) <= tb + c_b - ta - c_a - latency``; consecutive vertices of
 a node differ by at most the rate limit times their distance). From it: the least change to
 an estimate that keeps every message (``keep_order``: the mean of the least solution above it
-and the greatest below it, both feasible, so their mean is), the guaranteed envelope of all
+and the greatest below it, both feasible, so their mean is; ``keep_order_by_node``: the same
+node by node, each given the nodes placed before it), the guaranteed envelope of all
 maps within the rate limit that keep every message ordered (``envelope``, ``bound_at``) and,
 where no map can keep them, the messages to blame (``Infeasible``). Shortest paths are
 Dijkstra's over weights made non-negative by a potential (the estimate), in rounds that relax
@@ -169,6 +170,60 @@ def keep_order(g: Graph, h: np.ndarray, latency: float, eps: float
     z, lower, upper = nearest(g.size, *g.edges(latency, eps), h, np.nan_to_num(h, nan=0.0))
     z[0] = 0.0
     return z, lower, upper
+
+
+def keep_order_by_node(g: Graph, h: np.ndarray, latency: float, eps: float,
+                       nodes: list[int], far: float) -> np.ndarray:
+    """``keep_order`` node by node, in the order of ``nodes`` (the reference not among
+    them), each node given the nodes placed before it, which stay where they were put
+    (pinned by two edges to the reference): a node whose estimate ``h`` lies within ``far``
+    of what they allow the closest to it (``nearest``); one whose estimate lies farther out
+    moved by the least constant that brings it inside (its shape kept: clipped to the
+    envelope, whose edges are rate-limit cones, its rate would rail), or, where no constant
+    does, into the middle of what they allow. So an estimate far off on one node moves that
+    node, not the nodes placed before it, where the joint ``keep_order`` moves both sides of
+    a misfit by half of it.
+    Every message is kept (each step is feasible with its pins, which the next keeps).
+    Returns the offsets (0 at the reference). Raises ``Infeasible``."""
+    src0, dst0, w0 = g.edges(latency, eps)
+    n = g.size
+    z = np.full(n, np.nan)
+    z[0] = 0.0
+    pot = np.nan_to_num(h, nan=0.0)
+    pot[0] = 0.0
+    for node in nodes:
+        mine = np.flatnonzero(g.node == node)
+        if not mine.size:
+            continue
+        pinned = np.flatnonzero(np.isfinite(z))[1:]  # the reference is vertex 0
+        src = np.concatenate([src0, np.zeros(pinned.size, np.int64), pinned])
+        dst = np.concatenate([dst0, pinned, np.zeros(pinned.size, np.int64)])
+        w = np.concatenate([w0, z[pinned], -z[pinned]])
+        pot_now = np.where(np.isfinite(z), z, pot)
+        lower, upper = envelope_of(n, src, dst, w, pot_now)
+        with np.errstate(invalid="ignore"):
+            mid = np.where(np.isfinite(lower) & np.isfinite(upper), 0.5 * (lower + upper),
+                           0.0)
+        est = np.where(np.isnan(h[mine]), mid[mine], h[mine])
+        start = np.full(n, np.inf)
+        start[0] = 0.0
+        start[pinned] = z[pinned]
+        start[mine] = np.clip(est, lower[mine], upper[mine])
+        if np.abs(start[mine] - est).max(initial=0.0) > far:
+            # an estimate this far outside: moved by the least constant that brings it
+            # inside (its shape kept), else, where no constant does, the middle
+            lo_shift = float((lower[mine] - est).max())
+            hi_shift = float((upper[mine] - est).min())
+            if lo_shift <= hi_shift:
+                start[mine] = est + min(max(0.0, lo_shift), hi_shift)
+            else:
+                start[mine] = mid[mine]
+        down = shortest(n, src, dst, w, start, pot_now)
+        up = -shortest(n, dst, src, w, -start, -pot_now)
+        z[mine] = 0.5 * (down[mine] + up[mine])
+    z[np.isnan(z)] = 0.0  # vertices of no node given (none: every node is)
+    z[0] = 0.0
+    return z
 
 
 def blame(g: Graph, h: np.ndarray, latency: float) -> np.ndarray:
