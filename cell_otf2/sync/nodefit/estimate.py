@@ -19,7 +19,7 @@ from ...native.graph_loops import weak_components
 from .compressed import Compressed, from_triplets, identity, solve_natural, spsolve, zeros
 from .counted import counted_lines
 from .disagree import two_way_centres
-from .oneway import late_one_way, mirrored
+from .oneway import late_one_way, mirrored, taking_turns
 from .points import ORDER_ONLY, FitOptions, by_node, curve_at
 from .scipy_parts import solveh_banded
 
@@ -160,14 +160,17 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     late_l, usual_l = np.r_[late_l, late[more]], np.r_[usual_l, usual[more]]
     on_time_l &= on_time
     real = (a, b, ta, tb, group)
+    # pairs of such a kind whose directions take turns at being late, never timely together:
+    # their timely messages mirrored with the kind's usual sum too
+    turns = taking_turns(delay, d_kept, u, kinds.size, margin, rate, late, usual)
     if late.size:
-        a, b, ta, tb, group = _with_mirrored(real, d_kept, late, usual, on_time)
+        a, b, ta, tb, group = _with_mirrored(real, d_kept, late, usual, on_time, turns)
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         fwd = a == lo
         u = ta + c[a]
     lines_of: tuple[np.ndarray, ...] = (a, b, ta, tb, group)
     if late_l.size > late.size:
-        lines_of = _with_mirrored(real, d_kept, late_l, usual_l, on_time_l)
+        lines_of = _with_mirrored(real, d_kept, late_l, usual_l, on_time_l, turns)
     u0, u1 = float(u.min()), float(u.max())
     span = max(u1 - u0, 1.0)
     knots: list[np.ndarray | None] = [None] * n_nodes
@@ -326,11 +329,15 @@ def _undo_impossible(start: tuple, knots: list, values: list, curves: Curves,
 
 
 def _with_mirrored(real: tuple[np.ndarray, ...], d_key: np.ndarray, late: np.ndarray,
-                   usual: np.ndarray, on_time: np.ndarray) -> tuple[np.ndarray, ...]:
+                   usual: np.ndarray, on_time: np.ndarray,
+                   turns: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
     """The messages (a, b, ta, tb, group) with those of the directions ``late`` replaced by
-    their timely directions', mirrored (``oneway.mirrored``)."""
+    their timely directions', mirrored (``oneway.mirrored``), and those of pairs taking
+    turns (``oneway.taking_turns``: dropped, mirrored and their sums) likewise."""
     a, b, ta, tb, group = real
     stay, which, sums = mirrored(d_key, late, usual, on_time)
+    stay = stay & ~turns[0]
+    which, sums = np.r_[which, turns[1]], np.r_[sums, turns[2]]
     return (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]], np.r_[ta[stay], tb[which]],
             np.r_[tb[stay], ta[which] + sums], np.r_[group[stay], group[which]])
 
