@@ -84,6 +84,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     by_dir = np.argsort(d_key, kind="stable")
     starts = np.searchsorted(d_key[by_dir], np.arange(n_dir + 1))
     two_way = np.full(n_dir // 2, np.nan)  # twice the least latency plus what came late
+    beyond = np.full(n_dir // 2, np.nan)  # a pair taking turns: its sum by extrapolation
     slow = np.full(n_dir // 2, -1)
     late_sums: dict[int, np.ndarray] = {}  # a scattered direction's sums, per message
     late_windows = np.zeros(n_dir // 2, np.int64)  # a scattered direction's windows
@@ -115,6 +116,8 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             two_way[g] = _together(u, r, mine, _TOGETHER_SHARE * margin / rate, margin)
             if not np.isfinite(two_way[g]):
                 two_way[g] = _interleaved(u, r, mine, rate, margin)
+            if not np.isfinite(two_way[g]):
+                beyond[g] = _extrapolated(u, r, mine, rate, margin)
             continue
         keep = ~out[side]
         if keep.sum() < 2 or t_late.size == 0:
@@ -143,6 +146,12 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     kind = np.arange(n_dir // 2) % n_kinds
     keys: list[int] = []
     sums: list[float] = []
+    # a kind that no second pair gives a sum takes one from a pair taking turns, its timely
+    # directions' line carried a few exchanges beyond them (``_extrapolated``)
+    for k in np.unique(kind[np.isfinite(beyond)]).tolist():
+        if np.count_nonzero(np.isfinite(two_way) & (kind == k)) == 1:
+            lone = np.isfinite(beyond) & (kind == k)
+            two_way[lone] = beyond[lone]
     for k in np.unique(kind[np.isfinite(two_way)]).tolist():
         of_k = np.isfinite(two_way) & (kind == k)
         if of_k.sum() < 2:
@@ -308,6 +317,36 @@ def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: flo
         # between two of the other's at most this far apart: a wander bends a longer chord
         inside &= t_o[j] - t_o[j - 1] <= _BRACKET_SPACINGS * gap
         sums.append(y[inside] + curve_at(t_o, y_o, t[inside]))
+    every = np.concatenate(sums) if sums else np.zeros(0)
+    if every.size < 2:
+        return np.nan
+    least = float(np.min(every))
+    agree = np.count_nonzero(every <= least + margin) >= 2
+    return least if agree and least > 0.0 else np.nan
+
+
+def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
+                  margin: float) -> float:
+    """The least two-way sum of a pair whose directions take turns at being late, timely
+    apart (one way in some exchanges, the other in the next): each direction's timely
+    messages (``_above_reach``) plus the other direction's at their times, along the least
+    squares line through three or more of the other's timely messages, carried at most
+    ``_BRACKET_SPACINGS`` of its usual spacings beyond them (a wander bends a line carried
+    farther). NaN unless two sums agree within ``margin`` and the least is positive."""
+    lines = []
+    for way in ways:
+        t, y = _least_per_time(u[way], r[way])
+        timely = ~_above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
+        gap = float(np.median(np.diff(t))) if t.size > 1 else 0.0
+        lines.append((t[timely], y[timely], gap))
+    sums = []
+    for (t, y, _), (t_o, y_o, gap) in ((lines[0], lines[1]), (lines[1], lines[0])):
+        if t_o.size < 3 or t.size == 0:
+            continue
+        slope, icept = np.polyfit(t_o - t_o[0], y_o, 1)
+        reach = _BRACKET_SPACINGS * gap
+        near = (t >= t_o[0] - reach) & (t <= t_o[-1] + reach)
+        sums.append(y[near] + icept + slope * (t[near] - t_o[0]))
     every = np.concatenate(sums) if sums else np.zeros(0)
     if every.size < 2:
         return np.nan
