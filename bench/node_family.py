@@ -28,7 +28,9 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   seeds 201-202: between the two (no targets but the order, bound and rate checks);
 - few: 30 runs of 4-12 exchanges drawn at random (``_few``): 2-12 nodes, MPI every
   0.01-5 s, where a direction late in every exchange has the fewest windows to be told by
-  (no targets but the order, bound and rate checks).
+  (no targets but the order, bound and rate checks);
+- few-more: 60 more such runs (two more sweeps), which no change to the fit was tuned on
+  (the same checks).
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
 this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
@@ -281,6 +283,10 @@ REGIMES: dict[str, Regime] = {
     "few": Regime(
         "4-12 exchanges, shapes drawn at random (one sweep of 30)", Targets(),
         cases=_few(41, 30), quick=_few(41, 10)),
+    "few-more": Regime(
+        "4-12 exchanges, two more sweeps of 30 drawn at random (not those the fit was "
+        "tuned on)", Targets(),
+        cases=_few(42, 30) + _few(43, 30), quick=_few(42, 10)),
     "slow": Regime(
         "MPI every 5-10 s, 5-20 minutes, wander 0-20 us over 2-5 min", Targets(),
         cases=[_c("3 nodes chain, 10 s, 20 min, 20 us / 5 min, 15 % imbalance", 61, 3, 10.0,
