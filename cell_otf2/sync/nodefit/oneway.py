@@ -198,9 +198,11 @@ def taking_turns(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, 
     two-way sum ``late_one_way`` found (``late``, ``usual``): no window gives such a pair a
     two-way sum, and the estimate centred it between a timely and a late direction
     (milliseconds). Per direction a message is timely when it lies within half the ``margin``
-    of what the rate limit lets its direction's others allow (``_above_reach``); a pair with
-    timely and late messages both ways and at most one exchange timely both ways (messages
-    sent within ``_TOGETHER_SHARE`` of the margin's reach) gives way: its late messages are
+    of what the rate limit lets its direction's others allow (``_above_reach``), but of two
+    sent together (within ``_TOGETHER_SHARE`` of the margin's reach) whose sum lies above
+    the kind's usual one by more than the margin, the one further above its direction's
+    least is late; a pair with timely and late messages both ways and at most one exchange
+    timely both ways gives way: its late messages are
     dropped and its timely ones mirrored with the kind's usual sum, so that each timely
     message pins the pair as the mirrored directions of ``late_one_way`` do. Returns, per
     message, whether it is dropped, and the messages to mirror with their sums."""
@@ -233,6 +235,21 @@ def taking_turns(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, 
         j = np.clip(np.searchsorted(t1, u[i0]), 1, max(t1.size - 1, 1))
         near = np.where(np.abs(t1[j - 1] - u[i0]) <= np.abs(t1[j] - u[i0]), j - 1, j)
         together = (np.abs(t1[near] - u[i0]) <= within) & ok0 & ok1[near]
+        # sent together, both within reach, but their sum above the kind's usual one: one of
+        # them came late (over seconds between exchanges the rate limit's reach lets
+        # hundreds of microseconds pass), the one further above its direction's least
+        usual_g = kind_usual[g % n_kinds]
+        over = together & (r[i0] + r[i1[near]] > usual_g + margin)
+        if over.any():
+            above0 = r[i0] - float(r[i0[ok0]].min())
+            above1 = r[i1] - float(r[i1[ok1]].min())
+            first = over & (above0 >= above1[near])
+            ok0 = ok0 & ~first
+            ok1 = ok1.copy()
+            ok1[near[over & ~first]] = False
+            together &= ~over
+        if not (ok0.any() and ok1.any()):
+            continue
         if np.count_nonzero(together) > 1:
             continue  # timely both ways in some exchanges: the windows centre it
         drop[i0[~ok0]] = drop[i1[~ok1]] = True
