@@ -301,10 +301,7 @@ def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: floa
     ok = gap <= within
     if not ok.any():
         return np.nan
-    sums = r[fwd][ok] + rb[near[ok]]
-    least = float(np.min(sums))
-    agree = np.count_nonzero(sums <= least + margin) >= 2
-    return least if agree and least > 0.0 else np.nan
+    return _agreed_least([r[fwd][ok] + rb[near[ok]]], margin)
 
 
 def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
@@ -334,12 +331,7 @@ def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: flo
         # between two of the other's at most this far apart: a wander bends a longer chord
         inside &= t_o[j] - t_o[j - 1] <= _BRACKET_SPACINGS * gap
         sums.append(y[inside] + curve_at(t_o, y_o, t[inside]))
-    every = np.concatenate(sums) if sums else np.zeros(0)
-    if every.size < 2:
-        return np.nan
-    least = float(np.min(every))
-    agree = np.count_nonzero(every <= least + margin) >= 2
-    return least if agree and least > 0.0 else np.nan
+    return _agreed_least(sums, margin)
 
 
 def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
@@ -364,6 +356,12 @@ def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: fl
         reach = _BRACKET_SPACINGS * gap
         near = (t >= t_o[0] - reach) & (t <= t_o[-1] + reach)
         sums.append(y[near] + icept + slope * (t[near] - t_o[0]))
+    return _agreed_least(sums, margin)
+
+
+def _agreed_least(sums: list[np.ndarray], margin: float) -> float:
+    """The least of the two-way ``sums``, or NaN unless two of them agree within ``margin``
+    and the least is positive."""
     every = np.concatenate(sums) if sums else np.zeros(0)
     if every.size < 2:
         return np.nan
