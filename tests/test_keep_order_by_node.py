@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from node_oracle import errors_us, load, ours_to_ref
+from few_exchanges import few_exchange_run
 
-from cell_otf2.sim.run import simulate_run
 from cell_otf2.sync.nodefit.hard import build_graph, keep_order, keep_order_by_node
 from cell_otf2.sync.nodefit.points import POINT_DTYPE
 
@@ -78,13 +77,7 @@ def test_a_far_estimate_keeps_its_shape_where_a_shift_fits():
 def test_few_exchanges_place_nodes_one_at_a_time(tmp_path, nodes, topology, exchanges,
                                                  exchange_s, wander_us, period_s, imbalance,
                                                  seed, rms_us):
-    run = tmp_path / "run"
-    simulate_run(run, "cluster", seed, nodes=nodes, ranks=2 * nodes, spes=2,
-                 exchange_s=exchange_s, duration_s=exchanges * exchange_s,
-                 wander_us=wander_us, wander_period_s=period_s, topology=topology,
-                 max_ppm=50.0, imbalance=imbalance, shift_bytes=4096)
-    d = load(run)
-    rates = [abs(m.rate - 1.0) * 1e6 for m in d.ours if m is not None]
-    assert max(rates) < 99.0, rates
-    err = np.concatenate(list(errors_us(d, ours_to_ref(d)).values()))
-    assert np.sqrt(np.mean(err ** 2)) < rms_us
+    rate_ppm, rms = few_exchange_run(tmp_path / "run", seed, nodes, topology, exchanges,
+                                     exchange_s, wander_us, period_s, imbalance)
+    assert rate_ppm < 99.0, rate_ppm
+    assert rms < rms_us

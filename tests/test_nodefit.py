@@ -836,15 +836,8 @@ def test_pair_taking_turns_never_timely_together_is_mirrored():
 ])
 def test_pair_taking_turns_in_a_few_exchange_chain(tmp_path, nodes, exchange_s, seed,
                                                    exchanges, wander_us, period_s, rms_us):
-    from node_oracle import errors_us, load, ours_to_ref
+    from few_exchanges import few_exchange_run
 
-    from cell_otf2.sim.run import simulate_run
-
-    run = tmp_path / "run"
-    simulate_run(run, "cluster", seed, nodes=nodes, ranks=2 * nodes, spes=2,
-                 exchange_s=exchange_s, duration_s=exchanges * exchange_s,
-                 wander_us=wander_us, wander_period_s=period_s,
-                 topology="chain", max_ppm=50.0, imbalance=0.01, shift_bytes=4096)
-    d = load(run)
-    err = np.concatenate(list(errors_us(d, ours_to_ref(d)).values()))
-    assert np.sqrt(np.mean(err ** 2)) < rms_us
+    _, rms = few_exchange_run(tmp_path / "run", seed, nodes, "chain", exchanges, exchange_s,
+                              wander_us, period_s, 0.01)
+    assert rms < rms_us
