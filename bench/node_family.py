@@ -30,7 +30,10 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   0.01-5 s, where a direction late in every exchange has the fewest windows to be told by
   (no targets but the order, bound and rate checks);
 - few-more: 60 more such runs (two more sweeps), which no change to the fit was tuned on
-  (the same checks).
+  (the same checks);
+- few-steps: few exchanges (4-12, every 1-5 s) whose clocks change rate between them: six
+  exchanges 5 s apart on chains of 4 and 10 nodes, drift in 2 or 4 pieces, seeds 1-4, and 20
+  shapes drawn at random (``_few_steps``; the same checks).
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
 this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
@@ -164,6 +167,27 @@ def _few(sweep: int, count: int) -> list[Case]:
     return out
 
 
+def _few_steps(sweep: int, count: int) -> list[Case]:
+    """``count`` runs of few exchanges whose clocks change rate, drawn at random
+    (``random.Random(sweep)``): 4-12 exchanges every 1-5 s, the drift changing at 2-4 even
+    knots, 2-10 nodes, ring or chain, 1 % or 15 % uneven ranks, no wander."""
+    rng = random.Random(sweep)
+    out = []
+    for i in range(count):
+        nodes = rng.choice([2, 3, 4, 6, 8, 10])
+        topo = rng.choice(["ring", "chain"])
+        n_ex = rng.choice([4, 5, 6, 8, 10, 12])
+        ex = rng.choice([1.0, 2.0, 5.0])
+        steps = rng.choice([2, 3, 4])
+        imbalance = rng.choice([0.01, 0.15])
+        seed = rng.randrange(300, 10000)
+        out.append(_c(f"{sweep}/{i:02d}: {nodes} nodes {topo}, {n_ex} exchanges every {ex:g} "
+                      f"s, {steps} drift pieces, {imbalance:.0%} uneven, seed {seed}", seed,
+                      nodes, ex, n_ex * ex, topology=topo, spes=2, imbalance=imbalance,
+                      steps=steps))
+    return out
+
+
 def _slow_drawn(sweep: int, count: int) -> list[Case]:
     """``count`` slow shapes drawn at random (``random.Random(sweep)``): 4-12 nodes, ring or
     chain, MPI every 5 or 10 s over 3-10 minutes (18-120 exchanges), wander 0-20 us over
@@ -287,6 +311,17 @@ REGIMES: dict[str, Regime] = {
         "4-12 exchanges, two more sweeps of 30 drawn at random (not those the fit was "
         "tuned on)", Targets(),
         cases=_few(42, 30) + _few(43, 30), quick=_few(42, 10)),
+    "few-steps": Regime(
+        "4-12 exchanges whose clocks change rate: six exchanges 5 s apart on chains of 4 and "
+        "10 nodes (seeds 1-4, drift in 2 or 4 pieces) and 20 shapes drawn at random",
+        Targets(),
+        cases=[_c(f"{nodes} nodes chain, 6 exchanges every 5 s, {steps} drift pieces, seed "
+                  f"{seed}", seed, nodes, 5.0, 30.0, topology="chain", steps=steps)
+               for nodes in (4, 10) for steps in (2, 4) for seed in (1, 2, 3, 4)]
+        + _few_steps(44, 20),
+        quick=[_c(f"4 nodes chain, 6 exchanges every 5 s, 2 drift pieces, seed {seed}", seed,
+                  4, 5.0, 30.0, topology="chain", steps=2) for seed in (1, 2)]
+        + _few_steps(44, 4)),
     "slow": Regime(
         "MPI every 5-10 s, 5-20 minutes, wander 0-20 us over 2-5 min", Targets(),
         cases=[_c("3 nodes chain, 10 s, 20 min, 20 us / 5 min, 15 % imbalance", 61, 3, 10.0,
