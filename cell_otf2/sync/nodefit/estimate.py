@@ -19,7 +19,7 @@ from ...native.graph_loops import weak_components
 from .compressed import Compressed, from_triplets, identity, solve_natural, spsolve, zeros
 from .counted import counted_lines
 from .disagree import two_way_centres
-from .oneway import late_one_way, mirrored, taking_turns
+from .oneway import late_one_way, mirrored, pooled_sums, taking_turns
 from .points import ORDER_ONLY, FitOptions, by_node, curve_at
 from .scipy_parts import solveh_banded
 
@@ -144,26 +144,29 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     delay = (tb + c[b]) - (ta + c[a])
     margin, rate = max(o.late_window_us, o.timely_us) * 1e-6 * hz, 2.0 * o.max_ppm * 1e-6
     w_ow = _window_width(d_kept, u, run, o)
-    late, usual, on_time = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin, rate)
+    # (kinds no pair gives a sum alone: each pair's least, pooled over the kind's pairs)
+    pooled = pooled_sums(delay, d_kept, u, kinds.size, margin, rate, set())
+    late, usual, on_time = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin, rate,
+                                        pooled=pooled)
     if run / w_ow < _FEW_WINDOWS:  # few windows: those of one exchange tell more directions
         late_1, usual_1, on_time_1 = late_one_way(
             delay, d_kept, u, _window_width(d_kept, u, run, replace(o, window_messages=1)),
-            kinds.size, margin, rate)
+            kinds.size, margin, rate, pooled=pooled)
         more = ~np.isin(late_1, late)
         late, usual = np.r_[late, late_1[more]], np.r_[usual, usual_1[more]]
         on_time &= on_time_1
     # the start lines also mirror directions timely in at most a quarter of their windows:
     # a few timely windows of a wandering clock pin no line
     late_l, usual_l, on_time_l = late_one_way(delay, d_kept, u, w_ow, kinds.size, margin,
-                                              rate, timely_share=0.25)
+                                              rate, timely_share=0.25, pooled=pooled)
     more = ~np.isin(late, late_l)
     late_l, usual_l = np.r_[late_l, late[more]], np.r_[usual_l, usual[more]]
     on_time_l &= on_time
     real = (a, b, ta, tb, group)
     # pairs of such a kind whose directions take turns at being late, never timely together:
     # their timely messages mirrored with the kind's usual sum too
-    turns = taking_turns(delay, d_kept, u, kinds.size, margin, rate, late, usual)
-    if late.size:
+    turns = taking_turns(delay, d_kept, u, kinds.size, margin, rate, late, usual, pooled)
+    if late.size or turns[1].size:
         a, b, ta, tb, group = _with_mirrored(real, d_kept, late, usual, on_time, turns)
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         fwd = a == lo
@@ -335,7 +338,10 @@ def _with_mirrored(real: tuple[np.ndarray, ...], d_key: np.ndarray, late: np.nda
     their timely directions', mirrored (``oneway.mirrored``), and those of pairs taking
     turns (``oneway.taking_turns``: dropped, mirrored and their sums) likewise."""
     a, b, ta, tb, group = real
-    stay, which, sums = mirrored(d_key, late, usual, on_time)
+    if late.size:
+        stay, which, sums = mirrored(d_key, late, usual, on_time)
+    else:
+        stay, which, sums = np.ones(a.size, dtype=bool), np.zeros(0, np.int64), np.zeros(0)
     stay = stay & ~turns[0]
     which, sums = np.r_[which, turns[1]], np.r_[sums, turns[2]]
     return (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]], np.r_[ta[stay], tb[which]],

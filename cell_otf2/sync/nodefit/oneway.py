@@ -54,7 +54,8 @@ _BRACKET_SPACINGS = 2.5
 
 
 def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
-                 n_kinds: int, margin: float, rate: float, timely_share: float = 0.0
+                 n_kinds: int, margin: float, rate: float, timely_share: float = 0.0,
+                 pooled: dict[int, float] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The directions late in every exchange and their kinds' usual two-way sums: per
     direction key (``d_key`` = group * 2 + backward, group = pair * ``n_kinds`` + kind;
@@ -67,7 +68,8 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     late messages of such pairs). ``rate``: the largest slope of a curve's error (ticks per
     tick). ``timely_share``: also name the scattered directions with at most this share of
     their windows' count of such messages (for the start lines, which a few timely windows
-    of a wandering clock do not pin)."""
+    of a wandering clock do not pin). ``pooled``: {kind: usual sum} for the kinds whose pairs
+    give fewer than two sums here (``pooled_sums``)."""
     on_time = np.ones(r.size, dtype=bool)
     none = (np.zeros(0, np.int64), np.zeros(0), on_time)
     n_dir = int(d_key.max()) + 1 if d_key.size else 0
@@ -154,12 +156,15 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             two_way[lone] = beyond[lone]
     for k in np.unique(kind[np.isfinite(two_way)]).tolist():
         of_k = np.isfinite(two_way) & (kind == k)
-        if of_k.sum() < 2:
+        if of_k.sum() >= 2:
+            # the kind's usual two-way sum: the median of the pairs within the margin of its
+            # least (a pair late by a constant, which no test here tells, does not raise it)
+            near = of_k & (two_way <= float(np.min(two_way[of_k])) + margin)
+            usual = float(np.median(two_way[near]))
+        elif pooled is not None and k in pooled:
+            usual = pooled[k]
+        else:
             continue
-        # the kind's usual two-way sum: the median of the pairs within the margin of its
-        # least (a pair late by a constant, which no test here tells, does not raise it)
-        near = of_k & (two_way <= float(np.min(two_way[of_k])) + margin)
-        usual = float(np.median(two_way[near]))
         for g in np.flatnonzero(of_k & (slow >= 0) & np.isfinite(two_way)).tolist():
             # late in every exchange but at most ``_TIMELY_MESSAGES``: so few timely messages
             # pin no rate, and a support line through them tilts the pair by its lateness
@@ -190,8 +195,38 @@ def mirrored(d_key: np.ndarray, late: np.ndarray, usual: np.ndarray, on_time: np
     return keep, which, usual[timely_of[d_key[which]]]
 
 
+def pooled_sums(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, margin: float,
+                rate: float, known: set[int]) -> dict[int, float]:
+    """Usual two-way sums of the kinds not in ``known`` (those ``late_one_way`` gave one),
+    pooled over their node pairs: where no pair of a kind gives two sums that agree (pairs
+    taking turns at being late over a few exchanges, whose clocks bend between them: one sum
+    of a pair lands off by the bend), each pair's least positive sum (``_interleaved`` and
+    ``_extrapolated``, none asked to agree); a kind whose pairs give two or more within
+    ``margin`` of their least takes their median. Returns {kind: sum}."""
+    leasts: dict[int, list[float]] = {}
+    for g in np.unique(d_key // 2).tolist():
+        if g % n_kinds in known:
+            continue
+        ways = [np.flatnonzero(d_key == 2 * g + side) for side in (0, 1)]
+        if any(w.size < 2 for w in ways):
+            continue
+        every = np.concatenate([*_interleaved_sums(u, r, ways, rate, margin),
+                                *_extrapolated_sums(u, r, ways, rate, margin), np.zeros(0)])
+        every = every[every > 0.0]
+        if every.size:
+            leasts.setdefault(g % n_kinds, []).append(float(every.min()))
+    out: dict[int, float] = {}
+    for k, of_k in leasts.items():
+        v = np.sort(np.asarray(of_k))
+        near = v[v <= v[0] + margin]
+        if near.size >= 2:
+            out[k] = float(np.median(near))
+    return out
+
+
 def taking_turns(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, margin: float,
-                 rate: float, late: np.ndarray, usual: np.ndarray
+                 rate: float, late: np.ndarray, usual: np.ndarray,
+                 pooled: dict[int, float] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Node pairs whose directions take turns at being late and are never timely together
     (one way timely in some exchanges, the other way in the others), of a kind whose usual
@@ -204,14 +239,16 @@ def taking_turns(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, 
     least is late; a pair with timely and late messages both ways and at most one exchange
     timely both ways gives way: its late messages are
     dropped and its timely ones mirrored with the kind's usual sum, so that each timely
-    message pins the pair as the mirrored directions of ``late_one_way`` do. Returns, per
-    message, whether it is dropped, and the messages to mirror with their sums."""
+    message pins the pair as the mirrored directions of ``late_one_way`` do. ``pooled``:
+    more kinds' usual sums ({kind: sum}, ``pooled_sums``). Returns, per message, whether it
+    is dropped, and the messages to mirror with their sums."""
     drop = np.zeros(r.size, dtype=bool)
     none = (drop, np.zeros(0, np.int64), np.zeros(0))
-    if late.size == 0 or d_key.size == 0:
+    kind_usual = dict(pooled or {})
+    kind_usual.update({int(key // 2) % n_kinds: float(sum_)
+                       for key, sum_ in zip(late.tolist(), usual.tolist(), strict=True)})
+    if not kind_usual or d_key.size == 0:
         return none
-    kind_usual = {int(key // 2) % n_kinds: float(sum_)
-                  for key, sum_ in zip(late.tolist(), usual.tolist(), strict=True)}
     named = set((late // 2).tolist())
     within = _TOGETHER_SHARE * margin / rate
     which: list[np.ndarray] = []
@@ -313,6 +350,13 @@ def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: flo
     along the line through that direction's two such messages around it (a drift between
     them is taken out; a wander's curvature is not). NaN unless two sums agree within
     ``margin`` and the least is positive."""
+    return _agreed_least(_interleaved_sums(u, r, ways, rate, margin), margin)
+
+
+def _interleaved_sums(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
+                      margin: float) -> list[np.ndarray]:
+    """``_interleaved``'s sums: per direction, the other direction's curve at its timely
+    messages plus their delays (no agreement asked, none left out)."""
     curves = []
     spacing = []
     for way in ways:
@@ -331,7 +375,7 @@ def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: flo
         # between two of the other's at most this far apart: a wander bends a longer chord
         inside &= t_o[j] - t_o[j - 1] <= _BRACKET_SPACINGS * gap
         sums.append(y[inside] + curve_at(t_o, y_o, t[inside]))
-    return _agreed_least(sums, margin)
+    return sums
 
 
 def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
@@ -341,7 +385,15 @@ def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: fl
     messages (``_above_reach``) plus the other direction's at their times, along the least
     squares line through three or more of the other's timely messages, carried at most
     ``_BRACKET_SPACINGS`` of its usual spacings beyond them (a wander bends a line carried
-    farther). NaN unless two sums agree within ``margin`` and the least is positive."""
+    farther). NaN unless two sums agree within ``margin`` and the least is positive.
+    ``_extrapolated_sums``: those sums, per direction."""
+    return _agreed_least(_extrapolated_sums(u, r, ways, rate, margin), margin)
+
+
+def _extrapolated_sums(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
+                       margin: float) -> list[np.ndarray]:
+    """``_extrapolated``'s sums: per direction, the other direction's curve at its timely
+    messages plus their delays (no agreement asked, none left out)."""
     lines = []
     for way in ways:
         t, y = _least_per_time(u[way], r[way])
@@ -356,7 +408,7 @@ def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: fl
         reach = _BRACKET_SPACINGS * gap
         near = (t >= t_o[0] - reach) & (t <= t_o[-1] + reach)
         sums.append(y[near] + icept + slope * (t[near] - t_o[0]))
-    return _agreed_least(sums, margin)
+    return sums
 
 
 def _agreed_least(sums: list[np.ndarray], margin: float) -> float:
