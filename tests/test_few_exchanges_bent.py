@@ -77,3 +77,23 @@ def test_late_one_way_takes_a_pooled_sum_where_one_pair_gives_one():
     late, usual, _ = late_one_way(r, d_key, u, 5.0 * HZ, 1, MARGIN, RATE,
                                   pooled={0: 22.0})
     assert late.tolist() == [1] and usual.tolist() == [22.0]
+
+
+def test_an_extrapolated_sum_below_every_pairs_sum_is_the_kinds():
+    """Two pairs late one way in every exchange (their sums: milliseconds) and one taking
+    turns whose timely directions, carried across the exchanges, agree on twice the least
+    latency (22 us): the kind's usual sum is that one, and both late directions are
+    named."""
+    rng = np.random.default_rng(11)
+    t = np.arange(6.0) * 5.0 * HZ
+
+    def late_pair() -> tuple[np.ndarray, ...]:
+        return (t, 11.0 + rng.exponential(0.5, 6), t + 0.05 * HZ,
+                11.0 + rng.uniform(20000.0, 35000.0, 6))
+
+    r, d_key, u = _pairs([late_pair(),
+                          _taking_turns(rng, t, np.array([1, 1, 0, 0, 1, 1], bool), 0.0),
+                          late_pair()])
+    late, usual, _ = late_one_way(r, d_key, u, 5.0 * HZ, 1, MARGIN, RATE)
+    assert late.tolist() == [1, 5]
+    assert usual == pytest.approx(22.0, abs=3.0)
