@@ -14,13 +14,15 @@ from cell_otf2.sim.run import simulate_run
 
 def few_exchange_run(run: Path, seed: int, nodes: int, topology: str, exchanges: int,
                      exchange_s: float, wander_us: float, period_s: float,
-                     imbalance: float) -> tuple[float, float]:
-    """Simulate the run into ``run`` and fit its node maps: (the largest |rate| of a node's
-    map in ppm, the RMS error in us at the records of every node but the reference)."""
+                     imbalance: float, drift_pieces: int = 1) -> tuple[float, float]:
+    """Simulate the run into ``run`` (``drift_pieces``: the drift changes at that many even
+    knots) and fit its node maps: (the largest |rate| of a node's map in ppm, the RMS error
+    in us at the records of every node but the reference)."""
     simulate_run(run, "cluster", seed, nodes=nodes, ranks=2 * nodes, spes=2,
                  exchange_s=exchange_s, duration_s=exchanges * exchange_s,
                  wander_us=wander_us, wander_period_s=period_s, topology=topology,
-                 max_ppm=50.0, imbalance=imbalance, shift_bytes=4096)
+                 max_ppm=50.0, imbalance=imbalance, shift_bytes=4096,
+                 drift_segments=drift_pieces)
     d = load(run)
     rates = [abs(m.rate - 1.0) * 1e6 for m in d.ours if m is not None]
     err = np.concatenate(list(errors_us(d, ours_to_ref(d)).values()))

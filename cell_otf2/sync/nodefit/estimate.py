@@ -6,8 +6,10 @@ node they do not pin, from the middle of its guaranteed envelope; coarse windows
 reaches it); then rounds of one least-squares problem over every timely message of every node
 pair at once, each node's correction piecewise linear on a grid of windows with a penalty on
 its second differences chosen by cross-validation (a line where a line is as good; a line
-centred between each pair's fastest messages both ways, not their means). It keeps
-no message ordered (``hard.py`` does) and reads no files."""
+centred between each pair's fastest messages both ways, not their means). Over a few
+exchanges whose clocks change rate between them, a window per exchange, or the curves
+through each exchange's own centres where those leave the node pairs clearly closer to
+centre. It keeps no message ordered (``hard.py`` does) and reads no files."""
 
 from __future__ import annotations
 
@@ -36,6 +38,16 @@ _FINER_WINDOWS = 9
 #: fewer windows than this over the run: the late directions are judged on windows of one
 #: exchange as well (five exchanges make three windows of two, too few to tell one)
 _FEW_WINDOWS = 4.0
+#: fewer windows than this over the run: the joint rounds' grid has a window per exchange
+#: (``_grid_width``)
+_FEW_GRID = 6
+#: ... and the curves miss their timely messages by more than this RMS
+_BENT_US = 2.5
+#: ... and where the node pairs' two directions' fastest differ by more than this (the
+#: median over pairs and exchanges), curves through the exchanges' own centres if they
+#: leave the pairs this many times closer
+_OFF_CENTRE_US = 10.0
+_CLEARLY = 4.0
 #: after a first pass that followed a missed drift: the joint rounds again on the grid of
 #: the messages timely under its curves when that is this much finer or coarser
 _REGRID = 1.5
@@ -93,6 +105,7 @@ class Curves:
     windows: int = 0
     window_ticks: float = 0.0
     samples: int = 0  # symmetric (pair, kind, window) samples of the last round
+    residual: float = 0.0  # the last round's RMS residual of its timely messages, ticks
     #: the first lines missed a drift, and the curves were followed from a first pass: the
     #: rounds' residuals may then understate the error (``disagree.py``)
     followed_drift: bool = False
@@ -279,11 +292,111 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         if not followed:
             width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
             _joint_rounds(*args, missed_drift=False, width=width, judge=judge)
+        # few windows: where the timely messages leave the curves by more than their jitter
+        # (clocks that changed rate between exchanges), the rounds again on a window per
+        # exchange; where the node pairs are still far off centre, the curves through the
+        # exchanges' own centres if they are clearly closer (a chain whose lines missed the
+        # bends, and whose rounds judged timely messages late under them)
+        if curves.windows < _FEW_GRID:
+            msgs = (ta, tb, a, b, c)
+            if curves.residual > _BENT_US * 1e-6 * hz:
+                r = _residuals(ta, tb, a, b, c, knots, values)
+                one, one_judge = _grid_width(span, u, d_key, r, replace(o, window_messages=1),
+                                             late_ticks, kinds.size, hz)
+                if one * _REGRID <= curves.window_ticks:
+                    before = _snapshot(knots, values, curves)
+                    _joint_rounds(*args, missed_drift=False, width=one, judge=one_judge)
+                    floor_r = min(float(r.min()), 0.0) - 4.0 * late_ticks
+                    _undo_impossible(before, knots, values, curves, msgs, floor_r, ref)
+            off = _asymmetry(u, d_key, msgs, knots, values)
+            if off > _OFF_CENTRE_US * 1e-6 * hz:
+                ex_knots, ex_values = _exchange_curves(u, d_key, lo, hi, msgs, knots, n_nodes,
+                                                       ref)
+                ex_off = _asymmetry(u, d_key, msgs, ex_knots, ex_values)
+                # not where a curve runs beyond the rate limit: a pair late one way in every
+                # exchange, which nothing named, put it off centre by half its lateness
+                steep = any(v is not None and k.size > 1 and np.max(np.abs(
+                    np.diff(v) / np.maximum(np.diff(k), 1.0))) > o.max_ppm * 1e-6
+                    for k, v in zip(ex_knots, ex_values, strict=True))
+                if ex_off * _CLEARLY < off and not steep:
+                    for n in range(n_nodes):
+                        if ex_values[n] is not None:
+                            knots[n], values[n] = ex_knots[n], ex_values[n]
+                            curves.model[n] = "exchanges"
+                            # through each exchange's centres: no residual tells the error
+                            # between them (the bound does)
+                            curves.error[n] = np.nan
     for n in range(n_nodes):
         if not reached[n]:
             knots[n] = values[n] = None
     curves.knots, curves.values = knots, values
     return curves
+
+
+def _exchanges(u: np.ndarray, d_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The exchanges: per message the exchange it was sent in (messages sent apart by less
+    than half the usual interval of a direction's messages are one exchange) and each
+    exchange's median time."""
+    order = np.argsort(u, kind="stable")
+    period = _periods(d_key, u)[1]
+    gap = 0.5 * float(np.median(period)) if period.size else np.inf
+    t = u[order]
+    new = np.r_[True, np.diff(t) > gap] if t.size else np.zeros(0, dtype=bool)
+    ex = np.empty(u.size, np.int64)
+    ex[order] = np.cumsum(new) - 1
+    start = np.flatnonzero(new)
+    end = np.r_[start[1:], t.size]
+    return ex, 0.5 * (t[(start + end - 1) // 2] + t[(start + end) // 2])
+
+
+def _fastest_pairs(ex: np.ndarray, d_key: np.ndarray, r: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (kind and node pair, exchange) with messages both ways: (the exchange, the
+    forward and backward fastest delays ``r``, a forward message of it)."""
+    n_ex = int(ex.max()) + 1
+    key = ((d_key // 2) * n_ex + ex) * 2 + (d_key % 2)
+    order = np.lexsort((r, key))
+    ks = key[order]
+    first = np.r_[True, ks[1:] != ks[:-1]]
+    ks, at = ks[first], order[first]
+    pair = np.flatnonzero((ks[:-1] % 2 == 0) & (ks[1:] == ks[:-1] + 1))
+    return (ks[pair] // 2) % n_ex, r[at[pair]], r[at[pair + 1]], at[pair]
+
+
+def _asymmetry(u: np.ndarray, d_key: np.ndarray, msgs: tuple[np.ndarray, ...],
+               knots: list, values: list) -> float:
+    """How far the curves leave the node pairs off centre: the median over every (kind
+    and node pair, exchange) with messages both ways of the difference of the two
+    directions' fastest delays under them (twice the curves' error there, where the two
+    least latencies are alike)."""
+    ta, tb, a, b, c = msgs
+    ex = _exchanges(u, d_key)[0]
+    _, fwd, bwd, _ = _fastest_pairs(ex, d_key, _residuals(ta, tb, a, b, c, knots, values))
+    return float(np.median(np.abs(fwd - bwd))) if fwd.size else np.inf
+
+
+def _exchange_curves(u: np.ndarray, d_key: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     msgs: tuple[np.ndarray, ...], knots: list, n_nodes: int, ref: int
+                     ) -> tuple[list, list]:
+    """Curves through the exchanges: per exchange, each node pair centred between its
+    fastest messages both ways (of each kind), least squares over the pairs, each node's
+    curve piecewise linear through the exchanges that link it to the reference (a node
+    linked in fewer than two keeps its curve of ``knots``: None then)."""
+    ta, tb, a, b, c = msgs
+    ex, centres = _exchanges(u, d_key)
+    raw = (tb + c[b]) - (ta + c[a])
+    w, fwd, bwd, at = _fastest_pairs(ex, d_key, raw)
+    e, linked = _window_offsets(w, lo[at], hi[at], 0.5 * (fwd - bwd), centres.size, n_nodes,
+                                ref)
+    out_k: list = [None] * n_nodes
+    out_v: list = [None] * n_nodes
+    for n in range(n_nodes):
+        if n == ref or knots[n] is None or np.count_nonzero(linked[:, n]) < 2:
+            out_k[n], out_v[n] = knots[n], None
+            continue
+        on = linked[:, n]
+        out_k[n], out_v[n] = centres[on] - c[n], -e[on, n]
+    return out_k, out_v
 
 
 def _snapshot(knots: list, values: list, curves: Curves) -> tuple:
@@ -492,6 +605,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
             if curves.model[n] != "smooth":
                 curves.model[n] = model
         curves.samples = int(rows.size)
+        curves.residual = sigma
     curves.windows, curves.window_ticks = n_k, width
     return width
 
