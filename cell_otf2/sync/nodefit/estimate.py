@@ -43,9 +43,9 @@ _FEW_WINDOWS = 4.0
 _FEW_GRID = 6
 #: ... and the curves miss their timely messages by more than this RMS
 _BENT_US = 2.5
-#: ... and where the node pairs' two directions' fastest differ by more than this (the
-#: median over pairs and exchanges), curves through the exchanges' own centres if they
-#: leave the pairs this many times closer
+#: ... and where some node pair's two directions' fastest differ by more than this (its
+#: median over the exchanges where neither came late), curves through the exchanges' own
+#: centres if they leave every pair within it and the worst this many times closer
 _OFF_CENTRE_US = 10.0
 _CLEARLY = 4.0
 #: after a first pass that followed a missed drift: the joint rounds again on the grid of
@@ -294,9 +294,9 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             _joint_rounds(*args, missed_drift=False, width=width, judge=judge)
         # few windows: where the timely messages leave the curves by more than their jitter
         # (clocks that changed rate between exchanges), the rounds again on a window per
-        # exchange; where the node pairs are still far off centre, the curves through the
-        # exchanges' own centres if they are clearly closer (a chain whose lines missed the
-        # bends, and whose rounds judged timely messages late under them)
+        # exchange; where a node pair is still far off centre, the curves through the
+        # exchanges' own centres if they leave every pair near it (a chain whose lines
+        # missed the bends, and whose rounds judged timely messages late under them)
         if curves.windows < _FEW_GRID:
             msgs = (ta, tb, a, b, c)
             if curves.residual > _BENT_US * 1e-6 * hz:
@@ -308,17 +308,18 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                     _joint_rounds(*args, missed_drift=False, width=one, judge=one_judge)
                     floor_r = min(float(r.min()), 0.0) - 4.0 * late_ticks
                     _undo_impossible(before, knots, values, curves, msgs, floor_r, ref)
-            off = _asymmetry(u, d_key, msgs, knots, values)
+            off = _asymmetry(u, d_key, msgs, knots, values, margin)
             if off > _OFF_CENTRE_US * 1e-6 * hz:
                 ex_knots, ex_values = _exchange_curves(u, d_key, lo, hi, msgs, knots, n_nodes,
-                                                       ref)
-                ex_off = _asymmetry(u, d_key, msgs, ex_knots, ex_values)
+                                                       ref, margin)
+                ex_off = _asymmetry(u, d_key, msgs, ex_knots, ex_values, margin)
                 # not where a curve runs beyond the rate limit: a pair late one way in every
                 # exchange, which nothing named, put it off centre by half its lateness
                 steep = any(v is not None and k.size > 1 and np.max(np.abs(
                     np.diff(v) / np.maximum(np.diff(k), 1.0))) > o.max_ppm * 1e-6
                     for k, v in zip(ex_knots, ex_values, strict=True))
-                if ex_off * _CLEARLY < off and not steep:
+                near = ex_off <= _OFF_CENTRE_US * 1e-6 * hz and ex_off * _CLEARLY < off
+                if near and not steep:
                     for n in range(n_nodes):
                         if ex_values[n] is not None:
                             knots[n], values[n] = ex_knots[n], ex_values[n]
@@ -349,43 +350,61 @@ def _exchanges(u: np.ndarray, d_key: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return ex, 0.5 * (t[(start + end - 1) // 2] + t[(start + end) // 2])
 
 
-def _fastest_pairs(ex: np.ndarray, d_key: np.ndarray, r: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per (kind and node pair, exchange) with messages both ways: (the exchange, the
-    forward and backward fastest delays ``r``, a forward message of it)."""
+def _fastest_pairs(ex: np.ndarray, d_key: np.ndarray, r: np.ndarray, raw: np.ndarray,
+                   margin: float) -> tuple[np.ndarray, ...]:
+    """Per (kind and node pair, exchange) with messages both ways whose two fastest ``raw``
+    delays sum to within ``margin`` of the least such sum of the kind and node pair (twice
+    the least latency, whatever the clocks: no message there came late): (the exchange,
+    the forward and backward fastest delays ``r`` there, a forward message of it, the
+    pair's group)."""
     n_ex = int(ex.max()) + 1
     key = ((d_key // 2) * n_ex + ex) * 2 + (d_key % 2)
-    order = np.lexsort((r, key))
+    order = np.lexsort((raw, key))
     ks = key[order]
     first = np.r_[True, ks[1:] != ks[:-1]]
     ks, at = ks[first], order[first]
     pair = np.flatnonzero((ks[:-1] % 2 == 0) & (ks[1:] == ks[:-1] + 1))
-    return (ks[pair] // 2) % n_ex, r[at[pair]], r[at[pair + 1]], at[pair]
+    fa, ba = at[pair], at[pair + 1]
+    total = raw[fa] + raw[ba]
+    g = d_key[fa] // 2
+    least = np.full(int(g.max()) + 1 if g.size else 0, np.inf)
+    np.minimum.at(least, g, total)
+    ok = total <= least[g] + margin
+    fa, ba, g = fa[ok], ba[ok], g[ok]
+    return (ks[pair][ok] // 2) % n_ex, r[fa], r[ba], fa, g
 
 
 def _asymmetry(u: np.ndarray, d_key: np.ndarray, msgs: tuple[np.ndarray, ...],
-               knots: list, values: list) -> float:
-    """How far the curves leave the node pairs off centre: the median over every (kind
-    and node pair, exchange) with messages both ways of the difference of the two
-    directions' fastest delays under them (twice the curves' error there, where the two
-    least latencies are alike)."""
+               knots: list, values: list, margin: float) -> float:
+    """How far the curves leave a node pair off centre: per (kind and) node pair, the
+    median over its exchanges with timely messages both ways (``_fastest_pairs``) of the
+    difference of the two directions' fastest delays under them (twice the curves' error
+    there, where the two least latencies are alike); the largest over the pairs."""
     ta, tb, a, b, c = msgs
     ex = _exchanges(u, d_key)[0]
-    _, fwd, bwd, _ = _fastest_pairs(ex, d_key, _residuals(ta, tb, a, b, c, knots, values))
-    return float(np.median(np.abs(fwd - bwd))) if fwd.size else np.inf
+    raw = (tb + c[b]) - (ta + c[a])
+    _, fwd, bwd, _, g = _fastest_pairs(ex, d_key, _residuals(ta, tb, a, b, c, knots, values),
+                                       raw, margin)
+    if not g.size:
+        return np.inf
+    order = np.argsort(g, kind="stable")
+    gs, d = g[order], np.abs(fwd - bwd)[order]
+    start = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+    return float(max(np.median(part) for part in np.split(d, start[1:])))
 
 
 def _exchange_curves(u: np.ndarray, d_key: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                     msgs: tuple[np.ndarray, ...], knots: list, n_nodes: int, ref: int
-                     ) -> tuple[list, list]:
+                     msgs: tuple[np.ndarray, ...], knots: list, n_nodes: int, ref: int,
+                     margin: float) -> tuple[list, list]:
     """Curves through the exchanges: per exchange, each node pair centred between its
-    fastest messages both ways (of each kind), least squares over the pairs, each node's
-    curve piecewise linear through the exchanges that link it to the reference (a node
-    linked in fewer than two keeps its curve of ``knots``: None then)."""
+    fastest messages both ways (of each kind; where neither came late, ``_fastest_pairs``),
+    least squares over the pairs, each node's curve piecewise linear through the exchanges
+    that link it to the reference (a node linked in fewer than two keeps its curve of
+    ``knots``: None then)."""
     ta, tb, a, b, c = msgs
     ex, centres = _exchanges(u, d_key)
     raw = (tb + c[b]) - (ta + c[a])
-    w, fwd, bwd, at = _fastest_pairs(ex, d_key, raw)
+    w, fwd, bwd, at, _ = _fastest_pairs(ex, d_key, raw, raw, margin)
     e, linked = _window_offsets(w, lo[at], hi[at], 0.5 * (fwd - bwd), centres.size, n_nodes,
                                 ref)
     out_k: list = [None] * n_nodes
