@@ -697,11 +697,11 @@ def test_late_one_way_named_beside_a_pair_taking_turns():
     pair's windows tell no late direction, but its two-way sum is known where both came in
     time in some exchanges (each direction late in a third of them), or where they never
     did but each direction's timely messages lie between two of the other's timely ones
-    (``oneway._interleaved``: one direction timely every third exchange, the other in the
+    (``oneway._interleaved_sums``: one direction timely every third exchange, the other in the
     rest), so the first pair's late direction is named; and where one direction was timely
     only in the first half and the other only in the second, from each direction's timely
     messages plus the other's line carried a few exchanges beyond its own
-    (``oneway._extrapolated``, taken only where no second pair gives the kind a sum), within
+    (``oneway._extrapolated_sums``, taken only where no second pair gives the kind a sum), within
     3 us of the truth here (the clocks drift linearly)."""
     from cell_otf2.sync.nodefit.oneway import late_one_way
 

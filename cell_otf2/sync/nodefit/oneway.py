@@ -117,9 +117,10 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
             # each direction's messages within reach of its others, between each other's
             two_way[g] = _together(u, r, mine, _TOGETHER_SHARE * margin / rate, margin)
             if not np.isfinite(two_way[g]):
-                two_way[g] = _interleaved(u, r, mine, rate, margin)
-            if not np.isfinite(two_way[g]):
-                beyond[g] = _extrapolated(u, r, mine, rate, margin)
+                points = _timely_points(u, r, mine, rate, margin)
+                two_way[g] = _agreed_least(_interleaved_sums(u, mine, points), margin)
+                if not np.isfinite(two_way[g]):
+                    beyond[g] = _agreed_least(_extrapolated_sums(points), margin)
             continue
         keep = ~out[side]
         if keep.sum() < 2 or t_late.size == 0:
@@ -149,7 +150,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
     keys: list[int] = []
     sums: list[float] = []
     # a kind that no second pair gives a sum takes one from a pair taking turns, its timely
-    # directions' line carried a few exchanges beyond them (``_extrapolated``)
+    # directions' line carried a few exchanges beyond them (``_extrapolated_sums``)
     for k in np.unique(kind[np.isfinite(beyond)]).tolist():
         of_k = np.isfinite(two_way) & (kind == k)
         lone = np.isfinite(beyond) & (kind == k)
@@ -206,18 +207,22 @@ def pooled_sums(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, m
     """Usual two-way sums of the kinds not in ``known`` (those ``late_one_way`` gave one),
     pooled over their node pairs: where no pair of a kind gives two sums that agree (pairs
     taking turns at being late over a few exchanges, whose clocks bend between them: one sum
-    of a pair lands off by the bend), each pair's least positive sum (``_interleaved`` and
-    ``_extrapolated``, none asked to agree); a kind whose pairs give two or more within
+    of a pair lands off by the bend), each pair's least positive sum (``_interleaved_sums``
+    and ``_extrapolated_sums``, none asked to agree); a kind whose pairs give two or more within
     ``margin`` of their least takes their median. Returns {kind: sum}."""
     leasts: dict[int, list[float]] = {}
+    by_dir = np.argsort(d_key, kind="stable")
+    starts = np.searchsorted(d_key[by_dir], np.arange(2 * (int(d_key.max()) // 2 + 1) + 1)
+                             if d_key.size else np.zeros(1, np.int64))
     for g in np.unique(d_key // 2).tolist():
         if g % n_kinds in known:
             continue
-        ways = [np.flatnonzero(d_key == 2 * g + side) for side in (0, 1)]
+        ways = [by_dir[starts[2 * g + side]:starts[2 * g + side + 1]] for side in (0, 1)]
         if any(w.size < 2 for w in ways):
             continue
-        every = np.concatenate([*_interleaved_sums(u, r, ways, rate, margin),
-                                *_extrapolated_sums(u, r, ways, rate, margin), np.zeros(0)])
+        points = _timely_points(u, r, ways, rate, margin)
+        every = np.concatenate([*_interleaved_sums(u, ways, points),
+                                *_extrapolated_sums(points), np.zeros(0)])
         every = every[every > 0.0]
         if every.size:
             leasts.setdefault(g % n_kinds, []).append(float(every.min()))
@@ -347,27 +352,34 @@ def _together(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], within: floa
     return _agreed_least([r[fwd][ok] + rb[near[ok]]], margin)
 
 
-def _interleaved(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
-                 margin: float) -> float:
-    """The least two-way sum of a pair whose directions take turns at being late but never
-    together: each direction's messages within half the ``margin`` of every other's reach
-    under the rate limit (``_above_reach``: a late message does not pass once a timely one
-    is within reach), each such message's delay plus the other direction's at its time,
-    along the line through that direction's two such messages around it (a drift between
-    them is taken out; a wander's curvature is not). NaN unless two sums agree within
-    ``margin`` and the least is positive."""
-    return _agreed_least(_interleaved_sums(u, r, ways, rate, margin), margin)
-
-
-def _interleaved_sums(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
-                      margin: float) -> list[np.ndarray]:
-    """``_interleaved``'s sums: per direction, the other direction's curve at its timely
-    messages plus their delays (no agreement asked, none left out)."""
-    curves = []
-    spacing = []
+def _timely_points(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
+                   margin: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per direction of a pair (its messages ``ways``): its points by time, one per distinct
+    time, the least delay there (``_least_per_time``), and which of them lie within half the
+    ``margin`` of every other's reach under the rate limit (``_above_reach``: a late message
+    does not pass once a timely one is within reach): what ``_interleaved_sums`` and
+    ``_extrapolated_sums`` both start from."""
+    out = []
     for way in ways:
         t, y = _least_per_time(u[way], r[way])
         timely = ~_above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
+        out.append((t, y, timely))
+    return out
+
+
+def _interleaved_sums(u: np.ndarray, ways: list[np.ndarray],
+                      points: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                      ) -> list[np.ndarray]:
+    """The two-way sums of a pair whose directions take turns at being late but never
+    together: each direction's timely messages (``points``, ``_timely_points``), each such
+    message's delay plus the other direction's at its time, along the line through that
+    direction's two timely messages around it (a drift between them is taken out; a
+    wander's curvature is not), those two at most ``_BRACKET_SPACINGS`` of its usual
+    spacings apart (``u`` at its messages ``ways``). Per direction; none asked to agree
+    (``_agreed_least`` does)."""
+    curves = []
+    spacing = []
+    for way, (t, y, timely) in zip(ways, points, strict=True):
         spacing.append(float(np.median(np.diff(np.sort(u[way])))) if way.size > 1 else 0.0)
         curves.append((t[timely], y[timely]))
     sums = []
@@ -384,26 +396,16 @@ def _interleaved_sums(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate
     return sums
 
 
-def _extrapolated(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
-                  margin: float) -> float:
-    """The least two-way sum of a pair whose directions take turns at being late, timely
-    apart (one way in some exchanges, the other in the next): each direction's timely
-    messages (``_above_reach``) plus the other direction's at their times, along the least
-    squares line through three or more of the other's timely messages, carried at most
-    ``_BRACKET_SPACINGS`` of its usual spacings beyond them (a wander bends a line carried
-    farther). NaN unless two sums agree within ``margin`` and the least is positive.
-    ``_extrapolated_sums``: those sums, per direction."""
-    return _agreed_least(_extrapolated_sums(u, r, ways, rate, margin), margin)
-
-
-def _extrapolated_sums(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: float,
-                       margin: float) -> list[np.ndarray]:
-    """``_extrapolated``'s sums: per direction, the other direction's curve at its timely
-    messages plus their delays (no agreement asked, none left out)."""
+def _extrapolated_sums(points: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                       ) -> list[np.ndarray]:
+    """The two-way sums of a pair whose directions take turns at being late, timely apart
+    (one way in some exchanges, the other in the next): each direction's timely messages
+    (``points``, ``_timely_points``) plus the other direction's at their times, along the
+    least squares line through three or more of the other's timely messages, carried at
+    most ``_BRACKET_SPACINGS`` of its usual spacings beyond them (a wander bends a line
+    carried farther). Per direction; none asked to agree (``_agreed_least`` does)."""
     lines = []
-    for way in ways:
-        t, y = _least_per_time(u[way], r[way])
-        timely = ~_above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
+    for t, y, timely in points:
         gap = float(np.median(np.diff(t))) if t.size > 1 else 0.0
         lines.append((t[timely], y[timely], gap))
     sums = []
