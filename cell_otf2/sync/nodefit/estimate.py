@@ -308,11 +308,13 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                     _joint_rounds(*args, missed_drift=False, width=one, judge=one_judge)
                     floor_r = min(float(r.min()), 0.0) - 4.0 * late_ticks
                     _undo_impossible(before, knots, values, curves, msgs, floor_r, ref)
-            off = _asymmetry(u, d_key, msgs, knots, values, margin)
+            ex, centres = _exchanges(u, d_key)
+            raw = (tb + c[b]) - (ta + c[a])
+            off = _asymmetry(ex, d_key, raw, msgs, knots, values, margin)
             if off > _OFF_CENTRE_US * 1e-6 * hz:
-                ex_knots, ex_values = _exchange_curves(u, d_key, lo, hi, msgs, knots, n_nodes,
-                                                       ref, margin)
-                ex_off = _asymmetry(u, d_key, msgs, ex_knots, ex_values, margin)
+                ex_knots, ex_values = _exchange_curves(ex, centres, d_key, raw, lo, hi, c,
+                                                       knots, ref, margin)
+                ex_off = _asymmetry(ex, d_key, raw, msgs, ex_knots, ex_values, margin)
                 # not where a curve runs beyond the rate limit: a pair late one way in every
                 # exchange, which nothing named, put it off centre by half its lateness
                 steep = any(v is not None and k.size > 1 and np.max(np.abs(
@@ -374,15 +376,15 @@ def _fastest_pairs(ex: np.ndarray, d_key: np.ndarray, r: np.ndarray, raw: np.nda
     return (ks[pair][ok] // 2) % n_ex, r[fa], r[ba], fa, g
 
 
-def _asymmetry(u: np.ndarray, d_key: np.ndarray, msgs: tuple[np.ndarray, ...],
-               knots: list, values: list, margin: float) -> float:
+def _asymmetry(ex: np.ndarray, d_key: np.ndarray, raw: np.ndarray,
+               msgs: tuple[np.ndarray, ...], knots: list, values: list,
+               margin: float) -> float:
     """How far the curves leave a node pair off centre: per (kind and) node pair, the
     median over its exchanges with timely messages both ways (``_fastest_pairs``) of the
     difference of the two directions' fastest delays under them (twice the curves' error
-    there, where the two least latencies are alike); the largest over the pairs."""
+    there, where the two least latencies are alike); the largest over the pairs. ``ex``:
+    each message's exchange (``_exchanges``), ``raw`` its delay under no curves."""
     ta, tb, a, b, c = msgs
-    ex = _exchanges(u, d_key)[0]
-    raw = (tb + c[b]) - (ta + c[a])
     _, fwd, bwd, _, g = _fastest_pairs(ex, d_key, _residuals(ta, tb, a, b, c, knots, values),
                                        raw, margin)
     if not g.size:
@@ -393,17 +395,16 @@ def _asymmetry(u: np.ndarray, d_key: np.ndarray, msgs: tuple[np.ndarray, ...],
     return float(max(np.median(part) for part in np.split(d, start[1:])))
 
 
-def _exchange_curves(u: np.ndarray, d_key: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                     msgs: tuple[np.ndarray, ...], knots: list, n_nodes: int, ref: int,
-                     margin: float) -> tuple[list, list]:
+def _exchange_curves(ex: np.ndarray, centres: np.ndarray, d_key: np.ndarray,
+                     raw: np.ndarray, lo: np.ndarray, hi: np.ndarray, c: np.ndarray,
+                     knots: list, ref: int, margin: float) -> tuple[list, list]:
     """Curves through the exchanges: per exchange, each node pair centred between its
     fastest messages both ways (of each kind; where neither came late, ``_fastest_pairs``),
     least squares over the pairs, each node's curve piecewise linear through the exchanges
     that link it to the reference (a node linked in fewer than two keeps its curve of
-    ``knots``: None then)."""
-    ta, tb, a, b, c = msgs
-    ex, centres = _exchanges(u, d_key)
-    raw = (tb + c[b]) - (ta + c[a])
+    ``knots``: None then). ``ex``, ``centres``: ``_exchanges``; ``raw``: the delays under no
+    curves."""
+    n_nodes = len(knots)
     w, fwd, bwd, at, _ = _fastest_pairs(ex, d_key, raw, raw, margin)
     e, linked = _window_offsets(w, lo[at], hi[at], 0.5 * (fwd - bwd), centres.size, n_nodes,
                                 ref)
