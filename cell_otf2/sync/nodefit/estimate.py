@@ -22,7 +22,7 @@ from .compressed import Compressed, from_triplets, identity, solve_natural, spso
 from .counted import counted_lines
 from .disagree import two_way_centres
 from .oneway import late_one_way, mirrored, pooled_sums, taking_turns
-from .points import ORDER_ONLY, FitOptions, by_node, curve_at
+from .points import ORDER_ONLY, FitOptions, by_node, curve_at, curve_slopes
 from .scipy_parts import solveh_banded
 
 #: smoothing strengths tried (penalty on second differences, window units), smoothest first
@@ -317,9 +317,9 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 ex_off = _asymmetry(ex, d_key, raw, msgs, ex_knots, ex_values, margin)
                 # not where a curve runs beyond the rate limit: a pair late one way in every
                 # exchange, which nothing named, put it off centre by half its lateness
-                steep = any(v is not None and k.size > 1 and np.max(np.abs(
-                    np.diff(v) / np.maximum(np.diff(k), 1.0))) > o.max_ppm * 1e-6
-                    for k, v in zip(ex_knots, ex_values, strict=True))
+                steep = any(v is not None and k.size > 1
+                            and np.max(curve_slopes(k, v)) > o.max_ppm * 1e-6
+                            for k, v in zip(ex_knots, ex_values, strict=True))
                 near = ex_off <= _OFF_CENTRE_US * 1e-6 * hz and ex_off * _CLEARLY < off
                 if near and not steep:
                     for n in range(n_nodes):

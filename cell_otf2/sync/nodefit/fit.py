@@ -40,6 +40,7 @@ from .points import (
     FitOptions,
     PiecewiseMap,
     curve_at,
+    curve_slopes,
     rough_offsets,
     slacks,
     strongly_connected,
@@ -314,11 +315,6 @@ def _middle(knots: np.ndarray, values: np.ndarray) -> float:
     return float(curve_at(knots, values, np.array([0.5 * (knots[0] + knots[-1])]))[0])
 
 
-def _slopes(knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """A curve's rate beyond 1 per piece, absolute."""
-    return np.abs(np.diff(values) / np.maximum(np.diff(knots), 1.0))
-
-
 def _inside(env: tuple[np.ndarray, np.ndarray], g, n: int, value: float) -> bool:  # noqa: ANN001
     """Whether the constant ``value`` lies inside the envelope ``env`` of graph ``g`` at
     every vertex of node ``n``."""
@@ -345,7 +341,7 @@ def _hold_no_rate(curves, eps: float, g, env: tuple[np.ndarray, np.ndarray] | No
     Returns those nodes. ``curves``: the estimate's (``estimate.Curves``), changed in place."""
     held = []
     for n, (kc, vals) in enumerate(zip(curves.knots, curves.values, strict=True)):
-        if kc is None or vals is None or kc.size < 2 or np.max(_slopes(kc, vals)) <= eps:
+        if kc is None or vals is None or kc.size < 2 or np.max(curve_slopes(kc, vals)) <= eps:
             continue
         middle = _middle(kc, vals)
         _hold(curves, n, middle)
@@ -374,7 +370,7 @@ def _hold_railed(curves, nodes: list[int], eps: float, g,  # noqa: ANN001
         kc, vals = curves.knots[n], curves.values[n]
         if kc is None or vals is None or kc.size < 2:
             continue
-        if np.min(_slopes(kc, vals)) < eps * (1.0 - 1e-6):
+        if np.min(curve_slopes(kc, vals)) < eps * (1.0 - 1e-6):
             continue
         middle = _middle(kc, vals)
         if _inside(env, g, n, middle):

@@ -209,6 +209,11 @@ def slacks(pts: np.ndarray, maps: list[NodeMap | None]) -> np.ndarray:
     return out[1] - out[0]
 
 
+def curve_slopes(knots: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A curve's rate beyond 1 per piece, absolute (pieces shorter than a tick as a tick)."""
+    return np.abs(np.diff(values) / np.maximum(np.diff(knots), 1.0))
+
+
 def curve_at(knots: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The piecewise-linear curve through (knots, values) at ``x``, extended linearly."""
     x = np.asarray(x, dtype=np.float64)
