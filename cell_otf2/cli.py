@@ -136,19 +136,32 @@ def _interruptible(func: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
-def _click_command() -> typer.core.TyperGroup:
+def _click_command(only: str | None = None) -> typer.core.TyperGroup:
     """The command line as click runs it, every command with the plain help layout. Built
     through typer's public ``get_command`` rather than by calling ``app``, which would also
-    replace the process's ``sys.excepthook``."""
+    replace the process's ``sys.excepthook``. ``only``: the subcommand the arguments name;
+    the group then holds that command alone (click runs only the one named, and building
+    every command's parameters from its signature costs each run 20-30 ms); None: all, for
+    the program's own help and options."""
     for info in app.registered_commands:
         if info.cls is typer.core.TyperCommand:  # typer's default: every command declared here
             info.cls = PlainHelpCommand
-    command = typer.main.get_command(app)
-    assert isinstance(command, typer.core.TyperGroup)  # an app of several commands
+    every = app.registered_commands
+    if only is not None:
+        app.registered_commands = [info for info in every if info.name == only]
+    try:
+        command = typer.main.get_command(app)
+    finally:
+        app.registered_commands = every
+    assert isinstance(command, typer.core.TyperGroup)  # an app with a callback is a group
     return command
 
 
-def _register() -> None:
+def _register(command: str | None = None) -> None:
+    """Add ``simulate`` to the commands, unless ``command`` names another one (importing the
+    simulator costs every conversion 10 ms otherwise)."""
+    if command not in (None, "simulate"):
+        return
     if any(c.name == "simulate" for c in app.registered_commands):
         return
     try:
@@ -398,10 +411,11 @@ def main(argv: list[str] | None = None) -> None:
     single_host_transport(os.environ)
     tune_malloc()
     try:
-        _register()
         if args and args[0] not in SUBCOMMANDS and args[0] not in PROGRAM_OPTIONS:
             args = ["convert", *args]  # the default command, options first or not
-        _click_command().main(args=args, prog_name="cell2otf2", standalone_mode=True)
+        only = args[0] if args and args[0] in SUBCOMMANDS else None
+        _register(only)
+        _click_command(only).main(args=args, prog_name="cell2otf2", standalone_mode=True)
     except CellOtf2Error as exc:
         if exc.secondary:  # another converter process printed it
             raise SystemExit(exc.exit_status) from None

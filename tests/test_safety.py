@@ -496,7 +496,7 @@ def test_an_error_the_interruption_caused_is_reported_as_the_interruption(sig, s
 import os, signal
 from cell_otf2 import cli
 
-def swallowing_import():
+def swallowing_import(*_):
     try:
         os.kill(os.getpid(), {int(sig)})
         for _ in range(10_000):
