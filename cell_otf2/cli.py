@@ -153,7 +153,9 @@ def _click_command(only: str | None = None) -> typer.core.TyperGroup:
         command = typer.main.get_command(app)
     finally:
         app.registered_commands = every
-    assert isinstance(command, typer.core.TyperGroup)  # an app with a callback is a group
+    if not isinstance(command, typer.core.TyperGroup):  # one command and no callback: typer
+        command = typer.main.get_command(app)  # makes it the program itself; all of them
+    assert isinstance(command, typer.core.TyperGroup)  # an app of several commands
     return command
 
 
