@@ -471,10 +471,7 @@ def _with_mirrored(real: tuple[np.ndarray, ...], d_key: np.ndarray, late: np.nda
     their timely directions', mirrored (``oneway.mirrored``), and those of pairs taking
     turns (``oneway.taking_turns``: dropped, mirrored and their sums) likewise."""
     a, b, ta, tb, group = real
-    if late.size:
-        stay, which, sums = mirrored(d_key, late, usual, on_time)
-    else:
-        stay, which, sums = np.ones(a.size, dtype=bool), np.zeros(0, np.int64), np.zeros(0)
+    stay, which, sums = mirrored(d_key, late, usual, on_time)
     stay = stay & ~turns[0]
     which, sums = np.r_[which, turns[1]], np.r_[sums, turns[2]]
     return (np.r_[a[stay], b[which]], np.r_[b[stay], a[which]], np.r_[ta[stay], tb[which]],

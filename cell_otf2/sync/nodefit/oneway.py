@@ -194,9 +194,9 @@ def mirrored(d_key: np.ndarray, late: np.ndarray, usual: np.ndarray, on_time: np
     its original was sent, ``usual`` after that was sent: under any curves its delay is
     ``usual`` minus its original's, so the pair is centred where the timely direction takes
     half the kind's usual two-way sum (a late original, mirrored, would be impossibly
-    early)."""
+    early). No ``late``: every message kept, none mirrored."""
     keep = ~np.isin(d_key, late)
-    timely_of = np.full(int(max(d_key.max(), late.max())) + 2, -1)
+    timely_of = np.full(int(max(d_key.max(initial=0), late.max(initial=0))) + 2, -1)
     timely_of[late ^ 1] = np.arange(late.size)
     which = np.flatnonzero((timely_of[d_key] >= 0) & on_time)
     return keep, which, usual[timely_of[d_key[which]]]
