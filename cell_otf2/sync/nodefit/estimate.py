@@ -265,6 +265,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         # go on from them (on the grid of the messages timely under them if that is much
         # finer or coarser). Otherwise the rounds start from the lines, on the grid of the
         # messages timely under them (late receives do not resolve a curve).
+        msgs = (ta, tb, a, b, c)
         r = _residuals(ta, tb, a, b, c, knots, values)
         fine, fine_judge = _grid_width(span, u, d_key, None, o, late_ticks, kinds.size, hz)
         followed = False
@@ -274,8 +275,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
             # followed where the curves moved, but not to where messages arrive before they
             # are sent (a pass that took late messages for timely ones can move by
             # milliseconds: no clock does that to every message of a direction)
-            floor_r = min(float(r.min()), 0.0) - 4.0 * late_ticks
-            msgs = (ta, tb, a, b, c)
+            floor_r = _impossible_below(r, late_ticks)
             possible = _undo_impossible(start, knots, values, curves, msgs, floor_r, ref)[0]
             r_pass = _residuals(ta, tb, a, b, c, knots, values)
             if possible and _moved(start[0], start[1], knots, values, 10.0 * late_ticks):
@@ -298,7 +298,6 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         # exchanges' own centres if they leave every pair near it (a chain whose lines
         # missed the bends, and whose rounds judged timely messages late under them)
         if curves.windows < _FEW_GRID:
-            msgs = (ta, tb, a, b, c)
             if curves.residual > _BENT_US * 1e-6 * hz:
                 r = _residuals(ta, tb, a, b, c, knots, values)
                 one, one_judge = _grid_width(span, u, d_key, r, replace(o, window_messages=1),
@@ -306,8 +305,8 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 if one * _REGRID <= curves.window_ticks:
                     before = _snapshot(knots, values, curves)
                     _joint_rounds(*args, missed_drift=False, width=one, judge=one_judge)
-                    floor_r = min(float(r.min()), 0.0) - 4.0 * late_ticks
-                    _undo_impossible(before, knots, values, curves, msgs, floor_r, ref)
+                    _undo_impossible(before, knots, values, curves, msgs,
+                                     _impossible_below(r, late_ticks), ref)
             ex, centres = _exchanges(u, d_key)
             raw = (tb + c[b]) - (ta + c[a])
             off = _asymmetry(ex, d_key, raw, msgs, knots, values, margin)
@@ -423,6 +422,13 @@ def _snapshot(knots: list, values: list, curves: Curves) -> tuple:
     """Every node's knots, values, model and error as they are now, for ``_undo_impossible``
     and the estimate to go back to."""
     return list(knots), list(values), list(curves.model), curves.error.copy()
+
+
+def _impossible_below(r: np.ndarray, late_ticks: float) -> float:
+    """The residual below which a pass's curves put a message impossibly early, for
+    ``_undo_impossible``: four lateness margins below the least of ``r`` (the residuals
+    before the pass), or below zero if that is less."""
+    return min(float(r.min()), 0.0) - 4.0 * late_ticks
 
 
 def _undo_impossible(start: tuple, knots: list, values: list, curves: Curves,
