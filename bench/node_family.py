@@ -10,6 +10,9 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - dense: exchanges every 0.2 s with 15 us of wander;
 - steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
   0.2-7 s, rings and chains;
+- steps-large: the drift in 2-4 pieces of up to +-80 ppm (steps of up to 24 ppm), MPI every
+  3-10 s over 10-20 minutes, rings of 6-12 nodes and a chain of 8, ranks 15-20 % uneven
+  (no targets but the order, bound and rate checks);
 - sparse: few exchanges (1-2 minutes every 1-3 s, or 0.3 s every 30 ms), chains of 4-8 nodes
   and rings of 8-16, where some link comes late one way in most or every exchange: six
   shapes, seeds 101-106 each (two seeds of three shapes with ``--quick``), against the wander
@@ -111,12 +114,12 @@ _BUSY = [("3 nodes chain, 10 s, 5 min, 20 us / 2 min", 3, "chain", 10.0, 300.0, 
 def _c(name: str, seed: int, nodes: int, exchange_s: float, duration_s: float,
        wander_us: float = 0.0, period_s: float = 240.0, topology: str = "ring",
        spes: int = 2, imbalance: float = 0.01, shift_bytes: int = 4096,
-       steps: int = 1) -> Case:
-    """A cluster run of 2 ranks per node, drift up to 50 ppm (``steps``: the drift changes at
-    that many even knots, by up to 15 ppm)."""
+       steps: int = 1, max_ppm: float = 50.0) -> Case:
+    """A cluster run of 2 ranks per node, drift up to ``max_ppm`` (``steps``: the drift
+    changes at that many even knots, by up to 30 % of ``max_ppm``: 15 ppm by default)."""
     return Case(name, dict(nodes=nodes, ranks=2 * nodes, spes=spes, exchange_s=exchange_s,
                            duration_s=duration_s, wander_us=wander_us,
-                           wander_period_s=period_s, topology=topology, max_ppm=50.0,
+                           wander_period_s=period_s, topology=topology, max_ppm=max_ppm,
                            imbalance=imbalance, shift_bytes=shift_bytes,
                            drift_segments=steps), seed)
 
@@ -279,6 +282,24 @@ REGIMES: dict[str, Regime] = {
                   steps=5)],
         quick=[_c("3 nodes, 2 steps, 0.5 s, 2 min", 41, 3, 0.5, 120.0, steps=2),
                _c("4 nodes, 4 steps, 0.2 s, 2 min", 6, 4, 0.2, 120.0, steps=4)]),
+    "steps-large": Regime(
+        "drift in 2-4 pieces of up to +-80 ppm (steps of up to 24 ppm), MPI every 3-10 s "
+        "over 10-20 minutes, rings and a chain of 6-12 nodes, 15-20 % uneven ranks",
+        Targets(),
+        cases=[_c("12 nodes ring, 3 pieces, 7 s, 20 min, 20 % uneven", 4242, 12, 7.0, 1200.0,
+                  imbalance=0.2, steps=3, max_ppm=80.0),
+               _c("12 nodes ring, 3 pieces, 7 s, 20 min, 20 % uneven, 18 us / 100 s", 4242,
+                  12, 7.0, 1200.0, 18.0, 100.0, imbalance=0.2, steps=3, max_ppm=80.0),
+               _c("8 nodes ring, 3 pieces, 7 s, 20 min, 20 % uneven", 4243, 8, 7.0, 1200.0,
+                  imbalance=0.2, steps=3, max_ppm=80.0),
+               _c("8 nodes chain, 4 pieces, 5 s, 15 min, 15 % uneven", 4244, 8, 5.0, 900.0,
+                  topology="chain", imbalance=0.15, steps=4, max_ppm=80.0),
+               _c("12 nodes ring, 3 pieces, 3 s, 10 min, 15 % uneven, 18 us / 100 s", 4245,
+                  12, 3.0, 600.0, 18.0, 100.0, imbalance=0.15, steps=3, max_ppm=80.0),
+               _c("6 nodes ring, 2 pieces, 10 s, 20 min, 20 % uneven", 4246, 6, 10.0, 1200.0,
+                  imbalance=0.2, steps=2, max_ppm=80.0)],
+        quick=[_c("12 nodes ring, 3 pieces, 7 s, 5 min, 20 % uneven", 4242, 12, 7.0, 300.0,
+                  imbalance=0.2, steps=3, max_ppm=80.0)]),
     "sparse": Regime(
         "1-2 minutes, few exchanges, links late one way (seeds 101-106 of each shape)",
         Targets(0.5, 3.0),
