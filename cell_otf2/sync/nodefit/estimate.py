@@ -90,6 +90,17 @@ _SPARSE_WIDTH_S = 15.0
 _SPARSE_MESSAGES = 24
 _SPARSE_SPACINGS = 1.25
 _SPARSE_MIN_S = 6.25
+#: after the joint rounds' first round, a direction's least (what its late windows are told
+#: against) is the lowest of its ``_LEAST_WINDOWS`` lowest window fastest with half its
+#: windows within ``late_window_us`` above it, not its single fastest: one window where
+#: the curve dipped (a 12-node ring whose rates stepped by up to 80 ppm, MPI every 7 s:
+#: one window 60 us below the others) made every other window of a timely direction late,
+#: the direction's messages left the fit, and six nodes beyond that link stayed 43 us off
+#: (31 us RMS over the ring -> 3.9; with 18 us of wander 12.4 -> 4.8)
+_LEAST_WINDOWS = 3
+#: ... and at least this many windows so (an 8-node chain of 0.3 s whose receives came
+#: 18-20 us late in two of four windows one way: 0.75 -> 4.9 us RMS without it)
+_LEAST_CLUSTER = 8
 
 
 @dataclass
@@ -579,9 +590,11 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         # test of late windows there, a tighter one once the curves follow the clocks
         if rnd == 0 and missed_drift:  # curves that may miss a drift by far more than any
             late = _late_windows(floor, key, d_key, n_j, 4.0 * late_ticks)  # lateness
+        elif rnd == 0:
+            late = floor[key] > gmin[d_key] + 4.0 * late_ticks
         else:
-            late = floor[key] > gmin[d_key] + (4.0 * late_ticks if rnd == 0
-                                               else late_window_ticks)
+            least = _clustered_least(floor, n_j, late_window_ticks, _LEAST_WINDOWS, gmin)
+            late = floor[key] > least[d_key] + late_window_ticks
         if rnd == 0 and set_aside is not None:
             late = late | set_aside
         use = (r <= floor[key] + timely_ticks) & ~late
@@ -758,6 +771,39 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     spared = ((rise < _SPARED_RISE * rise_other) & (rise_other > late_window)
               & (good[d_key // 2] >= _SPARING_WINDOWS))
     return np.where(both, late_sum & ~spared, floor[key] > gmin[d_key] + late_window)
+
+
+def _clustered_least(floor: np.ndarray, n_win: int, band: float, lows: int,
+                     least: np.ndarray) -> np.ndarray:
+    """Per direction (``floor`` per direction * ``n_win`` + window: its fastest residual
+    there, +inf where none), the lowest of its ``lows`` lowest window fastest that has at
+    least half the direction's windows, and ``_LEAST_CLUSTER`` at least, within ``band``
+    above it; ``least`` (each direction's single fastest) where none has. A direction
+    timely in most windows has them within the latency's jitter of each other; a window or
+    two the curve dipped under stand alone below them (late windows scatter by
+    milliseconds, so a direction timely in few keeps its fastest)."""
+    have = np.flatnonzero(np.isfinite(floor))
+    out = least.copy()
+    if have.size == 0:
+        return out
+    dirs, f = have // n_win, floor[have]
+    order = np.lexsort((f, dirs))
+    dirs, f = dirs[order], f[order]
+    start = np.flatnonzero(np.r_[True, dirs[1:] != dirs[:-1]])
+    size = np.diff(np.r_[start, dirs.size])
+    rank = np.repeat(np.arange(start.size), size)
+    stride = float(np.ptp(f)) + 2.0 * band + 1.0
+    flat = rank * stride + (f - f.min())  # sorted: direction, then fastest
+    found = np.full(start.size, np.nan)
+    for i in range(lows - 1, -1, -1):  # the lowest that qualifies wins
+        at = start + i
+        ok = i < size
+        within = np.searchsorted(flat, flat[at[ok]] + band, side="right") - at[ok]
+        good = (2 * within >= size[ok]) & (within >= _LEAST_CLUSTER)
+        found[np.flatnonzero(ok)[good]] = f[at[ok][good]]
+    d = dirs[start]
+    out[d] = np.where(np.isnan(found), out[d], found)
+    return out
 
 
 def _floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int,
