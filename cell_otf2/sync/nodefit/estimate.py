@@ -74,6 +74,13 @@ _SPARED_RISE = 0.1
 #: the margin of the least (a 2-node chain of 12 exchanges with one such window: 1.4 -> 6.7
 #: ms without it)
 _SPARING_WINDOWS = 3
+#: ... or where the direction is steady: this share of its windows, and this many at least,
+#: within what the rate limit lets its other windows allow (a 12-node ring of 5 minutes,
+#: MPI every 7 s, rates in three pieces of up to 80 ppm: links timely one way in most
+#: exchanges, the other in two to ten, had both directions set aside in all but two
+#: windows)
+_STEADY_SHARE = 0.75
+_STEADY_WINDOWS = 6
 #: long runs whose timely messages are sparse: where that grid's windows are
 #: ``_SPARSE_WIDTH_S`` long or more and the directions carry ``_SPARSE_MESSAGES`` messages
 #: or more over the run, windows of ``_SPARSE_MIN_S`` instead (knots that often): each
@@ -589,7 +596,8 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         # the first round's curves may still miss wander by tens of microseconds: a loose
         # test of late windows there, a tighter one once the curves follow the clocks
         if rnd == 0 and missed_drift:  # curves that may miss a drift by far more than any
-            late = _late_windows(floor, key, d_key, n_j, 4.0 * late_ticks)  # lateness
+            late = _late_windows(floor, key, d_key, n_j, 4.0 * late_ticks,  # lateness
+                                 2.0 * o.max_ppm * 1e-6 * span / n_j)
         elif rnd == 0:
             late = floor[key] > gmin[d_key] + 4.0 * late_ticks
         else:
@@ -739,7 +747,7 @@ def _grid_width(span: float, u: np.ndarray, d_key: np.ndarray, r: np.ndarray | N
 
 
 def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
-                  late_window: float) -> np.ndarray:
+                  late_window: float, reach: float = 0.0) -> np.ndarray:
     """Per message: is its window one whose fastest messages that way all came late? Where
     the window has messages both ways, judged on the sum of the two directions' fastest
     residuals there (twice the least latency plus any lateness, whatever the error of the
@@ -768,8 +776,13 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     rise, rise_other = floor[key] - gmin[d_key], fo - least_of_dir[d_key ^ 1]
     good_windows = np.unique(key[both & ~late_sum & (d_key % 2 == 0)])
     good = np.bincount(good_windows // n_k // 2, minlength=n_dir // 2 + 1)
+    # (or, with fewer such windows, where the direction's window lies within what the rate
+    # limit lets its direction's other windows allow, ``reach`` ticks a window, as most of
+    # its windows do: a direction timely in most exchanges, whose pair's other direction was
+    # timely in too few of them to give three sums)
+    steady = _within_reach(floor, n_dir, n_k, reach, late_window)[key] if reach > 0 else False
     spared = ((rise < _SPARED_RISE * rise_other) & (rise_other > late_window)
-              & (good[d_key // 2] >= _SPARING_WINDOWS))
+              & ((good[d_key // 2] >= _SPARING_WINDOWS) | steady))
     return np.where(both, late_sum & ~spared, floor[key] > gmin[d_key] + late_window)
 
 
@@ -804,6 +817,30 @@ def _clustered_least(floor: np.ndarray, n_win: int, band: float, lows: int,
     d = dirs[start]
     out[d] = np.where(np.isnan(found), out[d], found)
     return out
+
+
+def _within_reach(floor: np.ndarray, n_dir: int, n_k: int, reach: float, margin: float
+                  ) -> np.ndarray:
+    """Per window of every direction (``floor`` per direction * ``n_k`` + window, +inf where
+    none): does its fastest lie within ``margin`` of what the others of its direction allow,
+    the least ``floor[j] + reach * |w - j|`` over its other windows j, in a direction whose
+    windows mostly do (``_STEADY_SHARE`` of them and ``_STEADY_WINDOWS`` at least)? False
+    where not."""
+    flat = np.full(n_dir * n_k, np.inf)
+    flat[:floor.size] = floor[:n_dir * n_k]
+    y = flat.reshape(n_dir, n_k)
+    w = reach * np.arange(n_k, dtype=np.float64)
+    inf = np.full((n_dir, 1), np.inf)
+    left = np.hstack([inf, np.minimum.accumulate(y - w, axis=1)[:, :-1]]) + w
+    right = np.hstack([np.minimum.accumulate((y + w)[:, ::-1], axis=1)[:, ::-1][:, 1:],
+                       inf]) - w
+    have = np.isfinite(y)
+    ok = have & (y <= np.minimum(left, right) + margin)
+    n_ok, n_have = ok.sum(axis=1), have.sum(axis=1)
+    steady = (n_ok >= _STEADY_SHARE * n_have) & (n_ok >= _STEADY_WINDOWS)
+    out = np.zeros(max(floor.size, n_dir * n_k), dtype=bool)
+    out[:n_dir * n_k] = (ok & steady[:, None]).ravel()
+    return out[:floor.size]
 
 
 def _floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int,
