@@ -424,8 +424,9 @@ def test_stated_error_not_hidden_by_the_fit(tmp_path, seed, steps, topology, exc
     MPI every 2 s, which the estimate now follows to within 6 us). Where the estimate
     followed such a drift, the two-way disagreement of the pairs on a node's path is a floor
     for its stated error: within 4x of the truth's RMS where a node is still more than
-    10 us off (a chain of 4 nodes, 5 steps, MPI every 7 s: its end node about 50 us); and
-    under 1 us where the maps are good (a ring with 4 steps)."""
+    10 us off (a chain of 4 nodes, 5 steps, MPI every 7 s: its end node about 23 us, off
+    near the steps); and within twice the truth's RMS where the maps are good (a ring with 4
+    steps)."""
     import json
 
     from cellbench.nodetruth import evaluate
@@ -447,8 +448,9 @@ def test_stated_error_not_hidden_by_the_fit(tmp_path, seed, steps, topology, exc
     assert bool(far) == missed
     for row in far:
         assert stated[row["node"]] >= row["rms_us"] / 4.0, (row["node"], stated, row)
-    if not missed:
-        assert max(stated.values()) < 1.0, stated
+    if not missed:  # and not inflated where the maps are good
+        for row in res["nodes"]:
+            assert stated[row["node"]] <= 2.0 * row["rms_us"] + 0.25, (stated, row)
 
 
 def test_sparse_wander_archive_in_order(tmp_path_factory, tmp_path):
