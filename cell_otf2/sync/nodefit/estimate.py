@@ -21,7 +21,7 @@ from ...native.graph_loops import weak_components
 from .compressed import Compressed, from_triplets, identity, solve_natural, spsolve, zeros
 from .counted import counted_lines
 from .disagree import two_way_centres
-from .oneway import late_one_way, mirrored, pooled_sums, taking_turns
+from .oneway import above_reach, late_one_way, mirrored, pooled_sums, taking_turns
 from .points import ORDER_ONLY, FitOptions, by_node, curve_at, curve_slopes
 from .scipy_parts import solveh_banded
 
@@ -823,24 +823,16 @@ def _within_reach(floor: np.ndarray, n_dir: int, n_k: int, reach: float, margin:
                   ) -> np.ndarray:
     """Per window of every direction (``floor`` per direction * ``n_k`` + window, +inf where
     none): does its fastest lie within ``margin`` of what the others of its direction allow,
-    the least ``floor[j] + reach * |w - j|`` over its other windows j, in a direction whose
-    windows mostly do (``_STEADY_SHARE`` of them and ``_STEADY_WINDOWS`` at least)? False
-    where not."""
+    the least ``floor[j] + reach * |w - j|`` over its other windows j (``oneway.above_reach``),
+    in a direction whose windows mostly do (``_STEADY_SHARE`` of them and
+    ``_STEADY_WINDOWS`` at least)? False where not."""
     flat = np.full(n_dir * n_k, np.inf)
     flat[:floor.size] = floor[:n_dir * n_k]
     y = flat.reshape(n_dir, n_k)
-    w = reach * np.arange(n_k, dtype=np.float64)
-    inf = np.full((n_dir, 1), np.inf)
-    left = np.hstack([inf, np.minimum.accumulate(y - w, axis=1)[:, :-1]]) + w
-    right = np.hstack([np.minimum.accumulate((y + w)[:, ::-1], axis=1)[:, ::-1][:, 1:],
-                       inf]) - w
-    have = np.isfinite(y)
-    ok = have & (y <= np.minimum(left, right) + margin)
-    n_ok, n_have = ok.sum(axis=1), have.sum(axis=1)
+    ok = np.isfinite(y) & ~above_reach(np.arange(n_k, dtype=np.float64), y, reach, margin)
+    n_ok, n_have = ok.sum(axis=1), np.isfinite(y).sum(axis=1)
     steady = (n_ok >= _STEADY_SHARE * n_have) & (n_ok >= _STEADY_WINDOWS)
-    out = np.zeros(max(floor.size, n_dir * n_k), dtype=bool)
-    out[:n_dir * n_k] = (ok & steady[:, None]).ravel()
-    return out[:floor.size]
+    return (ok & steady[:, None]).ravel()[:floor.size]
 
 
 def _floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int,

@@ -98,7 +98,7 @@ def late_one_way(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, width: float,
         scatter = [1.4826 * float(np.median(np.abs(d))) for d in dev]
         # a window late that way: above the chord through its neighbours, or above what the
         # rate limit lets the others allow (a run of late windows passes the chord test)
-        out = [(d > margin / 2.0) | _above_reach(ft[w], fr[w], rate, margin / 2.0)
+        out = [(d > margin / 2.0) | above_reach(ft[w], fr[w], rate, margin / 2.0)
                for d, w in zip(dev, ways, strict=True)]
         # timely: few windows late (the chord's robust scatter, which a late window spoils
         # for its neighbours too, or the share of windows late)
@@ -244,7 +244,7 @@ def taking_turns(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, 
     two-way sum ``late_one_way`` found (``late``, ``usual``): no window gives such a pair a
     two-way sum, and the estimate centred it between a timely and a late direction
     (milliseconds). Per direction a message is timely when it lies within half the ``margin``
-    of what the rate limit lets its direction's others allow (``_above_reach``), but of two
+    of what the rate limit lets its direction's others allow (``above_reach``), but of two
     sent together (within ``_TOGETHER_SHARE`` of the margin's reach) whose sum lies above
     the kind's usual one by more than the margin, the one further above its direction's
     least is late; a pair with timely and late messages both ways and at most one exchange
@@ -273,7 +273,7 @@ def taking_turns(r: np.ndarray, d_key: np.ndarray, u: np.ndarray, n_kinds: int, 
         timely = []
         for w in ways:
             idx = w[np.argsort(u[w], kind="stable")]
-            timely.append((idx, ~_above_reach(u[idx], r[idx], rate, margin / 2.0)))
+            timely.append((idx, ~above_reach(u[idx], r[idx], rate, margin / 2.0)))
         if not all(ok.any() and not ok.all() for _, ok in timely):
             continue
         if min(int(ok.sum()) for _, ok in timely) >= _PINNING_MESSAGES:
@@ -356,13 +356,13 @@ def _timely_points(u: np.ndarray, r: np.ndarray, ways: list[np.ndarray], rate: f
                    margin: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per direction of a pair (its messages ``ways``): its points by time, one per distinct
     time, the least delay there (``_least_per_time``), and which of them lie within half the
-    ``margin`` of every other's reach under the rate limit (``_above_reach``: a late message
+    ``margin`` of every other's reach under the rate limit (``above_reach``: a late message
     does not pass once a timely one is within reach): what ``_interleaved_sums`` and
     ``_extrapolated_sums`` both start from."""
     out = []
     for way in ways:
         t, y = _least_per_time(u[way], r[way])
-        timely = ~_above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
+        timely = ~above_reach(t, y, rate, margin / 2.0) if t.size else np.zeros(0, bool)
         out.append((t, y, timely))
     return out
 
@@ -430,15 +430,19 @@ def _agreed_least(sums: list[np.ndarray], margin: float) -> float:
     return least if agree and least > 0.0 else np.nan
 
 
-def _above_reach(t: np.ndarray, y: np.ndarray, rate: float, margin: float) -> np.ndarray:
+def above_reach(t: np.ndarray, y: np.ndarray, rate: float, margin: float) -> np.ndarray:
     """Which points lie more than ``margin`` above every other's reach: the least
     ``y[j] + rate * |t - t[j]|`` over the others (``t`` ascending), what a curve whose slope
     stays within ``rate`` allows through them. A run of late points, which the chord through
     neighbours lets pass at a run's ends, does not pass this once a timely point is within
-    reach."""
-    big = np.inf
-    from_left = np.r_[big, np.minimum.accumulate(y - rate * t)[:-1]] + rate * t
-    from_right = np.r_[np.minimum.accumulate((y + rate * t)[::-1])[::-1][1:], big] - rate * t
+    reach. ``y`` may hold several sequences over the same ``t`` along its last axis (+inf:
+    no point, above every reach and reaching none)."""
+    edge = np.full(y.shape[:-1] + (1,), np.inf)
+    from_left = np.concatenate(
+        [edge, np.minimum.accumulate(y - rate * t, axis=-1)[..., :-1]], axis=-1) + rate * t
+    from_right = np.concatenate(
+        [np.minimum.accumulate((y + rate * t)[..., ::-1], axis=-1)[..., ::-1][..., 1:], edge],
+        axis=-1) - rate * t
     return y > np.minimum(from_left, from_right) + margin
 
 
