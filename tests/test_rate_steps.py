@@ -100,3 +100,36 @@ def test_rate_step_rings_are_followed(tmp_path: Path, seed, nodes, exchange_s, d
     err = np.concatenate(list(errors_us(d, ours_to_ref(d)).values()))
     assert np.sqrt(np.mean(err ** 2)) < 25.0  # us; were 626, 560 and 131
     assert np.abs(err).max() < 200.0  # were 1,900, 2,010 and 639
+
+
+def sum_timely(drift: np.ndarray, late_fwd: np.ndarray, late_bwd: np.ndarray) -> np.ndarray:
+    """One node pair after the first round: per window the fastest residual each way under
+    curves off by ``drift``, plus lateness; which windows the two-way sums keep timely
+    against a per-direction test that has set aside those above its least."""
+    n = drift.size
+    floor = np.concatenate([10.0 + drift + late_fwd, 10.0 - drift + late_bwd])
+    key, d_key = np.arange(2 * n), np.repeat([0, 1], n)
+    late = floor > floor.reshape(2, n).min(axis=1)[d_key] + BAND
+    return estimate._sum_timely(floor, key, d_key, n, BAND, late).reshape(2, n)
+
+
+def test_sums_keep_the_windows_of_a_curve_that_misses_a_pair():
+    n = 20
+    drift = np.linspace(-300.0, 300.0, n)  # the curve off by a ramp: no lateness
+    late_fwd = np.where(np.isin(np.arange(n), [3, 9]), 5e5, 0.0)
+    kept = sum_timely(drift, late_fwd, np.zeros(n))
+    assert (kept[0] == (late_fwd == 0)).all() and (kept[1] == (late_fwd == 0)).all()
+
+
+def test_sums_leave_a_followed_pair_to_its_directions():
+    n = 20
+    drift = np.zeros(n)  # the curve follows: only windows really late are set aside
+    late_bwd = np.where(np.arange(n) % 5 == 0, 60.0, 0.0)
+    assert not sum_timely(drift, np.zeros(n), late_bwd).any()
+
+
+def test_sums_need_enough_good_windows():
+    n = 20
+    drift = np.linspace(-300.0, 300.0, n)
+    late_bwd = np.where(np.arange(n) < 13, 1e6, 0.0)  # both ways timely in seven only
+    assert not sum_timely(drift, np.zeros(n), late_bwd).any()

@@ -108,6 +108,16 @@ _LEAST_WINDOWS = 3
 #: ... and at least this many windows so (an 8-node chain of 0.3 s whose receives came
 #: 18-20 us late in two of four windows one way: 0.75 -> 4.9 us RMS without it)
 _LEAST_CLUSTER = 8
+#: ... but a window whose two fastest sum to within ``late_window_us`` of its kind and node
+#: pair's least sum stays timely, where the pair has ``_SUM_GOOD`` such windows or more and
+#: the test against each direction's least sets aside ``_SUM_SHARE`` of them or more: the
+#: curves then miss the pair by more than the margin, which no lateness raises a sum by
+#: (a 16-node chain whose rates stepped by up to 80 ppm, MPI every 10 s: after the first
+#: round one link was 66 us off, the next round kept 4 of the 82 timely messages the first
+#: had used there, and the link drifted 0.3-0.4 ms off, now 50-65 us; a 6-node chain over
+#: 10 exchanges 589 -> 175 us RMS)
+_SUM_GOOD = 8
+_SUM_SHARE = 0.5
 
 
 @dataclass
@@ -603,6 +613,9 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         else:
             least = _clustered_least(floor, n_j, late_window_ticks, _LEAST_WINDOWS, gmin)
             late = floor[key] > least[d_key] + late_window_ticks
+            # where that test sets aside most windows whose two-way sums are good, the
+            # curves miss the pair (by more than the margin): the sums decide
+            late &= ~_sum_timely(floor, key, d_key, n_j, late_window_ticks, late)
         if rnd == 0 and set_aside is not None:
             late = late | set_aside
         use = (r <= floor[key] + timely_ticks) & ~late
@@ -784,6 +797,33 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     spared = ((rise < _SPARED_RISE * rise_other) & (rise_other > late_window)
               & ((good[d_key // 2] >= _SPARING_WINDOWS) | steady))
     return np.where(both, late_sum & ~spared, floor[key] > gmin[d_key] + late_window)
+
+
+def _sum_timely(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
+                margin: float, late: np.ndarray) -> np.ndarray:
+    """Per message (``floor``, ``key``, ``d_key`` as in ``_late_windows``): does its window
+    hold both directions, their fastest summing to within ``margin`` of the least such sum
+    of its kind and node pair (neither late, whatever the curves' error there), in a pair
+    with ``_SUM_GOOD`` such windows or more, of which ``late`` (per message) sets aside
+    ``_SUM_SHARE`` or more?"""
+    n_dir = int(d_key.max()) + 1
+    n_pair = n_dir // 2 + 1
+    other = (d_key ^ 1) * n_k + key % n_k
+    fo = np.full(key.size, np.inf)
+    have = other < floor.size
+    fo[have] = floor[other[have]]
+    both = np.isfinite(fo)
+    total = floor[key] + fo
+    least = np.full(n_pair, np.inf)
+    np.minimum.at(least, d_key[both] // 2, total[both])
+    ok = both & (total <= least[d_key // 2] + margin)
+    wkey = (d_key // 2) * n_k + key % n_k  # the pair's window, both directions
+    good_w = np.unique(wkey[ok])
+    dropped_w = np.unique(wkey[ok & late])
+    good = np.bincount(good_w // n_k, minlength=n_pair)
+    dropped = np.bincount(dropped_w // n_k, minlength=n_pair)
+    pair = d_key // 2
+    return ok & (good[pair] >= _SUM_GOOD) & (dropped[pair] >= _SUM_SHARE * good[pair])
 
 
 def _clustered_least(floor: np.ndarray, n_win: int, band: float, lows: int,
