@@ -770,14 +770,8 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     n_dir = int(d_key.max()) + 1
     gmin = np.full(n_dir, np.inf)
     np.minimum.at(gmin, d_key, floor[key])
-    other = (d_key ^ 1) * n_k + key % n_k  # the same window, the other direction
-    fo = np.full(key.size, np.inf)
-    have = other < floor.size
-    fo[have] = floor[other[have]]
+    fo, total, least = _window_sums(floor, key, d_key, n_k)
     both = np.isfinite(fo)
-    total = floor[key] + fo
-    least = np.full(n_dir // 2 + 1, np.inf)
-    np.minimum.at(least, d_key[both] // 2, total[both])
     late_sum = total > least[d_key // 2] + late_window
     # a late sum names the direction that rose far above its own least over the run; the
     # other, risen by under a tenth of that, stays timely (lateness is milliseconds, a
@@ -799,6 +793,22 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     return np.where(both, late_sum & ~spared, floor[key] > gmin[d_key] + late_window)
 
 
+def _window_sums(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per message: the other direction's fastest in its window (+inf where none) and the
+    sum of the two directions' fastest there; per kind and node pair (``d_key // 2``) the
+    least such sum over the run (+inf where no window has both)."""
+    other = (d_key ^ 1) * n_k + key % n_k  # the same window, the other direction
+    fo = np.full(key.size, np.inf)
+    have = other < floor.size
+    fo[have] = floor[other[have]]
+    both = np.isfinite(fo)
+    total = floor[key] + fo
+    least = np.full((int(d_key.max()) + 1) // 2 + 1, np.inf)
+    np.minimum.at(least, d_key[both] // 2, total[both])
+    return fo, total, least
+
+
 def _sum_timely(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
                 margin: float, late: np.ndarray) -> np.ndarray:
     """Per message (``floor``, ``key``, ``d_key`` as in ``_late_windows``): does its window
@@ -806,17 +816,9 @@ def _sum_timely(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
     of its kind and node pair (neither late, whatever the curves' error there), in a pair
     with ``_SUM_GOOD`` such windows or more, of which ``late`` (per message) sets aside
     ``_SUM_SHARE`` or more?"""
-    n_dir = int(d_key.max()) + 1
-    n_pair = n_dir // 2 + 1
-    other = (d_key ^ 1) * n_k + key % n_k
-    fo = np.full(key.size, np.inf)
-    have = other < floor.size
-    fo[have] = floor[other[have]]
-    both = np.isfinite(fo)
-    total = floor[key] + fo
-    least = np.full(n_pair, np.inf)
-    np.minimum.at(least, d_key[both] // 2, total[both])
-    ok = both & (total <= least[d_key // 2] + margin)
+    n_pair = (int(d_key.max()) + 1) // 2 + 1
+    fo, total, least = _window_sums(floor, key, d_key, n_k)
+    ok = np.isfinite(fo) & (total <= least[d_key // 2] + margin)
     wkey = (d_key // 2) * n_k + key % n_k  # the pair's window, both directions
     good_w = np.unique(wkey[ok])
     dropped_w = np.unique(wkey[ok & late])
