@@ -5,8 +5,11 @@ window cannot set, ``estimate._clustered_least``), the first round's test of whi
 of a late window is the late one (a direction within what the rate limit lets its other
 windows allow is spared even where the pair has too few good sums, ``_late_windows`` with
 ``reach``) and when the ordered maps are placed node by node (a misfit spread over a node,
-not an estimate clipped at a rate step's corner, ``fit._moved_by``); then such rings,
-simulated, against the simulator's truth. Before, these rings came out 131-626 us RMS off."""
+not an estimate clipped at a rate step's corner, ``fit._moved_by``); in the later rounds,
+which windows stay timely where the curves still miss a pair (its good two-way sums,
+``_sum_timely``) or drift under a steady direction (``_late_after_first``); then such
+rings, simulated, against the simulator's truth. Before, these rings came out 131-626 us
+RMS off."""
 
 from __future__ import annotations
 
@@ -133,3 +136,41 @@ def test_sums_need_enough_good_windows():
     drift = np.linspace(-300.0, 300.0, n)
     late_bwd = np.where(np.arange(n) < 13, 1e6, 0.0)  # both ways timely in seven only
     assert not sum_timely(drift, np.zeros(n), late_bwd).any()
+
+
+def late_after_first(drift: np.ndarray, late_fwd: np.ndarray, late_bwd: np.ndarray,
+                     reach: float) -> np.ndarray:
+    """One node pair in a round after the first: which windows are late."""
+    n = drift.size
+    floor = np.concatenate([10.0 + drift + late_fwd, 10.0 - drift + late_bwd])
+    key, d_key = np.arange(2 * n), np.repeat([0, 1], n)
+    gmin = floor.reshape(2, n).min(axis=1)
+    return estimate._late_after_first(floor, key, d_key, n, BAND, gmin, reach).reshape(2, n)
+
+
+def test_a_steady_direction_stays_timely_under_a_drifting_curve():
+    n = 20
+    drift = np.linspace(-300.0, 300.0, n)  # the curve still off by a ramp, 32 a window
+    late_fwd = np.where(np.isin(np.arange(n), [5, 13]), 2e6, 0.0)  # late twice
+    late_bwd = np.where(np.isin(np.arange(n), [2, 9, 16]), 0.0, 3e6)  # timely thrice
+    before = late_after_first(drift, late_fwd, late_bwd, 0.0)
+    assert before[0].sum() >= n - 4  # every window but those near the least set aside
+    late = late_after_first(drift, late_fwd, late_bwd, 50.0)
+    assert (late[0] == (late_fwd > 0)).all()
+    # the sparse direction is not steady: its late windows stay late, its least timely
+    assert late[1][late_bwd > 0].all() and not late[1][16]
+
+
+def test_a_direction_late_by_more_than_its_reach_stays_late():
+    n = 20
+    late_fwd = np.where(np.arange(n) % 4 == 1, 200.0, 0.0)  # 200 late, a quarter of windows
+    late = late_after_first(np.zeros(n), late_fwd, np.zeros(n), 50.0)
+    assert (late[0] == (late_fwd > 0)).all() and not late[1].any()
+
+
+def test_a_followed_direction_keeps_its_slightly_late_windows_late():
+    n = 20
+    drift = np.linspace(0.0, 20.0, n)  # the curve follows to 20
+    late_fwd = np.where(np.arange(n) % 5 == 2, 60.0, 0.0)  # within a loose reach, but late
+    late = late_after_first(drift, late_fwd, np.zeros(n), 50.0)
+    assert (late[0] == (late_fwd > 0)).all() and not late[1].any()
