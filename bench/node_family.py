@@ -11,7 +11,7 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
   0.2-7 s, rings and chains;
 - steps-large: the drift in 2-4 pieces of up to +-80 ppm (steps of up to 24 ppm), MPI every
-  3-10 s over 10-20 minutes, rings of 6-12 nodes and a chain of 8, ranks 15-20 % uneven
+  3-10 s over 10-20 minutes, rings of 6-12 nodes and chains of 8 and 16, ranks 15-20 % uneven
   (no targets but the order, bound and rate checks);
 - sparse: few exchanges (1-2 minutes every 1-3 s, or 0.3 s every 30 ms), chains of 4-8 nodes
   and rings of 8-16, where some link comes late one way in most or every exchange: six
@@ -284,7 +284,7 @@ REGIMES: dict[str, Regime] = {
                _c("4 nodes, 4 steps, 0.2 s, 2 min", 6, 4, 0.2, 120.0, steps=4)]),
     "steps-large": Regime(
         "drift in 2-4 pieces of up to +-80 ppm (steps of up to 24 ppm), MPI every 3-10 s "
-        "over 10-20 minutes, rings and a chain of 6-12 nodes, 15-20 % uneven ranks",
+        "over 10-20 minutes, rings of 6-12 nodes and chains of 8 and 16, 15-20 % uneven ranks",
         Targets(),
         cases=[_c("12 nodes ring, 3 pieces, 7 s, 20 min, 20 % uneven", 4242, 12, 7.0, 1200.0,
                   imbalance=0.2, steps=3, max_ppm=80.0),
@@ -297,7 +297,12 @@ REGIMES: dict[str, Regime] = {
                _c("12 nodes ring, 3 pieces, 3 s, 10 min, 15 % uneven, 18 us / 100 s", 4245,
                   12, 3.0, 600.0, 18.0, 100.0, imbalance=0.15, steps=3, max_ppm=80.0),
                _c("6 nodes ring, 2 pieces, 10 s, 20 min, 20 % uneven", 4246, 6, 10.0, 1200.0,
-                  imbalance=0.2, steps=2, max_ppm=80.0)],
+                  imbalance=0.2, steps=2, max_ppm=80.0),
+               _c("12 nodes ring, 3 pieces, 7 s, 10 min, 20 % uneven", 4242, 12, 7.0, 600.0,
+                  imbalance=0.2, steps=3, max_ppm=80.0),
+               _c("16 nodes chain, 4 pieces, 10 s, 15 min, 15 % uneven, 20 us / 150 s", 777,
+                  16, 10.0, 900.0, 20.0, 150.0, topology="chain", spes=1, imbalance=0.15,
+                  steps=4, max_ppm=80.0)],
         quick=[_c("12 nodes ring, 3 pieces, 7 s, 5 min, 20 % uneven", 4242, 12, 7.0, 300.0,
                   imbalance=0.2, steps=3, max_ppm=80.0)]),
     "sparse": Regime(
