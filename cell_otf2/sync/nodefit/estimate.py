@@ -579,8 +579,10 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     late in any case in the first round): every timely message (within
     ``timely_us`` of its direction's fastest in its window, and the window not one whose
     messages that way all came late:
-    its fastest within ``late_window_us`` of the direction's fastest over the run, four
-    times ``outlier_us`` in the first round)
+    its fastest within ``late_window_us`` of the direction's least over the run, four
+    times ``outlier_us`` of its fastest in the first round; after it, a window also stays
+    where the pair's two-way sums or its direction's steadiness show that the curves
+    still miss it, ``_late_after_first``)
     is an equation ``delay = least latency of its kind and node pair +- (E_hi - E_lo)(t)``,
     E each node's correction, piecewise linear on a grid of windows with a penalty on its
     second differences; least squares over all of them at once (nodes reached through
