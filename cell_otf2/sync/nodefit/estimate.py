@@ -793,8 +793,7 @@ def _late_windows(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: in
     least_of_dir = np.full(n_dir + 1, np.inf)  # gmin, and +inf for the odd direction past it
     least_of_dir[:n_dir] = gmin
     rise, rise_other = floor[key] - gmin[d_key], fo - least_of_dir[d_key ^ 1]
-    good_windows = np.unique(key[both & ~late_sum & (d_key % 2 == 0)])
-    good = np.bincount(good_windows // n_k // 2, minlength=n_dir // 2 + 1)
+    good = _windows_of(key[both & ~late_sum & (d_key % 2 == 0)], 2 * n_k, n_dir // 2 + 1)
     # (or, with fewer such windows, where the direction's window lies within what the rate
     # limit lets its direction's other windows allow, ``reach`` ticks a window, as most of
     # its windows do: a direction timely in most exchanges, whose pair's other direction was
@@ -822,10 +821,16 @@ def _late_after_first(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k
         n_dir = int(d_key.max()) + 1
         steady = _within_reach(floor, n_dir, n_k, reach, margin)[key]
         # only where the least's test sets aside most of a direction's steady windows
-        in_reach = np.bincount(np.unique(key[steady]) // n_k, minlength=n_dir)
-        set_aside = np.bincount(np.unique(key[steady & late]) // n_k, minlength=n_dir)
+        in_reach = _windows_of(key[steady], n_k, n_dir)
+        set_aside = _windows_of(key[steady & late], n_k, n_dir)
         late &= ~(steady & (set_aside[d_key] >= _LOCAL_SHARE * in_reach[d_key]))
     return late
+
+
+def _windows_of(window_key: np.ndarray, n_k: int, n_groups: int) -> np.ndarray:
+    """Per group, how many distinct windows ``window_key`` (group * ``n_k`` + window, one
+    entry per message) holds."""
+    return np.bincount(np.unique(window_key) // n_k, minlength=n_groups)
 
 
 def _window_sums(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int
@@ -855,10 +860,8 @@ def _sum_timely(floor: np.ndarray, key: np.ndarray, d_key: np.ndarray, n_k: int,
     fo, total, least = _window_sums(floor, key, d_key, n_k)
     ok = np.isfinite(fo) & (total <= least[d_key // 2] + margin)
     wkey = (d_key // 2) * n_k + key % n_k  # the pair's window, both directions
-    good_w = np.unique(wkey[ok])
-    dropped_w = np.unique(wkey[ok & late])
-    good = np.bincount(good_w // n_k, minlength=n_pair)
-    dropped = np.bincount(dropped_w // n_k, minlength=n_pair)
+    good = _windows_of(wkey[ok], n_k, n_pair)
+    dropped = _windows_of(wkey[ok & late], n_k, n_pair)
     pair = d_key // 2
     return ok & (good[pair] >= _SUM_GOOD) & (dropped[pair] >= _SUM_SHARE * good[pair])
 
