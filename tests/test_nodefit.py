@@ -18,14 +18,21 @@ import pytest
 from cellbench.node_baselines import fit_linear_interpolation
 
 from cell_otf2.sim.clocks import NodeClock, make_node_clock
+from cell_otf2.sync.nodefit import program
 from cell_otf2.sync.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
+from cell_otf2.sync.nodefit.highs import GrowingLp
+from cell_otf2.sync.nodefit.lp import lp_maps
 from cell_otf2.sync.nodefit.points import (
+    ORDER_ONLY,
     POINT_DTYPE,
     FitOptions,
+    LpOptions,
+    PiecewiseMap,
     map_to_reference,
     slacks,
     undominated,
 )
+from cell_otf2.sync.nodefit.program import within_reach
 
 HZ = 14_318_000
 T0 = 2.0e11
@@ -185,6 +192,68 @@ def test_one_way_ring_closed_by_collectives():
     assert np.abs(err).max() < 6e-6 * HZ
     for i, e in enumerate(map_errors(fit, clocks, span), start=1):
         assert np.abs(e).max() <= fit.maps[i].bound
+
+
+def _ring_closed_by_collectives(n_nodes: int, span: float, n: int, seed: int
+                                ) -> tuple[list[NodeClock], np.ndarray]:
+    """A one-way ring of its own kind (6-11 us), closed only by order-only messages between
+    every pair both ways (collectives, 9-14 us): no symmetric kind links any node, so the
+    fallback centring (``lp_maps``) fits them all."""
+    rng = np.random.default_rng(seed)
+    clocks = [make_node_clock(rng, f"n{i}", is_reference=i == 0, t_begin=T0,
+                              t_end=T0 + span * HZ, start_timebase=int(rng.integers(1e10, 1e11)),
+                              max_ppm=50.0) for i in range(n_nodes)]
+    ring = [(i, (i + 1) % n_nodes) for i in range(n_nodes)]
+    every = [(i, j) for i in range(n_nodes) for j in range(n_nodes) if i != j]
+    pairs = np.array(ring + every)
+    k = rng.integers(0, len(pairs), n)
+    a, b = pairs[k, 0], pairs[k, 1]
+    ts = rng.uniform(T0, T0 + span * HZ, n)
+    tr = ts + (np.where(k < n_nodes, 6.0, 9.0) + rng.uniform(0.0, 5.0, n)) * HZ / 1e6
+    pts = np.zeros(n, POINT_DTYPE)
+    pts["a"], pts["b"] = a, b
+    pts["kind"] = np.where(k < n_nodes, 1, ORDER_ONLY)
+    for i, c in enumerate(clocks):
+        pts["ta"][a == i] = np.floor(c.to_node(ts[a == i]))
+        pts["tb"][b == i] = np.floor(c.to_node(tr[b == i]))
+    return clocks, pts
+
+
+def test_pair_terms_reach_near_nodes_only(monkeypatch):
+    """The fallback's node-pair terms link nodes at most ``pair_reach`` apart: on 17 nodes
+    that is every pair (the same maps as an unlimited reach); on 24, where collectives link
+    276 pairs, each node keeps 16 partners and the maps stay as close to the truth as with
+    every pair's terms."""
+    assert within_reach(np.array([0, 0, 0, 3]), np.array([8, 9, 15, 20]), 24, 8).tolist() == \
+        [True, False, False, True]  # 0-15 is 9 apart around the ring, 3-20 is 7
+    span = 60.0
+    clocks, pts = _ring_closed_by_collectives(17, span, 40_000, 5)
+    near = lp_maps(pts, 17, 0, HZ, LpOptions(pair_reach=8))
+    every = lp_maps(pts, 17, 0, HZ, LpOptions(pair_reach=100))
+    for m, e in zip(near[1:], every[1:], strict=True):
+        assert isinstance(m, PiecewiseMap) and isinstance(e, PiecewiseMap)
+        assert np.array_equal(m.knots_ref, e.knots_ref)
+    clocks, pts = _ring_closed_by_collectives(24, span, 120_000, 5)
+    t = np.linspace(T0, T0 + span * HZ, 2001)
+    rms, columns = {}, {}
+    for reach in (8, 100):
+        sizes: list[int] = []
+
+        def growing_lp(cost, bounds, *args, _sizes=sizes):  # the programs' column counts
+            _sizes.append(cost.size)
+            return GrowingLp(cost, bounds, *args)
+
+        monkeypatch.setattr(program, "GrowingLp", growing_lp)
+        maps = lp_maps(pts, 24, 0, HZ, LpOptions(pair_reach=reach))
+        columns[reach] = max(sizes)
+        err = np.concatenate([map_to_reference(maps[i], c.to_node(t)) - t
+                              for i, c in enumerate(clocks) if i > 0])
+        rms[reach] = np.sqrt(np.mean(err ** 2))
+        assert np.abs(err).max() < 1.0e-6 * HZ
+    assert rms[8] < 0.2e-6 * HZ
+    assert rms[8] <= 1.1 * rms[100] + 0.01e-6 * HZ
+    # the pair terms' columns: 24 x 16 / 2 = 192 pairs instead of 276
+    assert columns[8] < columns[100]
 
 
 def test_nodes_without_messages_both_ways_are_not_fitted():

@@ -21,7 +21,8 @@ class Program:
 
     Columns: knot deviations z (reference = x + c + Z(x), Z linear between knots; none for the
     reference node), one ``t`` per window of every node, one ``u`` per window of every node
-    pair with points in it. Rows: ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for the
+    pair with points in it whose nodes are within ``pair_reach`` (``within_reach``). Rows:
+    ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for the
     window of each end and the pair's window (the pool: hull vertices per cell), and
     ``|rate - 1| <= max_ppm`` per segment. Maximizes ``sum t + edge_weight * sum u``. It starts
     from the rows of the points with the smallest prior slack per window half of every node
@@ -79,12 +80,17 @@ class Program:
         wa = piece_of(a, pool["ta"], self.tknots)
         sides = [self.toff[a] + wa, self.toff[b] + piece_of(b, pool["tb"], self.tknots)]
         n_u = 0
+        termed = np.zeros(pool.size, dtype=bool)  # rows of a pair with a node-pair term
         if self.o.edge_weight > 0:
+            termed = within_reach(a, b, n_nodes, self.o.pair_reach)
             lo = np.minimum(a, b)
             pair = (lo * n_nodes + np.maximum(a, b)) * (wa.max() + 1) + wa // self.per_edge
-            upair, inv = np.unique(pair, return_inverse=True)
+            upair, inv = np.unique(pair[termed], return_inverse=True)
             n_u = upair.size
-            sides.append(self.n_zt + inv.ravel() * 2 + (a == lo))
+            if n_u:  # a pair side where any pair has its term
+                ucol = np.full(pool.size, self.n_zt + 2 * n_u, np.int64)  # past the last: none
+                ucol[termed] = self.n_zt + inv.ravel() * 2 + (a == lo)[termed]
+                sides.append(ucol)
         d = pool["tb"] + c[b] - pool["ta"] - c[a]
         # per segment: rate rows, added when violated, or from the first round for a node
         # with as many segments as objective windows or more: a window holding a knot is
@@ -112,11 +118,12 @@ class Program:
         bounds[self.n_z:, 1] = self.hz * 1.0  # t, u: never unbounded
         active = np.zeros((pool.size, len(sides)), dtype=bool)
         for side, tcol in enumerate(sides):  # per column and side, the smallest prior slacks
-            best = np.full(n_cols + 2 * n_u, np.inf)
+            best = np.full(n_cols + 2 * n_u + 1, np.inf)
             np.minimum.at(best, tcol, score)
             active[:, side] = score <= best[tcol] + self.o.start_us * 1e-6 * self.hz
         if n_u:  # u columns were numbered per direction to pick a first row of each
-            sides[2] = self.n_zt + (sides[2] - self.n_zt) // 2
+            active[:, 2] &= termed
+            sides[2] = np.where(termed, self.n_zt + (sides[2] - self.n_zt) // 2, 0)
         rate_on = np.c_[first_rates, first_rates]
         in_model = np.zeros_like(active)  # the rows the program holds so far
         rate_in_model = np.zeros_like(rate_on)
@@ -155,6 +162,8 @@ class Program:
             zz = np.r_[sol[:self.n_z], 0.0]  # index -1 -> the reference's zero
             slack = d + wb0 * zz[cb0] + wb1 * zz[cb1] - wa0 * zz[ca0] - wa1 * zz[ca1]
             low = np.stack([slack - sol[tcol] for tcol in sides], axis=1)
+            if n_u:  # a row of a pair without a term has no pair side
+                low[~termed, 2] = np.inf
             bad = (low < -tol) & ~active
             dz = zz[seg_col + 1] - zz[seg_col]
             lim = eps * seg_len
@@ -179,6 +188,13 @@ def objective_windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
     n_t = max(1, min(n_t, o.max_windows // max(n_fitted, 1)))
     per_edge = int(round(min(o.edge_window_s * hz, span / 10) * n_t / span))
     return np.linspace(lo_r, hi_r, n_t + 1), max(1, per_edge)
+
+
+def within_reach(a: np.ndarray, b: np.ndarray, n_nodes: int, reach: int) -> np.ndarray:
+    """Per point, whether its nodes are at most ``reach`` apart in node order, counted around
+    the ring of ``n_nodes`` (every pair where ``n_nodes <= 2 * reach + 1``)."""
+    apart = np.abs(a - b)
+    return np.minimum(apart, n_nodes - apart) <= reach
 
 
 def piece_of(node: np.ndarray, x: np.ndarray, knots: list[np.ndarray | None]) -> np.ndarray:
