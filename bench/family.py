@@ -1,6 +1,6 @@
 """The conversion over a family of run shapes (``bench/throughput.py --family [--quick]``):
 simulated hybrid runs swept one dimension at a time from one base shape (run length 10 s to
-20 min, 1 to 16 nodes, 1 to 16 SPE contexts per process, MPI exchanges every 10 ms to 10 s,
+20 min, 1 to 32 nodes, 1 to 16 SPE contexts per process, MPI exchanges every 10 ms to 10 s,
 run length again with context switches), plus the two foreign runs in
 ``../shared/foreign-runs/``; each converted by the command as a user starts it
 (``python -m cell_otf2 RUN -o OUT --force``, timed from start to exit, peak RSS from the
@@ -46,7 +46,7 @@ EXPONENT_FLOOR = 0.05
 #: (dimension, its variable's name, its values, full or quick) per sweep
 SWEEPS = {
     "duration": ("run length s", [10, 20, 40, 80, 160, 320, 640, 1200], [60, 120, 240, 480]),
-    "nodes": ("nodes", [1, 2, 4, 8, 16], [1, 2, 4, 8]),
+    "nodes": ("nodes", [1, 2, 4, 8, 16, 32], [1, 2, 4, 8]),
     "contexts": ("contexts per process", [1, 2, 4, 8, 16], [2, 4, 8, 16]),
     "mpi": ("MPI exchanges per s", [0.1, 1, 10, 100], [2, 8, 32]),
     "switches": ("run length s, context switches", [30, 60, 120, 240, 480], [60, 120, 240]),
