@@ -26,7 +26,7 @@ from cell_otf2.sync.nodefit.compressed import (
     Compressed,
     from_triplets,
     identity,
-    solve_natural,
+    solve_diagonal,
     spsolve,
     vstack,
     zeros,
@@ -135,8 +135,9 @@ def test_an_empty_product_and_empty_matrices():
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_superlu_solves_as_scipy(seed):
-    """The two solves of the fit: ``spsolve`` with SuperLU's default order and the natural
-    order with diagonal pivots, on normal matrices of random least squares."""
+    """The solves of the fit: ``spsolve`` with SuperLU's default order, and the natural and
+    the minimum degree order with diagonal pivots, on normal matrices of random least
+    squares."""
     v, r, c, shape = triplets(seed, m=60, n=int(np.random.default_rng(seed).integers(2, 20)),
                               repeats=False)
     rows = np.arange(shape[1])  # every unknown pinned: nonsingular
@@ -150,14 +151,17 @@ def test_superlu_solves_as_scipy(seed):
     their_normal = (theirs.T @ theirs + 1e-9 * sparse.identity(shape[1])).tocsc()
     lu = splu(their_normal, permc_spec="NATURAL", diag_pivot_thresh=0.0,
               options={"SymmetricMode": True})
-    assert solve_natural(normal, b).tobytes() == lu.solve(b).tobytes()
+    assert solve_diagonal(normal, b).tobytes() == lu.solve(b).tobytes()
+    lu = splu(their_normal, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+              options={"SymmetricMode": True})
+    assert solve_diagonal(normal, b, fill_reducing=True).tobytes() == lu.solve(b).tobytes()
 
 
 def test_singular_matrices_fail_as_in_scipy():
     singular = from_triplets(np.ones(2), np.array([0, 1]), np.array([0, 0]), (2, 2), "csc")
     assert np.isnan(spsolve(singular, np.ones(2))).all()
     with pytest.raises(RuntimeError):
-        solve_natural(singular, np.ones(2))
+        solve_diagonal(singular, np.ones(2))
 
 
 @pytest.mark.parametrize("seed", SEEDS)

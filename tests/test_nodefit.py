@@ -18,7 +18,9 @@ import pytest
 from cellbench.node_baselines import fit_linear_interpolation
 
 from cell_otf2.sim.clocks import NodeClock, make_node_clock
+from cell_otf2.sync.nodefit import estimate as estimate_module
 from cell_otf2.sync.nodefit import program
+from cell_otf2.sync.nodefit.compressed import solve_diagonal
 from cell_otf2.sync.nodefit.fit import NodeFit, fit_nodes, fit_points, points_from_trace
 from cell_otf2.sync.nodefit.highs import GrowingLp
 from cell_otf2.sync.nodefit.lp import lp_maps
@@ -254,6 +256,38 @@ def test_pair_terms_reach_near_nodes_only(monkeypatch):
     assert rms[8] <= 1.1 * rms[100] + 0.01e-6 * HZ
     # the pair terms' columns: 24 x 16 / 2 = 192 pairs instead of 276
     assert columns[8] < columns[100]
+
+
+def test_many_nodes_factored_in_a_fill_reducing_order(monkeypatch):
+    """The estimate's joint rounds factor their normal equations in the unknowns' own order
+    up to 16 nodes (as every run of the node family was measured) and in a minimum degree
+    order beyond, whose factors do not grow with the square of the nodes: a chain of 18
+    nodes gets the same maps either way, to within rounding."""
+    orders: list[bool] = []
+
+    def solve(a, b, fill_reducing=False):
+        orders.append(fill_reducing)
+        return solve_diagonal(a, b, fill_reducing)
+
+    monkeypatch.setattr(estimate_module, "solve_diagonal", solve)
+    span = 60.0
+    for n_nodes, fill in ((16, False), (18, True)):
+        clocks = [linear_clock("ref", T0, 0.0, span)]
+        clocks += [linear_clock(str(i), 1e11 + 1e9 * i, 7.0 * ((i * 5) % 11 - 5), span)
+                   for i in range(1, n_nodes)]
+        chain = [p for i in range(n_nodes - 1) for p in ((i, i + 1), (i + 1, i))]
+        pts = make_points(clocks, chain, 400 * n_nodes, span, seed=n_nodes)
+        orders.clear()
+        fit = fit_points(pts, n_nodes, 0, HZ)
+        assert orders and set(orders) == {fill}
+    monkeypatch.setattr(estimate_module, "_NATURAL_ORDER_NODES", 100)
+    natural = fit_points(pts, n_nodes, 0, HZ)
+    assert set(orders[-3:]) == {False}
+    t = np.linspace(T0, T0 + span * HZ, 101)
+    for m, n, c in zip(fit.maps[1:], natural.maps[1:], clocks[1:], strict=True):
+        x = c.to_node(t)
+        assert np.abs(map_to_reference(m, x) - map_to_reference(n, x)).max() < 0.01
+        assert np.abs(map_to_reference(m, x) - t).max() <= m.bound
 
 
 def test_nodes_without_messages_both_ways_are_not_fitted():

@@ -1,7 +1,7 @@
 """Sparse matrices in compressed rows or columns (``Compressed``) for the node fit's least
 squares and linear programs, with the few operations the fit uses (building from triplets,
 transposing, products with matrices and vectors, sums, choosing rows, stacking) and the
-two SuperLU solves (``spsolve``, ``solve_natural``). Every operation calls the compiled
+two SuperLU solves (``spsolve``, ``solve_diagonal``). Every operation calls the compiled
 kernel that ``scipy.sparse`` calls for it, on the same arrays in the same order, so the
 floats are scipy's own (``tests/test_compressed.py`` compares them bit for bit), without
 importing ``scipy.sparse`` (``scipy_parts.py`` loads the kernels). Only float64 data;
@@ -247,14 +247,17 @@ def spsolve(a: Compressed, b: np.ndarray) -> np.ndarray:
     return x.ravel()
 
 
-def solve_natural(a: Compressed, b: np.ndarray) -> np.ndarray:
-    """``splu(a, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode":
-    True}).solve(b)`` for a csc matrix: LU in the unknowns' own order with the diagonal as
-    pivots (``estimate.py`` says why). RuntimeError where a pivot is exactly zero."""
+def solve_diagonal(a: Compressed, b: np.ndarray, fill_reducing: bool = False) -> np.ndarray:
+    """``splu(a, permc_spec=ORDER, diag_pivot_thresh=0.0, options={"SymmetricMode":
+    True}).solve(b)`` for a csc matrix with the diagonal as pivots (``estimate.py`` says
+    why): ORDER "NATURAL", the unknowns' own order, or with ``fill_reducing``
+    "MMD_AT_PLUS_A", SuperLU's minimum degree order of ``a + a'``. RuntimeError where a
+    pivot is exactly zero."""
     if a.fmt != "csc":
         a = a.converted("csc")
     data, indices, indptr = _superlu_input(a)
-    options = {"DiagPivotThresh": 0.0, "ColPerm": "NATURAL", "PanelSize": None,
+    options = {"DiagPivotThresh": 0.0,
+               "ColPerm": "MMD_AT_PLUS_A" if fill_reducing else "NATURAL", "PanelSize": None,
                "Relax": None, "SymmetricMode": True}
     lu = compiled(SUPERLU).gstrf(a.shape[1], a.nnz, data, indices, indptr,
                                  csc_construct_func=_factor_part, ilu=False, options=options)

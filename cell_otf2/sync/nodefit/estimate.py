@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...native.graph_loops import weak_components
-from .compressed import Compressed, from_triplets, identity, solve_natural, spsolve, zeros
+from .compressed import Compressed, from_triplets, identity, solve_diagonal, spsolve, zeros
 from .counted import counted_lines
 from .disagree import two_way_centres
 from .oneway import above_reach, late_one_way, mirrored, pooled_sums, taking_turns
@@ -131,6 +131,14 @@ _SUM_SHARE = 0.5
 #: 0.23 -> 0.37 us RMS); 5-10 ppm made two other rate-step rings worse (8.4 -> 9.2 us)
 _LOCAL_PPM = 2.0
 _LOCAL_SHARE = 0.5
+#: nodes beyond which the joint rounds' normal equations are factored in a minimum degree
+#: order: in the unknowns' own order the factor is a band as wide as a knot's nodes plus
+#: the kinds' columns, and grows with the square of the nodes (a 64-node ring, 4,852
+#: unknowns: 1.7 M nonzeros in the factors against 0.57 M, 0.23-0.33 s a solve against
+#: 0.02-0.03, 10 of the conversion's 17 s). Up to 16 nodes the natural order, which every
+#: run of the node family was measured with: the two orders' solutions differ by rounding,
+#: up to a tick where a weak penalty leaves the system near singular
+_NATURAL_ORDER_NODES = 16
 
 
 @dataclass
@@ -605,6 +613,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     frac = pos - j0 if n_k > 1 else np.zeros(u.size)
     sign = np.where(fwd, 1.0, -1.0)
     pen = _penalty(len(nodes), n_k, n_x)
+    fill = n_nodes > _NATURAL_ORDER_NODES
     win = np.clip(((u - u0) // width).astype(np.int64), 0, n_k - 1)
     timely_ticks = o.timely_us * 1e-6 * hz
     late_window_ticks = max(late_window_us(o, span / hz) * 1e-6 * hz, timely_ticks)
@@ -637,15 +646,15 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         mat = _design(rows, lo, hi, sign, j0, frac, g_inv, col_of, len(nodes), n_k, n_x)
         rhs = r[rows]
         if strength is None:  # chosen once: later rounds only refine the centring
-            strength = _choose(mat, rhs, pen, win[rows], o)
-        x = _solve(mat, rhs, pen, strength)
+            strength = _choose(mat, rhs, pen, win[rows], o, fill_reducing=fill)
+        x = _solve(mat, rhs, pen, strength, fill)
         res = mat @ x - rhs
         scale = 1.4826 * float(np.median(np.abs(res)))
         keep = np.abs(res) <= max(5.0 * scale, 1.0)
         kept = mat
         if not keep.all() and keep.sum() > n_x:
             kept = mat.rows(keep)
-            x = _solve(kept, rhs[keep], pen, strength)
+            x = _solve(kept, rhs[keep], pen, strength, fill)
             res = kept @ x - rhs[keep]
         else:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
@@ -655,7 +664,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                                int(d_key.max()) + 1, o.floor_messages,
                                o.floor_near_us * 1e-6 * hz)
             if lift.any():
-                x = _solve(kept, rhs[keep] + lift, pen, strength)
+                x = _solve(kept, rhs[keep] + lift, pen, strength, fill)
                 res = kept @ x - (rhs[keep] + lift)
         if not np.isfinite(x).all():
             return width  # singular: the curves stay as the rounds before left them
@@ -979,28 +988,30 @@ def _penalty(n_nodes: int, n_k: int, n_x: int) -> Compressed:
 
 
 def _solve(mat: Compressed, rhs: np.ndarray, pen: Compressed,
-           strength: float) -> np.ndarray:
-    return _solve_normal(mat.T @ mat, mat.T @ rhs, pen, strength)
+           strength: float, fill_reducing: bool = False) -> np.ndarray:
+    return _solve_normal(mat.T @ mat, mat.T @ rhs, pen, strength, fill_reducing)
 
 
 def _solve_normal(gram: Compressed, mat_t_rhs: np.ndarray, pen: Compressed,
-                  strength: float) -> np.ndarray:
+                  strength: float, fill_reducing: bool = False) -> np.ndarray:
     """The penalized least-squares solution from the normal equations' parts (``gram`` =
     mat.T @ mat, ``mat_t_rhs`` = mat.T @ rhs), which a caller solving for several strengths
-    computes once."""
+    computes once; ``fill_reducing``: factored in a minimum degree order (more than
+    ``_NATURAL_ORDER_NODES`` nodes), else in the unknowns' own."""
     normal = (gram + strength * pen + identity(gram.shape[1], 1e-9)).converted("csc")
-    # the unknowns knot-major (``_design``): in natural order the factor stays a band; the
-    # matrix is symmetric positive definite, so its diagonal pivots are taken: with SuperLU's
-    # default row pivoting the weak strengths (``_FINER``, a small diagonal) took 0.5-0.7 s
-    # each on a 12-node ring's 4,412 unknowns instead of 0.01
+    # the unknowns knot-major (``_design``): in natural order the factor stays a band as
+    # wide as a knot's nodes; the matrix is symmetric positive definite, so its diagonal
+    # pivots are taken: with SuperLU's default row pivoting the weak strengths (``_FINER``,
+    # a small diagonal) took 0.5-0.7 s each on a 12-node ring's 4,412 unknowns instead of 0.01
     try:
-        return solve_natural(normal, mat_t_rhs)
+        return solve_diagonal(normal, mat_t_rhs, fill_reducing)
     except RuntimeError:  # exactly singular (a node no timely message pins): no solution
         return np.full(gram.shape[1], np.nan)
 
 
 def _choose(mat: Compressed, rhs: np.ndarray, pen: Compressed,
-            win: np.ndarray, o: FitOptions, folds: int = 3) -> float:
+            win: np.ndarray, o: FitOptions, folds: int = 3,
+            fill_reducing: bool = False) -> float:
     """The penalty strength: cross-validated over ``folds`` interleaved sets of windows,
     the strongest (straightest) within ``simpler_within`` of the best of ``_LAMBDAS``; or
     of ``_FINER`` too, where one of those predicts ``_FINER_GAIN`` times better over
@@ -1017,7 +1028,7 @@ def _choose(mat: Compressed, rhs: np.ndarray, pen: Compressed,
         gram, mat_t_rhs = train.T @ train, train.T @ rhs[~test]
         held, held_rhs = mat.rows(test), rhs[test]
         for i, strength in enumerate(grid):
-            x = _solve_normal(gram, mat_t_rhs, pen, strength)
+            x = _solve_normal(gram, mat_t_rhs, pen, strength, fill_reducing)
             scores[i] += float(np.sum((held @ x - held_rhs) ** 2))
     scores = [sc if np.isfinite(sc) else np.inf for sc in scores]
     base = len(_LAMBDAS)
