@@ -36,7 +36,10 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   (the same checks);
 - few-steps: few exchanges (4-12, every 1-5 s) whose clocks change rate between them: six
   exchanges 5 s apart on chains of 4 and 10 nodes, drift in 2 or 4 pieces, seeds 1-4, and 20
-  shapes drawn at random (``_few_steps``; the same checks).
+  shapes drawn at random (``_few_steps``; the same checks);
+- many: more nodes than the rest, rings of 32 and 64 nodes and a chain of 24 over 5
+  minutes, MPI every 1-2 s, 10 us of wander (the same checks; the node fit's seconds show
+  how it grows with the nodes).
 
 Every run: ``cell2otf2 RUN -o X.otf2 --report X.json`` (``sys.executable -m cell_otf2`` with
 this checkout on PYTHONPATH; without ``-q``: its summary, printed alone when stdout is not a
@@ -386,6 +389,17 @@ REGIMES: dict[str, Regime] = {
         quick=[_c(f"8 nodes {topo}, {dur:g} s, every {ex:g} s, seed 201", 201, 8, ex, dur,
                   15.0, 60.0, topology=topo)
                for dur, ex in _MID[::2] for topo in ("chain", "ring")]),
+    "many": Regime(
+        "more nodes than the other regimes: rings of 32 and 64 nodes and a chain of 24, "
+        "5 minutes, MPI every 1-2 s, 10 us wander", Targets(),
+        cases=[_c("32 nodes ring, 2 s, 5 min, 10 us wander", 3, 32, 2.0, 300.0, 10.0,
+                  spes=1),
+               _c("64 nodes ring, 1 s, 5 min, 10 us wander", 3, 64, 1.0, 300.0, 10.0,
+                  spes=1),
+               _c("24 nodes chain, 2 s, 5 min, 10 us wander", 5, 24, 2.0, 300.0, 10.0,
+                  topology="chain", spes=1)],
+        quick=[_c("32 nodes ring, 2 s, 5 min, 10 us wander", 3, 32, 2.0, 300.0, 10.0,
+                  spes=1)]),
 }
 
 _STAGES = re.compile(r"wall time ([\d.]+)s \((.*) s\)")
