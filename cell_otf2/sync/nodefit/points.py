@@ -95,6 +95,11 @@ class LpOptions:
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
     start_us: float = 0.5  # first rows: prior slack within this of its window's smallest
+    #: ... or within this on more than ``2 * pair_reach + 1`` nodes: there the rows within
+    #: 0.5 us left 7-11 k binding rows to the second round, whose warm dual simplex took
+    #: longer than a larger first interior-point solve (32 nodes: 14.0 -> 9.8 s of solving,
+    #: 64 nodes: 29.5 -> 21.3 s, the same maps to the microsecond's thousandth)
+    start_us_many: float = 2.0
     max_segment_s: float = np.inf  # knots at least this often (default: only at bends)
     refine: int = 1  # rounds of node curves with the rates of the last round's maps
     min_spacing: float = 2.0  # knot spacings tried: down to this many curve windows

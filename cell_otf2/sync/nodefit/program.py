@@ -26,8 +26,9 @@ class Program:
     window of each end and the pair's window (the pool: hull vertices per cell), and
     ``|rate - 1| <= max_ppm`` per segment. Maximizes ``sum t + edge_weight * sum u``. It starts
     from the rows of the points with the smallest prior slack per window half of every node
-    and per pair window and direction (and every rate row of a node with a knot in each
-    window or more), solves, adds every pool row and rate row the solution violates, and
+    and per pair window and direction, within ``start_us`` of it (``start_us_many`` on more
+    nodes than the pair terms reach), and every rate row of a node with a knot in each
+    window or more; solves, adds every pool row and rate row the solution violates, and
     repeats: the result solves the whole program.
     """
 
@@ -117,10 +118,12 @@ class Program:
         bounds[:, 0], bounds[:, 1] = -np.inf, np.inf
         bounds[self.n_z:, 1] = self.hz * 1.0  # t, u: never unbounded
         active = np.zeros((pool.size, len(sides)), dtype=bool)
+        start_us = (self.o.start_us if n_nodes <= 2 * self.o.pair_reach + 1
+                    else self.o.start_us_many)
         for side, tcol in enumerate(sides):  # per column and side, the smallest prior slacks
             best = np.full(n_cols + 2 * n_u + 1, np.inf)
             np.minimum.at(best, tcol, score)
-            active[:, side] = score <= best[tcol] + self.o.start_us * 1e-6 * self.hz
+            active[:, side] = score <= best[tcol] + start_us * 1e-6 * self.hz
         if n_u:  # u columns were numbered per direction to pick a first row of each
             active[:, 2] &= termed
             sides[2] = np.where(termed, self.n_zt + (sides[2] - self.n_zt) // 2, 0)
