@@ -34,7 +34,7 @@ from cell_otf2.sync.nodefit.points import (
     slacks,
     undominated,
 )
-from cell_otf2.sync.nodefit.program import within_reach
+from cell_otf2.sync.nodefit.program import near_in_node_order
 
 HZ = 14_318_000
 T0 = 2.0e11
@@ -226,7 +226,7 @@ def test_pair_terms_reach_near_nodes_only(monkeypatch):
     that is every pair (the same maps as an unlimited reach); on 24, where collectives link
     276 pairs, each node keeps 16 partners and the maps stay as close to the truth as with
     every pair's terms."""
-    assert within_reach(np.array([0, 0, 0, 3]), np.array([8, 9, 15, 20]), 24, 8).tolist() == \
+    assert near_in_node_order(np.array([0, 0, 0, 3]), np.array([8, 9, 15, 20]), 24, 8).tolist() == \
         [True, False, False, True]  # 0-15 is 9 apart around the ring, 3-20 is 7
     span = 60.0
     clocks, pts = _ring_closed_by_collectives(17, span, 40_000, 5)

@@ -21,8 +21,8 @@ class Program:
 
     Columns: knot deviations z (reference = x + c + Z(x), Z linear between knots; none for the
     reference node), one ``t`` per window of every node, one ``u`` per window of every node
-    pair with points in it whose nodes are within ``pair_reach`` (``within_reach``). Rows:
-    ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for the
+    pair with points in it whose nodes are at most ``pair_reach`` apart
+    (``near_in_node_order``). Rows: ``Z_a(ta) - Z_b(tb) + t <= tb + c_b - ta - c_a`` for the
     window of each end and the pair's window (the pool: hull vertices per cell), and
     ``|rate - 1| <= max_ppm`` per segment. Maximizes ``sum t + edge_weight * sum u``. It starts
     from the rows of the points with the smallest prior slack per window half of every node
@@ -83,7 +83,7 @@ class Program:
         n_u = 0
         termed = np.zeros(pool.size, dtype=bool)  # rows of a pair with a node-pair term
         if self.o.edge_weight > 0:
-            termed = within_reach(a, b, n_nodes, self.o.pair_reach)
+            termed = near_in_node_order(a, b, n_nodes, self.o.pair_reach)
             lo = np.minimum(a, b)
             pair = (lo * n_nodes + np.maximum(a, b)) * (wa.max() + 1) + wa // self.per_edge
             upair, inv = np.unique(pair[termed], return_inverse=True)
@@ -193,7 +193,7 @@ def objective_windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
     return np.linspace(lo_r, hi_r, n_t + 1), max(1, per_edge)
 
 
-def within_reach(a: np.ndarray, b: np.ndarray, n_nodes: int, reach: int) -> np.ndarray:
+def near_in_node_order(a: np.ndarray, b: np.ndarray, n_nodes: int, reach: int) -> np.ndarray:
     """Per point, whether its nodes are at most ``reach`` apart in node order, counted around
     the ring of ``n_nodes`` (every pair where ``n_nodes <= 2 * reach + 1``)."""
     apart = np.abs(a - b)
