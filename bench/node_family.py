@@ -6,6 +6,10 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - linear: drift up to 50 ppm, no wander, exchanges every 2-5 s, 10-20 min, 2-16 nodes, ring
   and chain, ranks 1 % or 15 % uneven, the one-way shift faster or slower than the halo; with
   the foreign run ``hybrid-linear-b``;
+- linear-drawn: 24 shapes of the linear regime drawn at random (``_linear_drawn``: 2-16 nodes,
+  ring or chain, MPI every 2-5 s over 5-20 minutes, 1 % or 15 % uneven, a 4 or 16 KiB
+  shift), against the linear targets: the five hand-picked shapes above met them where most
+  drawn ones did not;
 - wander: a sine of 5-15 us over 1-5 min on top, exchanges every 2 s; with ``hybrid-wander-a``;
 - dense: exchanges every 0.2 s with 15 us of wander;
 - steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
@@ -157,6 +161,28 @@ def _drawn_case(rng: random.Random, name: str, nodes: int, topology: str, exchan
               spes=1 if nodes > 8 else 2, imbalance=imbalance)
 
 
+def _linear_drawn(sweep: int, count: int) -> list[Case]:
+    """``count`` shapes of the linear regime drawn at random (``random.Random(sweep)``): 2-16
+    nodes, ring or chain, MPI every 2-5 s over 5-20 minutes (10 minutes at most beyond 8
+    nodes), drift up to 50 ppm and no wander, 1 % or 15 % uneven ranks, the one-way shift
+    of 4 or 16 KiB: the linear targets over more than one run per shape."""
+    rng = random.Random(sweep)
+    out = []
+    for i in range(count):
+        nodes = rng.choice([2, 3, 4, 6, 8, 12, 16])
+        topo = rng.choice(["ring", "chain"])
+        ex = rng.choice([2.0, 3.0, 4.0, 5.0])
+        dur = rng.choice([300.0, 600.0] if nodes > 8 else [300.0, 600.0, 900.0, 1200.0])
+        imbalance = rng.choice([0.01, 0.15])
+        shift = rng.choice([4096, 16384])
+        seed = rng.randrange(300, 10000)
+        out.append(_c(f"{sweep}/{i:02d}: {nodes} nodes {topo}, every {ex:g} s, {dur:g} s, "
+                      f"{imbalance:.0%} uneven, {shift // 1024} KiB shift, seed {seed}", seed,
+                      nodes, ex, dur, topology=topo, spes=1 if nodes > 8 else 2,
+                      imbalance=imbalance, shift_bytes=shift))
+    return out
+
+
 def _few(sweep: int, count: int) -> list[Case]:
     """``count`` runs of few exchanges drawn at random (``random.Random(sweep)``): 4-12
     exchanges every 0.01-5 s (40 ms to 60 s), 2-12 nodes, ring or chain, wander 0-20 us,
@@ -238,6 +264,10 @@ REGIMES: dict[str, Regime] = {
         quick=[_c("4 nodes, 2 s, 1 min", 1, 4, 2.0, 60.0),
                _c("8 nodes chain, 3 s, 1 min", 4, 8, 3.0, 60.0, topology="chain"),
                Case("foreign hybrid-linear-b", {}, foreign="hybrid-linear-b")]),
+    "linear-drawn": Regime(
+        "linear drift, exchanges every 2-5 s, 24 shapes drawn at random (2-16 nodes, 5-20 "
+        "min)", Targets(0.2, 0.5),
+        cases=_linear_drawn(51, 24), quick=_linear_drawn(51, 6)),
     "wander": Regime(
         "wander 5-15 us, exchanges every 2 s", Targets(0.5, 3.0, 2.0),
         cases=[_c("4 nodes, 15 us / 4 min, 10 min, 15 % imbalance", 11, 4, 2.0, 600.0, 15.0,
