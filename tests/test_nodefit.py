@@ -754,6 +754,69 @@ def test_pair_late_one_way_in_every_exchange(tmp_path, name):
     assert max(abs(n["rate_ppm"]) for n in res["nodes"]) < 100.0 * (1 - 1e-6)  # not at the limit
 
 
+#: linear drift, a link late one way in every exchange by a microsecond or two (its direction
+#: mirrored): 0.50, 2.06 and 0.58 us RMS before its floors came from the kind's usual
+#: two-way sum (``floors.floor_lift``), 0.14-0.17 after
+MIRRORED_LINEAR_RUNS = {
+    "chain3-5s-600s-6878": dict(nodes=3, exchange_s=5.0, duration_s=600.0, topology="chain",
+                                imbalance=0.15, seed=6878),
+    "chain6-2s-180s-350": dict(nodes=6, exchange_s=2.0, duration_s=180.0, topology="chain",
+                               imbalance=0.01, seed=350),
+    "ring8-3s-300s-8874": dict(nodes=8, exchange_s=3.0, duration_s=300.0, topology="ring",
+                               imbalance=0.01, shift_bytes=4096, seed=8874),
+}
+
+
+@pytest.mark.parametrize("name", list(MIRRORED_LINEAR_RUNS))
+def test_mirrored_link_centred_on_its_kind(tmp_path, name):
+    """Linear drift, ranks whose receives one way of a link come late in every exchange:
+    converted and read back against the truth, within the linear target (0.2 us RMS, 0.5 us
+    at most), no message reversed, the truth inside the bound."""
+    from cellbench.nodetruth import evaluate
+
+    from cell_otf2.run.conversion import convert
+    from cell_otf2.sim.run import simulate_run
+
+    opts = dict(MIRRORED_LINEAR_RUNS[name])
+    seed = int(opts.pop("seed"))
+    opts.setdefault("shift_bytes", 16384)
+    run = tmp_path / "run"
+    simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=2, max_ppm=50.0,
+                 drift_segments=1, wander_us=0.0, **opts)
+    anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
+    convert(run, anchor, report=report)
+    res = evaluate(run, anchor, report)
+    assert res["reversed_mpi"] == 0 and res["outside_bound"] == 0
+    assert res["rms_us"] <= 0.2 and res["max_us"] <= 0.5, (res["rms_us"], res["max_us"])
+
+
+def test_mirrored_floor_from_the_kinds_usual_sum():
+    """Two node pairs of one kind: the first timely both ways (two-way sum 20), the second's
+    backward direction mirrored from its forward one. The mirrored direction's lift places the
+    second pair's forward floor at half the usual sum; without the mirrored keys, or with
+    no pair of the kind to give a sum, both pairs are centred between their own floors."""
+    from cell_otf2.sync.nodefit.floors import floor_lift
+
+    rng = np.random.default_rng(3)
+    d_key = np.repeat([0, 1, 2, 3], 40)
+    resid = rng.uniform(0.0, 3.0, d_key.size)
+    for key, least in ((0, -1.0), (1, -1.0), (2, -2.0), (3, -6.0)):
+        resid[np.flatnonzero(d_key == key)[0]] = least
+        resid[np.flatnonzero(d_key == key)[1:20]] = least + 0.5
+    latency = np.array([11.0, 13.0])  # group 0: 2 * 11 - 1 - 1 = 20
+    plain = floor_lift(resid, d_key, 4, 16, 1.0)
+    assert [plain[d_key == k][0] for k in range(4)] == [-1.0, -1.0, -2.0, -6.0]
+    lift = floor_lift(resid, d_key, 4, 16, 1.0, latency, 1, np.array([3]))
+    # a refit on the lifted delays moves the second pair by half its lifts' difference: its
+    # forward floor, 13 - 2 = 11 now, becomes half the usual sum
+    assert lift[d_key == 2][0] == -2.0 and lift[d_key == 0][0] == -1.0
+    moved = 0.5 * (lift[d_key == 2][0] - lift[d_key == 3][0])
+    assert latency[1] - 2.0 - moved == pytest.approx(10.0)
+    alone = floor_lift(resid[d_key >= 2], d_key[d_key >= 2], 4, 16, 1.0,
+                       latency, 1, np.array([3]))
+    assert np.array_equal(alone, plain[d_key >= 2])
+
+
 def test_late_one_way_named_with_its_lateness():
     """Node pairs of one kind, messages every second both ways for a minute, the curves'
     error a line: a pair whose one direction is 1-5 ms late in every exchange is named, with a

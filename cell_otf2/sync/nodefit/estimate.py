@@ -14,6 +14,7 @@ centre. It keeps no message ordered (``hard.py`` does) and reads no files."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ...native.graph_loops import weak_components
 from .compressed import Compressed, from_triplets, identity, solve_diagonal, spsolve, zeros
 from .counted import counted_lines
 from .disagree import two_way_centres
+from .floors import floor_lift
 from .oneway import above_reach, late_one_way, mirrored, pooled_sums, taking_turns
 from .points import ORDER_ONLY, FitOptions, by_node, curve_at, curve_slopes
 from .scipy_parts import solveh_banded
@@ -306,6 +308,8 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     if all(reached[n] for n in np.unique(np.r_[lo, hi]).tolist() if n != ref):
         args = (span, u0, u, group, fwd, lo, hi, ta, tb, a, b, c, knots, values, curves,
                 n_nodes, ref, o, late_ticks, hz, off_line)
+        # (the directions mirrored take their floors from their kinds' usual sums)
+        rounds = partial(_joint_rounds, *args, n_kinds=int(kinds.size), mirrored_keys=late)
         d_key = group * 2 + (~fwd)
         # Where the lines seem to miss a drift (a rate that changed: a line is centred
         # between the hulls of the curve; ``_missed_drift``), a first pass on a grid of
@@ -320,7 +324,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         followed = False
         if _missed_drift(r, u, d_key, kinds.size, u0, fine, 4.0 * late_ticks):
             start = _snapshot(knots, values, curves)
-            used = _joint_rounds(*args, width=fine, judge=fine_judge)
+            used = rounds(width=fine, judge=fine_judge)
             # followed where the curves moved, but not to where messages arrive before they
             # are sent (a pass that took late messages for timely ones can move by
             # milliseconds: no clock does that to every message of a direction)
@@ -332,7 +336,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
                 if not used / _REGRID <= width <= used * _REGRID:
                     passed = _snapshot(knots, values, curves)
-                    _joint_rounds(*args, width=width, judge=judge)
+                    rounds(width=width, judge=judge)
                     _undo_impossible(passed, knots, values, curves, msgs, floor_r, ref)
                 followed = curves.followed_drift = True
             else:
@@ -340,7 +344,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                 curves.error[:] = start[3]
         if not followed:
             width, judge = _grid_width(span, u, d_key, r, o, late_ticks, kinds.size, hz)
-            _joint_rounds(*args, missed_drift=False, width=width, judge=judge)
+            rounds(missed_drift=False, width=width, judge=judge)
         # few windows: where the timely messages leave the curves by more than their jitter
         # (clocks that changed rate between exchanges), the rounds again on a window per
         # exchange; where a node pair is still far off centre, the curves through the
@@ -353,7 +357,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
                                              late_ticks, kinds.size, hz)
                 if one * _REGRID <= curves.window_ticks:
                     before = _snapshot(knots, values, curves)
-                    _joint_rounds(*args, missed_drift=False, width=one, judge=one_judge)
+                    rounds(missed_drift=False, width=one, judge=one_judge)
                     _undo_impossible(before, knots, values, curves, msgs,
                                      _impossible_below(r, late_ticks), ref)
             ex, centres = _exchanges(u, d_key)
@@ -579,7 +583,8 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
                   a: np.ndarray, b: np.ndarray, c: np.ndarray, knots: list, values: list,
                   curves: Curves, n_nodes: int, ref: int, o: FitOptions, late_ticks: float,
                   hz: float, set_aside: np.ndarray | None, width: float,
-                  missed_drift: bool = True, judge: float | None = None) -> float:
+                  missed_drift: bool = True, judge: float | None = None,
+                  n_kinds: int = 0, mirrored_keys: np.ndarray | None = None) -> float:
     """The final rounds, on a grid of windows ``width`` long, late and timely messages told
     apart on windows ``judge`` long (default: ``width``; ``missed_drift``: the curves
     may still miss a drift by far more than any lateness; the first round's late windows are
@@ -598,7 +603,8 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     cross-validation over interleaved windows, the straightest within ``simpler_within`` of
     the best; a robust refit drops messages far off. Where the choice is a line, each kind
     and node pair is then re-centred between its two directions' least residuals
-    (``floor_messages``)."""
+    (``floor_messages``; ``floors.floor_lift``: a direction of ``mirrored_keys``, its pair's
+    other direction mirrored, from its kind's usual two-way sum, ``n_kinds`` kinds)."""
     d_key = group * 2 + (~fwd)
     n_k = int(round(span / width))
     nodes = [n for n in range(n_nodes) if n != ref and knots[n] is not None]
@@ -660,9 +666,11 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
         # a line: centred between each pair's fastest messages both ways, not their means
         if o.floor_messages > 0 and strength >= _LAMBDAS[0] and np.isfinite(x).all():
-            lift = _floor_lift(rhs[keep] - kept @ x, d_key[rows][keep],
-                               int(d_key.max()) + 1, o.floor_messages,
-                               o.floor_near_us * 1e-6 * hz)
+            latency = np.full(int(group.max()) + 1, np.nan)  # per group, its column's
+            latency[group[rows]] = x[n_e + g_inv[rows]]
+            lift = floor_lift(rhs[keep] - kept @ x, d_key[rows][keep],
+                              int(d_key.max()) + 1, o.floor_messages,
+                              o.floor_near_us * 1e-6 * hz, latency, n_kinds, mirrored_keys)
             if lift.any():
                 x = _solve(kept, rhs[keep] + lift, pen, strength, fill)
                 res = kept @ x - (rhs[keep] + lift)
@@ -922,23 +930,6 @@ def _within_reach(floor: np.ndarray, n_dir: int, n_k: int, reach: float, margin:
     n_ok, n_have = ok.sum(axis=1), np.isfinite(y).sum(axis=1)
     steady = (n_ok >= _STEADY_SHARE * n_have) & (n_ok >= _STEADY_WINDOWS)
     return (ok & steady[:, None]).ravel()[:floor.size]
-
-
-def _floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int,
-                near: float) -> np.ndarray:
-    """Per equation, what to add to its delay so that the least fit residual ``resid`` of its
-    direction (``d_key``: group * 2 + backward) becomes that of the other direction: a fit on
-    the lifted delays moves each node pair's offset by half the difference of the two
-    directions' least residuals, centring it between their fastest messages. Zero for a group
-    whose directions have fewer than ``n_min`` messages each within ``near`` of their least
-    (too few for the least to be near the least latency)."""
-    low = np.full(n_dir, np.inf)
-    np.minimum.at(low, d_key, resid)
-    count = np.bincount(d_key[resid <= low[d_key] + near], minlength=n_dir)
-    count = np.r_[count, np.zeros(count.size % 2, dtype=count.dtype)]
-    enough = np.repeat(np.minimum(count[0::2], count[1::2]) >= n_min, 2)[:n_dir]
-    lift = np.where(enough & np.isfinite(low), low, 0.0)
-    return lift[d_key]
 
 
 def _residuals(ta: np.ndarray, tb: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
