@@ -11,6 +11,9 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
   shift), against the linear targets: the five hand-picked shapes above met them where most
   drawn ones did not;
 - wander: a sine of 5-15 us over 1-5 min on top, exchanges every 2 s; with ``hybrid-wander-a``;
+- wander-drawn: 24 shapes of the wander regime drawn at random (``_wander_drawn``: 2-16
+  nodes, ring or chain, 10-20 minutes, 1 % or 15 % uneven, a 4 or 16 KiB shift), against
+  the wander targets;
 - dense: exchanges every 0.2 s with 15 us of wander;
 - steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
   0.2-7 s, rings and chains;
@@ -183,6 +186,29 @@ def _linear_drawn(sweep: int, count: int) -> list[Case]:
     return out
 
 
+def _wander_drawn(sweep: int, count: int) -> list[Case]:
+    """``count`` shapes of the wander regime drawn at random (``random.Random(sweep)``): 2-16
+    nodes, ring or chain, MPI every 2 s over 10-20 minutes (10 minutes beyond 8 nodes),
+    5-15 us of wander over 1-5 minutes on drift up to 50 ppm, 1 % or 15 % uneven ranks, the
+    one-way shift of 4 or 16 KiB: the wander targets over more than one run per shape."""
+    rng = random.Random(sweep)
+    out = []
+    for i in range(count):
+        nodes = rng.choice([2, 3, 4, 6, 8, 12, 16])
+        topo = rng.choice(["ring", "chain"])
+        dur = rng.choice([600.0] if nodes > 8 else [600.0, 900.0, 1200.0])
+        wander = rng.choice([5.0, 10.0, 15.0])
+        period = rng.choice([60.0, 120.0, 180.0, 300.0])
+        imbalance = rng.choice([0.01, 0.15])
+        shift = rng.choice([4096, 16384])
+        seed = rng.randrange(300, 10000)
+        out.append(_c(f"{sweep}/{i:02d}: {nodes} nodes {topo}, {dur:g} s, {wander:g} us / "
+                      f"{period:g} s, {imbalance:.0%} uneven, {shift // 1024} KiB shift, "
+                      f"seed {seed}", seed, nodes, 2.0, dur, wander, period, topology=topo,
+                      spes=1 if nodes > 8 else 2, imbalance=imbalance, shift_bytes=shift))
+    return out
+
+
 def _few(sweep: int, count: int) -> list[Case]:
     """``count`` runs of few exchanges drawn at random (``random.Random(sweep)``): 4-12
     exchanges every 0.01-5 s (40 ms to 60 s), 2-12 nodes, ring or chain, wander 0-20 us,
@@ -284,6 +310,10 @@ REGIMES: dict[str, Regime] = {
                _c("8 nodes chain, 10 us / 1 min, 1 min", 14, 8, 2.0, 60.0, 10.0, 60.0,
                   topology="chain"),
                Case("foreign hybrid-wander-a", {}, foreign="hybrid-wander-a")]),
+    "wander-drawn": Regime(
+        "wander 5-15 us, exchanges every 2 s, 24 shapes drawn at random (2-16 nodes, 10-20 "
+        "min)", Targets(0.5, 3.0, 2.0),
+        cases=_wander_drawn(52, 24), quick=_wander_drawn(52, 6)),
     "dense": Regime(
         "exchanges every 0.2 s, 15 us wander", Targets(0.15, 1.0),
         cases=[_c("4 nodes, 15 us / 2 min, 5 min", 21, 4, 0.2, 300.0, 15.0, 120.0),
