@@ -610,7 +610,7 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     nodes = [n for n in range(n_nodes) if n != ref and knots[n] is not None]
     col_of = np.full(n_nodes, -1)
     col_of[nodes] = np.arange(len(nodes))
-    _, g_inv = np.unique(group, return_inverse=True)
+    groups, g_inv = np.unique(group, return_inverse=True)
     g_inv = g_inv.ravel()
     n_e = len(nodes) * n_k
     n_x = n_e + int(g_inv.max()) + 1
@@ -666,8 +666,8 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
         # a line: centred between each pair's fastest messages both ways, not their means
         if o.floor_messages > 0 and strength >= _LAMBDAS[0] and np.isfinite(x).all():
-            latency = np.full(int(group.max()) + 1, np.nan)  # per group, its column's
-            latency[group[rows]] = x[n_e + g_inv[rows]]
+            latency = np.full(int(groups[-1]) + 1, np.nan)  # per group, its column's
+            latency[groups] = x[n_e:]
             lift = floor_lift(rhs[keep] - kept @ x, d_key[rows][keep],
                               int(d_key.max()) + 1, o.floor_messages,
                               o.floor_near_us * 1e-6 * hz, latency, n_kinds, mirrored_keys)
