@@ -14,6 +14,8 @@ Regimes (``REGIMES``; ``--quick`` runs the short variants, 10 s to 2 min):
 - wander-drawn: 24 shapes of the wander regime drawn at random (``_wander_drawn``: 2-16
   nodes, ring or chain, 10-20 minutes, 1 % or 15 % uneven, a 4 or 16 KiB shift), against
   the wander targets;
+- wander-short: 24 more drawn the same way but over 3-7 minutes (``_wander_drawn(53, 24,
+  short=True)``), a few wander periods, against the same targets;
 - dense: exchanges every 0.2 s with 15 us of wander;
 - steps: the drift changing abruptly at 2-10 even knots (by up to 15 ppm), exchanges every
   0.2-7 s, rings and chains;
@@ -186,17 +188,19 @@ def _linear_drawn(sweep: int, count: int) -> list[Case]:
     return out
 
 
-def _wander_drawn(sweep: int, count: int) -> list[Case]:
+def _wander_drawn(sweep: int, count: int, short: bool = False) -> list[Case]:
     """``count`` shapes of the wander regime drawn at random (``random.Random(sweep)``): 2-16
-    nodes, ring or chain, MPI every 2 s over 10-20 minutes (10 minutes beyond 8 nodes),
-    5-15 us of wander over 1-5 minutes on drift up to 50 ppm, 1 % or 15 % uneven ranks, the
-    one-way shift of 4 or 16 KiB: the wander targets over more than one run per shape."""
+    nodes, ring or chain, MPI every 2 s over 10-20 minutes (10 minutes beyond 8 nodes; with
+    ``short``, 3-7 minutes), 5-15 us of wander over 1-5 minutes on drift up to 50 ppm, 1 %
+    or 15 % uneven ranks, the one-way shift of 4 or 16 KiB: the wander targets over more
+    than one run per shape."""
     rng = random.Random(sweep)
     out = []
     for i in range(count):
         nodes = rng.choice([2, 3, 4, 6, 8, 12, 16])
         topo = rng.choice(["ring", "chain"])
-        dur = rng.choice([600.0] if nodes > 8 else [600.0, 900.0, 1200.0])
+        dur = rng.choice([180.0, 240.0, 300.0, 420.0] if short else
+                         [600.0] if nodes > 8 else [600.0, 900.0, 1200.0])
         wander = rng.choice([5.0, 10.0, 15.0])
         period = rng.choice([60.0, 120.0, 180.0, 300.0])
         imbalance = rng.choice([0.01, 0.15])
@@ -314,6 +318,10 @@ REGIMES: dict[str, Regime] = {
         "wander 5-15 us, exchanges every 2 s, 24 shapes drawn at random (2-16 nodes, 10-20 "
         "min)", Targets(0.5, 3.0, 2.0),
         cases=_wander_drawn(52, 24), quick=_wander_drawn(52, 6)),
+    "wander-short": Regime(
+        "wander 5-15 us, exchanges every 2 s, 24 shapes drawn at random (2-16 nodes, 3-7 "
+        "min)", Targets(0.5, 3.0, 2.0),
+        cases=_wander_drawn(53, 24, short=True), quick=_wander_drawn(53, 6, short=True)),
     "dense": Regime(
         "exchanges every 0.2 s, 15 us wander", Targets(0.15, 1.0),
         cases=[_c("4 nodes, 15 us / 2 min, 5 min", 21, 4, 0.2, 300.0, 15.0, 120.0),
