@@ -604,7 +604,8 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
     the best; a robust refit drops messages far off. Where the choice is a line, each kind
     and node pair is then re-centred between its two directions' least residuals
     (``floor_messages``; ``floors.floor_lift``: a direction of ``mirrored_keys``, its pair's
-    other direction mirrored, from its kind's usual two-way sum, ``n_kinds`` kinds)."""
+    other direction mirrored, from its kind's usual two-way sum, ``n_kinds`` kinds); where
+    it is a smooth curve, only the pairs with a mirrored direction are."""
     d_key = group * 2 + (~fwd)
     n_k = int(round(span / width))
     nodes = [n for n in range(n_nodes) if n != ref and knots[n] is not None]
@@ -665,12 +666,16 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         else:
             keep = np.ones(rows.size, dtype=bool)  # the fit above is over every row
         # a line: centred between each pair's fastest messages both ways, not their means
-        if o.floor_messages > 0 and strength >= _LAMBDAS[0] and np.isfinite(x).all():
+        # (a smooth curve: only the pairs with a mirrored direction)
+        line = strength >= _LAMBDAS[0]
+        if (o.floor_messages > 0 and np.isfinite(x).all()
+                and (line or (mirrored_keys is not None and mirrored_keys.size > 0))):
             latency = np.full(int(groups[-1]) + 1, np.nan)  # per group, its column's
             latency[groups] = x[n_e:]
             lift = floor_lift(rhs[keep] - kept @ x, d_key[rows][keep],
                               int(d_key.max()) + 1, o.floor_messages,
-                              o.floor_near_us * 1e-6 * hz, latency, n_kinds, mirrored_keys)
+                              o.floor_near_us * 1e-6 * hz, latency, n_kinds, mirrored_keys,
+                              mirrored_only=not line)
             if lift.any():
                 x = _solve(kept, rhs[keep] + lift, pen, strength, fill)
                 res = kept @ x - (rhs[keep] + lift)

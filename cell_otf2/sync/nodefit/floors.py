@@ -13,7 +13,8 @@ import numpy as np
 
 def floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int, near: float,
                latency: np.ndarray | None = None, n_kinds: int = 0,
-               mirrored: np.ndarray | None = None) -> np.ndarray:
+               mirrored: np.ndarray | None = None, mirrored_only: bool = False
+               ) -> np.ndarray:
     """Per equation, what to add to its delay so that a refit centres its node pair between
     the floors of its two directions. ``resid``: each equation's residual under the fit,
     ``d_key``: its direction (group * 2 + backward, group = pair * ``n_kinds`` + kind),
@@ -36,12 +37,18 @@ def floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int, nea
     direction whose timely one has fewer than ``n_min`` equations keeps its own floor (runs
     of a few exchanges, where a least sum is noise: a 6-node chain of four exchanges 1.2 ->
     2.0 us RMS without that), and so does every one of a kind no pair gives a sum (lines
-    that miss a rate step leave sums of thousands of ticks below zero)."""
+    that miss a rate step leave sums of thousands of ticks below zero). ``mirrored_only``:
+    only the groups with a mirrored direction are lifted (smooth curves, whose least
+    residuals of a pair timely both ways carry the curve's own noise; a mirrored direction's
+    floor still comes from its kind's usual sum: an 8-node chain whose clocks wander 15 us
+    over a minute, with one link late one way in every exchange, 1.59 -> 1.17 us RMS)."""
     low = np.full(n_dir, np.inf)
     np.minimum.at(low, d_key, resid)
     count = np.bincount(d_key[resid <= low[d_key] + near], minlength=n_dir)
     count = np.r_[count, np.zeros(count.size % 2, dtype=count.dtype)]
     enough = np.repeat(np.minimum(count[0::2], count[1::2]) >= n_min, 2)[:n_dir]
+    if mirrored_only:
+        enough[:] = False
     if latency is not None and mirrored is not None and mirrored.size and n_kinds > 0:
         equations = np.bincount(d_key, minlength=count.size)
         low, enough = _mirrored_floors(low, enough, count, equations, n_min, latency, n_kinds,
