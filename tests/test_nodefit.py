@@ -1017,3 +1017,59 @@ def test_pair_taking_turns_in_a_few_exchange_chain(tmp_path, nodes, exchange_s, 
     _, rms = few_exchange_run(tmp_path / "run", seed, nodes, "chain", exchanges, exchange_s,
                               wander_us, period_s, 0.01)
     assert rms < rms_us
+
+
+def _one_way_points(links: list[tuple[int, int, bool]], n: int = 200, seed: int = 4
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Points of one kind both ways on each (lo, hi, late) link, and their delays: about 10
+    ticks plus up to 2 each way, the backward direction 5,000-35,000 where ``late``."""
+    from cell_otf2.sync.nodefit.points import POINT_DTYPE
+
+    rng = np.random.default_rng(seed)
+    parts, delays = [], []
+    for lo, hi, late in links:
+        for a, b, slow in ((lo, hi, False), (hi, lo, late)):
+            p = np.zeros(n, POINT_DTYPE)
+            p["a"], p["b"], p["kind"] = a, b, 8192
+            parts.append(p)
+            delays.append(rng.uniform(5e3, 3.5e4, n) if slow else 10.0 + rng.uniform(0, 2, n))
+    return np.concatenate(parts), np.concatenate(delays)
+
+
+def test_one_way_only_names_the_nodes_no_assumption_centres():
+    """A 2-node run whose link is late one way in every exchange: node 1 is named (its
+    stated error would be the assumption's, not its own); timely both ways it is not; in a
+    chain where another pair shows the kind both ways, the late link is mirrored on it and
+    no node is named; a node beyond the late link of a chain without such a pair is."""
+    from cell_otf2.sync.nodefit.disagree import one_way_only
+
+    pts, delay = _one_way_points([(0, 1, True)])
+    assert one_way_only(pts, delay, 2, 0, 4.0, 16).tolist() == [False, True]
+    pts, delay = _one_way_points([(0, 1, False)])
+    assert not one_way_only(pts, delay, 2, 0, 4.0, 16).any()
+    pts, delay = _one_way_points([(0, 1, False), (1, 2, True)])
+    assert not one_way_only(pts, delay, 3, 0, 4.0, 16).any()
+    pts, delay = _one_way_points([(0, 1, True), (1, 2, True)])
+    assert one_way_only(pts, delay, 3, 0, 4.0, 16).tolist() == [False, True, True]
+
+
+def test_two_node_run_late_one_way_states_no_expected_error(tmp_path):
+    """Converted: the 2-node chain of ``wander-short`` whose link is received 6 ms late one
+    way in every exchange (3.0 ms off, inside its bound) states no expected error for its
+    node (0.34 us before); a 2-node run timely both ways still states one."""
+    import json
+
+    from cell_otf2.run.conversion import convert
+    from cell_otf2.sim.run import simulate_run
+
+    for seed, shift, stated in ((6286, 16384, False), (2564, 4096, True)):
+        run = tmp_path / f"run{seed}"
+        simulate_run(run, "cluster", seed, ranks=4, nodes=2, spes=2, max_ppm=50.0,
+                     exchange_s=2.0, duration_s=420.0 if seed == 6286 else 240.0,
+                     wander_us=5.0 if seed == 6286 else 10.0, wander_period_s=120.0,
+                     topology="chain", imbalance=0.01, shift_bytes=shift, drift_segments=1)
+        report = tmp_path / f"r{seed}.json"
+        convert(run, tmp_path / f"a{seed}.otf2", report=report)
+        node = json.loads(report.read_text())["nodes"][1]
+        assert node["method"] == "fit" and node["bound_ticks"] is not None
+        assert (node["estimate_error_ticks"] is not None) == stated, node

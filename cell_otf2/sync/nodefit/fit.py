@@ -20,7 +20,7 @@ from ...input import format as fmt
 from ...model import Decoded, DomainKind, Matches, NodeMap
 from ..extents import node_extents
 from ..synchronize import start_time_maps
-from .disagree import path_disagreement
+from .disagree import one_way_only, path_disagreement
 from .estimate import estimate, offsets_at
 from .hard import (
     Graph,
@@ -283,6 +283,16 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
             m = maps[n]
             if m is not None and n != ref:
                 m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))
+    # no error stated where the assumption cannot centre a node (judged on the delays under
+    # the maps: not where the curves followed a drift their lines missed, whose maps may
+    # still miss it, which that floor above states)
+    if method == "fit" and not curves.followed_drift:
+        for n in np.flatnonzero(one_way_only(pts, slack, n_nodes, ref,
+                                             o.timely_us * 1e-6 * hz,
+                                             o.floor_messages)).tolist():
+            m = maps[n]
+            if m is not None and n != ref:
+                m.estimate_error = None
     secs["bounds"] = time.perf_counter() - t3
     fit.min_slack = float(np.nanmin(slack)) if slack.size else np.inf
     fit.reversed = int((slack < 0).sum())
