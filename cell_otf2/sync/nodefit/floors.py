@@ -4,7 +4,8 @@ midway between its fastest messages both ways; and for a pair whose one directio
 every exchange and was replaced by the other's messages mirrored (``oneway.mirrored``), the
 floor that places its timely direction's least latency at half its kind's usual two-way sum,
 that sum taken from the fit itself (the node pairs of the kind whose both directions are
-timely). It chooses no messages, fits nothing and knows nothing of windows or curves."""
+timely); where they fit smooth curves, that mirrored centring alone. It chooses no messages,
+fits nothing and knows nothing of windows or curves."""
 
 from __future__ import annotations
 
