@@ -17,6 +17,7 @@ import numpy as np
 
 from ...model import NodeMap
 from ...native.graph_loops import breadth_first
+from .floors import least_and_near
 from .points import ORDER_ONLY, by_node, map_to_reference
 
 #: a pair's disagreement is the root of this quantile of its windows' squares, not of their
@@ -56,18 +57,10 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     to more than this above the least such sum of its kind and pair is left out (one of them
     was received late)."""
     out = np.zeros(n_nodes)
-    use = (pts["a"] != pts["b"]) & (pts["a"] >= 0) & (pts["b"] >= 0) & (
-        pts["kind"] != ORDER_ONLY) & np.isfinite(delay)
-    pts, delay = pts[use], delay[use]
+    pts, delay, back, groups, group, n_k = _kind_groups(pts, delay, n_nodes)
     if pts.size == 0:
         return out
-    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    back = (a != lo).astype(np.int64)
-    _, kind = np.unique(pts["kind"], return_inverse=True)
-    groups, group = np.unique((lo * n_nodes + hi) * (int(kind.max()) + 1) + kind.ravel(),
-                              return_inverse=True)
-    group = group.ravel()
+    a = pts["a"].astype(np.int64)
     t = np.zeros(pts.size)  # the send in reference ticks
     for n, sel in by_node(a):
         m = maps[n]
@@ -83,7 +76,7 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     g, w, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks)
     if g.size == 0:
         return out
-    pair = groups[g] // (int(kind.max()) + 1)
+    pair = groups[g] // n_k
     pairs, at = np.unique(pair, return_inverse=True)
     size = np.zeros(pairs.size)
     for i in range(pairs.size):  # per node pair (a handful): the root of a high quantile
@@ -111,22 +104,12 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
     mirrored on that). A node linked to the reference by no kind both ways is not judged
     here. ``delay``: the points' delays under the final maps (``points.slacks``)."""
     out = np.zeros(n_nodes, dtype=bool)
-    use = (pts["a"] != pts["b"]) & (pts["a"] >= 0) & (pts["b"] >= 0) & (
-        pts["kind"] != ORDER_ONLY) & np.isfinite(delay)
-    pts, delay = pts[use], delay[use]
+    pts, delay, back, groups, group, n_k = _kind_groups(pts, delay, n_nodes)
     if pts.size == 0:
         return out
-    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    _, kind = np.unique(pts["kind"], return_inverse=True)
-    kind = kind.ravel()
-    n_k = int(kind.max()) + 1
-    groups, group = np.unique((lo * n_nodes + hi) * n_k + kind, return_inverse=True)
-    d_key = group.ravel() * 2 + (a != lo)
+    d_key = group * 2 + back
     n_dir = 2 * groups.size
-    least = np.full(n_dir, np.inf)
-    np.minimum.at(least, d_key, delay)
-    near = np.bincount(d_key[delay <= least[d_key] + near_ticks], minlength=n_dir)
+    _, near = least_and_near(delay, d_key, n_dir, near_ticks)
     count = np.bincount(d_key, minlength=n_dir)
     late = (count >= n_min) & (near * 50 <= count)  # no cluster at its least
     present = count > 0
@@ -139,6 +122,23 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
     reach_all = _reached(n_nodes, pair[both], ref)
     reach_centred = _reached(n_nodes, pair[centred], ref)
     return reach_all & ~reach_centred
+
+
+def _kind_groups(pts: np.ndarray, delay: np.ndarray, n_nodes: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The point-to-point messages between two nodes with a finite ``delay``, grouped by
+    kind and node pair: (their points, delays, backward (1 where sent from the pair's higher
+    node), the groups' keys ((lo * ``n_nodes`` + hi) * kinds + kind, sorted), each one's
+    group, the number of kinds)."""
+    use = (pts["a"] != pts["b"]) & (pts["a"] >= 0) & (pts["b"] >= 0) & (
+        pts["kind"] != ORDER_ONLY) & np.isfinite(delay)
+    pts, delay = pts[use], delay[use]
+    a, b = pts["a"].astype(np.int64), pts["b"].astype(np.int64)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    _, kind = np.unique(pts["kind"], return_inverse=True)
+    n_k = int(kind.max()) + 1 if kind.size else 1
+    groups, group = np.unique((lo * n_nodes + hi) * n_k + kind.ravel(), return_inverse=True)
+    return pts, delay, (a != lo).astype(np.int64), groups, group.ravel(), n_k
 
 
 def _reached(n_nodes: int, pairs: np.ndarray, ref: int) -> np.ndarray:

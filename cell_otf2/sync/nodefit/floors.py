@@ -43,9 +43,7 @@ def floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int, nea
     residuals of a pair timely both ways carry the curve's own noise; a mirrored direction's
     floor still comes from its kind's usual sum: an 8-node chain whose clocks wander 15 us
     over a minute, with one link late one way in every exchange, 1.59 -> 1.17 us RMS)."""
-    low = np.full(n_dir, np.inf)
-    np.minimum.at(low, d_key, resid)
-    count = np.bincount(d_key[resid <= low[d_key] + near], minlength=n_dir)
+    low, count = least_and_near(resid, d_key, n_dir, near)
     count = np.r_[count, np.zeros(count.size % 2, dtype=count.dtype)]
     enough = np.repeat(np.minimum(count[0::2], count[1::2]) >= n_min, 2)[:n_dir]
     if mirrored_only:
@@ -56,6 +54,15 @@ def floor_lift(resid: np.ndarray, d_key: np.ndarray, n_dir: int, n_min: int, nea
                                        mirrored)
     lift = np.where(enough & np.isfinite(low), low, 0.0)
     return lift[d_key]
+
+
+def least_and_near(values: np.ndarray, key: np.ndarray, n_keys: int, near: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per key (``0 .. n_keys - 1``): the least of its ``values`` (inf where it has none) and
+    how many of them lie within ``near`` of it."""
+    least = np.full(n_keys, np.inf)
+    np.minimum.at(least, key, values)
+    return least, np.bincount(key[values <= least[key] + near], minlength=n_keys)
 
 
 def _mirrored_floors(low: np.ndarray, enough: np.ndarray, count: np.ndarray,
