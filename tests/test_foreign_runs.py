@@ -93,7 +93,7 @@ def test_order_violations_are_counted_from_the_archive(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fit, "fitted_node_maps",
                         lambda dec, matches, options=None, damage=None,
-                        extents=None: start_time_maps(dec))
+                        extents=None, entry_ticks=None: start_time_maps(dec))
     anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
     summary = convert(run, anchor, report=report)
     found = _reversed(anchor)

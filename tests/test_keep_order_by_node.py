@@ -28,7 +28,7 @@ def chain_points(times: np.ndarray) -> np.ndarray:
     for a, b in ((0, 1), (1, 0), (1, 2), (2, 1)):
         for t in times:
             late = LATE if (a, b) == (1, 0) else 0.0
-            pts.append((a, b, t, t + LATENCY + late, 0, 0, 1))
+            pts.append((a, b, t, t + LATENCY + late, 0, 0, 1, False))
     return np.array(pts, dtype=POINT_DTYPE)
 
 

@@ -1053,6 +1053,38 @@ def test_one_way_only_names_the_nodes_no_assumption_centres():
     assert one_way_only(pts, delay, 3, 0, 4.0, 16).tolist() == [False, True, True]
 
 
+def test_one_way_only_names_a_direction_received_at_entry_every_time():
+    """Seven exchanges, too few for a cluster test: a direction whose every receive was
+    recorded as its receive call began (``at_entry``: each message was there before the
+    call) cannot be centred by the assumption where no pair of its kind has receives waited
+    for both ways, or where its two-way sum lies above such a pair's and the maps centred
+    it halfway; one receive waited for leaves the link centred, and so do a two-way sum as
+    small as the waited pair's (the messages came a moment before the call) and a timely
+    direction at the kind's usual half sum (mirrored on it)."""
+    from cell_otf2.sync.nodefit.disagree import one_way_only
+
+    pts, delay = _one_way_points([(0, 1, False)], n=7)
+    assert not one_way_only(pts, delay, 2, 0, 4.0, 16).any()
+    back = pts["a"] == 1
+    pts["at_entry"][back] = True
+    assert one_way_only(pts, delay, 2, 0, 4.0, 16).tolist() == [False, True]
+    pts["at_entry"][np.flatnonzero(back)[0]] = False
+    assert not one_way_only(pts, delay, 2, 0, 4.0, 16).any()
+    pts, delay = _one_way_points([(0, 1, False), (1, 2, False)], n=7)
+    pts["at_entry"][pts["a"] == 1] = True  # 1 -> 0 and 1 -> 2: both links
+    assert one_way_only(pts, delay, 3, 0, 4.0, 16).tolist() == [False, True, True]
+    pts, delay = _one_way_points([(0, 1, False), (1, 2, False)], n=7)
+    late = (pts["a"] == 2) & (pts["b"] == 1)
+    pts["at_entry"][late] = True  # 0-1 waited both ways: 1-2's sum is its kind's usual
+    assert not one_way_only(pts, delay, 3, 0, 4.0, 16).any()
+    delay[late] += 3.0  # 3 ticks above it (late by more than a quarter of 4), but the
+    # other direction at the kind's usual half sum: mirrored on it
+    assert not one_way_only(pts, delay, 3, 0, 4.0, 16).any()
+    pair = (pts["a"] + pts["b"]) == 3  # centred halfway instead: 10 ticks more both ways
+    delay[pair] += 10.0
+    assert one_way_only(pts, delay, 3, 0, 4.0, 16).tolist() == [False, False, True]
+
+
 def test_two_node_run_late_one_way_states_no_expected_error(tmp_path):
     """Converted: the 2-node chain of ``wander-short`` whose link is received 6 ms late one
     way in every exchange (3.0 ms off, inside its bound) states no expected error for its
@@ -1073,3 +1105,24 @@ def test_two_node_run_late_one_way_states_no_expected_error(tmp_path):
         node = json.loads(report.read_text())["nodes"][1]
         assert node["method"] == "fit" and node["bound_ticks"] is not None
         assert (node["estimate_error_ticks"] is not None) == stated, node
+
+
+def test_few_exchanges_received_at_entry_one_way_state_no_expected_error(tmp_path):
+    """Converted: a 3-node chain of seven exchanges whose two links are each received at the
+    receive's ``MPI_Waitall`` entry one way every time (``few`` 43/29: 77 ms off, inside its
+    bound of 79 ms, with 0.26 and 0.37 us stated before) states no expected error for either
+    node, while the guaranteed bound still holds the truth."""
+    import json
+
+    from cell_otf2.run.conversion import convert
+    from cell_otf2.sim.run import simulate_run
+
+    run = tmp_path / "run"
+    simulate_run(run, "cluster", 7810, ranks=6, nodes=3, spes=2, max_ppm=50.0,
+                 exchange_s=2.0, duration_s=14.0, wander_us=10.0, wander_period_s=60.0,
+                 topology="chain", imbalance=0.15, shift_bytes=4096, drift_segments=1)
+    report = tmp_path / "r.json"
+    convert(run, tmp_path / "a.otf2", report=report)
+    nodes = json.loads(report.read_text())["nodes"][1:]
+    assert [n["method"] for n in nodes] == ["fit", "fit"]
+    assert [n["estimate_error_ticks"] for n in nodes] == [None, None], nodes

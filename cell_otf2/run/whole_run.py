@@ -16,6 +16,7 @@ import numpy as np
 
 from ..damage import Damage, DamageLog
 from ..decode.match import match
+from ..decode.mpi_entry import receive_entry_ticks
 from ..emit.definitions import counters_written, first_spus, sync_intervals_property
 from ..input import format as fmt
 from ..input.manifest import Manifest
@@ -77,9 +78,11 @@ class MpiState:
 
 
 #: one group's MPI records as ``match_mpi`` takes them: the records, their loss epochs, their
-#: indexes in the group's record table, and per node the node timebase span of all the
-#: group's records (``extents.node_extents``: the span the node fit's bound covers)
-MpiRecords = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: indexes in the group's record table, per node the node timebase span of all the group's
+#: records (``extents.node_extents``: the span the node fit's bound covers), and per record
+#: the ticks from its MPI call's entry to a receive (``mpi_entry.receive_entry_ticks``, NaN
+#: for the others: the subset holds no ENTER record)
+MpiRecords = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -143,14 +146,16 @@ def _mpi_index(dec: Decoded) -> np.ndarray:
 
 
 def mpi_subset(dec: Decoded) -> MpiRecords:
-    """``dec``'s MPI records, their loss epochs, their indexes in ``dec.records`` and the span
-    of node timebase of all its records per node."""
+    """``dec``'s MPI records, their loss epochs, their indexes in ``dec.records``, the span
+    of node timebase of all its records per node and each receive's ticks after its MPI
+    call's entry."""
     sel = _mpi_index(dec)
     epoch = (dec.loss_epoch[sel] if dec.loss_epoch is not None
              else np.zeros(sel.size, np.int32))
     # the span matters to the node fit only, which a run of one node does not have
     span = node_extents(dec) if dec.n_nodes > 1 else np.full((dec.n_nodes, 2), np.nan)
-    return whole_rows.take(dec.records, sel), epoch, sel, span
+    entry = receive_entry_ticks(dec.records, dec.manifest, sel)
+    return whole_rows.take(dec.records, sel), epoch, sel, span, entry
 
 
 def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
@@ -162,6 +167,7 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
     recs = whole_rows.concatenate([p[0] for p in parts])
     epoch = np.concatenate([p[1] for p in parts])
     local = np.concatenate([p[2] for p in parts])
+    entry = np.concatenate([p[4] for p in parts])
     owner = np.repeat(np.arange(len(parts)), [p[0].size for p in parts])
     order = np.lexsort((recs["slot"], recs["loc"]))
     mini = Decoded(
@@ -179,7 +185,8 @@ def match_mpi(man: Manifest, layout: RunLayout, node_domains: np.ndarray,
 
         # the bound is stated over every record of a node, not only over its MPI records
         node_maps = fitted_node_maps(mini, found, damage=damage,
-                                     extents=widest([p[3] for p in parts], len(man.nodes)))
+                                     extents=widest([p[3] for p in parts], len(man.nodes)),
+                                     entry_ticks=entry[order])
     own, loc = owner[order], local[order]
     pairs = []
     for q in range(len(parts)):

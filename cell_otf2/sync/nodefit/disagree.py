@@ -96,8 +96,10 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
     the estimate's assumption cannot centre? Such a link's messages of some kind go both ways
     but one direction has no cluster at its least delay (at most one in 50 of its messages
     within ``near_ticks`` of its least, so 50 messages or more: received late in every
-    exchange), and no node pair shows that kind's usual latency (both directions with
-    ``n_min`` messages within ``near_ticks`` of their least), so its offset is half its
+    exchange) or was received at its receive calls' entry every time with a two-way sum above
+    its kind's usual one (``_late_at_entry``), and no node pair shows that kind's usual
+    latency (both directions with ``n_min`` messages within ``near_ticks`` of their least),
+    so its offset is half its
     lateness off, which nothing measures (a 2-node run of 7 minutes: 3.0 ms, against 0.34 us
     stated). A link counts as centred where a kind goes both ways with neither direction so
     late, or with one so late and the kind's usual latency shown by another pair (it is
@@ -114,6 +116,7 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
     present = count > 0
     # no cluster at its least (the least itself is near: 50 messages at least)
     late = present & (near * 50 <= count)
+    late |= _late_at_entry(pts["at_entry"], delay, d_key, groups % n_k, n_k, near_ticks / 4)
     both = present[0::2] & present[1::2]
     timely = both & ~late[0::2] & ~late[1::2]
     shown = np.zeros(n_k, dtype=bool)
@@ -123,6 +126,41 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
     reach_all = _reached(n_nodes, pair[both], ref)
     reach_centred = _reached(n_nodes, pair[centred], ref)
     return reach_all & ~reach_centred
+
+
+def _late_at_entry(at_entry: np.ndarray, delay: np.ndarray, d_key: np.ndarray,
+                   kind_of: np.ndarray, n_k: int, margin: float) -> np.ndarray:
+    """Per direction (``d_key`` = group * 2 + backward, ``kind_of`` per group): is every
+    receive of it recorded as its receive call began (``at_entry``: each message had come
+    before the call, so none says when it came), by more than ``margin`` on the pair's
+    least two-way sum over the least of its kind's pairs with receives waited for both
+    ways, or with no such pair (so nothing tells a few microseconds of lateness from
+    hundreds of milliseconds: a 3-node chain of seven exchanges, both links so one way,
+    was 77 ms off against 0.26 us stated), and its other direction's least delay not
+    within four times ``margin`` of half that least sum (where it is, the estimate mirrored
+    the link on the kind's usual latency: 10 exchanges of a 12-node chain, such a link
+    late by 88 us, its node 0.06 us off)?"""
+    n_dir = 2 * kind_of.size
+    count = np.bincount(d_key, minlength=n_dir)
+    at = np.bincount(d_key, weights=at_entry.astype(np.float64), minlength=n_dir)
+    every = (count > 0) & (at == count)
+    if not every.any():
+        return every
+    least_all, _ = least_and_near(delay, d_key, n_dir, 0.0)
+    least_waited, _ = least_and_near(delay[~at_entry], d_key[~at_entry], n_dir, 0.0)
+    least = np.where(np.isfinite(least_waited), least_waited, least_all)
+    two_way = least[0::2] + least[1::2]
+    both_waited = np.isfinite(least_waited[0::2]) & np.isfinite(least_waited[1::2])
+    usual = np.full(n_k, np.inf)
+    np.minimum.at(usual, kind_of[both_waited], two_way[both_waited])
+    raised = np.repeat(~np.isfinite(usual[kind_of]) | (two_way > usual[kind_of] + margin), 2)
+    # ... and not mirrored: its other direction's least delay under the maps is not the
+    # kind's usual half sum (the estimate mirrors such a link where it tells it late)
+    half = np.repeat(usual[kind_of] / 2.0, 2)
+    other = least_waited[np.arange(n_dir) ^ 1]
+    centred = np.isfinite(half) & np.isfinite(other)
+    centred[centred] = np.abs(other[centred] - half[centred]) <= 4.0 * margin
+    return every & raised & ~centred
 
 
 def _kind_groups(pts: np.ndarray, delay: np.ndarray, n_nodes: int

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ...damage import DamageKind, DamageLog
+from ...decode.mpi_entry import receive_entry_ticks
 from ...input import format as fmt
 from ...model import Decoded, DomainKind, Matches, NodeMap
 from ..extents import node_extents
@@ -35,6 +36,7 @@ from .hard import (
 )
 from .lp import lp_maps
 from .points import (
+    AT_ENTRY_US,
     ORDER_ONLY,
     POINT_DTYPE,
     FitOptions,
@@ -84,10 +86,13 @@ class NodeFit:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def points_from_trace(dec: Decoded, matches: Matches) -> np.ndarray:
+def points_from_trace(dec: Decoded, matches: Matches,
+                      entry_ticks: np.ndarray | None = None) -> np.ndarray:
     """The cross-node pairs of ``matches`` as POINT_DTYPE rows (records with a node clock);
     a point-to-point message's kind is its communicator and size, a collective's order has
-    none."""
+    none; ``at_entry`` where the receive was recorded within ``AT_ENTRY_US`` of its MPI
+    call's entry (``entry_ticks``: per record of ``dec``, ``mpi_entry.receive_entry_ticks``;
+    default: read from ``dec``'s own ENTER and LEAVE records)."""
     pairs = matches.node_pairs
     rec = dec.records
     bef, aft = pairs["before"], pairs["after"]
@@ -105,22 +110,25 @@ def points_from_trace(dec: Decoded, matches: Matches) -> np.ndarray:
     size = (rec["c"][bef] & np.uint64(0xFFFFFFFF)).astype(np.int64)
     comm = (rec["a"][bef] & np.uint64(0x7FFFFFFF)).astype(np.int64)
     pts["kind"] = np.where(p2p, (comm << 32) | size, ORDER_ONLY)
+    if entry_ticks is None:
+        entry_ticks = receive_entry_ticks(rec, dec.manifest)
+    pts["at_entry"] = entry_ticks[aft] <= AT_ENTRY_US * 1e-6 * dec.manifest.timebase_hz
     return pts[pts["a"] != pts["b"]]
 
 
 def fitted_node_maps(dec: Decoded, matches: Matches, options: FitOptions | None = None,
-                     damage: DamageLog | None = None, extents: np.ndarray | None = None
-                     ) -> list[NodeMap]:
+                     damage: DamageLog | None = None, extents: np.ndarray | None = None,
+                     entry_ticks: np.ndarray | None = None) -> list[NodeMap]:
     """The converter's node maps: the fit where the messages reach a node both ways, the
     manifest's start times (``synchronize.start_time_maps``) for the other nodes. Messages
     that no clock maps can keep ordered together go to ``damage`` (first file and slot).
     ``extents``: per node the node timebase span of all its records, over which the
     guaranteed bound is stated (default: of ``dec``'s records, which may be the MPI records
-    only)."""
+    only). ``entry_ticks``: per record, ``points_from_trace``'s (default: read from ``dec``)."""
     maps = start_time_maps(dec)
     if dec.n_nodes < 2:
         return maps
-    pts = points_from_trace(dec, matches)
+    pts = points_from_trace(dec, matches, entry_ticks)
     fit = fit_points(pts, dec.n_nodes, dec.manifest.node_of_rank(0), dec.manifest.timebase_hz,
                      options, extents=node_extents(dec) if extents is None else extents)
     if fit.contradicting.size and damage is not None:

@@ -18,9 +18,16 @@ from ...native.graph_loops import strong_components
 #: one happened-before pair between nodes: record ``before`` on node a at raw timebase ``ta``,
 #: record ``after`` on node b at ``tb`` (record ids count distinct messages per node); ``kind``
 #: names the kind of message (communicator and size of a point-to-point message) whose least
-#: latency is taken to be the same both ways, -1 for an order only (a collective's)
+#: latency is taken to be the same both ways, -1 for an order only (a collective's);
+#: ``at_entry``: a receive recorded as its MPI call began (within ``AT_ENTRY_US``), so the
+#: message had come before the call and ``tb`` is when the receiver looked, not when it came
 POINT_DTYPE = np.dtype([("a", "<i4"), ("b", "<i4"), ("ta", "<f8"), ("tb", "<f8"),
-                        ("before", "<i8"), ("after", "<i8"), ("kind", "<i8")])
+                        ("before", "<i8"), ("after", "<i8"), ("kind", "<i8"),
+                        ("at_entry", "?")])
+#: a receive recorded within this of its MPI call's entry was there before the call (in both
+#: tracer models seen, such receives are recorded within 1.5 us of the entry, and those the
+#: call waited for 10 us or more after it)
+AT_ENTRY_US = 3.0
 #: the kind of a point that is an order only
 ORDER_ONLY = -1
 
