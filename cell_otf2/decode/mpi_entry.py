@@ -11,39 +11,48 @@ from __future__ import annotations
 import numpy as np
 
 from ..input import format as fmt
-from ..input.manifest import Core, Manifest, RegionKind
+from ..input.manifest import Core, RegionKind
+from ..model import Decoded
 
 #: the records whose entry gap is measured
-RECEIVE_CODES = np.array([fmt.PpeCode.MPI_RECV, fmt.PpeCode.MPI_IRECV], np.uint16)
-_ENTER, _LEAVE = int(fmt.PpeCode.ENTER), int(fmt.PpeCode.LEAVE)
+RECEIVE_CODES = (int(fmt.PpeCode.MPI_RECV), int(fmt.PpeCode.MPI_IRECV))
+_ENTER = int(fmt.PpeCode.ENTER)
 
 
-def receive_entry_ticks(records: np.ndarray, manifest: Manifest,
-                        sel: np.ndarray | None = None) -> np.ndarray:
-    """Per record of ``records`` (RECORD_DTYPE, in (location, slot) order), or per index of
-    ``sel`` into them: for an MPI_RECV or MPI_IRECV record whose location's last ENTER or
-    LEAVE of an MPI region before it is an ENTER (the receive lies inside that call), the
-    timebase ticks from that ENTER to the receive; NaN for every other record."""
-    idx = np.arange(records.size) if sel is None else np.asarray(sel, dtype=np.int64)
-    out = np.full(idx.size, np.nan)
-    code = np.ascontiguousarray(records["code"])  # one pass over the wide records
-    at = np.flatnonzero(np.isin(code[idx], RECEIVE_CODES))
-    mpi_ids = np.array([r.id for r in manifest.regions
+def receive_entry_ticks(dec: Decoded, sel: np.ndarray | None = None) -> np.ndarray:
+    """Per record of ``dec``, or per index of ``sel`` into its records (ascending): for an
+    MPI_RECV or MPI_IRECV record whose location's last ENTER or LEAVE of an MPI region
+    before it is an ENTER (the receive lies inside that call), the timebase ticks from that
+    ENTER to the receive; NaN for every other record. The records of each code come from
+    ``dec.code_index`` (no pass over the whole table)."""
+    records = dec.records
+    by_code, start = dec.code_index()
+
+    def of(*codes: int) -> np.ndarray:
+        return np.sort(np.concatenate([by_code[start[c]:start[c + 1]] for c in codes]
+                                      ).astype(np.int64))
+
+    out = np.full(records.size if sel is None else sel.size, np.nan)
+    recv = of(*RECEIVE_CODES)
+    mpi_ids = np.array([r.id for r in dec.manifest.regions
                         if r.kind == RegionKind.mpi and r.core == Core.ppe], np.uint64)
-    if at.size == 0 or mpi_ids.size == 0:
+    marks = of(_ENTER, int(fmt.PpeCode.LEAVE))
+    if recv.size == 0 or mpi_ids.size == 0 or marks.size == 0:
         return out
-    recv = idx[at]
-    edge = (code == _ENTER) | (code == _LEAVE)
-    edge[edge] = np.isin(records["a"][edge] & np.uint64(0xFFFFFFFF), mpi_ids)
-    marks = np.flatnonzero(edge)
-    if marks.size == 0:
-        return out
+    marks = marks[np.isin(records["a"][marks] & np.uint64(0xFFFFFFFF), mpi_ids)]
     j = np.searchsorted(marks, recv) - 1
     m = marks[np.maximum(j, 0)]
     domain = records["domain"][m]
-    inside = ((j >= 0) & (code[m] == _ENTER) & (domain >= 0)
+    inside = ((j >= 0) & (records["code"][m] == _ENTER) & (domain >= 0)
               & (records["loc"][m] == records["loc"][recv])
               & (domain == records["domain"][recv]))
+    recv, m = recv[inside], m[inside]
     gap = (records["local"][recv] - records["local"][m]).astype(np.float64)
-    out[at[inside]] = gap[inside]
+    if sel is None:
+        out[recv] = gap
+        return out
+    pos = np.searchsorted(sel, recv)  # the receives among ``sel``
+    hit = pos < sel.size
+    hit[hit] = sel[pos[hit]] == recv[hit]
+    out[pos[hit]] = gap[hit]
     return out

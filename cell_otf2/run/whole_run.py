@@ -154,7 +154,7 @@ def mpi_subset(dec: Decoded) -> MpiRecords:
              else np.zeros(sel.size, np.int32))
     # the span matters to the node fit only, which a run of one node does not have
     span = node_extents(dec) if dec.n_nodes > 1 else np.full((dec.n_nodes, 2), np.nan)
-    entry = receive_entry_ticks(dec.records, dec.manifest, sel)
+    entry = receive_entry_ticks(dec, sel)
     return whole_rows.take(dec.records, sel), epoch, sel, span, entry
 
 

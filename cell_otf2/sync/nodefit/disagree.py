@@ -99,24 +99,25 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
     exchange) or was received at its receive calls' entry every time with a two-way sum above
     its kind's usual one (``_late_at_entry``), and no node pair shows that kind's usual
     latency (both directions with ``n_min`` messages within ``near_ticks`` of their least),
-    so its offset is half its
-    lateness off, which nothing measures (a 2-node run of 7 minutes: 3.0 ms, against 0.34 us
-    stated). A link counts as centred where a kind goes both ways with neither direction so
-    late, or with one so late and the kind's usual latency shown by another pair (it is
-    mirrored on that). A node linked to the reference by no kind both ways is not judged
-    here. ``delay``: the points' delays under the final maps (``points.slacks``)."""
+    so its offset is half its lateness off, which nothing measures (a 2-node run of 7
+    minutes: 3.0 ms, against 0.34 us stated). A link counts as centred where a kind goes
+    both ways with neither direction so late, or with one so late and the kind's usual
+    latency shown by another pair (it is mirrored on that). A node linked to the reference
+    by no kind both ways is not judged here. ``delay``: the points' delays under the final
+    maps (``points.slacks``)."""
     out = np.zeros(n_nodes, dtype=bool)
     pts, delay, back, groups, group, n_k = _kind_groups(pts, delay, n_nodes)
     if pts.size == 0:
         return out
     d_key = group * 2 + back
     n_dir = 2 * groups.size
-    _, near = least_and_near(delay, d_key, n_dir, near_ticks)
+    least, near = least_and_near(delay, d_key, n_dir, near_ticks)
     count = np.bincount(d_key, minlength=n_dir)
     present = count > 0
     # no cluster at its least (the least itself is near: 50 messages at least)
     late = present & (near * 50 <= count)
-    late |= _late_at_entry(pts["at_entry"], delay, d_key, groups % n_k, n_k, near_ticks / 4)
+    late |= _late_at_entry(pts["at_entry"], delay, d_key, groups % n_k, n_k, least, count,
+                           near_ticks / 4)
     both = present[0::2] & present[1::2]
     timely = both & ~late[0::2] & ~late[1::2]
     shown = np.zeros(n_k, dtype=bool)
@@ -129,8 +130,10 @@ def one_way_only(pts: np.ndarray, delay: np.ndarray, n_nodes: int, ref: int,
 
 
 def _late_at_entry(at_entry: np.ndarray, delay: np.ndarray, d_key: np.ndarray,
-                   kind_of: np.ndarray, n_k: int, margin: float) -> np.ndarray:
-    """Per direction (``d_key`` = group * 2 + backward, ``kind_of`` per group): is every
+                   kind_of: np.ndarray, n_k: int, least_all: np.ndarray, count: np.ndarray,
+                   margin: float) -> np.ndarray:
+    """Per direction (``d_key`` = group * 2 + backward, ``kind_of`` per group; ``least_all``
+    and ``count`` its least delay and its messages, as ``one_way_only`` has them): is every
     receive of it recorded as its receive call began (``at_entry``: each message had come
     before the call, so none says when it came), by more than ``margin`` on the pair's
     least two-way sum over the least of its kind's pairs with receives waited for both
@@ -141,12 +144,10 @@ def _late_at_entry(at_entry: np.ndarray, delay: np.ndarray, d_key: np.ndarray,
     the link on the kind's usual latency: 10 exchanges of a 12-node chain, such a link
     late by 88 us, its node 0.06 us off)?"""
     n_dir = 2 * kind_of.size
-    count = np.bincount(d_key, minlength=n_dir)
     at = np.bincount(d_key, weights=at_entry.astype(np.float64), minlength=n_dir)
     every = (count > 0) & (at == count)
     if not every.any():
         return every
-    least_all, _ = least_and_near(delay, d_key, n_dir, 0.0)
     least_waited, _ = least_and_near(delay[~at_entry], d_key[~at_entry], n_dir, 0.0)
     least = np.where(np.isfinite(least_waited), least_waited, least_all)
     two_way = least[0::2] + least[1::2]

@@ -111,7 +111,7 @@ def points_from_trace(dec: Decoded, matches: Matches,
     comm = (rec["a"][bef] & np.uint64(0x7FFFFFFF)).astype(np.int64)
     pts["kind"] = np.where(p2p, (comm << 32) | size, ORDER_ONLY)
     if entry_ticks is None:
-        entry_ticks = receive_entry_ticks(rec, dec.manifest)
+        entry_ticks = receive_entry_ticks(dec)
     pts["at_entry"] = entry_ticks[aft] <= AT_ENTRY_US * 1e-6 * dec.manifest.timebase_hz
     return pts[pts["a"] != pts["b"]]
 
