@@ -36,10 +36,12 @@ def receive_entry_ticks(dec: Decoded, sel: np.ndarray | None = None) -> np.ndarr
     recv = of(*RECEIVE_CODES)
     mpi_ids = np.array([r.id for r in dec.manifest.regions
                         if r.kind == RegionKind.mpi and r.core == Core.ppe], np.uint64)
-    marks = of(_ENTER, int(fmt.PpeCode.LEAVE))
-    if recv.size == 0 or mpi_ids.size == 0 or marks.size == 0:
+    if recv.size == 0 or mpi_ids.size == 0:
         return out
+    marks = of(_ENTER, int(fmt.PpeCode.LEAVE))
     marks = marks[np.isin(records["a"][marks] & np.uint64(0xFFFFFFFF), mpi_ids)]
+    if marks.size == 0:  # no MPI call's ENTER or LEAVE (a tracer that records none)
+        return out
     j = np.searchsorted(marks, recv) - 1
     m = marks[np.maximum(j, 0)]
     domain = records["domain"][m]
