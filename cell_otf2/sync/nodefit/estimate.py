@@ -706,21 +706,26 @@ def _joint_rounds(span: float, u0: float, u: np.ndarray, group: np.ndarray, fwd:
         if not np.isfinite(x).all():
             return width  # singular: the curves stay as the rounds before left them
         e = x[:n_e].reshape(n_k, len(nodes)).T  # knot-major, as numbered in ``_design``
-        sigma = float(np.sqrt(np.mean(res ** 2)))
         model = "line" if strength >= _LAMBDAS[0] else "smooth"
+        dof = 2.0 if model == "line" else max(2.0, n_k * 0.25)
+        # the residuals' spread over what the fit left free: each node's curve and each
+        # kind and pair's latency took some of it (rows no more than those: no residual
+        # tells the error, however small the residuals are)
+        used = rows[keep]
+        left = used.size - dof * len(nodes) - int(np.unique(g_inv[used]).size)
+        sigma = float(np.sqrt(np.sum(res ** 2) / left)) if left > 0 else np.nan
         for i, n in enumerate(nodes):
             grid = u0 + (np.arange(n_k) + 0.5) * width - c[n]
             kn = np.union1d(knots[n], grid)
             step = curve_at(grid, -e[i], kn)
             values[n] = curve_at(knots[n], values[n], kn) + step
             knots[n] = kn
-            n_rows = int(np.count_nonzero((lo[rows] == n) | (hi[rows] == n)))
-            dof = 2.0 if model == "line" else max(2.0, n_k * 0.25)
-            curves.error[n] = sigma * np.sqrt(min(dof, n_rows) / max(n_rows, 1))
+            n_rows = int(np.count_nonzero((lo[used] == n) | (hi[used] == n)))
+            curves.error[n] = (sigma * np.sqrt(dof / n_rows) if n_rows > dof else np.nan)
             if curves.model[n] != "smooth":
                 curves.model[n] = model
         curves.samples = int(rows.size)
-        curves.residual = sigma
+        curves.residual = float(np.sqrt(np.mean(res ** 2)))
     curves.windows, curves.window_ticks = n_k, width
     return width
 
