@@ -29,34 +29,48 @@ _QUANTILE = 0.9
 
 
 def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
-                    n_groups: int, n_win: int, late_ticks: float
+                    n_groups: int, n_win: int, late_ticks: float,
+                    timely: tuple[float, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group (a kind and node pair) and window with messages both ways, unless their two
     fastest ``delay`` s sum to more than ``late_ticks`` above the least such sum of the group
     (one of them was received late): half the difference of the forward and the backward
     fastest (``back`` 0 / 1), which is the offset error there of the clocks the delays were
     taken under, plus half the difference of the two directions' least latencies. Returns
-    (group, window, half) of those windows."""
+    (group, window, half) of those windows. ``timely`` (ticks, each group's kind): also
+    leave out a window unless each direction's fastest lies within those ticks of the
+    direction's least and their sum within them of the least sum of the kind's groups (a
+    pair late one way in every exchange has no such window)."""
     floor = np.full((n_groups, 2, n_win), np.inf)
     np.minimum.at(floor, (group, back, win), delay)
     both = np.isfinite(floor).all(axis=1)
     forward, backward = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
     total = np.where(both, forward + backward, np.inf)
     both &= total <= total.min(axis=1)[:, None] + late_ticks
+    if timely is not None:
+        near, kind_of = timely
+        least = floor.min(axis=2)
+        both &= (forward <= least[:, :1] + near) & (backward <= least[:, 1:] + near)
+        usual = np.full(int(kind_of.max()) + 1, np.inf)
+        np.minimum.at(usual, kind_of, total.min(axis=1))
+        both &= total <= usual[kind_of][:, None] + near
     g, w = np.nonzero(both)
     return g, w, 0.5 * (forward[g, w] - backward[g, w])
 
 
 def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | None],
-                      n_nodes: int, ref: int, late_ticks: float, window_messages: int = 2
-                      ) -> np.ndarray:
+                      n_nodes: int, ref: int, late_ticks: float, window_messages: int = 2,
+                      timely_ticks: float | None = None) -> np.ndarray:
     """Per node, the largest two-way disagreement (ticks) of the node pairs on its path from
     the reference (breadth first over the pairs that have such windows); 0 for the reference
     and for nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``delay``: their delays
     under ``maps`` (``points.slacks``); ``late_ticks``: a window whose two fastest delays sum
     to more than this above the least such sum of its kind and pair is left out (one of them
-    was received late)."""
+    was received late). ``timely_ticks``: only windows timely both ways by that margin
+    (``two_way_centres``' ``timely``), and no receive recorded as its call began."""
     out = np.zeros(n_nodes)
+    if timely_ticks is not None:  # such a receive had come before its call: late
+        pts, delay = pts[~pts["at_entry"]], delay[~pts["at_entry"]]
     pts, delay, back, groups, group, n_k = _kind_groups(pts, delay, n_nodes)
     if pts.size == 0:
         return out
@@ -73,14 +87,19 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     width = max(per * window_messages, span / 2000.0, 1.0)
     n_win = int(span // width) + 1
     win = np.minimum((t // width).astype(np.int64), n_win - 1)
-    g, w, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks)
+    g, w, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks,
+                                 None if timely_ticks is None else (timely_ticks, groups % n_k))
     if g.size == 0:
         return out
     pair = groups[g] // n_k
     pairs, at = np.unique(pair, return_inverse=True)
     size = np.zeros(pairs.size)
-    for i in range(pairs.size):  # per node pair (a handful): the root of a high quantile
-        size[i] = float(np.sqrt(np.quantile(half[at.ravel() == i] ** 2, _QUANTILE)))
+    for i in range(pairs.size):  # per node pair (a handful)
+        h = half[at.ravel() == i]
+        if timely_ticks is None:  # the root of a high quantile
+            size[i] = float(np.sqrt(np.quantile(h ** 2, _QUANTILE)))
+        else:  # the mean and its standard error: the centring's bias, not the jitter
+            size[i] = float(np.sqrt(np.mean(h) ** 2 + np.var(h) / h.size))
     p_lo, p_hi = pairs // n_nodes, pairs % n_nodes
     order, pred = breadth_first(n_nodes, p_lo, p_hi, ref, directed=False)
     weight = {(int(x), int(y)): float(s) for x, y, s in zip(p_lo, p_hi, size, strict=True)}

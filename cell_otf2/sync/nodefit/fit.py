@@ -51,6 +51,10 @@ from .points import (
 
 #: how often a rate limit too tight for the messages is doubled before the fit gives up
 _RATE_DOUBLINGS = 10
+#: a window counts as timely both ways for the stated error's floor where each direction's
+#: fastest lies within this many ``timely_us`` of its least, and their sum of its kind's
+#: least sum (``disagree.path_disagreement``)
+_TIMELY_BOTH = 2.0
 #: rounds of setting contradicting messages aside
 _BLAME_ROUNDS = 8
 #: where keeping every message ordered moves a node's estimate by more than this, the nodes
@@ -284,12 +288,20 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
         fit.segments[n] = kn.size - 1
         fit.knots[n] = kn + c[n]
     slack = slacks(pts, maps)
-    if method == "fit" and curves.followed_drift:  # the residuals may hide a missed drift
+    if method == "fit":  # the residuals may hide what the maps miss: the stated error is
+        # never less than the two-way disagreement of the messages with the maps. Where the
+        # curves followed a drift their lines missed, over the windows not late; else over
+        # the windows timely both ways (a round that kept few messages, or a kind's one
+        # timely message back, leaves residuals that say nothing), and not where no error
+        # is stated
+        followed = curves.followed_drift
         off = path_disagreement(pts, slack, maps, n_nodes, ref,
-                                4.0 * o.outlier_us * 1e-6 * hz)
+                                4.0 * o.outlier_us * 1e-6 * hz,
+                                timely_ticks=None if followed
+                                else _TIMELY_BOTH * o.timely_us * 1e-6 * hz)
         for n in np.flatnonzero(off > 0).tolist():
             m = maps[n]
-            if m is not None and n != ref:
+            if m is not None and n != ref and (followed or m.estimate_error is not None):
                 m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))
     # no error stated where the assumption cannot centre a node (judged on the delays under
     # the maps: not where the curves followed a drift their lines missed, whose maps may
