@@ -65,7 +65,9 @@ _DENSEST_SHARE = 2.0
 #: messages one way, started 3-5 ms off and stayed 1.25 ms off (1.6 us with the line); a
 #: 6-node chain of 3 minutes with one message on a line, 287 us (6.8 us with it). A line
 #: with one message on it one way counts only for a pair with ``_ONE_ON_LINE_MESSAGES``
-#: messages each way or more (in runs of a few exchanges it pins nothing: 1.6 -> 65 us)
+#: messages each way or more (in runs of a few exchanges it pins nothing: 1.6 -> 65 us), or
+#: with three or more on it the other way (a 2-node chain of ten exchanges, one timely
+#: message back: 316 us off without it, 0.83 us with it)
 _WEAK_LINE = 0.5
 _ONE_ON_LINE_MESSAGES = 24
 #: the missed-drift pass's late windows (``_late_windows``): a direction whose fastest rose
@@ -276,7 +278,7 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
     u_l = ta_l + c[a_l]
     r_l = (tb_l + c[b_l]) - (ta_l + c[a_l])
     tbar = 0.5 * (u0 + u1)
-    gk, d0, beta, support = _support_lines(group_l, fwd_l, u_l - tbar, r_l, late_ticks)
+    gk, d0, beta, support, most = _support_lines(group_l, fwd_l, u_l - tbar, r_l, late_ticks)
     # a pair whose directions take turns at being late tilts its support lines until late
     # messages touch them, and pins nothing: a line through the most messages instead
     # (its messages off that line are set aside in the first joint round, whose test of
@@ -292,13 +294,17 @@ def estimate(pts: np.ndarray, n_nodes: int, ref: int, c: np.ndarray, hz: float,
         now = support_w >= 3
         d0[weak[now]], beta[weak[now]], support[weak[now]] = (d0_w[now], beta_w[now],
                                                               support_w[now])
+        most[weak[now]] = support_w[now]
     # a line is pinned by three messages on it each way at least (two make any line); one
     # with two on it one way still links its pair, lightly (``_WEAK_LINE``), and so does one
-    # with one where the pair has ``_ONE_ON_LINE_MESSAGES`` messages each way or more
+    # with one where the pair has ``_ONE_ON_LINE_MESSAGES`` messages each way or more, or
+    # where the other way has three or more on it (their line sets the slope, the one
+    # message the level)
     each = np.bincount(group_l * 2 + (~fwd_l), minlength=2 * (int(group_l.max()) + 1))
     many = np.minimum(each[0::2], each[1::2])[gk] >= _ONE_ON_LINE_MESSAGES
+    one = (support >= 1) & (many | (most >= 3))
     pinned = np.where(support >= 3, support,
-                      np.where((support >= 2) | ((support >= 1) & many), _WEAK_LINE, 0.0))
+                      np.where((support >= 2) | one, _WEAK_LINE, 0.0))
     if gk.size:
         ends = np.array([u0, u1])
         gw = np.repeat([0, 1], gk.size)  # window 0: the run's start, 1: its end
@@ -1068,14 +1074,15 @@ def _choose(mat: Compressed, rhs: np.ndarray, pen: Compressed,
 
 def _support_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndarray,
                    near: float = 0.0, bracket: float = 1e-3, iters: int = 60
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per group with delays ``r`` at times ``t`` both ways, the offset difference
     ``d0 + beta * t`` midway between the two directions' lower support lines, the lines
     sloped alike and opposite (a clock difference that drifts lengthens one direction's
     delays as it shortens the other's) and as high as they go together at t = 0: late
-    receives lie above them. Returns (groups, d0, beta, support): ``support`` the fewer, of
-    the two directions, of the messages within ``near`` of their line (what pins it); the
-    slope by golden section (the lines' summed height at 0 is concave in it)."""
+    receives lie above them. Returns (groups, d0, beta, support, most): ``support`` the
+    fewer, of the two directions, of the messages within ``near`` of their line (what pins
+    it), ``most`` the more; the slope by golden section (the lines' summed height at 0 is
+    concave in it)."""
     key = group * 2 + (~fwd)
     order = np.lexsort((t, key))
     k, rs = key[order], r[order]
@@ -1084,7 +1091,7 @@ def _support_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndar
     sk = k[start]
     both = np.flatnonzero((sk[:-1] % 2 == 0) & (sk[1:] == sk[:-1] + 1))
     if both.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0)
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
     seg = np.repeat(np.arange(start.size), np.diff(np.r_[start, k.size]))
     pair_of = np.full(start.size, -1)
     pair_of[both], pair_of[both + 1] = np.arange(both.size), np.arange(both.size)
@@ -1115,7 +1122,8 @@ def _support_lines(group: np.ndarray, fwd: np.ndarray, t: np.ndarray, r: np.ndar
     gap = rs - beta[seg // 2] * ts - h.ravel()[seg]
     count = np.bincount(seg, weights=(gap <= near).astype(float),
                         minlength=2 * both.size).reshape(-1, 2)
-    return sk[both] // 2, 0.5 * (h[:, 0] - h[:, 1]), beta, count.min(axis=1)
+    return (sk[both] // 2, 0.5 * (h[:, 0] - h[:, 1]), beta, count.min(axis=1),
+            count.max(axis=1))
 
 
 def _window_width(d_key: np.ndarray, u: np.ndarray, span: float, o: FitOptions) -> float:
