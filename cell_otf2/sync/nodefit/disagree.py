@@ -26,6 +26,9 @@ from .points import ORDER_ONLY, by_node, map_to_reference
 #: 24 us from this; where the maps are good (a 4-node ring, MPI every 2 s: 0.7-1.3 us RMS)
 #: it states 0.9-1.1 us
 _QUANTILE = 0.9
+#: ticks added to a receive recorded as its call began, for the floor on the windows timely
+#: both ways: far beyond any latency, so that it is never timely
+_AT_ENTRY_LATE = 1e15
 
 
 def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
@@ -47,15 +50,47 @@ def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win:
     forward, backward = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
     total = np.where(both, forward + backward, np.inf)
     both &= total <= total.min(axis=1)[:, None] + late_ticks
-    if timely is not None:
-        near, kind_of = timely
-        least = floor.min(axis=2)
-        both &= (forward <= least[:, :1] + near) & (backward <= least[:, 1:] + near)
-        usual = np.full(int(kind_of.max()) + 1, np.inf)
-        np.minimum.at(usual, kind_of, total.min(axis=1))
-        both &= total <= usual[kind_of][:, None] + near
+    if timely is None:
+        g, w = np.nonzero(both)
+        return g, w, 0.5 * (forward[g, w] - backward[g, w])
+    near, kind_of = timely
+    least = floor.min(axis=2)
+    both &= (forward <= least[:, :1] + near) & (backward <= least[:, 1:] + near)
+    both &= (forward < _AT_ENTRY_LATE) & (backward < _AT_ENTRY_LATE)
+    usual = np.full(int(kind_of.max()) + 1, np.inf)
+    np.minimum.at(usual, kind_of, total.min(axis=1))
+    usual_g = usual[kind_of]
+    both &= total <= usual_g[:, None] + near
     g, w = np.nonzero(both)
     return g, w, 0.5 * (forward[g, w] - backward[g, w])
+
+
+def _mirrored_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
+                      n_groups: int, n_win: int, near: float, kind_of: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group whose one direction's least delay exceeds by ``near`` the least sum of its
+    kind's pairs' two least delays (so it came late in every exchange; the estimate centres
+    such a pair on that sum), per window with messages the other way: half that sum less
+    the other way's fastest, signed as the forward minus the backward ((group, window,
+    half), as ``two_way_centres``)."""
+    floor = np.full((n_groups, 2, n_win), np.inf)
+    np.minimum.at(floor, (group, back, win), delay)
+    least = floor.min(axis=2)
+    real = np.isfinite(least).all(axis=1) & (least.max(axis=1) < _AT_ENTRY_LATE)
+    least_sum = np.full(int(kind_of.max()) + 1, np.inf)
+    np.minimum.at(least_sum, kind_of[real], least[real].sum(axis=1))
+    usual = least_sum[kind_of]
+    late = (np.isfinite(least).all(axis=1) & np.isfinite(usual))[:, None] & (
+        least > usual[:, None] + near)
+    gs, ws, half = [], [], []
+    for side in (0, 1):
+        other = floor[:, 1 - side]
+        ok = (late[:, side] & ~late[:, 1 - side])[:, None] & (other < _AT_ENTRY_LATE)
+        gm, wm = np.nonzero(ok)
+        half.append((0.5 * usual[gm] - other[gm, wm]) * (1.0 if side == 0 else -1.0))
+        gs.append(gm)
+        ws.append(wm)
+    return np.concatenate(gs), np.concatenate(ws), np.concatenate(half)
 
 
 def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | None],
@@ -69,8 +104,9 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     was received late). ``timely_ticks``: only windows timely both ways by that margin
     (``two_way_centres``' ``timely``), and no receive recorded as its call began."""
     out = np.zeros(n_nodes)
-    if timely_ticks is not None:  # such a receive had come before its call: late
-        pts, delay = pts[~pts["at_entry"]], delay[~pts["at_entry"]]
+    if timely_ticks is not None:  # such a receive had come before its call: late by an
+        # unknown time, never timely (a direction of nothing else is late every time)
+        delay = np.where(pts["at_entry"], delay + _AT_ENTRY_LATE, delay)
     pts, delay, back, groups, group, n_k = _kind_groups(pts, delay, n_nodes)
     if pts.size == 0:
         return out
@@ -81,25 +117,48 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
         if m is not None:
             t[sel] = map_to_reference(m, pts["ta"][sel])
     t -= t.min()
-    count = np.bincount(group * 2 + back, minlength=2 * groups.size)
+    real = delay < _AT_ENTRY_LATE  # the windows hold about so many of these each way
+    count = np.bincount((group * 2 + back)[real], minlength=2 * groups.size)
     span = float(t.max())
     per = span / max(float(np.median(count[count > 0])), 1.0)
     width = max(per * window_messages, span / 2000.0, 1.0)
     n_win = int(span // width) + 1
     win = np.minimum((t // width).astype(np.int64), n_win - 1)
-    g, w, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks,
+    g, _, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks,
                                  None if timely_ticks is None else (timely_ticks, groups % n_k))
+    mirror = np.zeros(g.size, dtype=bool)
+    if timely_ticks is not None:
+        gm, _, hm = _mirrored_centres(delay, group, back, win, groups.size, n_win,
+                                      timely_ticks, groups % n_k)
+        g, half, mirror = np.r_[g, gm], np.r_[half, hm], np.r_[mirror, np.ones(gm.size, bool)]
     if g.size == 0:
         return out
     pair = groups[g] // n_k
-    pairs, at = np.unique(pair, return_inverse=True)
-    size = np.zeros(pairs.size)
-    for i in range(pairs.size):  # per node pair (a handful)
-        h = half[at.ravel() == i]
-        if timely_ticks is None:  # the root of a high quantile
-            size[i] = float(np.sqrt(np.quantile(h ** 2, _QUANTILE)))
-        else:  # the mean and its standard error: the centring's bias, not the jitter
-            size[i] = float(np.sqrt(np.mean(h) ** 2 + np.var(h) / h.size))
+    # the two-way windows' pairs alone, then with the mirrored pairs (which may reach a node
+    # by another route): per node the larger
+    for use in ([~mirror, np.ones(g.size, bool)] if mirror.any() else [~mirror]):
+        if not use.any():
+            continue
+        pairs, at = np.unique(pair[use], return_inverse=True)
+        size = np.zeros(pairs.size)
+        for i in range(pairs.size):  # per node pair (a handful)
+            sel = at.ravel() == i
+            h, hm = half[use][sel & ~mirror[use]], half[use][sel & mirror[use]]
+            if timely_ticks is None:  # the root of a high quantile
+                size[i] = float(np.sqrt(np.quantile(h ** 2, _QUANTILE)))
+                continue
+            if h.size:  # the mean and its standard error: the centring's bias, not jitter
+                size[i] = float(np.sqrt(np.mean(h) ** 2 + np.var(h) / h.size))
+            if hm.size:  # the median: the timely way's windows may hold late receives too
+                size[i] = max(size[i], abs(float(np.median(hm))))
+        out = np.maximum(out, _along_paths(pairs, size, n_nodes, ref))
+    return out
+
+
+def _along_paths(pairs: np.ndarray, size: np.ndarray, n_nodes: int, ref: int) -> np.ndarray:
+    """Per node, the largest ``size`` of the node pairs (lo * n + hi) on its breadth-first
+    path from ``ref`` (0 where none reaches it)."""
+    out = np.zeros(n_nodes)
     p_lo, p_hi = pairs // n_nodes, pairs % n_nodes
     order, pred = breadth_first(n_nodes, p_lo, p_hi, ref, directed=False)
     weight = {(int(x), int(y)): float(s) for x, y, s in zip(p_lo, p_hi, size, strict=True)}
