@@ -44,8 +44,21 @@ def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win:
     leave out a window unless each direction's fastest lies within those ticks of the
     direction's least and their sum within them of the least sum of the kind's groups (a
     pair late one way in every exchange has no such window)."""
+    return _centres(_window_floors(delay, group, back, win, n_groups, n_win), late_ticks,
+                    timely)
+
+
+def _window_floors(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
+                   n_groups: int, n_win: int) -> np.ndarray:
+    """Per group, direction and window the fastest ``delay`` (inf where none)."""
     floor = np.full((n_groups, 2, n_win), np.inf)
     np.minimum.at(floor, (group, back, win), delay)
+    return floor
+
+
+def _centres(floor: np.ndarray, late_ticks: float, timely: tuple[float, np.ndarray] | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``two_way_centres`` of the windows' fastest delays ``floor`` (``_window_floors``)."""
     both = np.isfinite(floor).all(axis=1)
     forward, backward = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
     total = np.where(both, forward + backward, np.inf)
@@ -65,16 +78,14 @@ def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win:
     return g, w, 0.5 * (forward[g, w] - backward[g, w])
 
 
-def _mirrored_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
-                      n_groups: int, n_win: int, near: float, kind_of: np.ndarray
+def _mirrored_centres(floor: np.ndarray, near: float, kind_of: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group whose one direction's least delay exceeds by ``near`` the least sum of its
-    kind's pairs' two least delays (so it came late in every exchange; the estimate centres
-    such a pair on that sum), per window with messages the other way: half that sum less
-    the other way's fastest, signed as the forward minus the backward ((group, window,
-    half), as ``two_way_centres``)."""
-    floor = np.full((n_groups, 2, n_win), np.inf)
-    np.minimum.at(floor, (group, back, win), delay)
+    """Of the windows' fastest delays ``floor`` (``_window_floors``), per group whose one
+    direction's least delay exceeds by ``near`` the least sum of its kind's pairs' two least
+    delays (so it came late in every exchange; the estimate centres such a pair on that
+    sum), per window with messages the other way: half that sum less the other way's
+    fastest, signed as the forward minus the backward ((group, window, half), as
+    ``two_way_centres``)."""
     least = floor.min(axis=2)
     real = np.isfinite(least).all(axis=1) & (least.max(axis=1) < _AT_ENTRY_LATE)
     least_sum = np.full(int(kind_of.max()) + 1, np.inf)
@@ -124,34 +135,35 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     width = max(per * window_messages, span / 2000.0, 1.0)
     n_win = int(span // width) + 1
     win = np.minimum((t // width).astype(np.int64), n_win - 1)
-    g, _, half = two_way_centres(delay, group, back, win, groups.size, n_win, late_ticks,
-                                 None if timely_ticks is None else (timely_ticks, groups % n_k))
+    floor = _window_floors(delay, group, back, win, groups.size, n_win)
+    g, _, half = _centres(floor, late_ticks,
+                          None if timely_ticks is None else (timely_ticks, groups % n_k))
     mirror = np.zeros(g.size, dtype=bool)
     if timely_ticks is not None:
-        gm, _, hm = _mirrored_centres(delay, group, back, win, groups.size, n_win,
-                                      timely_ticks, groups % n_k)
+        gm, _, hm = _mirrored_centres(floor, timely_ticks, groups % n_k)
         g, half, mirror = np.r_[g, gm], np.r_[half, hm], np.r_[mirror, np.ones(gm.size, bool)]
     if g.size == 0:
         return out
-    pair = groups[g] // n_k
+    pairs, at = np.unique(groups[g] // n_k, return_inverse=True)
+    at = at.ravel()
+    size = np.zeros(pairs.size)  # of the two-way windows
+    size_mirrored = np.zeros(pairs.size)
+    for i in range(pairs.size):  # per node pair (a handful)
+        h, hm = half[(at == i) & ~mirror], half[(at == i) & mirror]
+        if timely_ticks is None:  # the root of a high quantile
+            size[i] = float(np.sqrt(np.quantile(h ** 2, _QUANTILE)))
+        elif h.size:  # the mean and its standard error: the centring's bias, not jitter
+            size[i] = float(np.sqrt(np.mean(h) ** 2 + np.var(h) / h.size))
+        if hm.size:  # the median: the timely way's windows may hold late receives too
+            size_mirrored[i] = abs(float(np.median(hm)))
     # the two-way windows' pairs alone, then with the mirrored pairs (which may reach a node
     # by another route): per node the larger
-    for use in ([~mirror, np.ones(g.size, bool)] if mirror.any() else [~mirror]):
-        if not use.any():
-            continue
-        pairs, at = np.unique(pair[use], return_inverse=True)
-        size = np.zeros(pairs.size)
-        for i in range(pairs.size):  # per node pair (a handful)
-            sel = at.ravel() == i
-            h, hm = half[use][sel & ~mirror[use]], half[use][sel & mirror[use]]
-            if timely_ticks is None:  # the root of a high quantile
-                size[i] = float(np.sqrt(np.quantile(h ** 2, _QUANTILE)))
-                continue
-            if h.size:  # the mean and its standard error: the centring's bias, not jitter
-                size[i] = float(np.sqrt(np.mean(h) ** 2 + np.var(h) / h.size))
-            if hm.size:  # the median: the timely way's windows may hold late receives too
-                size[i] = max(size[i], abs(float(np.median(hm))))
-        out = np.maximum(out, _along_paths(pairs, size, n_nodes, ref))
+    two_way = np.isin(np.arange(pairs.size), at[~mirror])
+    if two_way.any():
+        out = _along_paths(pairs[two_way], size[two_way], n_nodes, ref)
+    if mirror.any():
+        out = np.maximum(out, _along_paths(pairs, np.maximum(size, size_mirrored), n_nodes,
+                                           ref))
     return out
 
 
