@@ -786,28 +786,36 @@ def test_mirrored_link_under_smooth_curves(tmp_path, name):
     converted_within(tmp_path, SHORT_FAST_WANDER_RUNS[name])
 
 
-def converted_within(tmp_path, case: dict) -> None:
-    """Simulate the ``cluster`` run ``case`` describes, convert it and read it back against
-    the truth: within ``limit_us`` RMS (default 2) and ``max_us`` max, no message reversed,
-    the truth inside the bound, no node's rate at the 100 ppm limit."""
+def converted(tmp_path, case: dict, name: str = "a") -> tuple[dict, dict]:
+    """Simulate the ``cluster`` run ``case`` describes (its ``seed``; 2 ranks a node, drift
+    up to 50 ppm, and unless given ``spes`` 2, ``imbalance`` 0.01, ``shift_bytes`` 4096,
+    ``drift_segments`` 1), convert it with a report (files named ``name``) and read it back
+    against the truth: (the report, ``nodetruth.evaluate``'s result)."""
+    import json
+
     from cellbench.nodetruth import evaluate
 
     from cell_otf2.run.conversion import convert
     from cell_otf2.sim.run import simulate_run
 
-    opts = dict(case)
+    opts = {"spes": 2, "imbalance": 0.01, "shift_bytes": 4096, "drift_segments": 1, **case}
     seed = int(opts.pop("seed"))
+    run = tmp_path / f"{name}-run"
+    simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), max_ppm=50.0, **opts)
+    anchor, report = tmp_path / f"{name}.otf2", tmp_path / f"{name}.json"
+    convert(run, anchor, report=report)
+    rep = json.loads(report.read_text())
+    return rep, evaluate(run, anchor, rep)
+
+
+def converted_within(tmp_path, case: dict) -> None:
+    """Simulate the ``cluster`` run ``case`` describes, convert it and read it back against
+    the truth (``converted``): within ``limit_us`` RMS (default 2) and ``max_us`` max, no
+    message reversed, the truth inside the bound, no node's rate at the 100 ppm limit."""
+    opts = dict(case)
     limit_us = float(opts.pop("limit_us", 2.0))
     max_us = float(opts.pop("max_us", np.inf))
-    spes = int(opts.pop("spes", 2))
-    imbalance = float(opts.pop("imbalance", 0.01))
-    shift_bytes = int(opts.pop("shift_bytes", 4096))
-    run = tmp_path / "run"
-    simulate_run(run, "cluster", seed, ranks=2 * int(opts["nodes"]), spes=spes, max_ppm=50.0,
-                 imbalance=imbalance, shift_bytes=shift_bytes, drift_segments=1, **opts)
-    anchor, report = tmp_path / "a.otf2", tmp_path / "a.json"
-    convert(run, anchor, report=report)
-    res = evaluate(run, anchor, report)
+    _, res = converted(tmp_path, opts)
     assert res["reversed_mpi"] == 0 and res["outside_bound"] == 0
     assert res["rms_us"] <= limit_us, res["rms_us"]
     assert res["max_us"] <= max_us, res["max_us"]
@@ -1160,23 +1168,11 @@ def test_no_expected_error_where_no_residual_is_left(tmp_path, seed, nodes, exch
     ten exchanges, 316 us off, the same until its line was linked, below). No expected
     error is stated for such a node, while the guaranteed bound still holds the truth, and
     the stated errors that remain are at least the truth's order of magnitude or none."""
-    import json
-
-    from cellbench.nodetruth import evaluate
-
-    from cell_otf2.run.conversion import convert
-    from cell_otf2.sim.run import simulate_run
-
-    run = tmp_path / "run"
-    simulate_run(run, "cluster", seed, ranks=2 * nodes, nodes=nodes, spes=2, max_ppm=50.0,
-                 exchange_s=exchange_s, duration_s=duration_s, wander_us=wander_us,
-                 wander_period_s=period_s, topology="chain", imbalance=imbalance,
-                 shift_bytes=4096, drift_segments=steps)
-    report = tmp_path / "r.json"
-    convert(run, tmp_path / "a.otf2", report=report)
-    rep = json.loads(report.read_text())
+    rep, res = converted(tmp_path, dict(
+        seed=seed, nodes=nodes, exchange_s=exchange_s, duration_s=duration_s,
+        wander_us=wander_us, wander_period_s=period_s, topology="chain", imbalance=imbalance,
+        drift_segments=steps))
     hz = rep["timebase_hz"]
-    res = evaluate(run, tmp_path / "a.otf2", rep)
     assert res["outside_bound"] == 0
     stated = {n["node"]: n["estimate_error_ticks"] for n in rep["nodes"][1:]}
     worst = max(res["nodes"], key=lambda r: r["rms_us"])
@@ -1194,27 +1190,14 @@ def test_stated_error_seen_in_the_windows_timely_both_ways(tmp_path):
     messages the rounds kept. The floor from the windows timely both ways (each direction's
     fastest near its least, their sum near its kind's least) states 10 us; and a 12-node
     ring of 5 minutes whose maps are 0.06-0.55 us off states at most 2 us."""
-    import json
-
-    from cellbench.nodetruth import evaluate
-
-    from cell_otf2.run.conversion import convert
-    from cell_otf2.sim.run import simulate_run
-
     for name, seed, nodes, exchange_s, duration_s, topology, limit in (
             ("few", 4862, 2, 1.0, 12.0, "ring", None), ("ring", 7335, 12, 5.0, 300.0, "ring",
                                                          2.0)):
-        run = tmp_path / f"{name}-run"
-        simulate_run(run, "cluster", seed, ranks=2 * nodes, nodes=nodes,
-                     spes=2 if nodes == 2 else 1,
-                     max_ppm=50.0, exchange_s=exchange_s, duration_s=duration_s,
-                     wander_us=0.0, wander_period_s=300.0, topology=topology,
-                     imbalance=0.01, shift_bytes=4096, drift_segments=1)
-        report = tmp_path / f"{name}.json"
-        convert(run, tmp_path / f"{name}.otf2", report=report)
-        rep = json.loads(report.read_text())
+        rep, res = converted(tmp_path, dict(
+            seed=seed, nodes=nodes, spes=2 if nodes == 2 else 1, exchange_s=exchange_s,
+            duration_s=duration_s, wander_us=0.0, wander_period_s=300.0, topology=topology),
+            name)
         hz = rep["timebase_hz"]
-        res = evaluate(run, tmp_path / f"{name}.otf2", rep)
         stated = {n["node"]: n["estimate_error_ticks"] for n in rep["nodes"][1:]}
         for r in res["nodes"]:
             s_us = stated[r["node"]] / hz * 1e6
@@ -1232,21 +1215,9 @@ def test_line_with_one_message_one_way_and_many_the_other_links_its_pair(tmp_pat
     and its rounds took the timely messages for late ones: 316 us RMS off, 585 us at most.
     The other way's line sets the slope and the one message the level: within 2 us, and an
     expected error stated within a factor of three of it."""
-    import json
-
-    from cellbench.nodetruth import evaluate
-
-    from cell_otf2.run.conversion import convert
-    from cell_otf2.sim.run import simulate_run
-
-    run = tmp_path / "run"
-    simulate_run(run, "cluster", 9143, ranks=4, nodes=2, spes=2, max_ppm=50.0,
-                 exchange_s=2.0, duration_s=20.0, wander_us=20.0, wander_period_s=300.0,
-                 topology="chain", imbalance=0.15, shift_bytes=4096, drift_segments=1)
-    report = tmp_path / "r.json"
-    convert(run, tmp_path / "a.otf2", report=report)
-    rep = json.loads(report.read_text())
-    res = evaluate(run, tmp_path / "a.otf2", rep)
+    rep, res = converted(tmp_path, dict(
+        seed=9143, nodes=2, exchange_s=2.0, duration_s=20.0, wander_us=20.0,
+        wander_period_s=300.0, topology="chain", imbalance=0.15))
     node = res["nodes"][0]
     assert res["outside_bound"] == 0 and res["reversed_total"] == 0
     assert node["rms_us"] < 2.0 and node["max_us"] < 4.0, node
@@ -1261,21 +1232,9 @@ def test_stated_error_of_a_mirrored_link_seen_in_its_timely_direction(tmp_path):
     other pair (mirrored), and its map follows none of the steps: 167 us off, with 0.67 us
     stated. The windows of the timely direction, against half that sum, show it: at least a
     third of the truth is stated now, and the bound holds."""
-    import json
-
-    from cellbench.nodetruth import evaluate
-
-    from cell_otf2.run.conversion import convert
-    from cell_otf2.sim.run import simulate_run
-
-    run = tmp_path / "run"
-    simulate_run(run, "cluster", 7437, ranks=6, nodes=3, spes=2, max_ppm=50.0,
-                 exchange_s=2.0, duration_s=8.0, wander_us=0.0, wander_period_s=240.0,
-                 topology="ring", imbalance=0.15, shift_bytes=4096, drift_segments=4)
-    report = tmp_path / "r.json"
-    convert(run, tmp_path / "a.otf2", report=report)
-    rep = json.loads(report.read_text())
-    res = evaluate(run, tmp_path / "a.otf2", rep)
+    rep, res = converted(tmp_path, dict(
+        seed=7437, nodes=3, exchange_s=2.0, duration_s=8.0, wander_us=0.0,
+        wander_period_s=240.0, topology="ring", imbalance=0.15, drift_segments=4))
     assert res["outside_bound"] == 0
     worst = max(res["nodes"], key=lambda r: r["rms_us"])
     assert worst["rms_us"] > 50.0  # the case: a mirrored node far off
