@@ -20,6 +20,12 @@ import numpy as np
 from ...native.graph_loops import dijkstra_rows
 from .compressed import from_triplets
 
+#: ``keep_order_by_node``: an estimate no constant brings inside is placed in the middle of
+#: what the nodes before allow where at least this share of its ends lie far outside; below
+#: it, clipped (the middle of a link late one way lies far from the truth, where an
+#: estimate off at a few exchanges is right at the others)
+_FAR_SHARE = 0.5
+
 
 class Infeasible(Exception):
     """No offsets satisfy the constraints; ``points``: message points on the cycles found."""
@@ -179,10 +185,12 @@ def keep_order_by_node(g: Graph, h: np.ndarray, latency: float, eps: float,
     (pinned by two edges to the reference): a node whose estimate ``h`` lies within ``far``
     of what they allow the closest to it (``nearest``); one whose estimate lies farther out
     moved by the least constant that brings it inside (its shape kept: clipped to the
-    envelope, whose edges are rate-limit cones, its rate would rail), or, where no constant
-    does, into the middle of what they allow. So an estimate far off on one node moves that
-    node, not the nodes placed before it, where the joint ``keep_order`` moves both sides of
-    a misfit by half of it.
+    envelope, whose edges are rate-limit cones, its rate would rail); where no constant
+    does, clipped all the same where fewer than half of its ends lie farther out than
+    ``far`` (an estimate off at a few exchanges, right at the others), else into the middle
+    of what they allow. So an estimate far off on one node moves that node, not the nodes
+    placed before it, where the joint ``keep_order`` moves both sides of a misfit by half
+    of it.
     Every message is kept (each step is feasible with its pins, which the next keeps).
     Returns the offsets (0 at the reference). Raises ``Infeasible``."""
     src0, dst0, w0 = g.edges(latency, eps)
@@ -216,8 +224,8 @@ def keep_order_by_node(g: Graph, h: np.ndarray, latency: float, eps: float,
             hi_shift = float((upper[mine] - est).min())
             if lo_shift <= hi_shift:
                 start[mine] = est + min(max(0.0, lo_shift), hi_shift)
-            else:
-                start[mine] = mid[mine]
+            elif np.mean(np.abs(start[mine] - est) > far) >= _FAR_SHARE:
+                start[mine] = mid[mine]  # else clipped (above): right where it is inside
         down = shortest(n, src, dst, w, start, pot_now)
         up = -shortest(n, dst, src, w, -start, -pot_now)
         z[mine] = 0.5 * (down[mine] + up[mine])
