@@ -1,8 +1,9 @@
 """The fallback centring of the node fit, for nodes that no symmetric kind of message links
 to the reference (e.g. one-way rings closed only by collectives): per node a piecewise-linear
-map centred between the tightest messages of both directions, every kind mixed, by a linear
-program over knots at the bends of its offset curve (``curves.py``, ``program.py``). Its
-maps are an estimate only: ``fit.py`` keeps every message ordered and states the bounds."""
+map centred between the tightest messages of both directions, every kind mixed (but a
+collective's orders between nodes beyond the pair terms' reach), by a linear program over
+knots at the bends of its offset curve (``curves.py``, ``program.py``). Its maps are an
+estimate only: ``fit.py`` keeps every message ordered and states the bounds."""
 
 from __future__ import annotations
 
@@ -14,9 +15,17 @@ import numpy as np
 
 from ...model import NodeMap
 from .curves import choose_model, node_curves, node_knots, prior_offsets, refined_curves
+from .points import ORDER_ONLY, PiecewiseMap, rough_offsets, slacks, strongly_connected, undominated
 from .points import LpOptions as FitOptions
-from .points import PiecewiseMap, rough_offsets, slacks, strongly_connected, undominated
-from .program import Program, cells, hull, objective_windows, piece_of, slope_limit
+from .program import (
+    Program,
+    cells,
+    hull,
+    near_in_node_order,
+    objective_windows,
+    piece_of,
+    slope_limit,
+)
 
 
 def lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float,
@@ -37,6 +46,14 @@ def lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float,
 def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOptions
              ) -> list[NodeMap | None]:
     pts = points[(points["a"] != points["b"]) & (points["a"] >= 0) & (points["b"] >= 0)]
+    # a collective's orders between nodes farther apart than the pair terms reach, neither
+    # the reference: not rows of the program (they tie no node to its neighbours' terms or
+    # to the reference; they grow with the square of the nodes). The hard constraints
+    # (``hard.py``) keep every one of them
+    far = (~near_in_node_order(pts["a"].astype(np.int64), pts["b"].astype(np.int64),
+                               n_nodes, o.pair_reach)
+           & (pts["kind"] == ORDER_ONLY) & (pts["a"] != ref) & (pts["b"] != ref))
+    pts = pts[~far]
     maps: list[NodeMap | None] = [None] * n_nodes
     maps[ref] = NodeMap(0.0, 1.0, 0.0, "reference")
     fitted = strongly_connected(pts, n_nodes, ref)

@@ -94,10 +94,11 @@ class LpOptions:
     windows: int = 30  # ... or 1/30 of the run if shorter
     edge_window_s: float = 60.0  # windows of the node-pair terms (<= run / 10, in t windows)
     edge_weight: float = 0.1  # weight of the node-pair terms
-    #: node-pair terms only between nodes at most this far apart in the manifest's order,
-    #: counted around the ring of nodes: each node has twice this many partners at most
-    #: (every pair on up to ``2 * pair_reach + 1`` nodes), so the program grows with the
-    #: nodes, not with their pairs (collectives link every pair)
+    #: node-pair terms, and rows of a collective's orders (but with the reference), only
+    #: between nodes at most this far apart in the manifest's order, counted around the
+    #: ring of nodes: each node has twice this many partners at most (every pair on up to
+    #: ``2 * pair_reach + 1`` nodes), so the program grows with the nodes, not with their
+    #: pairs (collectives link every pair; the hard constraints keep every one)
     pair_reach: int = 8
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)

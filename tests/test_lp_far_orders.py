@@ -1,0 +1,76 @@
+"""The fallback centring (``lp_maps``) on more nodes than its node-pair terms reach: a
+collective's orders between nodes farther apart than that (neither the reference) are no
+rows of its program, whose size then grows with the nodes, not with their pairs; the node
+fit still keeps every one of them ordered (they stay hard constraints). A one-way ring of
+20 nodes whose only way back is a barrier every second, every pair of nodes ordered by it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cell_otf2.sync.nodefit.fit import fit_points
+from cell_otf2.sync.nodefit.lp import lp_maps
+from cell_otf2.sync.nodefit.points import ORDER_ONLY, POINT_DTYPE, LpOptions, map_to_reference
+from cell_otf2.sync.nodefit.program import near_in_node_order
+
+HZ = 14_318_000.0
+NODES = 20
+
+
+def ring_with_barriers(seed: int) -> np.ndarray:
+    """Messages one way round a ring of ``NODES`` linear clocks (kind 1), and a barrier
+    every second: each node's entry before every other node's exit (order only)."""
+    rng = np.random.default_rng(seed)
+    t0, span = 2.0e11, 40.0
+    start = rng.uniform(1e10, 1e11, NODES)
+    start[0] = t0
+    rate = 1.0 + rng.uniform(-30.0, 30.0, NODES) * 1e-6
+    rate[0] = 1.0
+
+    def local(node: np.ndarray, t: np.ndarray) -> np.ndarray:  # t: seconds of the run
+        return np.floor(start[node] + t * HZ * rate[node])
+
+    n = 4000
+    a = rng.integers(0, NODES, n)
+    b = (a + 1) % NODES
+    ts = rng.uniform(0.0, span, n)
+    tr = ts + rng.uniform(5.0, 12.0, n) * 1e-6
+    ring = np.zeros(n, POINT_DTYPE)
+    ring["a"], ring["b"], ring["kind"] = a, b, 1
+    ring["ta"], ring["tb"] = local(a, ts), local(b, tr)
+    parts = [ring]
+    for k in np.arange(0.5, span, 1.0):
+        enter = k + rng.uniform(0.0, 200e-6, NODES)
+        leave = enter.max() + rng.uniform(5e-6, 30e-6, NODES)
+        u, w = np.nonzero(~np.eye(NODES, dtype=bool))
+        order = np.zeros(u.size, POINT_DTYPE)
+        order["a"], order["b"], order["kind"] = u, w, ORDER_ONLY
+        order["ta"], order["tb"] = local(u, enter[u]), local(w, leave[w])
+        parts.append(order)
+    pts = np.concatenate(parts)
+    pts["before"] = pts["after"] = np.arange(pts.size)
+    return pts
+
+
+def test_far_orders_are_no_rows_of_the_fallback_program():
+    pts = ring_with_barriers(4)
+    reach = LpOptions().pair_reach
+    assert NODES > 2 * reach + 1  # some pairs lie beyond the pair terms
+    far = (~near_in_node_order(pts["a"].astype(np.int64), pts["b"].astype(np.int64), NODES,
+                               reach)
+           & (pts["kind"] == ORDER_ONLY) & (pts["a"] != 0) & (pts["b"] != 0))
+    assert far.sum() > 1000
+    every = lp_maps(pts, NODES, 0, HZ)
+    near = lp_maps(pts[~far], NODES, 0, HZ)
+    for n in range(1, NODES):
+        assert every[n] is not None and near[n] is not None
+        x = np.linspace(pts["ta"][pts["a"] == n].min(), pts["ta"][pts["a"] == n].max(), 50)
+        assert np.array_equal(map_to_reference(every[n], x), map_to_reference(near[n], x))
+
+
+def test_far_orders_stay_hard_constraints():
+    pts = ring_with_barriers(5)
+    fit = fit_points(pts, NODES, 0, HZ)
+    assert all(m is not None for m in fit.maps)
+    assert fit.reversed == 0  # counted over every point given, the far orders' too
+    assert fit.points == pts.size
