@@ -12,13 +12,14 @@ import sys
 
 import numpy as np
 import pytest
+from ring_points import HZ, linear_clocks, one_way_ring
 from scipy import sparse
 from scipy.optimize import linprog
 
 from cell_otf2.sync.nodefit import highs, scipy_parts
 from cell_otf2.sync.nodefit.highs import GrowingLp, LpFailed
 from cell_otf2.sync.nodefit.lp import lp_maps
-from cell_otf2.sync.nodefit.points import POINT_DTYPE, map_to_reference
+from cell_otf2.sync.nodefit.points import map_to_reference
 
 
 def random_program(seed: int) -> tuple[np.ndarray, np.ndarray, sparse.csr_matrix, np.ndarray]:
@@ -90,32 +91,11 @@ def test_an_infeasible_program_is_a_failure_not_a_solution(warm):
         lp.solve()
 
 
-def _one_way_ring(seed: int) -> np.ndarray:
-    """Messages one way round a ring of 5 nodes, linear clocks: only the fallback centring
-    fits these nodes."""
-    hz, t0, span = 14_318_000.0, 2.0e11, 60.0
-    rng = np.random.default_rng(seed)
-    n_nodes, n = 5, 6000
-    start = rng.uniform(1e10, 1e11, n_nodes)
-    start[0] = t0
-    rate = 1.0 + rng.uniform(-30.0, 30.0, n_nodes) * 1e-6
-    rate[0] = 1.0
-    a = rng.integers(0, n_nodes, n)
-    b = (a + 1) % n_nodes
-    ts = rng.uniform(t0, t0 + span * hz, n)
-    tr = ts + rng.uniform(5.0, 12.0, n) * hz / 1e6
-    pts = np.zeros(n, POINT_DTYPE)
-    pts["a"], pts["b"] = a, b
-    pts["ta"] = np.floor(start[a] + (ts - t0) * rate[a])
-    pts["tb"] = np.floor(start[b] + (tr - t0) * rate[b])
-    pts["before"] = pts["after"] = np.arange(n)
-    return pts
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_fallback_centring_the_same_warm_and_from_scratch(monkeypatch, seed):
-    pts = _one_way_ring(seed)
-    hz = 14_318_000.0
+    rng = np.random.default_rng(seed)
+    pts = one_way_ring(rng, linear_clocks(rng, 5), 6000, 60.0)
+    hz = HZ
     warm = lp_maps(pts, 5, 0, hz)
     monkeypatch.setattr(highs, "_bindings", lambda: None)
     cold = lp_maps(pts, 5, 0, hz)

@@ -7,45 +7,29 @@ fit still keeps every one of them ordered (they stay hard constraints). A one-wa
 from __future__ import annotations
 
 import numpy as np
+from ring_points import HZ, linear_clocks, one_way_ring
 
 from cell_otf2.sync.nodefit.fit import fit_points
 from cell_otf2.sync.nodefit.lp import lp_maps
 from cell_otf2.sync.nodefit.points import ORDER_ONLY, POINT_DTYPE, LpOptions, map_to_reference
 from cell_otf2.sync.nodefit.program import near_in_node_order
 
-HZ = 14_318_000.0
 NODES = 20
 
 
 def ring_with_barriers(seed: int) -> np.ndarray:
-    """Messages one way round a ring of ``NODES`` linear clocks (kind 1), and a barrier
-    every second: each node's entry before every other node's exit (order only)."""
+    """Messages one way round a ring of ``NODES`` linear clocks (kind 1) over 40 s, and a
+    barrier every second: each node's entry before every other node's exit (order only)."""
     rng = np.random.default_rng(seed)
-    t0, span = 2.0e11, 40.0
-    start = rng.uniform(1e10, 1e11, NODES)
-    start[0] = t0
-    rate = 1.0 + rng.uniform(-30.0, 30.0, NODES) * 1e-6
-    rate[0] = 1.0
-
-    def local(node: np.ndarray, t: np.ndarray) -> np.ndarray:  # t: seconds of the run
-        return np.floor(start[node] + t * HZ * rate[node])
-
-    n = 4000
-    a = rng.integers(0, NODES, n)
-    b = (a + 1) % NODES
-    ts = rng.uniform(0.0, span, n)
-    tr = ts + rng.uniform(5.0, 12.0, n) * 1e-6
-    ring = np.zeros(n, POINT_DTYPE)
-    ring["a"], ring["b"], ring["kind"] = a, b, 1
-    ring["ta"], ring["tb"] = local(a, ts), local(b, tr)
-    parts = [ring]
-    for k in np.arange(0.5, span, 1.0):
+    clocks = linear_clocks(rng, NODES)
+    parts = [one_way_ring(rng, clocks, 4000, 40.0, kind=1)]
+    for k in np.arange(0.5, 40.0, 1.0):
         enter = k + rng.uniform(0.0, 200e-6, NODES)
         leave = enter.max() + rng.uniform(5e-6, 30e-6, NODES)
         u, w = np.nonzero(~np.eye(NODES, dtype=bool))
         order = np.zeros(u.size, POINT_DTYPE)
         order["a"], order["b"], order["kind"] = u, w, ORDER_ONLY
-        order["ta"], order["tb"] = local(u, enter[u]), local(w, leave[w])
+        order["ta"], order["tb"] = clocks.local(u, enter[u]), clocks.local(w, leave[w])
         parts.append(order)
     pts = np.concatenate(parts)
     pts["before"] = pts["after"] = np.arange(pts.size)
