@@ -58,3 +58,32 @@ def test_far_orders_stay_hard_constraints():
     assert all(m is not None for m in fit.maps)
     assert fit.reversed == 0  # counted over every point given, the far orders' too
     assert fit.points == pts.size
+
+
+def test_far_orders_kept_where_a_node_has_no_other_way_back():
+    """A one-way chain 0 -> 1 -> ... -> 19 whose only ways back are collectives of two
+    nodes: {0, 1}, {1, 10} and {10, 19}, the last two farther apart than the pair terms
+    reach and without the reference. Without their orders nodes 2-19 would have no way back
+    to the reference and no map; with them every node is centred."""
+    rng = np.random.default_rng(6)
+    clocks = linear_clocks(rng, NODES)
+    n = 4000
+    a = rng.integers(0, NODES - 1, n)
+    ts = rng.uniform(0.0, 40.0, n)
+    chain = np.zeros(n, POINT_DTYPE)
+    chain["a"], chain["b"], chain["kind"] = a, a + 1, 1
+    chain["ta"] = clocks.local(a, ts)
+    chain["tb"] = clocks.local(a + 1, ts + rng.uniform(5.0, 12.0, n) * 1e-6)
+    parts = [chain]
+    for members in ((0, 1), (1, 10), (10, 19)):
+        u = np.array(members * 40)
+        w = np.array(members[::-1] * 40)
+        k = np.repeat(np.arange(0.5, 40.0, 1.0), 2)
+        order = np.zeros(u.size, POINT_DTYPE)
+        order["a"], order["b"], order["kind"] = u, w, ORDER_ONLY
+        order["ta"], order["tb"] = clocks.local(u, k), clocks.local(w, k + 20e-6)
+        parts.append(order)
+    pts = np.concatenate(parts)
+    pts["before"] = pts["after"] = np.arange(pts.size)
+    maps = lp_maps(pts, NODES, 0, HZ)
+    assert all(m is not None for m in maps)

@@ -48,15 +48,17 @@ def _lp_maps(points: np.ndarray, n_nodes: int, ref: int, hz: float, o: FitOption
     pts = points[(points["a"] != points["b"]) & (points["a"] >= 0) & (points["b"] >= 0)]
     # a collective's orders between nodes farther apart than the pair terms reach, neither
     # the reference: not rows of the program (they tie no node to its neighbours' terms or
-    # to the reference; they grow with the square of the nodes). The hard constraints
-    # (``hard.py``) keep every one of them
+    # to the reference; they grow with the square of the nodes), unless some node has no
+    # way back to the reference without them. The hard constraints (``hard.py``) keep every
+    # one of them
+    fitted = strongly_connected(pts, n_nodes, ref)
     far = (~near_in_node_order(pts["a"].astype(np.int64), pts["b"].astype(np.int64),
                                n_nodes, o.pair_reach)
            & (pts["kind"] == ORDER_ONLY) & (pts["a"] != ref) & (pts["b"] != ref))
-    pts = pts[~far]
+    if far.any() and (strongly_connected(pts[~far], n_nodes, ref) == fitted).all():
+        pts = pts[~far]
     maps: list[NodeMap | None] = [None] * n_nodes
     maps[ref] = NodeMap(0.0, 1.0, 0.0, "reference")
-    fitted = strongly_connected(pts, n_nodes, ref)
     pts = pts[fitted[pts["a"]] & fitted[pts["b"]]]
     if pts.size == 0:
         return maps
