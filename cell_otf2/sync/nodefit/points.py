@@ -98,7 +98,8 @@ class LpOptions:
     #: between nodes at most this far apart in the manifest's order, counted around the
     #: ring of nodes: each node has twice this many partners at most (every pair on up to
     #: ``2 * pair_reach + 1`` nodes), so the program grows with the nodes, not with their
-    #: pairs (collectives link every pair; the hard constraints keep every one)
+    #: pairs (collectives link every pair; the hard constraints keep every one; the rows
+    #: stay where some node has no other way back to the reference)
     pair_reach: int = 8
     max_windows: int = 1024  # node windows at most (windows and segments grow to keep it)
     max_ppm: float = 200.0  # rates stay within 1 +- max_ppm (the reduction relies on it)
