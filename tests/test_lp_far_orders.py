@@ -7,6 +7,7 @@ fit still keeps every one of them ordered (they stay hard constraints). A one-wa
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from ring_points import HZ, linear_clocks, one_way_ring
 
 from cell_otf2.sync.nodefit.fit import fit_points
@@ -87,3 +88,29 @@ def test_far_orders_kept_where_a_node_has_no_other_way_back():
     pts["before"] = pts["after"] = np.arange(pts.size)
     maps = lp_maps(pts, NODES, 0, HZ)
     assert all(m is not None for m in maps)
+
+
+def test_row_generation_reaches_the_whole_programs_optimum(monkeypatch):
+    """The fallback's programs solved by row generation (rows added per round: per column
+    the one a solution breaks most) end at the optimum of all their rows at once (every row
+    in the first round): the same objective, spin by spin."""
+    from dataclasses import replace
+
+    from cell_otf2.sync.nodefit import highs
+
+    seen: list[float] = []
+    solve = highs.GrowingLp.solve
+
+    def recorded(self):  # noqa: ANN001, ANN202
+        x = solve(self)
+        seen.append(float(self.cost @ x))
+        return x
+
+    monkeypatch.setattr(highs.GrowingLp, "solve", recorded)
+    pts = ring_with_barriers(7)
+    lp_maps(pts, NODES, 0, HZ, replace(LpOptions(), spins=1))
+    generated = seen[-1]
+    seen.clear()
+    lp_maps(pts, NODES, 0, HZ, replace(LpOptions(), spins=1, start_us=1e9, start_us_many=1e9))
+    assert len(seen) == 1  # every row at first: one solve
+    assert generated == pytest.approx(seen[0], rel=1e-9, abs=1e-6)

@@ -28,8 +28,11 @@ class Program:
     from the rows of the points with the smallest prior slack per window half of every node
     and per pair window and direction, within ``start_us`` of it (``start_us_many`` on more
     nodes than the pair terms reach), and every rate row of a node with a knot in each
-    window or more; solves, adds every pool row and rate row the solution violates, and
-    repeats: the result solves the whole program.
+    window or more; solves, adds per column and side the pool row the solution breaks most
+    (and those within 2 ticks of it) and every rate row it breaks, and repeats until it
+    breaks none: the result solves the whole program. (Adding every row it breaks at once
+    took 15-23 s a warm solve on a 20-node one-way ring exchanging every 5 s for 10 minutes,
+    45-55 k rows added after a first solution far off: 2.2-2.9 s now.)
     """
 
     def __init__(self, ref: int, knots: list[np.ndarray | None],
@@ -173,7 +176,14 @@ class Program:
             bad_rate = np.c_[dz > lim + tol, -dz > lim + tol] & ~rate_on
             if not bad.any() and not bad_rate.any():
                 break
-            active |= low < margin
+            # per column and side, the row that breaks it most (and any row within the
+            # margin of that): a first solution far off breaks most of the pool at once
+            near = (low < margin) & ~active
+            for side, tcol in enumerate(sides):
+                worst = np.full(n_cols + 2 * n_u + 1, np.inf)
+                np.minimum.at(worst, tcol[near[:, side]], low[near[:, side], side])
+                near[:, side] &= low[:, side] <= np.minimum(worst[tcol] + margin, margin)
+            active |= near
             rate_on |= np.c_[dz > lim - margin, -dz > lim - margin] | bad_rate
         return sol
 
