@@ -1241,3 +1241,25 @@ def test_stated_error_of_a_mirrored_link_seen_in_its_timely_direction(tmp_path):
     stated = {n["node"]: n["estimate_error_ticks"] for n in rep["nodes"][1:]}[worst["node"]]
     assert stated is None or stated / rep["timebase_hz"] * 1e6 >= worst["rms_us"] / 3.0, (
         worst, stated)
+
+
+def test_no_expected_error_where_no_pair_timely_both_ways_reaches_the_node(tmp_path):
+    """A 6-node chain of ten exchanges whose drift steps once, 15 % uneven ranks, drawn
+    afresh (``_few_steps(47, 24)`` no. 11): its last two links are received at the receive
+    call's entry one way in every exchange, and the second link timely both ways in no window
+    under the maps, so only the first pair's windows measure anything. Nodes 2-5 were 5-6 us
+    off, stating 0.003-0.005 us (their own rounds' residuals, which the floor on the windows
+    timely both ways never reached). A node no such pair reaches states no expected error;
+    every node the floor does reach states at least its path's, and the bound holds."""
+    rep, res = converted(tmp_path, dict(
+        seed=548, nodes=6, exchange_s=5.0, duration_s=50.0, wander_us=0.0,
+        wander_period_s=240.0, topology="chain", imbalance=0.15, drift_segments=2))
+    hz = rep["timebase_hz"]
+    assert res["outside_bound"] == 0 and res["reversed_total"] == 0
+    stated = {n["node"]: n["estimate_error_ticks"] for n in rep["nodes"][1:]}
+    far = [r for r in res["nodes"] if r["rms_us"] > 3.0]
+    assert len(far) >= 3, res["nodes"]  # the case: nodes microseconds off
+    for r in far:
+        s = stated[r["node"]]
+        assert s is None or s / hz * 1e6 >= r["rms_us"] / 3.0, (r, s)
+

@@ -108,13 +108,14 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
                       n_nodes: int, ref: int, late_ticks: float, window_messages: int = 2,
                       timely_ticks: float | None = None) -> np.ndarray:
     """Per node, the largest two-way disagreement (ticks) of the node pairs on its path from
-    the reference (breadth first over the pairs that have such windows); 0 for the reference
-    and for nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``delay``: their delays
+    the reference (breadth first over the pairs that have such windows); 0 for the reference,
+    NaN for the nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``delay``: their delays
     under ``maps`` (``points.slacks``); ``late_ticks``: a window whose two fastest delays sum
     to more than this above the least such sum of its kind and pair is left out (one of them
     was received late). ``timely_ticks``: only windows timely both ways by that margin
     (``two_way_centres``' ``timely``), and no receive recorded as its call began."""
-    out = np.zeros(n_nodes)
+    out = np.full(n_nodes, np.nan)
+    out[ref] = 0.0
     if timely_ticks is not None:  # such a receive had come before its call: late by an
         # unknown time, never timely (a direction of nothing else is late every time)
         delay = np.where(pts["at_entry"], delay + _AT_ENTRY_LATE, delay)
@@ -162,15 +163,16 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     if two_way.any():
         out = _along_paths(pairs[two_way], size[two_way], n_nodes, ref)
     if mirror.any():
-        out = np.maximum(out, _along_paths(pairs, np.maximum(size, size_mirrored), n_nodes,
-                                           ref))
+        out = np.fmax(out, _along_paths(pairs, np.maximum(size, size_mirrored), n_nodes,
+                                        ref))
     return out
 
 
 def _along_paths(pairs: np.ndarray, size: np.ndarray, n_nodes: int, ref: int) -> np.ndarray:
     """Per node, the largest ``size`` of the node pairs (lo * n + hi) on its breadth-first
-    path from ``ref`` (0 where none reaches it)."""
-    out = np.zeros(n_nodes)
+    path from ``ref`` (NaN where none reaches it)."""
+    out = np.full(n_nodes, np.nan)
+    out[ref] = 0.0
     p_lo, p_hi = pairs // n_nodes, pairs % n_nodes
     order, pred = breadth_first(n_nodes, p_lo, p_hi, ref, directed=False)
     weight = {(int(x), int(y)): float(s) for x, y, s in zip(p_lo, p_hi, size, strict=True)}
