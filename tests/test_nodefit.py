@@ -1263,3 +1263,28 @@ def test_no_expected_error_where_no_pair_timely_both_ways_reaches_the_node(tmp_p
         s = stated[r["node"]]
         assert s is None or s / hz * 1e6 >= r["rms_us"] / 3.0, (r, s)
 
+
+def test_path_floor_adds_its_links_in_quadrature_and_reaches_no_further():
+    """A 4-node chain, messages both ways every second for a minute on the first two links
+    (their half-differences under the maps 3 and 4 ticks in every window, timely both ways)
+    and one way only on the last: the floor is 3 at node 1 and 5 at node 2 (independent
+    link errors add in quadrature: the largest link alone, 4, understated chains, whose
+    errors grow with the hops), and NaN at node 3, which no pair timely both ways reaches."""
+    from cell_otf2.model import NodeMap
+    from cell_otf2.sync.nodefit.disagree import path_disagreement
+
+    rows = []  # (a, b, delay)
+    for lo, half in ((0, 3.0), (1, 4.0)):
+        rows += [(lo, lo + 1, 10.0 + half), (lo + 1, lo, 10.0 - half)]
+    rows.append((2, 3, 10.0))
+    t = np.arange(60.0) * 1e6
+    pts = np.zeros(len(rows) * t.size, dtype=POINT_DTYPE)
+    delay = np.zeros(pts.size)
+    for i, (a, b, d) in enumerate(rows):
+        sl = slice(i * t.size, (i + 1) * t.size)
+        pts["a"][sl], pts["b"][sl], pts["ta"][sl] = a, b, t + 0.1 * i
+        pts["tb"][sl], pts["kind"][sl], delay[sl] = t + 0.1 * i + d, 8192, d
+    maps = [NodeMap(0.0, 1.0, 0.0, "fit") for _ in range(4)]
+    off = path_disagreement(pts, delay, maps, 4, 0, 1e3, timely_ticks=8.0)
+    assert off[:3] == pytest.approx([0.0, 3.0, 5.0])
+    assert np.isnan(off[3])

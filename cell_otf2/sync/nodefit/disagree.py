@@ -2,10 +2,10 @@
 assumption (messages of one kind take the same least time both ways): per node pair, in
 windows of a few messages each way where neither direction's fastest was received late, half
 the difference of the two directions' fastest delays under the maps is the maps' error there;
-its size (the root of the 90th percentile of its squares) per pair, and per node the largest along
-its path of pairs from the reference. A floor for the stated expected error of a node's map
-that no residual of the fit can hide (a rate change the curves missed leaves the fitted
-messages close to the curves and the two-way centres far from them). The two-way centres
+its size (the root of the 90th percentile of its squares) per pair, and per node its pairs'
+added in quadrature along its path from the reference. A floor for the stated expected error
+of a node's map that no residual of the fit can hide (a rate change the curves missed leaves
+the fitted messages close to the curves and the two-way centres far from them). The two-way centres
 (``two_way_centres``) also serve the estimate's test for a missed drift. And the nodes whose
 error the assumption cannot state (``one_way_only``: every route to them crosses a link late
 one way in every exchange that no other pair's latency centres). It changes no map and
@@ -107,8 +107,9 @@ def _mirrored_centres(floor: np.ndarray, near: float, kind_of: np.ndarray
 def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | None],
                       n_nodes: int, ref: int, late_ticks: float, window_messages: int = 2,
                       timely_ticks: float | None = None) -> np.ndarray:
-    """Per node, the largest two-way disagreement (ticks) of the node pairs on its path from
-    the reference (breadth first over the pairs that have such windows); 0 for the reference,
+    """Per node, the two-way disagreements (ticks) of the node pairs on its path from the
+    reference added in quadrature (breadth first over the pairs that have such windows;
+    independent links' errors add so along a chain); 0 for the reference,
     NaN for the nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``delay``: their delays
     under ``maps`` (``points.slacks``); ``late_ticks``: a window whose two fastest delays sum
     to more than this above the least such sum of its kind and pair is left out (one of them
@@ -169,8 +170,8 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
 
 
 def _along_paths(pairs: np.ndarray, size: np.ndarray, n_nodes: int, ref: int) -> np.ndarray:
-    """Per node, the largest ``size`` of the node pairs (lo * n + hi) on its breadth-first
-    path from ``ref`` (NaN where none reaches it)."""
+    """Per node, the root of the sum of the squared ``size`` of the node pairs (lo * n + hi)
+    on its breadth-first path from ``ref`` (NaN where none reaches it)."""
     out = np.full(n_nodes, np.nan)
     out[ref] = 0.0
     p_lo, p_hi = pairs // n_nodes, pairs % n_nodes
@@ -178,7 +179,7 @@ def _along_paths(pairs: np.ndarray, size: np.ndarray, n_nodes: int, ref: int) ->
     weight = {(int(x), int(y)): float(s) for x, y, s in zip(p_lo, p_hi, size, strict=True)}
     for n in order[1:].tolist():
         p = int(pred[n])
-        out[n] = max(out[p], weight[(min(n, p), max(n, p))])
+        out[n] = float(np.hypot(out[p], weight[(min(n, p), max(n, p))]))
     return out
 
 
