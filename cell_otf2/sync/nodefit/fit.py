@@ -305,8 +305,9 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
                 m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))
         if not followed:  # no pair timely both ways reaches the node: nothing measured
             for n in np.flatnonzero(np.isnan(off)).tolist():
-                if maps[n] is not None and n != ref:
-                    maps[n].estimate_error = None
+                m = maps[n]
+                if m is not None and n != ref:
+                    m.estimate_error = None
     # no error stated where the assumption cannot centre a node (judged on the delays under
     # the maps: not where the curves followed a drift their lines missed, whose maps may
     # still miss it, which that floor above states)
