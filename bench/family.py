@@ -1,7 +1,9 @@
 """The conversion over a family of run shapes (``bench/throughput.py --family [--quick]``):
 simulated hybrid runs swept one dimension at a time from one base shape (run length 10 s to
 20 min, 1 to 32 nodes, 1 to 16 SPE contexts per process, MPI exchanges every 10 ms to 10 s,
-run length again with context switches), plus the two foreign runs in
+run length again with context switches, and 4 to 20 nodes exchanging every 5 s for 10
+minutes with 15 us of wander: the fallback centring's programs on sparse exchanges), plus the
+two foreign runs in
 ``../shared/foreign-runs/``; each converted by the command as a user starts it
 (``python -m cell_otf2 RUN -o OUT --force``, timed from start to exit, peak RSS from the
 kernel's accounting of the child), with the converter of this checkout. It prints, slowest
@@ -33,7 +35,8 @@ OUT = Path(__file__).resolve().parent / "out" / "family"
 FOREIGN = ROOT.parent / "shared" / "foreign-runs"
 #: the base shape every sweep starts from: 2 nodes, 2 ranks each, 4 SPE contexts a rank,
 #: MPI every 0.5 s, 2 minutes
-BASE = dict(nodes=2, ranks_per_node=2, spes=4, mpi_s=0.5, duration_s=120.0, switches=False)
+BASE = dict(nodes=2, ranks_per_node=2, spes=4, mpi_s=0.5, duration_s=120.0, switches=False,
+            wander_us=0.0)
 #: the throughput targets, printed beside the figures (never asserted)
 RATE_TARGET = 2.0e6  # records/s of a shape of at least 1 M records
 SMALL_FIXED, SMALL_PER_M = 0.4, 0.5  # seconds of a shape under 1 M records: 0.4 + 0.5 per M
@@ -50,7 +53,12 @@ SWEEPS = {
     "contexts": ("contexts per process", [1, 2, 4, 8, 16], [2, 4, 8, 16]),
     "mpi": ("MPI exchanges per s", [0.1, 1, 10, 100], [2, 8, 32]),
     "switches": ("run length s, context switches", [30, 60, 120, 240, 480], [60, 120, 240]),
+    "sparse": ("nodes, MPI every 5 s", [4, 8, 16, 20], [4, 8]),
 }
+#: the sparse sweep's shape besides its nodes: one SPE context a rank, 10 minutes, 15 us of
+#: wander over 2 minutes (a 20-node run of this shape took 58 s to convert, 57 of them the
+#: node fit, before 2026-11-29's row generation by the most broken row per column)
+SPARSE = dict(spes=1, mpi_s=5.0, duration_s=600.0, wander_us=15.0)
 #: the MPI sweep runs this long (10 ms exchanges make many records per second)
 MPI_SWEEP_S = {True: 30.0, False: 60.0}
 #: the foreign runs (FOREIGN/README.md), converted as they are
@@ -96,12 +104,15 @@ class Shape:
                 "--compute-s", str(p["mpi_s"]), "--seed", "7"]
         if p["switches"]:  # half as many SPUs as contexts on a node: contexts take turns
             args += ["--spus", str(max(1, p["spes"] * p["ranks_per_node"] // 2))]
+        if p.get("wander_us", 0.0):
+            args += ["--wander-us", str(p["wander_us"])]
         return args
 
 
 def _name(p: dict) -> str:
     return (f"n{p['nodes']}r{p['ranks_per_node']}s{p['spes']}-mpi{p['mpi_s']:g}"
-            f"-{p['duration_s']:g}s{'-sw' if p['switches'] else ''}")
+            f"-{p['duration_s']:g}s{'-sw' if p['switches'] else ''}"
+            f"{'-w' + format(p['wander_us'], 'g') if p.get('wander_us') else ''}")
 
 
 def family(quick: bool) -> list[Shape]:
@@ -119,6 +130,8 @@ def family(quick: bool) -> list[Shape]:
                 p["spes"] = value
             elif dim == "mpi":
                 p["mpi_s"], p["duration_s"] = 1.0 / value, MPI_SWEEP_S[quick]
+            elif dim == "sparse":
+                p.update(SPARSE, nodes=value)
             else:
                 p["duration_s"], p["switches"] = float(value), True
             name = _name(p)
