@@ -56,14 +56,21 @@ def _window_floors(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: 
     return floor
 
 
-def _centres(floor: np.ndarray, late_ticks: float, timely: tuple[float, np.ndarray] | None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``two_way_centres`` of the windows' fastest delays ``floor`` (``_window_floors``)."""
+def _centres(floor: np.ndarray, late_ticks: float, timely: tuple[float, np.ndarray] | None,
+             kind_of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``two_way_centres`` of the windows' fastest delays ``floor`` (``_window_floors``);
+    without ``timely`` but with ``kind_of`` (each group's kind), also leave out a window
+    whose two fastest sum to more than ``late_ticks`` above the least such sum of its kind's
+    groups (a pair late one way in every exchange has none)."""
     both = np.isfinite(floor).all(axis=1)
     forward, backward = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
     total = np.where(both, forward + backward, np.inf)
     both &= total <= total.min(axis=1)[:, None] + late_ticks
     if timely is None:
+        if kind_of is not None and kind_of.size:
+            usual = np.full(int(kind_of.max()) + 1, np.inf)
+            np.minimum.at(usual, kind_of, total.min(axis=1))
+            both &= total <= usual[kind_of][:, None] + late_ticks
         g, w = np.nonzero(both)
         return g, w, 0.5 * (forward[g, w] - backward[g, w])
     near, kind_of = timely
@@ -139,7 +146,8 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     win = np.minimum((t // width).astype(np.int64), n_win - 1)
     floor = _window_floors(delay, group, back, win, groups.size, n_win)
     g, _, half = _centres(floor, late_ticks,
-                          None if timely_ticks is None else (timely_ticks, groups % n_k))
+                          None if timely_ticks is None else (timely_ticks, groups % n_k),
+                          groups % n_k)
     mirror = np.zeros(g.size, dtype=bool)
     if timely_ticks is not None:
         gm, _, hm = _mirrored_centres(floor, timely_ticks, groups % n_k)

@@ -290,7 +290,8 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
     slack = slacks(pts, maps)
     if method == "fit":  # the residuals may hide what the maps miss: the stated error is
         # never less than the two-way disagreement of the messages with the maps. Where the
-        # curves followed a drift their lines missed, over the windows not late; else over
+        # curves followed a drift their lines missed, over the windows whose two fastest sum
+        # near the least of their kind (a pair late one way every time has none); else over
         # the windows timely both ways (a round that kept few messages, or a kind's one
         # timely message back, leaves residuals that say nothing), and not where no error
         # is stated
@@ -303,11 +304,11 @@ def fit_points(points: np.ndarray, n_nodes: int, ref: int, hz: float,
             m = maps[n]
             if m is not None and n != ref and (followed or m.estimate_error is not None):
                 m.estimate_error = max(m.estimate_error or 0.0, float(off[n]))
-        if not followed:  # no pair timely both ways reaches the node: nothing measured
-            for n in np.flatnonzero(np.isnan(off)).tolist():
-                m = maps[n]
-                if m is not None and n != ref:
-                    m.estimate_error = None
+        # no pair with such windows reaches the node: nothing measured its map
+        for n in np.flatnonzero(np.isnan(off)).tolist():
+            m = maps[n]
+            if m is not None and n != ref:
+                m.estimate_error = None
     # no error stated where the assumption cannot centre a node (judged on the delays under
     # the maps: not where the curves followed a drift their lines missed, whose maps may
     # still miss it, which that floor above states)
