@@ -32,20 +32,15 @@ _AT_ENTRY_LATE = 1e15
 
 
 def two_way_centres(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
-                    n_groups: int, n_win: int, late_ticks: float,
-                    timely: tuple[float, np.ndarray] | None = None
+                    n_groups: int, n_win: int, late_ticks: float
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group (a kind and node pair) and window with messages both ways, unless their two
     fastest ``delay`` s sum to more than ``late_ticks`` above the least such sum of the group
     (one of them was received late): half the difference of the forward and the backward
     fastest (``back`` 0 / 1), which is the offset error there of the clocks the delays were
     taken under, plus half the difference of the two directions' least latencies. Returns
-    (group, window, half) of those windows. ``timely`` (ticks, each group's kind): also
-    leave out a window unless each direction's fastest lies within those ticks of the
-    direction's least and their sum within them of the least sum of the kind's groups (a
-    pair late one way in every exchange has no such window)."""
-    return _centres(_window_floors(delay, group, back, win, n_groups, n_win), late_ticks,
-                    timely)
+    (group, window, half) of those windows."""
+    return _centres(_window_floors(delay, group, back, win, n_groups, n_win), late_ticks)
 
 
 def _window_floors(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: np.ndarray,
@@ -56,31 +51,28 @@ def _window_floors(delay: np.ndarray, group: np.ndarray, back: np.ndarray, win: 
     return floor
 
 
-def _centres(floor: np.ndarray, late_ticks: float, timely: tuple[float, np.ndarray] | None,
+def _centres(floor: np.ndarray, late_ticks: float, timely_ticks: float | None = None,
              kind_of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``two_way_centres`` of the windows' fastest delays ``floor`` (``_window_floors``);
-    without ``timely`` but with ``kind_of`` (each group's kind), also leave out a window
-    whose two fastest sum to more than ``late_ticks`` above the least such sum of its kind's
-    groups (a pair late one way in every exchange has none)."""
+    """``two_way_centres`` of the windows' fastest delays ``floor`` (``_window_floors``).
+    ``kind_of`` (each group's kind): also leave out a window whose two fastest sum to more
+    than ``late_ticks`` above the least such sum of its kind's groups, or with
+    ``timely_ticks``, more than those ticks above it, and then also unless each
+    direction's fastest lies within those ticks of the direction's least and below
+    ``_AT_ENTRY_LATE`` (a pair late one way in every exchange has no such window)."""
     both = np.isfinite(floor).all(axis=1)
     forward, backward = np.where(both, floor[:, 0], 0.0), np.where(both, floor[:, 1], 0.0)
     total = np.where(both, forward + backward, np.inf)
     both &= total <= total.min(axis=1)[:, None] + late_ticks
-    if timely is None:
-        if kind_of is not None and kind_of.size:
-            usual = np.full(int(kind_of.max()) + 1, np.inf)
-            np.minimum.at(usual, kind_of, total.min(axis=1))
-            both &= total <= usual[kind_of][:, None] + late_ticks
-        g, w = np.nonzero(both)
-        return g, w, 0.5 * (forward[g, w] - backward[g, w])
-    near, kind_of = timely
-    least = floor.min(axis=2)
-    both &= (forward <= least[:, :1] + near) & (backward <= least[:, 1:] + near)
-    both &= (forward < _AT_ENTRY_LATE) & (backward < _AT_ENTRY_LATE)
-    usual = np.full(int(kind_of.max()) + 1, np.inf)
-    np.minimum.at(usual, kind_of, total.min(axis=1))
-    usual_g = usual[kind_of]
-    both &= total <= usual_g[:, None] + near
+    if timely_ticks is not None:
+        least = floor.min(axis=2)
+        both &= ((forward <= least[:, :1] + timely_ticks)
+                 & (backward <= least[:, 1:] + timely_ticks))
+        both &= (forward < _AT_ENTRY_LATE) & (backward < _AT_ENTRY_LATE)
+    if kind_of is not None and kind_of.size:  # near the least sum of the kind's groups
+        usual = np.full(int(kind_of.max()) + 1, np.inf)
+        np.minimum.at(usual, kind_of, total.min(axis=1))
+        margin = late_ticks if timely_ticks is None else timely_ticks
+        both &= total <= usual[kind_of][:, None] + margin
     g, w = np.nonzero(both)
     return g, w, 0.5 * (forward[g, w] - backward[g, w])
 
@@ -120,8 +112,9 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     NaN for the nodes no checked pair reaches. ``pts``: POINT_DTYPE; ``delay``: their delays
     under ``maps`` (``points.slacks``); ``late_ticks``: a window whose two fastest delays sum
     to more than this above the least such sum of its kind and pair is left out (one of them
-    was received late). ``timely_ticks``: only windows timely both ways by that margin
-    (``two_way_centres``' ``timely``), and no receive recorded as its call began."""
+    was received late), or above the least such sum of its kind's pairs. ``timely_ticks``:
+    only windows timely both ways by that margin (``_centres``), and no receive recorded as
+    its call began."""
     out = np.full(n_nodes, np.nan)
     out[ref] = 0.0
     if timely_ticks is not None:  # such a receive had come before its call: late by an
@@ -145,9 +138,7 @@ def path_disagreement(pts: np.ndarray, delay: np.ndarray, maps: list[NodeMap | N
     n_win = int(span // width) + 1
     win = np.minimum((t // width).astype(np.int64), n_win - 1)
     floor = _window_floors(delay, group, back, win, groups.size, n_win)
-    g, _, half = _centres(floor, late_ticks,
-                          None if timely_ticks is None else (timely_ticks, groups % n_k),
-                          groups % n_k)
+    g, _, half = _centres(floor, late_ticks, timely_ticks, groups % n_k)
     mirror = np.zeros(g.size, dtype=bool)
     if timely_ticks is not None:
         gm, _, hm = _mirrored_centres(floor, timely_ticks, groups % n_k)
