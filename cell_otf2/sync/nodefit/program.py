@@ -123,10 +123,10 @@ class Program:
         active = np.zeros((pool.size, len(sides)), dtype=bool)
         start_us = (self.o.start_us if n_nodes <= 2 * self.o.pair_reach + 1
                     else self.o.start_us_many)
+        n_keys = n_cols + 2 * n_u + 1  # the side columns' numbers (one past: none)
         for side, tcol in enumerate(sides):  # per column and side, the smallest prior slacks
-            best = np.full(n_cols + 2 * n_u + 1, np.inf)
-            np.minimum.at(best, tcol, score)
-            active[:, side] = score <= best[tcol] + start_us * 1e-6 * self.hz
+            active[:, side] = score <= (_least_of_column(tcol, score, n_keys)
+                                        + start_us * 1e-6 * self.hz)
         if n_u:  # u columns were numbered per direction to pick a first row of each
             active[:, 2] &= termed
             sides[2] = np.where(termed, self.n_zt + (sides[2] - self.n_zt) // 2, 0)
@@ -180,12 +180,19 @@ class Program:
             # margin of that): a first solution far off breaks most of the pool at once
             near = (low < margin) & ~active
             for side, tcol in enumerate(sides):
-                worst = np.full(n_cols + 2 * n_u + 1, np.inf)
-                np.minimum.at(worst, tcol[near[:, side]], low[near[:, side], side])
-                near[:, side] &= low[:, side] <= np.minimum(worst[tcol] + margin, margin)
+                worst = _least_of_column(tcol, np.where(near[:, side], low[:, side], np.inf),
+                                         n_keys)
+                near[:, side] &= low[:, side] <= np.minimum(worst + margin, margin)
             active |= near
             rate_on |= np.c_[dz > lim - margin, -dz > lim - margin] | bad_rate
         return sol
+
+
+def _least_of_column(col: np.ndarray, value: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per row, the least ``value`` of the rows with its ``col`` (``n_keys`` numbers)."""
+    least = np.full(n_keys, np.inf)
+    np.minimum.at(least, col, value)
+    return least[col]
 
 
 def objective_windows(lo_r: float, hi_r: float, n_fitted: int, o: FitOptions,
