@@ -22,12 +22,13 @@ from cell_otf2.sync.nodefit.lp import lp_maps
 from cell_otf2.sync.nodefit.points import map_to_reference
 
 
-def random_program(seed: int) -> tuple[np.ndarray, np.ndarray, sparse.csr_matrix, np.ndarray]:
+def random_program(seed: int, n: int | None = None, m: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, sparse.csr_matrix, np.ndarray]:
     """A feasible bounded LP: max of random positive weights over a box cut by random
-    half-spaces that keep the origin inside."""
+    half-spaces that keep the origin inside (``n`` columns and ``m`` rows, or drawn)."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(3, 40))
-    m = int(rng.integers(n, 6 * n))
+    n = int(rng.integers(3, 40)) if n is None else n
+    m = int(rng.integers(n, 6 * n)) if m is None else m
     mat = sparse.random(m, n, density=min(1.0, 4.0 / n), random_state=seed, format="csr")
     mat.data = rng.normal(size=mat.data.size)
     rhs = rng.uniform(0.1, 5.0, m)  # the origin is strictly inside every row
@@ -143,13 +144,7 @@ def test_many_rows_added_solve_afresh_with_the_same_optimum(seed):
     (the dual simplex from the last basis took 3 s where a new solve takes 0.4 s, on a 20-node
     one-way ring), a few rows then go on from the basis; every solve is the optimum of every
     row so far."""
-    rng = np.random.default_rng(seed)
-    n, m = 60, 1400
-    mat = sparse.random(m, n, density=0.07, random_state=seed, format="csr")
-    mat.data = rng.normal(size=mat.data.size)
-    rhs = rng.uniform(0.1, 5.0, m)
-    cost = -rng.uniform(0.1, 1.0, n)
-    bounds = np.c_[np.full(n, -10.0), np.full(n, 10.0)]
+    cost, bounds, mat, rhs = random_program(seed, 60, 1400)
     lp = GrowingLp(cost, bounds)
     if not lp.warm:
         pytest.skip("scipy without HiGHS's bindings: every solve is from scratch")
