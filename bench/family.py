@@ -104,7 +104,7 @@ class Shape:
                 "--compute-s", str(p["mpi_s"]), "--seed", "7"]
         if p["switches"]:  # half as many SPUs as contexts on a node: contexts take turns
             args += ["--spus", str(max(1, p["spes"] * p["ranks_per_node"] // 2))]
-        if p.get("wander_us", 0.0):
+        if p["wander_us"]:
             args += ["--wander-us", str(p["wander_us"])]
         return args
 
@@ -112,7 +112,7 @@ class Shape:
 def _name(p: dict) -> str:
     return (f"n{p['nodes']}r{p['ranks_per_node']}s{p['spes']}-mpi{p['mpi_s']:g}"
             f"-{p['duration_s']:g}s{'-sw' if p['switches'] else ''}"
-            f"{'-w' + format(p['wander_us'], 'g') if p.get('wander_us') else ''}")
+            f"{'-w' + format(p['wander_us'], 'g') if p['wander_us'] else ''}")
 
 
 def family(quick: bool) -> list[Shape]:
